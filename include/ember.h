@@ -1,0 +1,173 @@
+/* ember.h — the engine's public C API: models, sessions, hooks, sampling, errors.
+ * Knows nothing of Lua; the bindings and the C tests use only what is declared here. */
+#ifndef EMBER_H
+#define EMBER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMBER_VERSION "0.1.0"
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+typedef enum {
+    EMBER_OK = 0,
+    EMBER_ERR_IO,          /* a file could not be opened, mapped or read */
+    EMBER_ERR_FORMAT,      /* a file is malformed (truncated, absurd count, bad magic, ...) */
+    EMBER_ERR_UNSUPPORTED, /* well-formed but not supported (tensor type, family, ...) */
+    EMBER_ERR_ARG,         /* a caller passed a bad argument */
+    EMBER_ERR_NOMEM,       /* an allocation failed */
+    EMBER_ERR_CONTEXT,     /* the session's context is full */
+    EMBER_ERR_HOOK,        /* a hook reported failure; the message is the hook's */
+} ember_status;
+
+/* Caller-owned error: the message names the function/file/field and what was wrong. */
+typedef struct {
+    ember_status code;
+    char msg[1024];
+} ember_error;
+
+/* Fills err (if not NULL) and returns code. */
+ember_status ember_error_set(ember_error *err, ember_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+typedef enum {
+    EMBER_KERNELS_AUTO = 0,
+    EMBER_KERNELS_REFERENCE,
+    EMBER_KERNELS_AVX2,
+    EMBER_KERNELS_AVX512,
+} ember_kernels;
+
+typedef struct {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+} ember_cpu_features;
+
+const ember_cpu_features *ember_cpu(void);
+const char *ember_kernels_name(ember_kernels k);
+/* Parses "auto" | "reference" | "avx2" | "avx512"; returns false for anything else. */
+bool ember_kernels_parse(const char *s, ember_kernels *out);
+
+/* ---- models ---------------------------------------------------------------------------------- */
+
+typedef struct ember_model ember_model;
+typedef struct ember_session ember_session;
+typedef struct ember_gguf ember_gguf;
+
+typedef struct {
+    const char *path;      /* GGUF file, required */
+    const char *arch;      /* optional: refuse the file if its family differs */
+    ember_kernels kernels; /* EMBER_KERNELS_AUTO by default */
+    int n_threads;         /* <= 0: number of cores */
+} ember_model_params;
+
+typedef struct {
+    const char *family;        /* "llama", "qwen3", "gemma4", "gpt2", "qwen2" */
+    const char *architecture;  /* general.architecture as written in the file */
+    const char *name;          /* general.name, or NULL */
+    int64_t n_layers, hidden_size, n_vocab, n_heads, n_kv_heads, head_dim, context_length;
+    const char *dtype_summary; /* e.g. "q8_0 (norms f32)" */
+    const char *kernels;       /* kernel set actually used */
+    int n_threads;
+    bool experimental;
+} ember_model_info;
+
+ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);
+void ember_model_free(ember_model *model);
+const ember_model_info *ember_model_get_info(const ember_model *model);
+/* The model's GGUF file (for the embedded tokenizer and provenance); owned by the model. */
+const ember_gguf *ember_model_gguf(const ember_model *model);
+
+/* ---- hooks ----------------------------------------------------------------------------------- */
+
+/* The six tensor points of one evaluation, in execution order within a layer. */
+typedef enum {
+    EMBER_STAGE_BEFORE_LAYER = 0,
+    EMBER_STAGE_AFTER_ATTENTION,
+    EMBER_STAGE_AFTER_MLP,
+    EMBER_STAGE_AFTER_LAYER,
+    EMBER_STAGE_BEFORE_LOGITS,
+    EMBER_STAGE_AFTER_LOGITS,
+    EMBER_STAGE_COUNT
+} ember_stage;
+
+const char *ember_stage_name(ember_stage s); /* "before_layer", ... */
+
+typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
+
+/* A borrowed, contiguous, row-major f32 activation [rows, cols] owned by the session. */
+typedef struct {
+    float *data; /* (rows, cols) */
+    int64_t rows, cols;
+} ember_view;
+
+/* Where an evaluation is; layer_index is -1 for the logits stages. */
+typedef struct {
+    ember_phase phase;
+    int64_t start_position;    /* absolute position of the first input token */
+    int64_t input_token_count;
+    int64_t sequence_length;   /* start_position + input_token_count */
+    int64_t layer_index;
+    bool tracing;
+} ember_eval_ctx;
+
+/* Return EMBER_OK to continue; anything else aborts the evaluation (fill err). */
+typedef ember_status (*ember_tensor_hook)(void *user, ember_stage stage, const ember_eval_ctx *ctx,
+                                         ember_view *view, ember_error *err);
+
+/* A NULL table (or a NULL entry) is the disabled path for that stage: nothing is called. */
+typedef struct {
+    void *user;
+    ember_tensor_hook on_tensor[EMBER_STAGE_COUNT];
+} ember_hooks;
+
+/* ---- sessions -------------------------------------------------------------------------------- */
+
+/* n_ctx <= 0: the model's context length (capped at 4096). */
+ember_status ember_session_new(ember_model *model, int64_t n_ctx, ember_session **out, ember_error *err);
+void ember_session_free(ember_session *s);
+/* Evaluates ids at positions position..position+n-1; logits of the last one become current. */
+ember_status ember_session_prefill(ember_session *s, const int32_t *ids, int64_t n,
+                                   const ember_hooks *hooks, ember_error *err);
+ember_status ember_session_decode(ember_session *s, int32_t id, const ember_hooks *hooks, ember_error *err);
+const float *ember_session_logits(const ember_session *s); /* (n_vocab) */
+int64_t ember_session_position(const ember_session *s);
+int64_t ember_session_context(const ember_session *s);
+void ember_session_reset(ember_session *s);
+const ember_model *ember_session_model(const ember_session *s);
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature; /* <= 0: greedy */
+    int top_k;         /* <= 0: off */
+    float top_p;       /* >= 1: off */
+    uint64_t seed;
+} ember_sampler_params;
+
+typedef struct ember_sampler ember_sampler;
+
+ember_status ember_sampler_new(const ember_sampler_params *p, int64_t n_vocab, ember_sampler **out,
+                               ember_error *err);
+void ember_sampler_free(ember_sampler *s);
+/* Returns the chosen id; greedy ties go to the lowest id. */
+int32_t ember_sampler_sample(ember_sampler *s, const float *logits);
+/* Greedy argmax over n values, lowest index on ties. */
+int64_t ember_argmax(const float *x, int64_t n);
+
+/* ---- provenance ------------------------------------------------------------------------------ */
+
+/* SHA-256 (mbedTLS) as 64 lowercase hex chars + NUL. */
+void ember_sha256_hex(const void *data, size_t len, char out[65]);
+ember_status ember_sha256_file_hex(const char *path, char out[65], ember_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,442 @@
+/* gguf.c — maps a GGUF file and validates every byte it will later trust.
+ * Must not know about models or families; it reports what the file says, or why it cannot. */
+#include "gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_DEFAULT_ALIGNMENT 32
+/* Nesting deeper than this is not a real file; it only guards the recursion. */
+#define GGUF_MAX_ARRAY_DEPTH 8
+
+/* A cursor over the mapping; every read is checked against the end. */
+typedef struct {
+    const uint8_t *base;
+    size_t size, pos;
+    const char *path;
+    ember_error *err;
+} reader;
+
+static ember_status fail(reader *r, const char *what) {
+    return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: %s (at byte %zu of %zu)", r->path, what,
+                           r->pos, r->size);
+}
+
+static bool rd(reader *r, void *dst, size_t n) {
+    if (n > r->size - r->pos) return false;
+    memcpy(dst, r->base + r->pos, n);
+    r->pos += n;
+    return true;
+}
+
+static bool rd_u32(reader *r, uint32_t *v) { return rd(r, v, 4); }
+static bool rd_u64(reader *r, uint64_t *v) { return rd(r, v, 8); }
+
+static bool rd_str(reader *r, gguf_str *s) {
+    uint64_t len;
+    if (!rd_u64(r, &len) || len > r->size - r->pos) return false;
+    s->ptr = (const char *)r->base + r->pos;
+    s->len = len;
+    r->pos += len;
+    return true;
+}
+
+static const size_t scalar_size[GGUF_TYPE_COUNT] = {
+    [GGUF_TYPE_UINT8] = 1, [GGUF_TYPE_INT8] = 1,    [GGUF_TYPE_UINT16] = 2, [GGUF_TYPE_INT16] = 2,
+    [GGUF_TYPE_UINT32] = 4, [GGUF_TYPE_INT32] = 4,  [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,
+    [GGUF_TYPE_UINT64] = 8, [GGUF_TYPE_INT64] = 8, [GGUF_TYPE_FLOAT64] = 8,
+};
+
+bool gguf_str_eq(gguf_str s, const char *c) {
+    size_t n = strlen(c);
+    return s.len == n && memcmp(s.ptr, c, n) == 0;
+}
+
+static void value_free(gguf_value *v) {
+    if (v->type != GGUF_TYPE_ARRAY || !v->v.arr.items) return;
+    if (v->v.arr.elem_type == GGUF_TYPE_ARRAY)
+        for (uint64_t i = 0; i < v->v.arr.count; i++) value_free(&v->v.arr.items[i]);
+    free(v->v.arr.items);
+    v->v.arr.items = NULL;
+}
+
+static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out, int depth);
+
+static ember_status read_array(reader *r, gguf_value *out, int depth) {
+    uint32_t et;
+    uint64_t count;
+    if (!rd_u32(r, &et) || !rd_u64(r, &count)) return fail(r, "truncated array header");
+    if (et >= GGUF_TYPE_COUNT) return fail(r, "array of unknown value type");
+    if (depth >= GGUF_MAX_ARRAY_DEPTH) return fail(r, "arrays nested too deeply");
+    out->v.arr.elem_type = (gguf_value_type)et;
+    out->v.arr.count = count;
+    out->v.arr.data = r->base + r->pos;
+    out->v.arr.items = NULL;
+    if (et != GGUF_TYPE_STRING && et != GGUF_TYPE_ARRAY) {
+        size_t es = scalar_size[et];
+        if (count > (r->size - r->pos) / es) return fail(r, "array count runs past the end of the file");
+        r->pos += (size_t)(count * es);
+        return EMBER_OK;
+    }
+    /* Each string needs at least its 8-byte length: a cheap bound before allocating. */
+    if (count > (r->size - r->pos) / (et == GGUF_TYPE_STRING ? 8 : 12))
+        return fail(r, "array count runs past the end of the file");
+    out->v.arr.items = calloc(count ? count : 1, sizeof(gguf_value));
+    if (!out->v.arr.items) return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", r->path);
+    for (uint64_t i = 0; i < count; i++) {
+        ember_status st = read_value(r, (gguf_value_type)et, &out->v.arr.items[i], depth + 1);
+        if (st != EMBER_OK) {
+            out->v.arr.count = i; /* free only what was read */
+            return st;
+        }
+    }
+    return EMBER_OK;
+}
+
+static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out, int depth) {
+    out->type = type;
+    uint8_t b1;
+    uint16_t b2;
+    uint32_t b4;
+    uint64_t b8;
+    switch (type) {
+    case GGUF_TYPE_UINT8: if (!rd(r, &b1, 1)) break; out->v.u64 = b1; return EMBER_OK;
+    case GGUF_TYPE_INT8: if (!rd(r, &b1, 1)) break; out->v.i64 = (int8_t)b1; return EMBER_OK;
+    case GGUF_TYPE_UINT16: if (!rd(r, &b2, 2)) break; out->v.u64 = b2; return EMBER_OK;
+    case GGUF_TYPE_INT16: if (!rd(r, &b2, 2)) break; out->v.i64 = (int16_t)b2; return EMBER_OK;
+    case GGUF_TYPE_UINT32: if (!rd(r, &b4, 4)) break; out->v.u64 = b4; return EMBER_OK;
+    case GGUF_TYPE_INT32: if (!rd(r, &b4, 4)) break; out->v.i64 = (int32_t)b4; return EMBER_OK;
+    case GGUF_TYPE_UINT64: if (!rd(r, &b8, 8)) break; out->v.u64 = b8; return EMBER_OK;
+    case GGUF_TYPE_INT64: if (!rd(r, &b8, 8)) break; out->v.i64 = (int64_t)b8; return EMBER_OK;
+    case GGUF_TYPE_FLOAT32: {
+        float f;
+        if (!rd(r, &f, 4)) break;
+        out->v.f64 = f;
+        return EMBER_OK;
+    }
+    case GGUF_TYPE_FLOAT64: if (!rd(r, &out->v.f64, 8)) break; return EMBER_OK;
+    case GGUF_TYPE_BOOL:
+        if (!rd(r, &b1, 1)) break;
+        if (b1 > 1) return fail(r, "bool value is neither 0 nor 1");
+        out->v.b = b1;
+        return EMBER_OK;
+    case GGUF_TYPE_STRING: if (!rd_str(r, &out->v.str)) return fail(r, "truncated string"); return EMBER_OK;
+    case GGUF_TYPE_ARRAY: return read_array(r, out, depth);
+    default: return fail(r, "unknown value type");
+    }
+    return fail(r, "truncated value");
+}
+
+const char *ember_type_name(uint32_t t) {
+    static const char *names[] = {
+        [0] = "f32", [1] = "f16", [2] = "q4_0", [3] = "q4_1", [6] = "q5_0", [7] = "q5_1", [8] = "q8_0",
+        [9] = "q8_1", [10] = "q2_k", [11] = "q3_k", [12] = "q4_k", [13] = "q5_k", [14] = "q6_k",
+        [15] = "q8_k", [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s",
+        [20] = "iq4_nl", [21] = "iq3_s", [22] = "iq2_s", [23] = "iq4_xs", [24] = "i8", [25] = "i16",
+        [26] = "i32", [27] = "i64", [28] = "f64", [29] = "iq1_m", [30] = "bf16", [34] = "tq1_0",
+        [35] = "tq2_0", [39] = "mxfp4",
+    };
+    if (t < sizeof names / sizeof names[0] && names[t]) return names[t];
+    return "unknown";
+}
+
+size_t ember_type_row_size(ember_type t, int64_t n) {
+    if (n < 0) return 0;
+    switch (t) {
+    case EMBER_TYPE_F32: return (size_t)n * 4;
+    case EMBER_TYPE_F16:
+    case EMBER_TYPE_BF16: return (size_t)n * 2;
+    case EMBER_TYPE_Q8_0:
+        if (n % EMBER_QK8_0) return 0;
+        return (size_t)(n / EMBER_QK8_0) * sizeof(ember_block_q8_0);
+    }
+    return 0;
+}
+
+static bool type_supported(uint32_t t) {
+    return t == EMBER_TYPE_F32 || t == EMBER_TYPE_F16 || t == EMBER_TYPE_BF16 || t == EMBER_TYPE_Q8_0;
+}
+
+static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) {
+    gguf_str name;
+    if (!rd_str(r, &name)) return fail(r, "truncated tensor name");
+    if (name.len == 0 || name.len > 256) return fail(r, "tensor name is empty or longer than 256 bytes");
+    t->name = malloc(name.len + 1);
+    if (!t->name) return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", r->path);
+    memcpy(t->name, name.ptr, name.len);
+    t->name[name.len] = 0;
+    if (memchr(t->name, 0, name.len)) return fail(r, "tensor name contains a NUL byte");
+    if (!rd_u32(r, &t->n_dims)) return fail(r, "truncated tensor info");
+    if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
+        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)",
+                               r->path, t->name, t->n_dims, GGUF_MAX_DIMS);
+    uint64_t total = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
+        uint64_t ne = 1;
+        if (d < t->n_dims && !rd_u64(r, &ne)) return fail(r, "truncated tensor dimensions");
+        if (ne == 0 || ne > (uint64_t)INT64_MAX || (total && ne > (uint64_t)INT64_MAX / total))
+            return ember_error_set(r->err, EMBER_ERR_FORMAT,
+                                   "%s: tensor '%s' has an absurd dimension %llu", r->path, t->name,
+                                   (unsigned long long)ne);
+        t->ne[d] = (int64_t)ne;
+        total *= ne;
+    }
+    uint32_t type;
+    if (!rd_u32(r, &type) || !rd_u64(r, &t->offset)) return fail(r, "truncated tensor info");
+    if (!type_supported(type))
+        return ember_error_set(r->err, EMBER_ERR_UNSUPPORTED,
+                               "%s: tensor '%s' has type %s (%u); ember supports f32, f16, bf16 and q8_0",
+                               r->path, t->name, ember_type_name(type), type);
+    t->type = (ember_type)type;
+    size_t row = ember_type_row_size(t->type, t->ne[0]);
+    if (row == 0)
+        return ember_error_set(r->err, EMBER_ERR_FORMAT,
+                               "%s: tensor '%s': row length %lld is not a multiple of the %s block size",
+                               r->path, t->name, (long long)t->ne[0], ember_type_name(type));
+    uint64_t rows = total / (uint64_t)t->ne[0];
+    if (rows > SIZE_MAX / row)
+        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' is too large", r->path, t->name);
+    t->size = row * (size_t)rows;
+    (void)index;
+    return EMBER_OK;
+}
+
+ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return ember_error_set(err, EMBER_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ember_error_set(err, EMBER_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size < 24) {
+        close(fd);
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: file is %lld bytes, too short for a GGUF header",
+                               path, (long long)st.st_size);
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return ember_error_set(err, EMBER_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+
+    ember_gguf *g = calloc(1, sizeof *g);
+    if (!g || !(g->path = strdup(path))) {
+        free(g);
+        munmap(map, (size_t)st.st_size);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
+    }
+    g->base = map;
+    g->size = (size_t)st.st_size;
+    reader r = {.base = g->base, .size = g->size, .pos = 0, .path = path, .err = err};
+    ember_status s = EMBER_OK;
+
+    uint32_t magic = 0; /* the size check above guarantees the 24 header bytes */
+    rd_u32(&r, &magic);
+    if (memcmp(&magic, "GGUF", 4) != 0) {
+        s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);
+        goto done;
+    }
+    rd_u32(&r, &g->version);
+    if (g->version != 2 && g->version != 3) {
+        s = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)",
+                            path, g->version);
+        goto done;
+    }
+    rd_u64(&r, &g->n_tensors);
+    rd_u64(&r, &g->n_kv);
+    /* Each key/value needs >= 13 bytes, each tensor info >= 29: reject counts the file can't hold. */
+    if (g->n_kv > (g->size - r.pos) / 13 || g->n_tensors > (g->size - r.pos) / 29) {
+        s = ember_error_set(err, EMBER_ERR_FORMAT,
+                            "%s: header claims %llu tensors and %llu metadata keys, more than the file can hold",
+                            path, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
+        g->n_kv = g->n_tensors = 0;
+        goto done;
+    }
+    g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
+    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
+    if (!g->kv || !g->tensors) {
+        s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        gguf_kv *kv = &g->kv[i];
+        uint32_t type;
+        if (!rd_str(&r, &kv->key)) {
+            s = fail(&r, "truncated metadata key");
+            goto done;
+        }
+        if (!rd_u32(&r, &type)) {
+            s = fail(&r, "truncated metadata value type");
+            goto done;
+        }
+        if (type >= GGUF_TYPE_COUNT) {
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%.*s' has unknown value type %u", path,
+                                (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr, type);
+            goto done;
+        }
+        for (uint64_t j = 0; j < i; j++)
+            if (g->kv[j].key.len == kv->key.len && memcmp(g->kv[j].key.ptr, kv->key.ptr, kv->key.len) == 0) {
+                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%.*s' appears twice", path,
+                                    (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr);
+                goto done;
+            }
+        if ((s = read_value(&r, (gguf_value_type)type, &kv->value, 0)) != EMBER_OK) goto done;
+        if (gguf_str_eq(kv->key, "general.alignment")) {
+            uint64_t a = kv->value.v.u64;
+            if (type != GGUF_TYPE_UINT32 || a == 0 || (a & (a - 1)) != 0 || a > 65536) {
+                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: general.alignment must be a u32 power of two", path);
+                goto done;
+            }
+            g->alignment = a;
+        }
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        if ((s = read_tensor_info(&r, &g->tensors[i], i)) != EMBER_OK) goto done;
+        for (uint64_t j = 0; j < i; j++)
+            if (strcmp(g->tensors[j].name, g->tensors[i].name) == 0) {
+                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' appears twice", path, g->tensors[i].name);
+                goto done;
+            }
+    }
+    /* The data section starts at the next multiple of the alignment. */
+    g->data_offset = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (g->n_tensors > 0 && g->data_offset > g->size) {
+        s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: truncated before the tensor data section", path);
+        goto done;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        gguf_tensor *t = &g->tensors[i];
+        if (t->offset % g->alignment != 0) {
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path,
+                                t->name, (unsigned long long)t->offset, (unsigned long long)g->alignment);
+            goto done;
+        }
+        uint64_t avail = g->size - g->data_offset;
+        if (t->offset > avail || t->size > avail - t->offset) {
+            s = ember_error_set(err, EMBER_ERR_FORMAT,
+                                "%s: tensor '%s' (%zu bytes at offset %llu) runs past the end of the file "
+                                "(truncated?)",
+                                path, t->name, t->size, (unsigned long long)t->offset);
+            goto done;
+        }
+        t->data = g->base + g->data_offset + t->offset;
+    }
+done:
+    if (s != EMBER_OK) {
+        ember_gguf_close(g);
+        return s;
+    }
+    *out = g;
+    return EMBER_OK;
+}
+
+void ember_gguf_close(ember_gguf *g) {
+    if (!g) return;
+    if (g->kv)
+        for (uint64_t i = 0; i < g->n_kv; i++) value_free(&g->kv[i].value);
+    if (g->tensors)
+        for (uint64_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].name);
+    free(g->kv);
+    free(g->tensors);
+    if (g->base) munmap((void *)g->base, g->size);
+    free(g->path);
+    free(g);
+}
+
+const gguf_kv *ember_gguf_find(const ember_gguf *g, const char *key) {
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (gguf_str_eq(g->kv[i].key, key)) return &g->kv[i];
+    return NULL;
+}
+
+const gguf_tensor *ember_gguf_find_tensor(const ember_gguf *g, const char *name) {
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0) return &g->tensors[i];
+    return NULL;
+}
+
+static bool value_is_signed(gguf_value_type t) {
+    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_INT64;
+}
+static bool value_is_unsigned(gguf_value_type t) {
+    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 || t == GGUF_TYPE_UINT64;
+}
+
+bool ember_gguf_get_int(const ember_gguf *g, const char *key, int64_t *out) {
+    const gguf_kv *kv = ember_gguf_find(g, key);
+    if (!kv) return false;
+    if (value_is_signed(kv->value.type)) {
+        *out = kv->value.v.i64;
+        return true;
+    }
+    if (value_is_unsigned(kv->value.type) && kv->value.v.u64 <= (uint64_t)INT64_MAX) {
+        *out = (int64_t)kv->value.v.u64;
+        return true;
+    }
+    return false;
+}
+
+bool ember_gguf_get_float(const ember_gguf *g, const char *key, double *out) {
+    const gguf_kv *kv = ember_gguf_find(g, key);
+    if (!kv) return false;
+    if (kv->value.type == GGUF_TYPE_FLOAT32 || kv->value.type == GGUF_TYPE_FLOAT64) *out = kv->value.v.f64;
+    else if (value_is_signed(kv->value.type)) *out = (double)kv->value.v.i64;
+    else if (value_is_unsigned(kv->value.type)) *out = (double)kv->value.v.u64;
+    else return false;
+    return true;
+}
+
+bool ember_gguf_get_bool(const ember_gguf *g, const char *key, bool *out) {
+    const gguf_kv *kv = ember_gguf_find(g, key);
+    if (!kv || kv->value.type != GGUF_TYPE_BOOL) return false;
+    *out = kv->value.v.b;
+    return true;
+}
+
+char *ember_gguf_get_string(const ember_gguf *g, const char *key) {
+    const gguf_kv *kv = ember_gguf_find(g, key);
+    if (!kv || kv->value.type != GGUF_TYPE_STRING) return NULL;
+    char *s = malloc(kv->value.v.str.len + 1);
+    if (!s) return NULL;
+    memcpy(s, kv->value.v.str.ptr, kv->value.v.str.len);
+    s[kv->value.v.str.len] = 0;
+    return s;
+}
+
+bool ember_gguf_array_number(const gguf_value *a, uint64_t i, double *out) {
+    if (a->type != GGUF_TYPE_ARRAY || i >= a->v.arr.count) return false;
+    gguf_value_type t = a->v.arr.elem_type;
+    if (t == GGUF_TYPE_STRING || t == GGUF_TYPE_ARRAY) return false;
+    const uint8_t *p = a->v.arr.data + i * scalar_size[t];
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            uint64_t u64; int64_t i64; float f32; double f64; } u;
+    memcpy(&u, p, scalar_size[t]);
+    switch (t) {
+    case GGUF_TYPE_UINT8: *out = u.u8; break;
+    case GGUF_TYPE_INT8: *out = u.i8; break;
+    case GGUF_TYPE_UINT16: *out = u.u16; break;
+    case GGUF_TYPE_INT16: *out = u.i16; break;
+    case GGUF_TYPE_UINT32: *out = u.u32; break;
+    case GGUF_TYPE_INT32: *out = u.i32; break;
+    case GGUF_TYPE_UINT64: *out = (double)u.u64; break;
+    case GGUF_TYPE_INT64: *out = (double)u.i64; break;
+    case GGUF_TYPE_FLOAT32: *out = u.f32; break;
+    case GGUF_TYPE_FLOAT64: *out = u.f64; break;
+    case GGUF_TYPE_BOOL: *out = u.u8 != 0; break;
+    default: return false;
+    }
+    return true;
+}
+
+bool ember_gguf_array_string(const gguf_value *a, uint64_t i, gguf_str *out) {
+    if (a->type != GGUF_TYPE_ARRAY || a->v.arr.elem_type != GGUF_TYPE_STRING || i >= a->v.arr.count) return false;
+    *out = a->v.arr.items[i].v.str;
+    return true;
+}

@@ -1,0 +1,110 @@
+/* model.h — internal model and session structures shared by model.c, session.c and the family
+ * forward passes. Everything here points into the GGUF mapping or into session-owned buffers. */
+#ifndef EMBER_MODEL_H
+#define EMBER_MODEL_H
+
+#include "ember.h"
+#include "gguf.h"
+#include "kernels.h"
+
+typedef enum {
+    EMBER_FAMILY_LLAMA = 0,
+    EMBER_FAMILY_QWEN3,
+    EMBER_FAMILY_QWEN2,
+    EMBER_FAMILY_GEMMA4,
+    EMBER_FAMILY_GPT2,
+} ember_family;
+
+typedef struct {
+    const float *attn_norm;          /* (n_embd) */
+    const float *attn_norm_b;        /* (n_embd) LayerNorm bias, gpt2 only */
+    ember_matrix wq, wk, wv, wo;     /* (n_head*head_dim, n_embd) ... (n_embd, n_head*head_dim) */
+    ember_matrix wqkv;               /* fused (3*n_embd, n_embd), gpt2 only */
+    const float *bq, *bk, *bv, *bo;  /* biases or NULL */
+    const float *bqkv;               /* fused bias, gpt2 only */
+    const float *q_norm, *k_norm;    /* (head_dim) per-head RMSNorm weights, qwen3 only */
+    const float *ffn_norm;           /* (n_embd) */
+    const float *ffn_norm_b;         /* (n_embd) gpt2 only */
+    ember_matrix w_gate, w_up, w_down; /* (n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff) */
+    const float *b_up, *b_down;      /* gpt2 only */
+    int64_t n_ff;                    /* this layer's MLP width */
+    int64_t n_head_kv;               /* this layer's KV heads */
+    int64_t head_dim;                /* this layer's head size */
+    int64_t kv_dim;                  /* n_head_kv * head_dim: width of this layer's K and V rows */
+    int64_t kv_source;               /* layer whose cache this layer reads (itself unless shared) */
+} ember_layer;
+
+struct ember_session;
+typedef ember_status (*ember_forward_fn)(struct ember_session *s, const int32_t *ids, int64_t n,
+                                         const ember_hooks *hooks, ember_error *err);
+
+struct ember_model {
+    ember_gguf *gguf;
+    ember_model_info info;
+    ember_family family;
+    const ember_kernel_ops *ops;
+    ember_forward_fn forward;
+
+    int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    int64_t n_rot;       /* rotated dims per head */
+    float rope_base;
+    bool rope_neox;      /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
+    float norm_eps;
+    float attn_scale;    /* multiplies q.k */
+
+    ember_matrix tok_embd;     /* (n_vocab, n_embd) */
+    ember_matrix pos_embd;     /* (n_ctx_train, n_embd) gpt2 only */
+    ember_matrix output;       /* (n_vocab, n_embd); the embedding when tied */
+    const float *output_norm;  /* (n_embd) */
+    const float *output_norm_b;/* (n_embd) gpt2 only */
+    const float *rope_freqs;   /* (n_rot/2) LLaMA-3 scaling factors or NULL */
+    ember_layer *layers;       /* (n_layer) */
+
+    float **owned;             /* f32 copies of small 1-D tensors stored as f16/bf16 */
+    int64_t n_owned, cap_owned;
+    char *architecture, *name, *dtype_summary;
+};
+
+/* Per-evaluation scratch, grown to the largest batch seen and then reused: no allocation in the
+ * steady state. Shapes are for a batch of n tokens. */
+typedef struct {
+    int64_t cap_tokens;
+    float *x;      /* (n, n_embd) residual stream */
+    float *xn;     /* (n, n_embd) normed input of a sub-block */
+    float *q;      /* (n, n_head*head_dim) */
+    float *k, *v;  /* (n, kv_dim) */
+    float *att;    /* (n, n_head*head_dim) attention output before the O projection */
+    float *attn;   /* (n, n_embd) attention contribution */
+    float *gate, *up; /* (n, n_ff) */
+    float *mlp;    /* (n, n_embd) MLP contribution */
+    float *scores; /* (n_ctx) one head's attention scores */
+    float *last;   /* (n_embd) final-normed hidden of the last token */
+    float *logits; /* (n_vocab) */
+} ember_workspace;
+
+struct ember_session {
+    ember_model *model;
+    int64_t n_ctx, pos;
+    float **k_cache, **v_cache; /* (n_layer) -> (n_ctx, kv_dim) or NULL for shared-KV layers */
+    ember_workspace ws;
+    ember_phase phase;  /* of the evaluation in progress */
+    bool has_logits;
+};
+
+/* Calls the hook for `stage` if one is set; the disabled path is a pointer test. */
+static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
+                                           int64_t layer, float *data, int64_t rows, int64_t cols,
+                                           ember_error *err) {
+    if (!h || !h->on_tensor[stage]) return EMBER_OK;
+    ctx->layer_index = layer;
+    ember_view v = {.data = data, .rows = rows, .cols = cols};
+    return h->on_tensor[stage](h->user, stage, ctx, &v, err);
+}
+
+/* Grows the workspace to hold n tokens. */
+ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
+
+ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, int64_t n,
+                                 const ember_hooks *hooks, ember_error *err);
+
+#endif

@@ -1,0 +1,125 @@
+/* session.c — a KV cache, a position and a reusable workspace over one model; prefill and decode.
+ * Owns no numerics: the family's forward pass does the arithmetic. */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define EMBER_DEFAULT_CTX_CAP 4096
+
+ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **out, ember_error *err) {
+    *out = NULL;
+    if (n_ctx <= 0) n_ctx = m->n_ctx_train < EMBER_DEFAULT_CTX_CAP ? m->n_ctx_train : EMBER_DEFAULT_CTX_CAP;
+    if (n_ctx < 1 || n_ctx > ((int64_t)1 << 24))
+        return ember_error_set(err, EMBER_ERR_ARG, "session: context %lld is out of range", (long long)n_ctx);
+    ember_session *s = calloc(1, sizeof *s);
+    if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "session: out of memory");
+    s->model = m;
+    s->n_ctx = n_ctx;
+    s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
+    s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
+    s->ws.scores = malloc((size_t)n_ctx * sizeof(float));
+    s->ws.last = malloc((size_t)m->n_embd * sizeof(float));
+    s->ws.logits = calloc((size_t)m->n_vocab, sizeof(float));
+    bool ok = s->k_cache && s->v_cache && s->ws.scores && s->ws.last && s->ws.logits;
+    for (int64_t l = 0; ok && l < m->n_layer; l++) {
+        const ember_layer *L = &m->layers[l];
+        if (L->kv_source != l) continue; /* reads another layer's cache */
+        size_t bytes = (size_t)n_ctx * (size_t)L->kv_dim * sizeof(float);
+        s->k_cache[l] = malloc(bytes);
+        s->v_cache[l] = malloc(bytes);
+        ok = s->k_cache[l] && s->v_cache[l];
+    }
+    if (!ok) {
+        ember_session_free(s);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token KV cache", (long long)n_ctx);
+    }
+    *out = s;
+    return EMBER_OK;
+}
+
+static void workspace_free(ember_workspace *w) {
+    float **all[] = {&w->x, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp,
+                     &w->scores, &w->last, &w->logits};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+void ember_session_free(ember_session *s) {
+    if (!s) return;
+    for (int64_t l = 0; s->k_cache && l < s->model->n_layer; l++) {
+        free(s->k_cache[l]);
+        free(s->v_cache[l]);
+    }
+    free(s->k_cache);
+    free(s->v_cache);
+    workspace_free(&s->ws);
+    free(s);
+}
+
+ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *err) {
+    ember_workspace *w = &s->ws;
+    if (n <= w->cap_tokens) return EMBER_OK;
+    const ember_model *m = s->model;
+    int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        if (m->layers[l].kv_dim > kv_dim) kv_dim = m->layers[l].kv_dim;
+        if (m->layers[l].n_ff > n_ff) n_ff = m->layers[l].n_ff;
+        int64_t lq = m->n_head * m->layers[l].head_dim;
+        if (lq > q_dim) q_dim = lq;
+    }
+    struct { float **p; int64_t width; } bufs[] = {
+        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
+        {&w->att, q_dim},   {&w->attn, m->n_embd}, {&w->gate, n_ff}, {&w->up, n_ff}, {&w->mlp, m->n_embd},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        float *p = realloc(*bufs[i].p, (size_t)n * (size_t)bufs[i].width * sizeof(float));
+        if (!p) return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token workspace", (long long)n);
+        *bufs[i].p = p;
+    }
+    w->cap_tokens = n;
+    return EMBER_OK;
+}
+
+static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
+                             const ember_hooks *hooks, ember_error *err) {
+    if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "session: no tokens to evaluate");
+    if (n > s->n_ctx - s->pos)
+        return ember_error_set(err, EMBER_ERR_CONTEXT,
+                               "session: context is full (%lld of %lld positions used, %lld more requested)",
+                               (long long)s->pos, (long long)s->n_ctx, (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->model->n_vocab)
+            return ember_error_set(err, EMBER_ERR_ARG, "session: token id %d at index %lld is outside the vocabulary (0..%lld)",
+                                   ids[i], (long long)i, (long long)s->model->n_vocab - 1);
+    ember_status st = ember_workspace_reserve(s, n, err);
+    if (st != EMBER_OK) return st;
+    s->has_logits = false;
+    s->phase = phase;
+    st = s->model->forward(s, ids, n, hooks, err);
+    if (st != EMBER_OK) return st; /* the cache beyond pos may hold partial rows; pos is unchanged */
+    s->pos += n;
+    s->has_logits = true;
+    return EMBER_OK;
+}
+
+ember_status ember_session_prefill(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                   ember_error *err) {
+    return evaluate(s, EMBER_PHASE_PREFILL, ids, n, hooks, err);
+}
+
+ember_status ember_session_decode(ember_session *s, int32_t id, const ember_hooks *hooks, ember_error *err) {
+    return evaluate(s, EMBER_PHASE_DECODE, &id, 1, hooks, err);
+}
+
+const float *ember_session_logits(const ember_session *s) { return s->has_logits ? s->ws.logits : NULL; }
+int64_t ember_session_position(const ember_session *s) { return s->pos; }
+int64_t ember_session_context(const ember_session *s) { return s->n_ctx; }
+const ember_model *ember_session_model(const ember_session *s) { return s->model; }
+
+void ember_session_reset(ember_session *s) {
+    s->pos = 0;
+    s->has_logits = false;
+}

@@ -1,0 +1,177 @@
+/* ref.c — the reference kernels: the clearest scalar code for every op, f32 accumulation.
+ * This is the oracle the fast kernels are tested against; keep it obvious, not fast. */
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+float ember_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: value = man * 2^-24 */
+            float f = (float)man * 0x1p-24f;
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t ember_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (ax < 0x38800000u) { /* subnormal or zero in f16: round(|f| * 2^24) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 0x1p24f));
+    }
+    uint32_t man = ax & 0x7fffff, exp = (ax >> 23) - 112;
+    uint32_t h = (exp << 10) | (man >> 13);
+    uint32_t rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* nearest even; carry may bump exp */
+    return (uint16_t)(sign | h);
+}
+
+float ember_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t ember_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* keep NaN a NaN */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+void ember_matrix_row_f32(const ember_matrix *m, int64_t r, float *out) {
+    const uint8_t *row = (const uint8_t *)m->data + (size_t)r * m->row_bytes;
+    switch (m->type) {
+    case EMBER_TYPE_F32: memcpy(out, row, (size_t)m->n_in * 4); break;
+    case EMBER_TYPE_F16:
+    case EMBER_TYPE_BF16:
+        for (int64_t i = 0; i < m->n_in; i++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * i, 2);
+            out[i] = m->type == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
+        }
+        break;
+    case EMBER_TYPE_Q8_0:
+        for (int64_t b = 0; b < m->n_in / EMBER_QK8_0; b++) {
+            ember_block_q8_0 blk;
+            memcpy(&blk, row + (size_t)b * sizeof blk, sizeof blk);
+            float d = ember_f16_to_f32(blk.d);
+            for (int j = 0; j < EMBER_QK8_0; j++) out[b * EMBER_QK8_0 + j] = d * (float)blk.qs[j];
+        }
+        break;
+    }
+}
+
+static float ref_dot_f32(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One weight element as f32; the reference reads weights element by element, in place. */
+static inline float weight_at(const ember_matrix *m, const uint8_t *row, int64_t i) {
+    uint16_t h;
+    switch (m->type) {
+    case EMBER_TYPE_F32: {
+        float f;
+        memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    case EMBER_TYPE_F16: memcpy(&h, row + 2 * i, 2); return ember_f16_to_f32(h);
+    case EMBER_TYPE_BF16: memcpy(&h, row + 2 * i, 2); return ember_bf16_to_f32(h);
+    case EMBER_TYPE_Q8_0: {
+        const uint8_t *blk = row + (size_t)(i / EMBER_QK8_0) * sizeof(ember_block_q8_0);
+        memcpy(&h, blk, 2);
+        return ember_f16_to_f32(h) * (float)(int8_t)blk[2 + i % EMBER_QK8_0];
+    }
+    }
+    return 0.0f;
+}
+
+static void ref_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    for (int64_t o = 0; o < w->n_out; o++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * w->n_in;
+            float s = 0.0f;
+            for (int64_t i = 0; i < w->n_in; i++) s += weight_at(w, row, i) * xt[i];
+            y[t * w->n_out + o] = s;
+        }
+    }
+}
+
+const ember_kernel_ops ember_kernels_reference = {
+    .name = "reference",
+    .matmul = ref_matmul,
+    .dot_f32 = ref_dot_f32,
+};
+
+void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void ember_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
+    float mean = 0.0f;
+    for (int64_t i = 0; i < n; i++) mean += x[i];
+    mean /= (float)n;
+    float var = 0.0f;
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    var /= (float)n;
+    float scale = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * scale * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+}
+
+void ember_rope(float *x, int64_t n_rot, int64_t pos, float base, bool neox, const float *freq_factors) {
+    int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        /* theta_i = pos * base^(-2i/n_rot), divided by the pair's factor when given */
+        double freq = pow((double)base, -2.0 * (double)i / (double)n_rot);
+        if (freq_factors) freq /= freq_factors[i];
+        double theta = (double)pos * freq;
+        float c = (float)cos(theta), s = (float)sin(theta);
+        int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+void ember_softmax(float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    for (int64_t i = 0; i < n; i++) x[i] /= s;
+}
+
+float ember_silu(float x) { return x / (1.0f + expf(-x)); }
+
+float ember_gelu_tanh(float x) {
+    const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}

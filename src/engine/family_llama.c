@@ -1,42 +1,11 @@
 /* family_llama.c — the forward pass of the llama, qwen3 and qwen2 families on the kernel table.
  * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order), never hidden branches. */
-#include "model.h"
+#include "model_bind.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-/* Causal attention of n new tokens (positions pos0..pos0+n-1) over the cache of one layer.
- * q: (n, n_head*hd), kc/vc: (n_ctx, kv_dim), att: (n, n_head*hd) */
-static void attention(const ember_model *m, const ember_layer *L, float *scores, const float *q,
-                      const float *kc, const float *vc, float *att, int64_t pos0, int64_t n) {
-    const int64_t hd = L->head_dim, group = m->n_head / L->n_head_kv;
-    for (int64_t t = 0; t < n; t++) {
-        int64_t n_keys = pos0 + t + 1;
-        for (int64_t h = 0; h < m->n_head; h++) {
-            const float *qh = q + t * m->n_head * hd + h * hd;
-            int64_t kvh = h / group; /* grouped-query attention: query heads share a KV head */
-            for (int64_t j = 0; j < n_keys; j++)
-                scores[j] = m->ops->dot_f32(qh, kc + j * L->kv_dim + kvh * hd, hd) * m->attn_scale;
-            ember_softmax(scores, n_keys);
-            float *out = att + t * m->n_head * hd + h * hd;
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int64_t j = 0; j < n_keys; j++) {
-                const float *vj = vc + j * L->kv_dim + kvh * hd;
-                for (int64_t d = 0; d < hd; d++) out[d] += scores[j] * vj[d];
-            }
-        }
-    }
-}
-
-static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
-    if (!b) return;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < width; i++) y[t * width + i] += b[i];
-}
-
-static void add_into(float *x, const float *d, int64_t count) {
-    for (int64_t i = 0; i < count; i++) x[i] += d[i];
-}
 
 /* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows. */
 static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd,
@@ -71,18 +40,18 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ops->matmul(&L->wq, w->xn, w->q, n);
         ops->matmul(&L->wk, w->xn, w->k, n);
         ops->matmul(&L->wv, w->xn, w->v, n);
-        add_bias(w->q, L->bq, n, q_dim);
-        add_bias(w->k, L->bk, n, L->kv_dim);
-        add_bias(w->v, L->bv, n, L->kv_dim);
+        ember_add_bias(w->q, L->bq, n, q_dim);
+        ember_add_bias(w->k, L->bk, n, L->kv_dim);
+        ember_add_bias(w->v, L->bv, n, L->kv_dim);
         norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
         norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
         float *kc = s->k_cache[l], *vc = s->v_cache[l];
         memcpy(kc + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
         memcpy(vc + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
-        attention(m, L, w->scores, w->q, kc, vc, w->att, pos0, n);
+        ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, kc, vc, w->att, pos0, n);
         ops->matmul(&L->wo, w->att, w->attn, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
-        add_into(w->x, w->attn, n * d);
+        ember_add_into(w->x, w->attn, n * d);
 
         /* SwiGLU MLP */
         for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
@@ -91,7 +60,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         for (int64_t i = 0; i < n * L->n_ff; i++) w->gate[i] = ember_silu(w->gate[i]) * w->up[i];
         ops->matmul(&L->w_down, w->gate, w->mlp, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
-        add_into(w->x, w->mlp, n * d);
+        ember_add_into(w->x, w->mlp, n * d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
@@ -102,3 +71,75 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
     return EMBER_OK;
 }
+
+/* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
+ember_status ember_llama_bind(binder *b) {
+    ember_model *m = b->m;
+    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
+    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_int(b, "feed_forward_length", &m->n_ff, true, 0));
+    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(hp_int(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
+    TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 2048));
+    if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->n_head % m->n_head_kv)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads, %lld KV heads",
+                         (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
+    TRY(hp_int(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
+    int64_t v_len;
+    TRY(hp_int(b, "attention.value_length", &v_len, false, m->head_dim));
+    if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
+                         (long long)m->head_dim, (long long)v_len);
+    TRY(hp_int(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
+    if (m->n_rot > m->head_dim || m->n_rot % 2)
+        return bind_fail(b, EMBER_ERR_FORMAT, "rope.dimension_count %lld does not fit head size %lld",
+                         (long long)m->n_rot, (long long)m->head_dim);
+    TRY(hp_float(b, "rope.freq_base", &m->rope_base, 10000.0f));
+    TRY(hp_float(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
+    m->rope_neox = m->family != EMBER_FAMILY_LLAMA;
+    m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+
+    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+    m->n_vocab = emb->ne[1];
+    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
+    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
+    if (!m->output.data) m->output = m->tok_embd; /* tied head */
+    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    TRY(bind_vec(b, "rope_freqs.weight", m->n_rot / 2, false, &m->rope_freqs));
+
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    int64_t q_dim = m->n_head * m->head_dim, kv_dim = m->n_head_kv * m->head_dim;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        ember_layer *L = &m->layers[l];
+        char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
+        L->n_ff = m->n_ff;
+        L->n_head_kv = m->n_head_kv;
+        L->head_dim = m->head_dim;
+        L->kv_dim = kv_dim;
+        L->kv_source = l;
+        TRY(bind_vec(b, NAME("attn_norm.weight"), m->n_embd, true, &L->attn_norm));
+        TRY(bind_mat(b, NAME("attn_q.weight"), m->n_embd, q_dim, true, &L->wq));
+        TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));
+        TRY(bind_mat(b, NAME("attn_v.weight"), m->n_embd, kv_dim, true, &L->wv));
+        TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, m->n_embd, true, &L->wo));
+        bool qkv_bias = m->family == EMBER_FAMILY_QWEN2;
+        TRY(bind_vec(b, NAME("attn_q.bias"), q_dim, qkv_bias, &L->bq));
+        TRY(bind_vec(b, NAME("attn_k.bias"), kv_dim, qkv_bias, &L->bk));
+        TRY(bind_vec(b, NAME("attn_v.bias"), kv_dim, qkv_bias, &L->bv));
+        bool qk_norm = m->family == EMBER_FAMILY_QWEN3;
+        TRY(bind_vec(b, NAME("attn_q_norm.weight"), m->head_dim, qk_norm, &L->q_norm));
+        TRY(bind_vec(b, NAME("attn_k_norm.weight"), m->head_dim, qk_norm, &L->k_norm));
+        TRY(bind_vec(b, NAME("ffn_norm.weight"), m->n_embd, true, &L->ffn_norm));
+        TRY(bind_mat(b, NAME("ffn_gate.weight"), m->n_embd, m->n_ff, true, &L->w_gate));
+        TRY(bind_mat(b, NAME("ffn_up.weight"), m->n_embd, m->n_ff, true, &L->w_up));
+        TRY(bind_mat(b, NAME("ffn_down.weight"), m->n_ff, m->n_embd, true, &L->w_down));
+#undef NAME
+    }
+    m->forward = ember_llama_forward;
+    return EMBER_OK;
+}
+

@@ -1,6 +1,6 @@
 /* model.c — turns a validated GGUF file into a model: family, hyper-parameters, bound tensors.
  * Must not compute anything; every missing or misshapen tensor is an error that names it. */
-#include "model.h"
+#include "model_bind.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -8,12 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct {
-    ember_model *m;
-    const char *arch; /* metadata key prefix */
-    ember_error *err;
-} binder;
 
 static const char *family_name(ember_family f) {
     switch (f) {
@@ -37,7 +31,7 @@ static bool family_parse(const char *s, ember_family *f) {
     return false;
 }
 
-static ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) {
+ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -47,7 +41,7 @@ static ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...
 }
 
 /* "<arch>.<suffix>" as an integer; `required` makes absence an error. */
-static ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool required, int64_t def) {
+ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool required, int64_t def) {
     char key[256];
     snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
     const gguf_kv *kv = ember_gguf_find(b->m->gguf, key);
@@ -63,7 +57,7 @@ static ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool req
     return EMBER_OK;
 }
 
-static ember_status hp_float(binder *b, const char *suffix, float *out, float def) {
+ember_status hp_float(binder *b, const char *suffix, float *out, float def) {
     char key[256];
     snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
     double v;
@@ -78,7 +72,7 @@ static ember_status hp_float(binder *b, const char *suffix, float *out, float de
 }
 
 /* A 1-D f32 vector of n values; f16/bf16 vectors are converted once into an owned copy. */
-static ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out) {
+ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out) {
     *out = NULL;
     const gguf_tensor *t = ember_gguf_find_tensor(b->m->gguf, name);
     if (!t) return required ? bind_fail(b, EMBER_ERR_FORMAT, "missing tensor '%s'", name) : EMBER_OK;
@@ -110,7 +104,7 @@ static ember_status bind_vec(binder *b, const char *name, int64_t n, bool requir
 }
 
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
-static ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required,
+ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required,
                              ember_matrix *out) {
     memset(out, 0, sizeof *out);
     const gguf_tensor *t = ember_gguf_find_tensor(b->m->gguf, name);
@@ -124,82 +118,6 @@ static ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t 
     out->n_in = n_in;
     out->n_out = n_out;
     out->row_bytes = ember_type_row_size(t->type, n_in);
-    return EMBER_OK;
-}
-
-#define TRY(expr)                                                                                                 \
-    do {                                                                                                          \
-        ember_status st_ = (expr);                                                                                \
-        if (st_ != EMBER_OK) return st_;                                                                          \
-    } while (0)
-
-static ember_status bind_llama_like(binder *b) {
-    ember_model *m = b->m;
-    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
-    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
-    TRY(hp_int(b, "feed_forward_length", &m->n_ff, true, 0));
-    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
-    TRY(hp_int(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
-    TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 2048));
-    if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->n_head % m->n_head_kv)
-        return bind_fail(b, EMBER_ERR_FORMAT,
-                         "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads, %lld KV heads",
-                         (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
-    TRY(hp_int(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
-    int64_t v_len;
-    TRY(hp_int(b, "attention.value_length", &v_len, false, m->head_dim));
-    if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
-        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
-                         (long long)m->head_dim, (long long)v_len);
-    TRY(hp_int(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
-    if (m->n_rot > m->head_dim || m->n_rot % 2)
-        return bind_fail(b, EMBER_ERR_FORMAT, "rope.dimension_count %lld does not fit head size %lld",
-                         (long long)m->n_rot, (long long)m->head_dim);
-    TRY(hp_float(b, "rope.freq_base", &m->rope_base, 10000.0f));
-    TRY(hp_float(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
-    m->rope_neox = m->family != EMBER_FAMILY_LLAMA;
-    m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
-
-    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
-    m->n_vocab = emb->ne[1];
-    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
-    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
-    if (!m->output.data) m->output = m->tok_embd; /* tied head */
-    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
-    TRY(bind_vec(b, "rope_freqs.weight", m->n_rot / 2, false, &m->rope_freqs));
-
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
-    int64_t q_dim = m->n_head * m->head_dim, kv_dim = m->n_head_kv * m->head_dim;
-    for (int64_t l = 0; l < m->n_layer; l++) {
-        ember_layer *L = &m->layers[l];
-        char n[128];
-#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
-        L->n_ff = m->n_ff;
-        L->n_head_kv = m->n_head_kv;
-        L->head_dim = m->head_dim;
-        L->kv_dim = kv_dim;
-        L->kv_source = l;
-        TRY(bind_vec(b, NAME("attn_norm.weight"), m->n_embd, true, &L->attn_norm));
-        TRY(bind_mat(b, NAME("attn_q.weight"), m->n_embd, q_dim, true, &L->wq));
-        TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));
-        TRY(bind_mat(b, NAME("attn_v.weight"), m->n_embd, kv_dim, true, &L->wv));
-        TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, m->n_embd, true, &L->wo));
-        bool qkv_bias = m->family == EMBER_FAMILY_QWEN2;
-        TRY(bind_vec(b, NAME("attn_q.bias"), q_dim, qkv_bias, &L->bq));
-        TRY(bind_vec(b, NAME("attn_k.bias"), kv_dim, qkv_bias, &L->bk));
-        TRY(bind_vec(b, NAME("attn_v.bias"), kv_dim, qkv_bias, &L->bv));
-        bool qk_norm = m->family == EMBER_FAMILY_QWEN3;
-        TRY(bind_vec(b, NAME("attn_q_norm.weight"), m->head_dim, qk_norm, &L->q_norm));
-        TRY(bind_vec(b, NAME("attn_k_norm.weight"), m->head_dim, qk_norm, &L->k_norm));
-        TRY(bind_vec(b, NAME("ffn_norm.weight"), m->n_embd, true, &L->ffn_norm));
-        TRY(bind_mat(b, NAME("ffn_gate.weight"), m->n_embd, m->n_ff, true, &L->w_gate));
-        TRY(bind_mat(b, NAME("ffn_up.weight"), m->n_embd, m->n_ff, true, &L->w_up));
-        TRY(bind_mat(b, NAME("ffn_down.weight"), m->n_ff, m->n_embd, true, &L->w_down));
-#undef NAME
-    }
-    m->forward = ember_llama_forward;
     return EMBER_OK;
 }
 
@@ -255,9 +173,9 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     switch (m->family) {
     case EMBER_FAMILY_LLAMA:
     case EMBER_FAMILY_QWEN3:
-    case EMBER_FAMILY_QWEN2: st = bind_llama_like(&b); break;
-    default:
-        st = bind_fail(&b, EMBER_ERR_UNSUPPORTED, "the '%s' family is not implemented yet", m->architecture);
+    case EMBER_FAMILY_QWEN2: st = ember_llama_bind(&b); break;
+    case EMBER_FAMILY_GPT2: st = ember_gpt2_bind(&b); break;
+    case EMBER_FAMILY_GEMMA4: st = ember_gemma4_bind(&b); break;
     }
     if (st != EMBER_OK) goto fail;
 

@@ -32,6 +32,14 @@ typedef struct {
     int64_t head_dim;                /* this layer's head size */
     int64_t kv_dim;                  /* n_head_kv * head_dim: width of this layer's K and V rows */
     int64_t kv_source;               /* layer whose cache this layer reads (itself unless shared) */
+    /* gemma4 only */
+    bool sliding;                    /* local attention over the last `window` positions */
+    int64_t n_rot;                   /* rotated dims of this layer's heads */
+    float rope_base;
+    const float *rope_freqs;         /* (n_rot/2) or NULL */
+    const float *post_attn_norm, *post_ffw_norm, *post_norm; /* (n_embd) */
+    ember_matrix inp_gate, proj;     /* (ple_dim, n_embd), (n_embd, ple_dim) */
+    float out_scale;                 /* layer_output_scale, 1 when absent */
 } ember_layer;
 
 struct ember_session;
@@ -59,6 +67,12 @@ struct ember_model {
     const float *output_norm_b;/* (n_embd) gpt2 only */
     const float *rope_freqs;   /* (n_rot/2) LLaMA-3 scaling factors or NULL */
     ember_layer *layers;       /* (n_layer) */
+    /* gemma4 only */
+    ember_matrix ple_tok_embd; /* (n_vocab, n_layer*ple_dim) per-layer token embeddings */
+    ember_matrix ple_proj;     /* (n_layer*ple_dim, n_embd) per_layer_model_proj */
+    const float *ple_proj_norm;/* (ple_dim) */
+    int64_t ple_dim, window;
+    float softcap;             /* final logit softcap, 0 = none */
 
     float **owned;             /* f32 copies of small 1-D tensors stored as f16/bf16 */
     int64_t n_owned, cap_owned;
@@ -71,12 +85,16 @@ typedef struct {
     int64_t cap_tokens;
     float *x;      /* (n, n_embd) residual stream */
     float *xn;     /* (n, n_embd) normed input of a sub-block */
+    float *qkv;    /* (n, 3*n_embd) fused projection, gpt2 only */
     float *q;      /* (n, n_head*head_dim) */
     float *k, *v;  /* (n, kv_dim) */
     float *att;    /* (n, n_head*head_dim) attention output before the O projection */
     float *attn;   /* (n, n_embd) attention contribution */
     float *gate, *up; /* (n, n_ff) */
     float *mlp;    /* (n, n_embd) MLP contribution */
+    float *ple;    /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
+    float *ple_gate; /* (n, ple_dim) */
+    float *ple_row;  /* (n_layer*ple_dim) one token's per-layer embedding row */
     float *scores; /* (n_ctx) one head's attention scores */
     float *last;   /* (n_embd) final-normed hidden of the last token */
     float *logits; /* (n_vocab) */
@@ -104,7 +122,21 @@ static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage sta
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
 
+/* Causal attention of n new tokens (positions pos0..pos0+n-1) over one layer's cache.
+ * window > 0: a query at p sees keys p-window+1..p only. q: (n, n_head*hd), kc/vc: (n_ctx, kv_dim). */
+void ember_attention(const ember_model *m, const ember_layer *L, float scale, int64_t window, float *scores,
+                     const float *q, const float *kc, const float *vc, float *att, int64_t pos0, int64_t n);
+/* y[t, i] += b[i] for n rows of width values (b may be NULL). */
+void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
+/* x[i] += d[i] */
+void ember_add_into(float *x, const float *d, int64_t count);
+
 ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, int64_t n,
                                  const ember_hooks *hooks, ember_error *err);
+
+ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n,
+                                const ember_hooks *hooks, ember_error *err);
+ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n,
+                                  const ember_hooks *hooks, ember_error *err);
 
 #endif

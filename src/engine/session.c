@@ -21,7 +21,8 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     s->ws.scores = malloc((size_t)n_ctx * sizeof(float));
     s->ws.last = malloc((size_t)m->n_embd * sizeof(float));
     s->ws.logits = calloc((size_t)m->n_vocab, sizeof(float));
-    bool ok = s->k_cache && s->v_cache && s->ws.scores && s->ws.last && s->ws.logits;
+    s->ws.ple_row = malloc((size_t)(m->n_layer * m->ple_dim + 1) * sizeof(float));
+    bool ok = s->k_cache && s->v_cache && s->ws.scores && s->ws.last && s->ws.logits && s->ws.ple_row;
     for (int64_t l = 0; ok && l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
         if (L->kv_source != l) continue; /* reads another layer's cache */
@@ -39,7 +40,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
 }
 
 static void workspace_free(ember_workspace *w) {
-    float **all[] = {&w->x, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp,
+    float **all[] = {&w->x, &w->qkv, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp, &w->ple, &w->ple_gate, &w->ple_row,
                      &w->scores, &w->last, &w->logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(*all[i]);
@@ -63,16 +64,18 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
     ember_workspace *w = &s->ws;
     if (n <= w->cap_tokens) return EMBER_OK;
     const ember_model *m = s->model;
-    int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0;
+    int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0, qkv_dim = 1;
     for (int64_t l = 0; l < m->n_layer; l++) {
+        if (m->layers[l].wqkv.n_out > qkv_dim) qkv_dim = m->layers[l].wqkv.n_out;
         if (m->layers[l].kv_dim > kv_dim) kv_dim = m->layers[l].kv_dim;
         if (m->layers[l].n_ff > n_ff) n_ff = m->layers[l].n_ff;
         int64_t lq = m->n_head * m->layers[l].head_dim;
         if (lq > q_dim) q_dim = lq;
     }
     struct { float **p; int64_t width; } bufs[] = {
-        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
+        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->qkv, qkv_dim}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
         {&w->att, q_dim},   {&w->attn, m->n_embd}, {&w->gate, n_ff}, {&w->up, n_ff}, {&w->mlp, m->n_embd},
+        {&w->ple, m->n_layer * m->ple_dim + 1}, {&w->ple_gate, m->ple_dim + 1},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         float *p = realloc(*bufs[i].p, (size_t)n * (size_t)bufs[i].width * sizeof(float));

@@ -1,0 +1,254 @@
+/* family_gemma4.c — Gemma 4 dense, text only (SPEC §2.1): per-layer embeddings, sliding and full
+ * layers with their own head sizes and RoPE, Q/K/V norms, shared-KV layers, post-norms, softcap.
+ * Every step that differs from the llama block is spelled out here rather than flagged there. */
+#include "model_bind.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-layer inputs of n tokens: (token's PLE row * sqrt(ple) + rmsnorm(proj(x) / sqrt(d))) / sqrt(2).
+ * x holds the already-scaled input embeddings (n, d); out is (n, n_layer*ple). */
+static void per_layer_inputs(const ember_model *m, const int32_t *ids, const float *x, float *out, float *tmp,
+                             int64_t n) {
+    const int64_t d = m->n_embd, ple = m->ple_dim, width = m->n_layer * ple;
+    m->ops->matmul(&m->ple_proj, x, out, n);
+    const float proj_scale = 1.0f / sqrtf((float)d), tok_scale = sqrtf((float)ple);
+    const float mix = 1.0f / sqrtf(2.0f);
+    for (int64_t t = 0; t < n; t++) {
+        float *row = out + t * width;
+        for (int64_t i = 0; i < width; i++) row[i] *= proj_scale;
+        for (int64_t l = 0; l < m->n_layer; l++) ember_rmsnorm(row + l * ple, row + l * ple, m->ple_proj_norm, ple, m->norm_eps);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        float *row = out + t * width;
+        const uint8_t *src = (const uint8_t *)m->ple_tok_embd.data + (size_t)ids[t] * m->ple_tok_embd.row_bytes;
+        ember_matrix tok_row = m->ple_tok_embd;
+        tok_row.data = src;
+        tok_row.n_out = 1;
+        ember_matrix_row_f32(&tok_row, 0, tmp);
+        for (int64_t i = 0; i < width; i++) row[i] = (row[i] + tmp[i] * tok_scale) * mix;
+    }
+}
+
+/* Per-head RMSNorm (weight may be NULL) then, when n_rot > 0, NEOX RoPE at the token's position. */
+static void heads_norm_rope(float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm, float eps,
+                            int64_t n_rot, float base, const float *factors, int64_t pos0) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = x + (t * n_heads + h) * hd;
+            ember_rmsnorm(xh, xh, norm, hd, eps);
+            if (n_rot > 0) ember_rope(xh, n_rot, pos0 + t, base, true, factors);
+        }
+}
+
+static void rmsnorm_rows(float *x, const float *w, int64_t n, int64_t d, float eps) {
+    for (int64_t t = 0; t < n; t++) ember_rmsnorm(x + t * d, x + t * d, w, d, eps);
+}
+
+ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                  ember_error *err) {
+    const ember_model *m = s->model;
+    const ember_kernel_ops *ops = m->ops;
+    ember_workspace *w = &s->ws;
+    const int64_t d = m->n_embd, pos0 = s->pos, ple = m->ple_dim;
+    const float eps = m->norm_eps;
+    ember_status st;
+    ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
+                          .sequence_length = pos0 + n, .layer_index = -1};
+
+    const float emb_scale = sqrtf((float)d);
+    for (int64_t t = 0; t < n; t++) {
+        ember_matrix_row_f32(&m->tok_embd, ids[t], w->x + t * d);
+        for (int64_t i = 0; i < d; i++) w->x[t * d + i] *= emb_scale;
+    }
+    if (ple > 0) per_layer_inputs(m, ids, w->x, w->ple, w->ple_row, n);
+
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        const ember_layer *L = &m->layers[l];
+        const int64_t hd = L->head_dim;
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
+
+        /* attention */
+        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
+        ops->matmul(&L->wq, w->xn, w->q, n);
+        heads_norm_rope(w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+        if (L->kv_source == l) {
+            ops->matmul(&L->wk, w->xn, w->k, n);
+            if (L->wv.data) ops->matmul(&L->wv, w->xn, w->v, n);
+            else memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
+            heads_norm_rope(w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+            heads_norm_rope(w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
+            memcpy(s->k_cache[l] + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
+            memcpy(s->v_cache[l] + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
+        }
+        ember_attention(m, L, 1.0f, L->sliding ? m->window : 0, w->scores, w->q, s->k_cache[L->kv_source],
+                        s->v_cache[L->kv_source], w->att, pos0, n);
+        ops->matmul(&L->wo, w->att, w->attn, n);
+        rmsnorm_rows(w->attn, L->post_attn_norm, n, d, eps);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
+        ember_add_into(w->x, w->attn, n * d);
+
+        /* GELU-gated MLP */
+        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
+        ops->matmul(&L->w_gate, w->xn, w->gate, n);
+        ops->matmul(&L->w_up, w->xn, w->up, n);
+        for (int64_t i = 0; i < n * L->n_ff; i++) w->gate[i] = ember_gelu_tanh(w->gate[i]) * w->up[i];
+        ops->matmul(&L->w_down, w->gate, w->mlp, n);
+        rmsnorm_rows(w->mlp, L->post_ffw_norm, n, d, eps);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
+        ember_add_into(w->x, w->mlp, n * d);
+
+        /* per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add */
+        if (ple > 0) {
+            ops->matmul(&L->inp_gate, w->x, w->ple_gate, n);
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t i = 0; i < ple; i++)
+                    w->ple_gate[t * ple + i] =
+                        ember_gelu_tanh(w->ple_gate[t * ple + i]) * w->ple[t * m->n_layer * ple + l * ple + i];
+            ops->matmul(&L->proj, w->ple_gate, w->mlp, n);
+            rmsnorm_rows(w->mlp, L->post_norm, n, d, eps);
+            ember_add_into(w->x, w->mlp, n * d);
+        }
+        if (L->out_scale != 1.0f)
+            for (int64_t i = 0; i < n * d; i++) w->x[i] *= L->out_scale;
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
+    }
+
+    ember_rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
+    ops->matmul(&m->output, w->last, w->logits, 1);
+    if (m->softcap > 0.0f)
+        for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
+    return EMBER_OK;
+}
+
+/* A per-layer hyper-parameter: an array with one entry per layer, or one integer for all. */
+static ember_status per_layer_int(binder *b, const char *suffix, int64_t l, int64_t *out) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    const gguf_kv *kv = ember_gguf_find(b->m->gguf, key);
+    if (!kv) return bind_fail(b, EMBER_ERR_FORMAT, "missing metadata key '%s'", key);
+    if (kv->value.type != GGUF_TYPE_ARRAY) return hp_int(b, suffix, out, true, 0);
+    double v;
+    if (kv->value.v.arr.count != (uint64_t)b->m->n_layer || !ember_gguf_array_number(&kv->value, (uint64_t)l, &v) ||
+        v < 0 || v > (double)(1 << 30))
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' must hold one number per layer (%lld)", key,
+                         (long long)b->m->n_layer);
+    *out = (int64_t)v;
+    return EMBER_OK;
+}
+
+static ember_status layer_is_sliding(binder *b, int64_t l, bool *out) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", b->arch);
+    const gguf_kv *kv = ember_gguf_find(b->m->gguf, key);
+    double v;
+    if (!kv || kv->value.type != GGUF_TYPE_ARRAY || kv->value.v.arr.count != (uint64_t)b->m->n_layer ||
+        !ember_gguf_array_number(&kv->value, (uint64_t)l, &v))
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' must be a bool array with one entry per layer", key);
+    *out = v != 0.0;
+    return EMBER_OK;
+}
+
+/* Hyper-parameters and tensors of Gemma 4 dense (llama.cpp's names). */
+ember_status ember_gemma4_bind(binder *b) {
+    ember_model *m = b->m;
+    int64_t hd_full, hd_swa, rot_full, rot_swa, shared;
+    float base_full, base_swa;
+    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
+    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 8192));
+    TRY(hp_int(b, "attention.key_length", &hd_full, true, 0));
+    TRY(hp_int(b, "attention.key_length_swa", &hd_swa, false, hd_full));
+    TRY(hp_int(b, "rope.dimension_count", &rot_full, false, hd_full));
+    TRY(hp_int(b, "rope.dimension_count_swa", &rot_swa, false, hd_swa));
+    TRY(hp_float(b, "rope.freq_base", &base_full, 1000000.0f));
+    TRY(hp_float(b, "rope.freq_base_swa", &base_swa, 10000.0f));
+    TRY(hp_int(b, "attention.sliding_window", &m->window, true, 0));
+    TRY(hp_int(b, "attention.shared_kv_layers", &shared, false, 0));
+    TRY(hp_int(b, "embedding_length_per_layer_input", &m->ple_dim, false, 0));
+    TRY(hp_float(b, "final_logit_softcapping", &m->softcap, 0.0f));
+    TRY(hp_float(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
+    if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || shared >= m->n_layer || hd_full < 2 || hd_swa < 2 ||
+        rot_full > hd_full || rot_swa > hd_swa || rot_full % 2 || rot_swa % 2)
+        return bind_fail(b, EMBER_ERR_FORMAT, "inconsistent hyper-parameters (%lld layers, %lld shared-KV layers, head sizes %lld/%lld)",
+                         (long long)m->n_layer, (long long)shared, (long long)hd_full, (long long)hd_swa);
+    m->head_dim = hd_full;
+    m->n_rot = rot_full;
+    m->rope_base = base_full;
+    m->rope_neox = true;
+
+    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+    m->n_vocab = emb->ne[1];
+    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
+    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
+    if (!m->output.data) m->output = m->tok_embd;
+    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    TRY(bind_vec(b, "rope_freqs.weight", rot_full / 2, false, &m->rope_freqs));
+    if (m->ple_dim > 0) {
+        TRY(bind_mat(b, "per_layer_token_embd.weight", m->n_layer * m->ple_dim, m->n_vocab, true, &m->ple_tok_embd));
+        TRY(bind_mat(b, "per_layer_model_proj.weight", m->n_embd, m->n_layer * m->ple_dim, true, &m->ple_proj));
+        TRY(bind_vec(b, "per_layer_proj_norm.weight", m->ple_dim, true, &m->ple_proj_norm));
+    }
+
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    const int64_t d = m->n_embd, kv_from = m->n_layer - shared;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        ember_layer *L = &m->layers[l];
+        char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
+        TRY(layer_is_sliding(b, l, &L->sliding));
+        TRY(per_layer_int(b, "feed_forward_length", l, &L->n_ff));
+        TRY(per_layer_int(b, "attention.head_count_kv", l, &L->n_head_kv));
+        if (L->n_head_kv < 1 || m->n_head % L->n_head_kv)
+            return bind_fail(b, EMBER_ERR_FORMAT, "layer %lld: %lld KV heads do not divide %lld heads", (long long)l,
+                             (long long)L->n_head_kv, (long long)m->n_head);
+        L->head_dim = L->sliding ? hd_swa : hd_full;
+        L->n_rot = L->sliding ? rot_swa : rot_full;
+        L->rope_base = L->sliding ? base_swa : base_full;
+        L->rope_freqs = L->sliding ? NULL : m->rope_freqs; /* proportional RoPE: full layers only */
+        L->kv_dim = L->n_head_kv * L->head_dim;
+        /* Shared-KV layers read the last cache of their own kind before kv_from. */
+        L->kv_source = l < kv_from ? l : kv_from - (L->sliding ? 2 : 1);
+        if (L->kv_source < 0 || m->layers[L->kv_source].sliding != L->sliding ||
+            m->layers[L->kv_source].kv_dim != L->kv_dim)
+            return bind_fail(b, EMBER_ERR_FORMAT, "layer %lld shares the KV cache of layer %lld, which has another kind or shape",
+                             (long long)l, (long long)L->kv_source);
+        const int64_t q_dim = m->n_head * L->head_dim;
+        TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
+        TRY(bind_mat(b, NAME("attn_q.weight"), d, q_dim, true, &L->wq));
+        TRY(bind_vec(b, NAME("attn_q_norm.weight"), L->head_dim, true, &L->q_norm));
+        if (L->kv_source == l) {
+            TRY(bind_mat(b, NAME("attn_k.weight"), d, L->kv_dim, true, &L->wk));
+            TRY(bind_mat(b, NAME("attn_v.weight"), d, L->kv_dim, false, &L->wv));
+            TRY(bind_vec(b, NAME("attn_k_norm.weight"), L->head_dim, true, &L->k_norm));
+        }
+        TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, d, true, &L->wo));
+        TRY(bind_vec(b, NAME("post_attention_norm.weight"), d, true, &L->post_attn_norm));
+        TRY(bind_vec(b, NAME("ffn_norm.weight"), d, true, &L->ffn_norm));
+        TRY(bind_mat(b, NAME("ffn_gate.weight"), d, L->n_ff, true, &L->w_gate));
+        TRY(bind_mat(b, NAME("ffn_up.weight"), d, L->n_ff, true, &L->w_up));
+        TRY(bind_mat(b, NAME("ffn_down.weight"), L->n_ff, d, true, &L->w_down));
+        TRY(bind_vec(b, NAME("post_ffw_norm.weight"), d, true, &L->post_ffw_norm));
+        if (m->ple_dim > 0) {
+            TRY(bind_mat(b, NAME("inp_gate.weight"), d, m->ple_dim, true, &L->inp_gate));
+            TRY(bind_mat(b, NAME("proj.weight"), m->ple_dim, d, true, &L->proj));
+            TRY(bind_vec(b, NAME("post_norm.weight"), d, true, &L->post_norm));
+        }
+        const float *scale;
+        TRY(bind_vec(b, NAME("layer_output_scale.weight"), 1, false, &scale));
+        L->out_scale = scale ? scale[0] : 1.0f;
+#undef NAME
+    }
+    m->n_ff = m->layers[0].n_ff;
+    m->n_head_kv = m->layers[0].n_head_kv;
+    m->attn_scale = 1.0f;
+    m->forward = ember_gemma4_forward;
+    return EMBER_OK;
+}

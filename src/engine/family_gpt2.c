@@ -1,0 +1,125 @@
+/* family_gpt2.c — GPT-2: learned positions, LayerNorm with bias, fused QKV with bias, GELU MLP,
+ * tied head. Its hook boundaries follow SPEC §4.6: projections include their biases. */
+#include "model_bind.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void layernorm_rows(float *y, const float *x, const float *w, const float *b, int64_t n, int64_t d,
+                           float eps) {
+    for (int64_t t = 0; t < n; t++) ember_layernorm(y + t * d, x + t * d, w, b, d, eps);
+}
+
+ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                ember_error *err) {
+    const ember_model *m = s->model;
+    const ember_kernel_ops *ops = m->ops;
+    ember_workspace *w = &s->ws;
+    const int64_t d = m->n_embd, pos0 = s->pos;
+    ember_status st;
+    ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
+                          .sequence_length = pos0 + n, .layer_index = -1};
+    if (pos0 + n > m->n_ctx_train)
+        return ember_error_set(err, EMBER_ERR_CONTEXT, "gpt2: position %lld is beyond the %lld learned positions",
+                               (long long)(pos0 + n - 1), (long long)m->n_ctx_train);
+
+    for (int64_t t = 0; t < n; t++) {
+        ember_matrix_row_f32(&m->tok_embd, ids[t], w->x + t * d);
+        ember_matrix_row_f32(&m->pos_embd, pos0 + t, w->xn);
+        ember_add_into(w->x + t * d, w->xn, d);
+    }
+
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        const ember_layer *L = &m->layers[l];
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
+
+        layernorm_rows(w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
+        ops->matmul(&L->wqkv, w->xn, w->qkv, n);
+        ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
+        for (int64_t t = 0; t < n; t++) { /* split the fused rows [q | k | v] */
+            memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
+            memcpy(s->k_cache[l] + (pos0 + t) * d, w->qkv + t * 3 * d + d, (size_t)d * sizeof(float));
+            memcpy(s->v_cache[l] + (pos0 + t) * d, w->qkv + t * 3 * d + 2 * d, (size_t)d * sizeof(float));
+        }
+        ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, s->k_cache[l], s->v_cache[l], w->att, pos0, n);
+        ops->matmul(&L->wo, w->att, w->attn, n);
+        ember_add_bias(w->attn, L->bo, n, d);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
+        ember_add_into(w->x, w->attn, n * d);
+
+        layernorm_rows(w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
+        ops->matmul(&L->w_up, w->xn, w->up, n);
+        ember_add_bias(w->up, L->b_up, n, L->n_ff);
+        for (int64_t i = 0; i < n * L->n_ff; i++) w->up[i] = ember_gelu_tanh(w->up[i]);
+        ops->matmul(&L->w_down, w->up, w->mlp, n);
+        ember_add_bias(w->mlp, L->b_down, n, d);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
+        ember_add_into(w->x, w->mlp, n * d);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
+    }
+
+    ember_layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
+    ops->matmul(&m->output, w->last, w->logits, 1);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
+    return EMBER_OK;
+}
+
+/* Hyper-parameters and tensors of GPT-2 (llama.cpp's names: attn_qkv, position_embd, ...). */
+ember_status ember_gpt2_bind(binder *b) {
+    ember_model *m = b->m;
+    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
+    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_int(b, "feed_forward_length", &m->n_ff, false, 0));
+    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(hp_int(b, "context_length", &m->n_ctx_train, true, 0));
+    TRY(hp_float(b, "attention.layer_norm_epsilon", &m->norm_eps, 1e-5f));
+    if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_embd % m->n_head || m->n_ctx_train < 1)
+        return bind_fail(b, EMBER_ERR_FORMAT, "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads",
+                         (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head);
+    if (m->n_ff == 0) m->n_ff = 4 * m->n_embd;
+    m->n_head_kv = m->n_head;
+    m->head_dim = m->n_embd / m->n_head;
+    m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+
+    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+    m->n_vocab = emb->ne[1];
+    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
+    TRY(bind_mat(b, "position_embd.weight", m->n_embd, m->n_ctx_train, true, &m->pos_embd));
+    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
+    if (!m->output.data) m->output = m->tok_embd;
+    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    TRY(bind_vec(b, "output_norm.bias", m->n_embd, true, &m->output_norm_b));
+
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    const int64_t d = m->n_embd;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        ember_layer *L = &m->layers[l];
+        char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
+        L->n_ff = m->n_ff;
+        L->n_head_kv = m->n_head;
+        L->head_dim = m->head_dim;
+        L->kv_dim = d;
+        L->kv_source = l;
+        TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
+        TRY(bind_vec(b, NAME("attn_norm.bias"), d, true, &L->attn_norm_b));
+        TRY(bind_mat(b, NAME("attn_qkv.weight"), d, 3 * d, true, &L->wqkv));
+        TRY(bind_vec(b, NAME("attn_qkv.bias"), 3 * d, true, &L->bqkv));
+        TRY(bind_mat(b, NAME("attn_output.weight"), d, d, true, &L->wo));
+        TRY(bind_vec(b, NAME("attn_output.bias"), d, true, &L->bo));
+        TRY(bind_vec(b, NAME("ffn_norm.weight"), d, true, &L->ffn_norm));
+        TRY(bind_vec(b, NAME("ffn_norm.bias"), d, true, &L->ffn_norm_b));
+        TRY(bind_mat(b, NAME("ffn_up.weight"), d, m->n_ff, true, &L->w_up));
+        TRY(bind_vec(b, NAME("ffn_up.bias"), m->n_ff, true, &L->b_up));
+        TRY(bind_mat(b, NAME("ffn_down.weight"), m->n_ff, d, true, &L->w_down));
+        TRY(bind_vec(b, NAME("ffn_down.bias"), d, true, &L->b_down));
+#undef NAME
+    }
+    m->forward = ember_gpt2_forward;
+    return EMBER_OK;
+}

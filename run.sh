@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# run.sh — the project's two entry points on a fresh Debian 12 machine:
+#   ./run.sh main   install dependencies, build, run the main workflow on the default tiny model
+#   ./run.sh test   install dependencies, build (plain and ASan+UBSan), run every test (ctest + busted)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+DEPS=(build-essential cmake pkg-config liblua5.4-dev lua5.4 lua-lpeg-dev lua-cjson-dev libmbedtls-dev
+      lua-busted libreadline-dev libutf8proc-dev tmux)
+
+install_deps() {
+  local missing=()
+  for p in "${DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "run.sh: installing ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$(nproc)" >/dev/null
+}
+
+default_model() {
+  mkdir -p build/models
+  local m=build/models/tiny-llama-q8_0.gguf
+  [ -f "$m" ] || build/make-tiny-model --family llama --dtype q8_0 --seed 7 --out "$m" >&2
+  echo "$m"
+}
+
+case "${1:-}" in
+  main)
+    install_deps
+    build build
+    model=$(default_model)
+    shift
+    if [ -f scripts/workflows/capture_patch_restore.lua ]; then
+      exec build/ember-lua scripts/workflows/capture_patch_restore.lua --model "$model" "$@"
+    else
+      exec build/ember-lua scripts/workflows/generate.lua --model "$model" "$@"
+    fi
+    ;;
+  test)
+    install_deps
+    build build
+    default_model >/dev/null
+    (cd build && ctest --output-on-failure -j2)
+    busted
+    echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+    build build-asan -DEMBER_SANITIZE=ON
+    (cd build-asan && ctest --output-on-failure -j2)
+    ;;
+  *)
+    echo "usage: ./run.sh main | ./run.sh test" >&2
+    exit 2
+    ;;
+esac

@@ -92,7 +92,7 @@ static ember_status read_array(reader *r, gguf_value *out, int depth) {
     for (uint64_t i = 0; i < count; i++) {
         ember_status st = read_value(r, (gguf_value_type)et, &out->v.arr.items[i], depth + 1);
         if (st != EMBER_OK) {
-            out->v.arr.count = i; /* free only what was read */
+            out->v.arr.count = i + 1; /* free what was read, including item i's own items */
             return st;
         }
     }
@@ -136,8 +136,8 @@ static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out,
 const char *ember_type_name(uint32_t t) {
     static const char *names[] = {
         [0] = "f32", [1] = "f16", [2] = "q4_0", [3] = "q4_1", [6] = "q5_0", [7] = "q5_1", [8] = "q8_0",
-        [9] = "q8_1", [10] = "q2_k", [11] = "q3_k", [12] = "q4_k", [13] = "q5_k", [14] = "q6_k",
-        [15] = "q8_k", [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s",
+        [9] = "q8_1", [10] = "q2_K", [11] = "q3_K", [12] = "q4_K", [13] = "q5_K", [14] = "q6_K",
+        [15] = "q8_K", [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s",
         [20] = "iq4_nl", [21] = "iq3_s", [22] = "iq2_s", [23] = "iq4_xs", [24] = "i8", [25] = "i16",
         [26] = "i32", [27] = "i64", [28] = "f64", [29] = "iq1_m", [30] = "bf16", [34] = "tq1_0",
         [35] = "tq2_0", [39] = "mxfp4",

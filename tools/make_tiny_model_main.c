@@ -1,0 +1,117 @@
+/* make_tiny_model_main.c — the `make-tiny-model` command: writes a deterministic random-weight model.
+ * Only argument parsing lives here; tiny_model.c builds the file. */
+#include "tiny_model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: make-tiny-model --family llama|qwen3|qwen2 --dtype f32|f16|bf16|q8_0 --out FILE\n"
+            "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
+            "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
+            "                       [--rope-freqs] [--tied | --untied] [--no-tokenizer]\n"
+            "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
+            "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads, ff 128, vocab 512,\n"
+            "context 256, seed 1. The same arguments always give the same file.\n");
+}
+
+/* A whole-string integer in [lo, hi], or an error naming the option. */
+static bool parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "make-tiny-model: %s needs an integer in %lld..%lld (got '%s')\n", opt, lo, hi, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    ember_tiny_model_params p;
+    ember_tiny_model_defaults(&p);
+    const char *out = NULL, *dtype = NULL;
+    bool have_family = false;
+    struct { const char *opt; int64_t *dst; long long lo, hi; } ints[] = {
+        {"--layers", &p.n_layer, 1, 1024},  {"--hidden", &p.n_embd, 1, 65536},  {"--heads", &p.n_head, 1, 1024},
+        {"--kv-heads", &p.n_head_kv, 1, 1024}, {"--head-dim", &p.head_dim, 2, 1024}, {"--ff", &p.n_ff, 1, 262144},
+        {"--vocab", &p.n_vocab, 1, 1000000}, {"--context", &p.n_ctx, 1, 1 << 24},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long long v;
+        bool matched = false;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++)
+            if (strcmp(a, ints[k].opt) == 0) {
+                if (!parse_int(a, val, ints[k].lo, ints[k].hi, &v)) return 2;
+                *ints[k].dst = v;
+                i++;
+                matched = true;
+            }
+        if (matched) continue;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--family") == 0 && val) {
+            p.family = val;
+            have_family = true;
+            i++;
+        } else if (strcmp(a, "--dtype") == 0 && val) {
+            dtype = val;
+            i++;
+        } else if (strcmp(a, "--out") == 0 && val) {
+            out = val;
+            i++;
+        } else if (strcmp(a, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long s = val ? strtoull(val, &end, 10) : 0;
+            if (!val || !*val || *end || errno || val[0] == '-') {
+                fprintf(stderr, "make-tiny-model: --seed needs a non-negative integer (got '%s')\n", val ? val : "");
+                return 2;
+            }
+            p.seed = s;
+            i++;
+        } else if (strcmp(a, "--rope-base") == 0) {
+            char *end;
+            double b = val ? strtod(val, &end) : 0;
+            if (!val || !*val || *end || !(b > 1.0) || b > 1e12) {
+                fprintf(stderr, "make-tiny-model: --rope-base needs a number > 1 (got '%s')\n", val ? val : "");
+                return 2;
+            }
+            p.rope_base = (float)b;
+            i++;
+        } else if (strcmp(a, "--rope-freqs") == 0) {
+            p.rope_freqs = true;
+        } else if (strcmp(a, "--tied") == 0) {
+            p.tied = 1;
+        } else if (strcmp(a, "--untied") == 0) {
+            p.tied = 0;
+        } else if (strcmp(a, "--no-tokenizer") == 0) {
+            p.tokenizer = false;
+        } else {
+            fprintf(stderr, "make-tiny-model: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!have_family || !dtype || !out) {
+        fprintf(stderr, "make-tiny-model: --family, --dtype and --out are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
+        fprintf(stderr, "make-tiny-model: --dtype must be f32, f16, bf16 or q8_0 (got '%s')\n", dtype);
+        return 2;
+    }
+    ember_error err = {0};
+    if (ember_tiny_model_write(&p, out, &err) != EMBER_OK) {
+        fprintf(stderr, "make-tiny-model: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,629 @@
+/* tokenizer.c — the token table, its hash maps, the builder that fills them, and the accessors.
+ * Must not tokenize (tokenizer_encode.c) or read files (the Lua loader, tokenizer_gguf.c). */
+#include "tokenizer_internal.h"
+#include "unicode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- hashing --------------------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x)
+{
+    /* splitmix64's finalizer: every input bit reaches every output bit. */
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t tok_hash_bytes(const char *s, size_t len)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)len;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t k;
+        memcpy(&k, s + i, 8);
+        h = mix64(h ^ k);
+    }
+    uint64_t k = 0;
+    memcpy(&k, s + i, len - i);
+    return mix64(h ^ k ^ ((uint64_t)(len - i) << 59));
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* A token string quoted for an error message: printable ASCII and UTF-8 as is, the rest \xNN,
+ * cut short after ~48 bytes. */
+static const char *tok_quote(char *dst, size_t cap, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (i >= 48) {
+            memcpy(dst + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c >= 0x20 && c != 0x7F && c != '\'' && c != '\\') {
+            dst[o++] = (char)c;
+        } else {
+            o += (size_t)snprintf(dst + o, cap - o, "\\x%02X", c);
+        }
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
+static ember_status tok_nomem(ember_error *err, const char *source)
+{
+    return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory building the tokenizer", source);
+}
+
+/* ---- the token table -------------------------------------------------------------------------
+ * Ids may arrive in any order (tokenizer.json's vocab is an object, iterated in hash order), so the
+ * per-id arrays grow to the largest id seen; ids never given stay without a token (attr 0). */
+
+static void tok_table_free(tok_table *tab)
+{
+    free(tab->text);
+    free(tab->off);
+    free(tab->len);
+    free(tab->score);
+    free(tab->attr);
+    memset(tab, 0, sizeof *tab);
+}
+
+/* Makes ids 0..id addressable (new ids have no token yet). */
+static bool tok_table_reserve_id(tok_table *tab, int64_t id)
+{
+    if (id < tab->cap) {
+        if (id >= tab->n) tab->n = id + 1;
+        return true;
+    }
+    int64_t cap = tab->cap ? tab->cap : 1024;
+    while (cap <= id) cap *= 2;
+    uint64_t *off = realloc(tab->off, (size_t)cap * sizeof *off);
+    if (off) tab->off = off;
+    uint32_t *len = realloc(tab->len, (size_t)cap * sizeof *len);
+    if (len) tab->len = len;
+    float *score = realloc(tab->score, (size_t)cap * sizeof *score);
+    if (score) tab->score = score;
+    uint16_t *attr = realloc(tab->attr, (size_t)cap * sizeof *attr);
+    if (attr) tab->attr = attr;
+    if (!off || !len || !score || !attr) return false;
+    memset(tab->attr + tab->cap, 0, (size_t)(cap - tab->cap) * sizeof *attr);
+    tab->cap = cap;
+    tab->n = id + 1;
+    return true;
+}
+
+static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uint64_t *off)
+{
+    if (tab->text_used + len + 1 > tab->text_cap) {
+        size_t cap = tab->text_cap ? tab->text_cap : 65536;
+        while (cap < tab->text_used + len + 1) cap *= 2;
+        char *text = realloc(tab->text, cap);
+        if (!text) return false;
+        tab->text = text;
+        tab->text_cap = cap;
+    }
+    memcpy(tab->text + tab->text_used, s, len);
+    *off = tab->text_used;
+    tab->text_used += len;
+    return true;
+}
+
+/* ---- string -> id map ------------------------------------------------------------------------
+ * Open addressing with linear probing over ids: the strings stay in the arena, so the map costs 4
+ * bytes a slot and a 262k vocabulary fits in 2 MB. Load factor stays at or below one half. */
+
+int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, size_t len)
+{
+    if (!m->cap) return -1;
+    size_t mask = m->cap - 1;
+    for (size_t i = tok_hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
+        int32_t id = m->slots[i];
+        if (id < 0) return -1;
+        if (tab->len[id] == len && memcmp(tab->text + tab->off[id], s, len) == 0) return id;
+    }
+}
+
+static bool tok_map_grow(tok_str_map *m, const tok_table *tab)
+{
+    size_t cap = m->cap ? m->cap * 2 : 4096;
+    int32_t *slots = malloc(cap * sizeof *slots);
+    if (!slots) return false;
+    memset(slots, 0xFF, cap * sizeof *slots); /* all -1 */
+    for (size_t i = 0; i < m->cap; i++) {
+        int32_t id = m->slots[i];
+        if (id < 0) continue;
+        size_t j = tok_hash_bytes(tab->text + tab->off[id], tab->len[id]) & (cap - 1);
+        while (slots[j] >= 0) j = (j + 1) & (cap - 1);
+        slots[j] = id;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return true;
+}
+
+/* Inserts id under its string; an id already holding that string is replaced (the later wins,
+ * as in llama.cpp's token_to_id map). */
+static bool tok_map_put(tok_str_map *m, const tok_table *tab, int32_t id)
+{
+    if ((m->count + 1) * 2 > m->cap && !tok_map_grow(m, tab)) return false;
+    const char *s = tab->text + tab->off[id];
+    size_t len = tab->len[id], mask = m->cap - 1;
+    for (size_t i = tok_hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
+        int32_t cur = m->slots[i];
+        if (cur < 0) {
+            m->slots[i] = id;
+            m->count++;
+            return true;
+        }
+        if (tab->len[cur] == len && memcmp(tab->text + tab->off[cur], s, len) == 0) {
+            m->slots[i] = id;
+            return true;
+        }
+    }
+}
+
+/* ---- (left, right) -> merge map --------------------------------------------------------------
+ * Merges are looked up by the ids of the two symbols, never by their strings: the merge loop then
+ * does no string work at all. */
+
+static uint64_t tok_merge_key(int32_t left, int32_t right)
+{
+    return (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
+}
+
+bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result)
+{
+    if (!m->cap) return false;
+    uint64_t key = tok_merge_key(left, right);
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+        const tok_merge_slot *s = &m->slots[i];
+        if (s->key == 0) return false;
+        if (s->key == key) {
+            *rank = s->rank;
+            *result = s->result;
+            return true;
+        }
+    }
+}
+
+static bool tok_merge_grow(tok_merge_map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 4096;
+    tok_merge_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots) return false;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].key) continue;
+        size_t j = mix64(m->slots[i].key) & (cap - 1);
+        while (slots[j].key) j = (j + 1) & (cap - 1);
+        slots[j] = m->slots[i];
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return true;
+}
+
+/* Inserts unless the pair is already there (then the first rank stays, as in llama.cpp). */
+static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t result)
+{
+    if ((m->count + 1) * 2 > m->cap && !tok_merge_grow(m)) return false;
+    uint64_t key = tok_merge_key(left, right);
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
+        tok_merge_slot *s = &m->slots[i];
+        if (s->key == key) return true;
+        if (s->key == 0) {
+            s->key = key;
+            s->rank = rank;
+            s->result = result;
+            m->count++;
+            return true;
+        }
+    }
+}
+
+/* ---- builder --------------------------------------------------------------------------------- */
+
+ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_builder **out, ember_error *err)
+{
+    *out = NULL;
+    ember_tokenizer_builder *b = calloc(1, sizeof *b);
+    char *src = strdup(source ? source : "tokenizer");
+    if (!b || !src) {
+        free(b);
+        free(src);
+        return tok_nomem(err, source ? source : "tokenizer");
+    }
+    b->source = src;
+    *out = b;
+    return EMBER_OK;
+}
+
+void ember_tokenizer_builder_free(ember_tokenizer_builder *b)
+{
+    if (!b) return;
+    tok_table_free(&b->tab);
+    free(b->map.slots);
+    free(b->merges.slots);
+    free(b->source);
+    free(b);
+}
+
+ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text,
+                                               size_t len, float score, unsigned attr, ember_error *err)
+{
+    char q1[256], q2[256];
+    unsigned kind = attr & EMBER_TOKEN_KIND_MASK;
+    if (id < 0 || id >= TOK_MAX_ID)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token id %lld is out of range (0..%d)", b->source,
+                               (long long)id, TOK_MAX_ID - 1);
+    if (kind < EMBER_TOKEN_NORMAL || kind > EMBER_TOKEN_BYTE)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token %lld has an unknown token type %u", b->source,
+                               (long long)id, kind);
+    if (len > TOK_MAX_TOKEN_LEN)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token %lld is %zu bytes long (limit %d)", b->source,
+                               (long long)id, len, TOK_MAX_TOKEN_LEN);
+    tok_table *tab = &b->tab;
+    if (tok_has(tab, id)) {
+        const char *old = tab->text + tab->off[id];
+        if (tab->len[id] != len || memcmp(old, text, len) != 0)
+            return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token id %lld is both '%s' and '%s'", b->source,
+                                   (long long)id, tok_quote(q1, sizeof q1, old, tab->len[id]),
+                                   tok_quote(q2, sizeof q2, text, len));
+        tab->attr[id] = (uint16_t)attr;
+        tab->score[id] = score;
+        return EMBER_OK;
+    }
+    uint64_t off;
+    if (!tok_table_reserve_id(tab, id) || !tok_table_append_text(tab, text, len, &off)) return tok_nomem(err, b->source);
+    tab->off[id] = off;
+    tab->len[id] = (uint32_t)len;
+    tab->score[id] = score;
+    tab->attr[id] = (uint16_t)attr;
+    if (!tok_map_put(&b->map, tab, (int32_t)id)) return tok_nomem(err, b->source);
+    return EMBER_OK;
+}
+
+ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const char *left, size_t llen,
+                                               const char *right, size_t rlen, ember_error *err)
+{
+    char q[256];
+    tok_table *tab = &b->tab;
+    int32_t rank = b->n_merges;
+    int32_t l = tok_map_find(&b->map, tab, left, llen);
+    if (l < 0)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d names a token that is not in the vocabulary: '%s'",
+                               b->source, rank, tok_quote(q, sizeof q, left, llen));
+    int32_t r = tok_map_find(&b->map, tab, right, rlen);
+    if (r < 0)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d names a token that is not in the vocabulary: '%s'",
+                               b->source, rank, tok_quote(q, sizeof q, right, rlen));
+    if (llen + rlen > TOK_MAX_TOKEN_LEN)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d is too long", b->source, rank);
+    /* The merged string goes through the arena's spare room, so no other buffer is needed. */
+    uint64_t off;
+    if (!tok_table_append_text(tab, left, llen, &off) || !tok_table_append_text(tab, right, rlen, &off))
+        return tok_nomem(err, b->source);
+    tab->text_used -= llen + rlen;
+    int32_t m = tok_map_find(&b->map, tab, tab->text + tab->text_used, llen + rlen);
+    if (m < 0)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d makes '%s', which is not in the vocabulary",
+                               b->source, rank, tok_quote(q, sizeof q, tab->text + tab->text_used, llen + rlen));
+    if (!tok_merge_put(&b->merges, l, r, rank, m)) return tok_nomem(err, b->source);
+    b->n_merges++;
+    return EMBER_OK;
+}
+
+/* ---- finishing -------------------------------------------------------------------------------
+ * finish() derives everything encode and decode need so they never search: the byte tokens, the
+ * added-token trie, and every token's decoded text. */
+
+/* "<0xNN>" (upper-case hex, SentencePiece's byte token spelling) -> the byte, else -1. */
+static int tok_parse_byte_token(const char *s, size_t len)
+{
+    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return -1;
+    }
+    return v;
+}
+
+static ember_status tok_trie_add(ember_tokenizer *t, int32_t id, tok_trie_node **nodes, int32_t *cap)
+{
+    const char *s = t->tab.text + t->tab.off[id];
+    size_t len = t->tab.len[id];
+    if (len == 0) return EMBER_OK;
+    int32_t parent = -1; /* -1: the root, whose children are indexed by byte in trie_root */
+    for (size_t i = 0; i < len; i++) {
+        uint8_t byte = (uint8_t)s[i];
+        int32_t child = parent < 0 ? t->trie_root[byte] : (*nodes)[parent].first_child, prev = -1;
+        if (parent >= 0) {
+            while (child >= 0 && (*nodes)[child].byte != byte) {
+                prev = child;
+                child = (*nodes)[child].next_sibling;
+            }
+        }
+        if (child < 0) {
+            if (t->n_trie == *cap) {
+                int32_t ncap = *cap ? *cap * 2 : 1024;
+                tok_trie_node *grown = realloc(*nodes, (size_t)ncap * sizeof *grown);
+                if (!grown) return EMBER_ERR_NOMEM;
+                *nodes = grown;
+                *cap = ncap;
+            }
+            child = t->n_trie++;
+            tok_trie_node *n = &(*nodes)[child];
+            n->first_child = n->next_sibling = n->token = -1;
+            n->byte = byte;
+            if (parent < 0) t->trie_root[byte] = child;
+            else if (prev < 0) (*nodes)[parent].first_child = child;
+            else (*nodes)[prev].next_sibling = child;
+        }
+        parent = child;
+    }
+    (*nodes)[parent].token = id;
+    if (len > t->added_max_len) t->added_max_len = len;
+    return EMBER_OK;
+}
+
+/* What the token contributes to decoded text, appended to the piece arena. */
+static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t *used, size_t *cap)
+{
+    const tok_table *tab = &t->tab;
+    const char *s = tab->text + tab->off[id];
+    size_t len = tab->len[id];
+    unsigned kind = tok_kind(tab, id);
+    if (*used + len + 4 > *cap) {
+        size_t ncap = *cap ? *cap * 2 : 65536;
+        while (ncap < *used + len + 4) ncap *= 2;
+        char *grown = realloc(*arena, ncap);
+        if (!grown) return false;
+        *arena = grown;
+        *cap = ncap;
+    }
+    char *dst = *arena + *used;
+    size_t n = 0;
+    int byte = tok_parse_byte_token(s, len);
+    bool sentencepiece = t->cfg.model == EMBER_TOK_MODEL_SPM || t->cfg.byte_fallback;
+    if (byte >= 0 && (kind == EMBER_TOKEN_BYTE || (sentencepiece && kind != EMBER_TOKEN_CONTROL))) {
+        dst[n++] = (char)byte;
+    } else if (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_UNKNOWN) {
+        memcpy(dst, s, len); /* special tokens read as written */
+        n = len;
+    } else if (t->cfg.byte_level) {
+        /* every character must be in the byte alphabet, else the string stands for itself
+         * (HF's ByteLevel decoder does the same) */
+        size_t i = 0;
+        while (i < len) {
+            int32_t cp;
+            size_t l = ember_utf8_decode(s + i, len - i, &cp);
+            int b = l ? ember_cp_to_byte(cp) : -1;
+            if (b < 0) break;
+            dst[n++] = (char)b;
+            i += l;
+        }
+        if (i < len) {
+            memcpy(dst, s, len);
+            n = len;
+        }
+    } else if (t->cfg.escape_spaces) {
+        for (size_t i = 0; i < len; i++) {
+            if (i + 3 <= len && memcmp(s + i, "\xE2\x96\x81", 3) == 0) { /* U+2581 -> ' ' */
+                dst[n++] = ' ';
+                i += 2;
+            } else {
+                dst[n++] = s[i];
+            }
+        }
+    } else {
+        memcpy(dst, s, len);
+        n = len;
+    }
+    t->piece_off[id] = *used;
+    t->piece_len[id] = (uint32_t)n;
+    *used += n;
+    return true;
+}
+
+static ember_status tok_check_special_id(const ember_tokenizer *t, const char *what, int32_t id, ember_error *err)
+{
+    if (id == -1 || tok_has(&t->tab, id)) return EMBER_OK;
+    return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the %s id %d is not a token of the vocabulary", t->source,
+                           what, id);
+}
+
+ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const ember_tokenizer_config *cfg,
+                                            ember_tokenizer **out, ember_error *err)
+{
+    *out = NULL;
+    ember_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        ember_status st = tok_nomem(err, b->source);
+        ember_tokenizer_builder_free(b);
+        return st;
+    }
+    /* Take everything from the builder, then free its shell. */
+    t->source = b->source;
+    t->tab = b->tab;
+    t->map = b->map;
+    t->merges = b->merges;
+    t->cfg = *cfg;
+    b->source = NULL;
+    memset(&b->tab, 0, sizeof b->tab);
+    memset(&b->map, 0, sizeof b->map);
+    memset(&b->merges, 0, sizeof b->merges);
+    ember_tokenizer_builder_free(b);
+
+    ember_status st = EMBER_OK;
+    char q[64];
+    tok_trie_node *nodes = NULL;
+    int32_t trie_cap = 0;
+    size_t piece_used = 0, piece_cap = 0;
+
+    if (t->tab.n <= 0) {
+        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: the vocabulary is empty", t->source);
+        goto fail;
+    }
+    if ((st = tok_check_special_id(t, "BOS", cfg->bos_id, err)) != EMBER_OK ||
+        (st = tok_check_special_id(t, "EOS", cfg->eos_id, err)) != EMBER_OK ||
+        (st = tok_check_special_id(t, "unknown-token", cfg->unk_id, err)) != EMBER_OK)
+        goto fail;
+    if (cfg->add_bos && cfg->bos_id < 0) {
+        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: the tokenizer adds BOS but names no BOS token", t->source);
+        goto fail;
+    }
+    if (cfg->model == EMBER_TOK_MODEL_BPE && cfg->byte_level && cfg->escape_spaces) {
+        st = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: byte-level BPE with U+2581 spaces is not supported",
+                             t->source);
+        goto fail;
+    }
+
+    for (int b8 = 0; b8 < 256; b8++) {
+        char s[8];
+        t->byte_token[b8] = -1;
+        if (cfg->byte_level) {
+            size_t l = ember_utf8_encode(ember_byte_to_cp((uint8_t)b8), s);
+            t->byte_token[b8] = tok_map_find(&t->map, &t->tab, s, l);
+            if (t->byte_token[b8] < 0) {
+                st = ember_error_set(err, EMBER_ERR_FORMAT,
+                                     "%s: byte-level vocabulary has no token for byte 0x%02X ('%s')", t->source, b8,
+                                     tok_quote(q, sizeof q, s, l));
+                goto fail;
+            }
+        }
+        snprintf(s, sizeof s, "<0x%02X>", b8);
+        t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 6);
+        /* llama.cpp's SentencePiece falls back to the byte's own one-character token */
+        if (t->byte_fallback[b8] < 0 && cfg->model == EMBER_TOK_MODEL_SPM && b8 < 0x80) {
+            s[0] = (char)b8;
+            t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 1);
+        }
+    }
+
+    /* Added tokens: control, user-defined and unknown tokens are cut out of text before merging. */
+    for (int i = 0; i < 256; i++) t->trie_root[i] = -1;
+    for (int64_t id = 0; id < t->tab.n; id++) {
+        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
+        if (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN) {
+            if ((st = tok_trie_add(t, (int32_t)id, &nodes, &trie_cap)) != EMBER_OK) {
+                ember_error_set(err, st, "%s: out of memory building the tokenizer", t->source);
+                goto fail;
+            }
+        }
+    }
+    t->trie = nodes;
+    nodes = NULL;
+
+    if (t->tab.n <= 0 || t->tab.n > TOK_MAX_ID) { /* cannot happen: add_token bounds ids */
+        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: bad vocabulary size", t->source);
+        goto fail;
+    }
+    size_t n_ids = (size_t)t->tab.n;
+    t->piece_off = malloc(n_ids * sizeof *t->piece_off);
+    t->piece_len = calloc(n_ids, sizeof *t->piece_len);
+    if (!t->piece_off || !t->piece_len) {
+        st = tok_nomem(err, t->source);
+        goto fail;
+    }
+    for (int64_t id = 0; id < t->tab.n; id++) {
+        t->piece_off[id] = 0;
+        if (!tok_has(&t->tab, id)) continue;
+        if (!tok_make_piece(t, (int32_t)id, &t->piece, &piece_used, &piece_cap)) {
+            st = tok_nomem(err, t->source);
+            goto fail;
+        }
+    }
+    if (!t->piece && !(t->piece = malloc(1))) { /* every piece empty: keep the base pointer valid */
+        st = tok_nomem(err, t->source);
+        goto fail;
+    }
+    *out = t;
+    return EMBER_OK;
+
+fail:
+    free(nodes);
+    ember_tokenizer_free(t);
+    return st;
+}
+
+void ember_tokenizer_free(ember_tokenizer *t)
+{
+    if (!t) return;
+    tok_table_free(&t->tab);
+    free(t->map.slots);
+    free(t->merges.slots);
+    free(t->piece);
+    free(t->piece_off);
+    free(t->piece_len);
+    free(t->trie);
+    free(t->source);
+    free(t);
+}
+
+/* ---- accessors ------------------------------------------------------------------------------- */
+
+const ember_tokenizer_config *ember_tokenizer_get_config(const ember_tokenizer *t) { return &t->cfg; }
+int64_t ember_tokenizer_vocab_size(const ember_tokenizer *t) { return t->tab.n; }
+int32_t ember_tokenizer_bos(const ember_tokenizer *t) { return t->cfg.bos_id; }
+int32_t ember_tokenizer_eos(const ember_tokenizer *t) { return t->cfg.eos_id; }
+bool ember_tokenizer_adds_bos(const ember_tokenizer *t) { return t->cfg.add_bos; }
+
+const char *ember_tokenizer_piece(const ember_tokenizer *t, int32_t id, size_t *len)
+{
+    if (!tok_has(&t->tab, id)) return NULL;
+    *len = t->piece_len[id];
+    return t->piece ? t->piece + t->piece_off[id] : "";
+}
+
+const char *ember_tokenizer_token_text(const ember_tokenizer *t, int32_t id, size_t *len)
+{
+    if (!tok_has(&t->tab, id)) return NULL;
+    *len = t->tab.len[id];
+    return t->tab.text + t->tab.off[id];
+}
+
+unsigned ember_tokenizer_token_attr(const ember_tokenizer *t, int32_t id)
+{
+    return tok_has(&t->tab, id) ? t->tab.attr[id] : 0;
+}
+
+bool ember_tokenizer_is_special(const ember_tokenizer *t, int32_t id)
+{
+    if (!tok_has(&t->tab, id)) return false;
+    unsigned kind = tok_kind(&t->tab, id);
+    return kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_UNKNOWN;
+}
+
+int32_t ember_tokenizer_find(const ember_tokenizer *t, const char *text, size_t len)
+{
+    return tok_map_find(&t->map, &t->tab, text, len);
+}
+
+ember_status tok_ids_push(tok_ids *a, int32_t id, ember_error *err)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory for token ids");
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = id;
+    return EMBER_OK;
+}

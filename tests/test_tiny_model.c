@@ -1,5 +1,7 @@
-/* test_tiny_model.c — the tiny-model tool: determinism, llama.cpp's layout per family, weight scales,
+/* test_tiny_model.c — the tiny-model tool: determinism, llama.cpp's layout per family (llama, qwen3,
+ * qwen2, gemma4, gpt2), weight scales, settings it refuses,
  * a valid embedded tokenizer (its byte symbols checked against GPT-2's real vocabulary), and the CLI. */
+#include "ember.h"
 #include "gguf.h"
 #include "tiny_model.h"
 #include "tiny_tokenizer.h"
@@ -298,6 +300,242 @@ static void test_tokenizer(void) {
     ember_gguf_close(g);
 }
 
+/* Numbers of a per-layer array key as int64 (count must match); false when absent or of another length. */
+static bool meta_array(const ember_gguf *g, const char *key, int64_t *out, uint64_t count) {
+    const gguf_kv *kv = ember_gguf_find(g, key);
+    if (!kv || kv->value.type != GGUF_TYPE_ARRAY || kv->value.v.arr.count != count) return false;
+    for (uint64_t i = 0; i < count; i++) {
+        double v;
+        if (!ember_gguf_array_number(&kv->value, i, &v)) return false;
+        out[i] = (int64_t)v;
+    }
+    return true;
+}
+
+static float f32_at(const gguf_tensor *t, int64_t i) {
+    float f;
+    memcpy(&f, (const char *)t->data + 4 * i, 4);
+    return f;
+}
+
+static void test_layout_gemma4(void) {
+    ember_tiny_model_params p;
+    ember_tiny_model_defaults(&p);
+    p.family = "gemma4";
+    p.dtype = EMBER_TYPE_Q8_0;
+    ember_gguf *g = write_and_open(&p, "layout-gemma4.gguf");
+    if (!g) return;
+    char *arch = ember_gguf_get_string(g, "general.architecture"), *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
+    CHECK(arch && strcmp(arch, "gemma4") == 0);
+    CHECK(pre && strcmp(pre, "gpt-2") == 0);
+    free(arch);
+    free(pre);
+    bool add_bos = false;
+    CHECK(ember_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) && add_bos); /* Gemma adds BOS */
+    CHECK(meta_int(g, "general.file_type") == 7);
+    struct { const char *key; int64_t want; } ints[] = {
+        {"gemma4.block_count", 6}, {"gemma4.context_length", 256}, {"gemma4.embedding_length", 64},
+        {"gemma4.attention.head_count", 4}, {"gemma4.attention.key_length", 32}, {"gemma4.attention.value_length", 32},
+        {"gemma4.attention.key_length_swa", 16}, {"gemma4.attention.value_length_swa", 16},
+        {"gemma4.rope.dimension_count", 32}, {"gemma4.rope.dimension_count_swa", 16},
+        {"gemma4.attention.sliding_window", 8}, {"gemma4.attention.shared_kv_layers", 2},
+        {"gemma4.embedding_length_per_layer_input", 32}, {"gemma4.vocab_size", 512},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key, (long long)meta_int(g, ints[i].key));
+    double v = 0;
+    CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base", &v) && v == 1000000.0);
+    CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base_swa", &v) && v == 10000.0);
+    CHECK(ember_gguf_get_float(g, "gemma4.final_logit_softcapping", &v) && v == 30.0);
+    CHECK(ember_gguf_get_float(g, "gemma4.attention.layer_norm_rms_epsilon", &v) && fabs(v - 1e-6) < 1e-12);
+    /* pattern SSSFSF; kv_from = 6 - 2 = 4: layer 4 (sliding) reads layer 2, layer 5 (full) layer 3 */
+    int64_t pattern[6], ff[6], kv[6];
+    const int64_t want_pattern[6] = {1, 1, 1, 0, 1, 0}, want_ff[6] = {128, 128, 128, 128, 256, 256},
+                  want_kv[6] = {2, 2, 2, 1, 2, 1};
+    const gguf_kv *pk = ember_gguf_find(g, "gemma4.attention.sliding_window_pattern");
+    CHECK(pk && pk->value.type == GGUF_TYPE_ARRAY && pk->value.v.arr.elem_type == GGUF_TYPE_BOOL);
+    CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 6) &&
+          memcmp(pattern, want_pattern, sizeof pattern) == 0);
+    CHECK(meta_array(g, "gemma4.feed_forward_length", ff, 6) && memcmp(ff, want_ff, sizeof ff) == 0);
+    CHECK(meta_array(g, "gemma4.attention.head_count_kv", kv, 6) && memcmp(kv, want_kv, sizeof kv) == 0);
+
+    check_tensor(g, "token_embd.weight", EMBER_TYPE_Q8_0, 64, 512);
+    check_tensor(g, "per_layer_token_embd.weight", EMBER_TYPE_Q8_0, 6 * 32, 512);
+    check_tensor(g, "per_layer_model_proj.weight", EMBER_TYPE_Q8_0, 64, 6 * 32);
+    check_tensor(g, "per_layer_proj_norm.weight", EMBER_TYPE_F32, 32, 1);
+    check_tensor(g, "output_norm.weight", EMBER_TYPE_F32, 64, 1);
+    CHECK(ember_gguf_find_tensor(g, "output.weight") == NULL); /* tied head */
+    /* proportional RoPE of the full layers: 16 pairs, the first 4 rotate */
+    const gguf_tensor *rf = ember_gguf_find_tensor(g, "rope_freqs.weight");
+    check_tensor(g, "rope_freqs.weight", EMBER_TYPE_F32, 16, 1);
+    if (rf && rf->ne[0] == 16)
+        for (int i = 0; i < 16; i++) CHECK_MSG(f32_at(rf, i) == (i < 4 ? 1.0f : 1e30f), "rope_freqs[%d] = %g", i, f32_at(rf, i));
+    int n_expected = 5 + 1; /* token_embd, 3 PLE, rope_freqs; output_norm */
+    for (int l = 0; l < 6; l++) {
+        char t[64];
+        const bool sliding = want_pattern[l], shared = l >= 4;
+        const int64_t hd = sliding ? 16 : 32, kv_dim = want_kv[l] * hd;
+#define T(s) (snprintf(t, sizeof t, "blk.%d." s, l), t)
+        check_tensor(g, T("attn_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("attn_q.weight"), EMBER_TYPE_Q8_0, 64, 4 * hd);
+        check_tensor(g, T("attn_q_norm.weight"), EMBER_TYPE_F32, hd, 1);
+        CHECK_MSG((ember_gguf_find_tensor(g, T("attn_k.weight")) != NULL) == !shared, "blk.%d.attn_k", l);
+        CHECK_MSG((ember_gguf_find_tensor(g, T("attn_k_norm.weight")) != NULL) == !shared, "blk.%d.attn_k_norm", l);
+        CHECK_MSG((ember_gguf_find_tensor(g, T("attn_v.weight")) != NULL) == (!shared && sliding), "blk.%d.attn_v", l);
+        if (!shared) {
+            check_tensor(g, T("attn_k.weight"), EMBER_TYPE_Q8_0, 64, kv_dim);
+            check_tensor(g, T("attn_k_norm.weight"), EMBER_TYPE_F32, hd, 1);
+        }
+        if (!shared && sliding) check_tensor(g, T("attn_v.weight"), EMBER_TYPE_Q8_0, 64, kv_dim);
+        check_tensor(g, T("attn_output.weight"), EMBER_TYPE_Q8_0, 4 * hd, 64);
+        check_tensor(g, T("post_attention_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("ffn_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("ffn_gate.weight"), EMBER_TYPE_Q8_0, 64, want_ff[l]);
+        check_tensor(g, T("ffn_up.weight"), EMBER_TYPE_Q8_0, 64, want_ff[l]);
+        check_tensor(g, T("ffn_down.weight"), EMBER_TYPE_Q8_0, want_ff[l], 64);
+        check_tensor(g, T("post_ffw_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("inp_gate.weight"), EMBER_TYPE_Q8_0, 64, 32);
+        check_tensor(g, T("proj.weight"), EMBER_TYPE_Q8_0, 32, 64);
+        check_tensor(g, T("post_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("layer_output_scale.weight"), EMBER_TYPE_F32, 1, 1);
+        const gguf_tensor *sc = ember_gguf_find_tensor(g, T("layer_output_scale.weight"));
+        if (sc) CHECK_MSG(f32_at(sc, 0) > 0.1f && f32_at(sc, 0) < 0.9f, "layer %d output scale %g", l, f32_at(sc, 0));
+#undef T
+        n_expected += 14 + (shared ? 0 : 2 + sliding);
+    }
+    CHECK_MSG(g->n_tensors == (uint64_t)n_expected, "%llu tensors, expected %d", (unsigned long long)g->n_tensors, n_expected);
+    ember_gguf_close(g);
+}
+
+static void test_layout_gpt2(void) {
+    ember_tiny_model_params p;
+    ember_tiny_model_defaults(&p);
+    p.family = "gpt2";
+    ember_gguf *g = write_and_open(&p, "layout-gpt2.gguf");
+    if (!g) return;
+    char *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
+    CHECK(pre && strcmp(pre, "gpt-2") == 0);
+    free(pre);
+    bool add_bos = true;
+    CHECK(ember_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) && !add_bos);
+    CHECK(meta_int(g, "gpt2.block_count") == 6 && meta_int(g, "gpt2.embedding_length") == 64 &&
+          meta_int(g, "gpt2.feed_forward_length") == 128 && meta_int(g, "gpt2.attention.head_count") == 4 &&
+          meta_int(g, "gpt2.context_length") == 256);
+    CHECK(!ember_gguf_find(g, "gpt2.attention.head_count_kv") && !ember_gguf_find(g, "gpt2.rope.freq_base"));
+    double eps = 0;
+    CHECK(ember_gguf_get_float(g, "gpt2.attention.layer_norm_epsilon", &eps) && fabs(eps - 1e-5) < 1e-12);
+    check_tensor(g, "token_embd.weight", EMBER_TYPE_F32, 64, 512);
+    check_tensor(g, "position_embd.weight", EMBER_TYPE_F32, 64, 256);
+    check_tensor(g, "output_norm.weight", EMBER_TYPE_F32, 64, 1);
+    check_tensor(g, "output_norm.bias", EMBER_TYPE_F32, 64, 1);
+    CHECK(ember_gguf_find_tensor(g, "output.weight") == NULL);
+    for (int l = 0; l < 6; l++) {
+        char t[64];
+#define T(s) (snprintf(t, sizeof t, "blk.%d." s, l), t)
+        check_tensor(g, T("attn_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("attn_norm.bias"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("attn_qkv.weight"), EMBER_TYPE_F32, 64, 192);
+        check_tensor(g, T("attn_qkv.bias"), EMBER_TYPE_F32, 192, 1);
+        check_tensor(g, T("attn_output.weight"), EMBER_TYPE_F32, 64, 64);
+        check_tensor(g, T("attn_output.bias"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("ffn_norm.weight"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("ffn_norm.bias"), EMBER_TYPE_F32, 64, 1);
+        check_tensor(g, T("ffn_up.weight"), EMBER_TYPE_F32, 64, 128);
+        check_tensor(g, T("ffn_up.bias"), EMBER_TYPE_F32, 128, 1);
+        check_tensor(g, T("ffn_down.weight"), EMBER_TYPE_F32, 128, 64);
+        check_tensor(g, T("ffn_down.bias"), EMBER_TYPE_F32, 64, 1);
+#undef T
+    }
+    CHECK(g->n_tensors == 2 + 6 * 12 + 2);
+    /* Q and K rows of the fused projection at 2/sqrt(64), V rows at 1/sqrt(64) */
+    const gguf_tensor *qkv = ember_gguf_find_tensor(g, "blk.2.attn_qkv.weight");
+    if (qkv) {
+        double s2[3] = {0};
+        for (int part = 0; part < 3; part++)
+            for (int64_t i = part * 64 * 64; i < (part + 1) * 64 * 64; i++) s2[part] += (double)f32_at(qkv, i) * f32_at(qkv, i);
+        for (int part = 0; part < 3; part++) {
+            double sd = sqrt(s2[part] / (64 * 64)), want = part < 2 ? 0.25 : 0.125;
+            CHECK_MSG(fabs(sd - want) < 0.1 * want, "attn_qkv part %d: sd %g, want %g", part, sd, want);
+        }
+    }
+    /* ffn_down.bias cancels the mean GELU output: b[i] = -sum_j W[i][j] / (2 sqrt(pi)) */
+    const gguf_tensor *down = ember_gguf_find_tensor(g, "blk.0.ffn_down.weight"),
+                      *bias = ember_gguf_find_tensor(g, "blk.0.ffn_down.bias");
+    if (down && bias) {
+        double worst = 0;
+        for (int64_t i = 0; i < 64; i++) {
+            double sum = 0;
+            for (int64_t j = 0; j < 128; j++) sum += f32_at(down, i * 128 + j);
+            worst = fmax(worst, fabs(f32_at(bias, i) + sum / (2 * sqrt(3.14159265358979323846))));
+        }
+        CHECK_MSG(worst < 1e-5, "ffn_down.bias is off by %g", worst);
+    }
+    ember_gguf_close(g);
+}
+
+/* Settings the writer refuses, each with a reason; and the defaults adapting to short models. */
+static void test_param_errors(void) {
+    struct {
+        const char *what, *family, *pattern, *want;
+        int64_t layers, shared, ple, kv_heads, window;
+        ember_type dtype;
+    } bad[] = {
+        {"gemma4 setting on llama", "llama", NULL, "gemma4 settings", 6, -1, -1, 0, 4, EMBER_TYPE_F32},
+        {"pattern on qwen3", "qwen3", "SSSFSF", "gemma4 settings", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
+        {"gpt2 with GQA", "gpt2", NULL, "grouped-query", 6, -1, -1, 2, 0, EMBER_TYPE_F32},
+        {"pattern too short", "gemma4", "SSF", "3 entries for 6 layers", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
+        {"pattern letter", "gemma4", "SSSXSF", "only S (sliding) and F (full)", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
+        /* kv_from 4: layer 4 (full) would read layer 3, which is sliding */
+        {"shared KV of the wrong kind", "gemma4", "SSSSFF", "layer 4 would read the cache of layer 3", 6, 2, -1, 0, 0,
+         EMBER_TYPE_F32},
+        {"all layers shared", "gemma4", NULL, "shared-KV", 6, 6, -1, 0, 0, EMBER_TYPE_F32},
+        {"q8_0 PLE width", "gemma4", NULL, "per-layer input width", 6, -1, 16, 0, 0, EMBER_TYPE_Q8_0},
+        {"family", "mamba", NULL, "'mamba'", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ember_tiny_model_params p;
+        ember_tiny_model_defaults(&p);
+        p.family = bad[i].family;
+        p.swa_pattern = bad[i].pattern;
+        p.n_layer = bad[i].layers;
+        p.shared_kv_layers = bad[i].shared;
+        p.ple_dim = bad[i].ple;
+        p.n_head_kv = bad[i].kv_heads;
+        p.sliding_window = bad[i].window;
+        p.dtype = bad[i].dtype;
+        ember_error err = {0};
+        ember_status st = ember_tiny_model_write(&p, tmp_path("bad.gguf"), &err);
+        CHECK_MSG(st == EMBER_ERR_ARG && strstr(err.msg, bad[i].want), "%s: %d %.900s", bad[i].what, st, err.msg);
+    }
+    /* Too few layers for the default 2 shared-KV layers: none, and the file says so. */
+    ember_tiny_model_params p;
+    ember_tiny_model_defaults(&p);
+    p.family = "gemma4";
+    p.n_layer = 2;
+    ember_gguf *g = write_and_open(&p, "gemma4-2.gguf");
+    if (g) {
+        int64_t pattern[2];
+        CHECK(meta_int(g, "gemma4.attention.shared_kv_layers") == 0);
+        CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 2) && pattern[0] == 1 && pattern[1] == 0);
+        CHECK(ember_gguf_find_tensor(g, "blk.1.attn_k.weight") != NULL);
+        ember_gguf_close(g);
+    }
+    /* gemma4's optional parts can be left out */
+    ember_tiny_model_defaults(&p);
+    p.family = "gemma4";
+    p.ple_dim = 0;
+    p.softcap = 0;
+    p.rope_freqs = 0;
+    g = write_and_open(&p, "gemma4-plain.gguf");
+    if (g) {
+        CHECK(!ember_gguf_find(g, "gemma4.embedding_length_per_layer_input") &&
+              !ember_gguf_find(g, "gemma4.final_logit_softcapping"));
+        CHECK(!ember_gguf_find_tensor(g, "per_layer_token_embd.weight") && !ember_gguf_find_tensor(g, "blk.0.inp_gate.weight") &&
+              !ember_gguf_find_tensor(g, "rope_freqs.weight"));
+        ember_gguf_close(g);
+    }
+}
+
 /* Text through the embedded vocabulary with the engine's own tokenizer: lossless, and common
  * words are single tokens. */
 static void test_tokenizer_in_engine(const char *family) {
@@ -313,19 +551,19 @@ static void test_tokenizer_in_engine(const char *family) {
     ember_error err = {0};
     CHECK_MSG(ember_tokenizer_from_gguf(g, &t, &err) == EMBER_OK, "%s: %.900s", family, err.msg);
     if (t) {
-        const bool llama = strcmp(family, "llama") == 0;
+        const bool bos = strcmp(family, "llama") == 0 || strcmp(family, "gemma4") == 0;
         CHECK(ember_tokenizer_vocab_size(t) == 512 && ember_tokenizer_bos(t) == 510 && ember_tokenizer_eos(t) == 511);
-        CHECK(ember_tokenizer_adds_bos(t) == llama);
+        CHECK(ember_tokenizer_adds_bos(t) == bos);
         const char *text = "The quick brown fox jumps over the lazy dog.\nHello world, 2024! \xC3\xA9t\xC3\xA9 \xF0\x9F\x94\xA5";
         int32_t *ids = NULL;
         size_t n = 0;
-        /* with the family's BOS default: LLaMA adds one, Qwen does not */
-        CHECK_MSG(ember_tokenizer_encode(t, text, strlen(text), llama, false, &ids, &n, &err) == EMBER_OK, "%.900s",
+        /* with the family's BOS default: LLaMA and Gemma add one, Qwen and GPT-2 do not */
+        CHECK_MSG(ember_tokenizer_encode(t, text, strlen(text), bos, false, &ids, &n, &err) == EMBER_OK, "%.900s",
                   err.msg);
         bool in_range = n > 0;
         for (size_t i = 0; i < n; i++) in_range &= ids[i] >= 0 && ids[i] < 512;
         CHECK(in_range);
-        CHECK(n > 0 && (ids[0] == 510) == llama);
+        CHECK(n > 0 && (ids[0] == 510) == bos);
         CHECK_MSG(n < strlen(text), "%zu tokens for %zu bytes: merges were not used", n, strlen(text));
         char *back = NULL;
         size_t blen = 0;
@@ -393,14 +631,77 @@ static void test_cli(void) {
         "--family llama --dtype f32 --out x.gguf --layers 0", /* out of range */
         "--family llama --dtype f32 --out x.gguf --hidden 6x",
         "--family llama --dtype f32 --out x.gguf --bogus",
+        "--family gemma4 --dtype f32 --out x.gguf --softcap -1",
+        "--family gemma4 --dtype f32 --out x.gguf --window 0",
+        "--family gemma4 --dtype f32 --out x.gguf --rope-base-swa 1",
+        "--family gemma4 --dtype f32 --out x.gguf --swa-pattern",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s %s", ember_test_tmpdir(), tool, bad[i], quiet);
         CHECK_MSG(run_cmd(cmd) == 2, "%s", bad[i]);
     }
     /* Valid arguments, impossible model: exit 1 with the reason. */
-    snprintf(cmd, sizeof cmd, "'%s' --family gpt2 --dtype f32 --out '%s' %s", tool, tmp_path("x.gguf"), quiet);
+    snprintf(cmd, sizeof cmd, "'%s' --family mamba --dtype f32 --out '%s' %s", tool, tmp_path("x.gguf"), quiet);
     CHECK(run_cmd(cmd) == 1);
+    snprintf(cmd, sizeof cmd, "'%s' --family llama --dtype f32 --window 4 --out '%s' 2>&1 | grep -q 'gemma4 settings'", tool,
+             tmp_path("x.gguf"));
+    CHECK(run_cmd(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "'%s' --family gemma4 --dtype f32 --swa-pattern SSSSFF --shared-kv 2 --out '%s' %s", tool,
+             tmp_path("x.gguf"), quiet);
+    CHECK(run_cmd(cmd) == 1);
+
+    /* The gemma4 settings reach the file. */
+    out = tmp_path("cli-gemma4.gguf");
+    snprintf(cmd, sizeof cmd,
+             "'%s' --family gemma4 --dtype bf16 --out '%s' --layers 5 --swa-pattern SSFSF --shared-kv 2 --window 3 "
+             "--ple 16 --head-dim-swa 8 --head-dim 24 --kv-heads 4 --kv-heads-full 2 --rope-base-swa 500 "
+             "--rope-base 20000 --softcap 0 --no-rope-freqs --untied",
+             tool, out);
+    CHECK(run_cmd(cmd) == 0);
+    g = NULL;
+    CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
+    if (g) {
+        int64_t pattern[5], kv[5], ff[5];
+        const int64_t want_pattern[5] = {1, 1, 0, 1, 0}, want_kv[5] = {4, 4, 2, 4, 2}, want_ff[5] = {128, 128, 128, 256, 256};
+        CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 5) &&
+              memcmp(pattern, want_pattern, sizeof pattern) == 0);
+        CHECK(meta_array(g, "gemma4.attention.head_count_kv", kv, 5) && memcmp(kv, want_kv, sizeof kv) == 0);
+        CHECK(meta_array(g, "gemma4.feed_forward_length", ff, 5) && memcmp(ff, want_ff, sizeof ff) == 0);
+        CHECK(meta_int(g, "gemma4.attention.shared_kv_layers") == 2 && meta_int(g, "gemma4.attention.sliding_window") == 3 &&
+              meta_int(g, "gemma4.embedding_length_per_layer_input") == 16 &&
+              meta_int(g, "gemma4.attention.key_length") == 24 && meta_int(g, "gemma4.attention.key_length_swa") == 8);
+        double b = 0;
+        CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base_swa", &b) && b == 500.0);
+        CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base", &b) && b == 20000.0);
+        CHECK(!ember_gguf_find(g, "gemma4.final_logit_softcapping") && !ember_gguf_find_tensor(g, "rope_freqs.weight"));
+        check_tensor(g, "output.weight", EMBER_TYPE_BF16, 64, 512);
+        check_tensor(g, "blk.2.attn_q.weight", EMBER_TYPE_BF16, 64, 4 * 24);
+        check_tensor(g, "blk.2.attn_k.weight", EMBER_TYPE_BF16, 64, 2 * 24);
+        check_tensor(g, "blk.1.attn_v.weight", EMBER_TYPE_BF16, 64, 4 * 8);
+        CHECK(!ember_gguf_find_tensor(g, "blk.3.attn_k.weight")); /* kv_from 3: layers 3, 4 read 1, 2 */
+        ember_gguf_close(g);
+        /* and the engine runs it */
+        ember_model_params mp = {.path = out, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1};
+        ember_model *m = NULL;
+        CHECK_MSG(ember_model_load(&mp, &m, &err) == EMBER_OK, "%.900s", err.msg);
+        ember_session *sess = NULL;
+        if (m && ember_session_new(m, 16, &sess, &err) == EMBER_OK) {
+            const int32_t ids[6] = {510, 1, 2, 3, 4, 5};
+            CHECK_MSG(ember_session_prefill(sess, ids, 6, NULL, &err) == EMBER_OK, "%.900s", err.msg);
+            ember_session_free(sess);
+        }
+        ember_model_free(m);
+    }
+    out = tmp_path("cli-gpt2.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --family gpt2 --dtype f16 --out '%s' --heads 8 --context 32", tool, out);
+    CHECK(run_cmd(cmd) == 0);
+    g = NULL;
+    CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
+    if (g) {
+        CHECK(meta_int(g, "gpt2.attention.head_count") == 8 && meta_int(g, "gpt2.context_length") == 32);
+        check_tensor(g, "position_embd.weight", EMBER_TYPE_F16, 64, 32);
+        ember_gguf_close(g);
+    }
     snprintf(cmd, sizeof cmd, "'%s' --family llama --dtype q8_0 --hidden 48 --heads 4 --out '%s' 2>&1 | grep -q 'multiples of 32'",
              tool, tmp_path("x.gguf"));
     CHECK(run_cmd(cmd) == 0);
@@ -410,9 +711,14 @@ int main(void) {
     test_determinism();
     test_layout();
     test_values();
+    test_layout_gemma4();
+    test_layout_gpt2();
+    test_param_errors();
     test_tokenizer();
     test_tokenizer_in_engine("llama");
     test_tokenizer_in_engine("qwen3");
+    test_tokenizer_in_engine("gemma4");
+    test_tokenizer_in_engine("gpt2");
     test_cli();
     return ember_test_finish();
 }

@@ -9,13 +9,19 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: make-tiny-model --family llama|qwen3|qwen2 --dtype f32|f16|bf16|q8_0 --out FILE\n"
+            "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype f32|f16|bf16|q8_0 --out FILE\n"
             "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
             "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
-            "                       [--rope-freqs] [--tied | --untied] [--no-tokenizer]\n"
+            "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--no-tokenizer]\n"
+            "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
+            "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
             "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
-            "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads, ff 128, vocab 512,\n"
-            "context 256, seed 1. The same arguments always give the same file.\n");
+            "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads (gpt2: as many as heads),\n"
+            "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
+            "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
+            "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
+            "layers'), 1 KV head on full layers, RoPE base 10000 sliding / 1000000 full, proportional\n"
+            "rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n");
 }
 
 /* A whole-string integer in [lo, hi], or an error naming the option. */
@@ -31,6 +37,19 @@ static bool parse_int(const char *opt, const char *s, long long lo, long long hi
     return true;
 }
 
+/* A whole-string number in [lo, hi] (lo excluded when `open`), or an error naming the option. */
+static bool parse_float(const char *opt, const char *s, double lo, bool open, double hi, float *out) {
+    char *end;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || !(open ? v > lo : v >= lo) || !(v <= hi)) {
+        fprintf(stderr, "make-tiny-model: %s needs a number %s %g and <= %g (got '%s')\n", opt, open ? ">" : ">=", lo, hi,
+                s ? s : "");
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
 int main(int argc, char **argv) {
     ember_tiny_model_params p;
     ember_tiny_model_defaults(&p);
@@ -40,6 +59,13 @@ int main(int argc, char **argv) {
         {"--layers", &p.n_layer, 1, 1024},  {"--hidden", &p.n_embd, 1, 65536},  {"--heads", &p.n_head, 1, 1024},
         {"--kv-heads", &p.n_head_kv, 1, 1024}, {"--head-dim", &p.head_dim, 2, 1024}, {"--ff", &p.n_ff, 1, 262144},
         {"--vocab", &p.n_vocab, 1, 1000000}, {"--context", &p.n_ctx, 1, 1 << 24},
+        {"--head-dim-swa", &p.head_dim_swa, 2, 1024}, {"--kv-heads-full", &p.n_head_kv_full, 1, 1024},
+        {"--window", &p.sliding_window, 1, 1 << 24}, {"--shared-kv", &p.shared_kv_layers, 0, 1023},
+        {"--ple", &p.ple_dim, 0, 65536},
+    };
+    struct { const char *opt; float *dst; double lo; bool open; double hi; } floats[] = {
+        {"--rope-base", &p.rope_base, 1.0, true, 1e12}, {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
+        {"--softcap", &p.softcap, 0.0, false, 1e6},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -49,6 +75,12 @@ int main(int argc, char **argv) {
             if (strcmp(a, ints[k].opt) == 0) {
                 if (!parse_int(a, val, ints[k].lo, ints[k].hi, &v)) return 2;
                 *ints[k].dst = v;
+                i++;
+                matched = true;
+            }
+        for (size_t k = 0; k < sizeof floats / sizeof floats[0] && !matched; k++)
+            if (strcmp(a, floats[k].opt) == 0) {
+                if (!parse_float(a, val, floats[k].lo, floats[k].open, floats[k].hi, floats[k].dst)) return 2;
                 i++;
                 matched = true;
             }
@@ -76,17 +108,13 @@ int main(int argc, char **argv) {
             }
             p.seed = s;
             i++;
-        } else if (strcmp(a, "--rope-base") == 0) {
-            char *end;
-            double b = val ? strtod(val, &end) : 0;
-            if (!val || !*val || *end || !(b > 1.0) || b > 1e12) {
-                fprintf(stderr, "make-tiny-model: --rope-base needs a number > 1 (got '%s')\n", val ? val : "");
-                return 2;
-            }
-            p.rope_base = (float)b;
+        } else if (strcmp(a, "--swa-pattern") == 0 && val) {
+            p.swa_pattern = val;
             i++;
         } else if (strcmp(a, "--rope-freqs") == 0) {
-            p.rope_freqs = true;
+            p.rope_freqs = 1;
+        } else if (strcmp(a, "--no-rope-freqs") == 0) {
+            p.rope_freqs = 0;
         } else if (strcmp(a, "--tied") == 0) {
             p.tied = 1;
         } else if (strcmp(a, "--untied") == 0) {

@@ -1,5 +1,6 @@
-/* tiny_model.c — fills a GGUF writer with a random-weight llama / qwen3 / qwen2 model: the metadata
- * keys and tensor names llama.cpp uses, so the same file would load there too. Computes nothing. */
+/* tiny_model.c — fills a GGUF writer with a random-weight llama / qwen3 / qwen2 / gemma4 / gpt2 model:
+ * the metadata keys and tensor names llama.cpp uses, so the same file would load there too.
+ * Computes nothing. */
 #include "tiny_model.h"
 
 #include "tiny_tokenizer.h"
@@ -9,11 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_LAYERS 1024
+
 void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     *p = (ember_tiny_model_params){
         .family = "llama", .dtype = EMBER_TYPE_F32, .seed = 1,
-        .n_layer = 6, .n_embd = 64, .n_head = 4, .n_head_kv = 2, .n_ff = 128, .n_vocab = 512, .n_ctx = 256,
-        .head_dim = 0, .rope_base = 0, .tied = -1, .rope_freqs = false, .tokenizer = true,
+        .n_layer = 6, .n_embd = 64, .n_head = 4, .n_head_kv = 0, .n_ff = 128, .n_vocab = 512, .n_ctx = 256,
+        .head_dim = 0, .rope_base = 0, .tied = -1, .rope_freqs = -1, .tokenizer = true,
+        .head_dim_swa = 0, .n_head_kv_full = 0, .rope_base_swa = 0, .sliding_window = 0, .swa_pattern = NULL,
+        .shared_kv_layers = -1, .ple_dim = -1, .softcap = -1.0f,
     };
 }
 
@@ -53,26 +58,193 @@ static double normal(uint64_t *state) {
     return (double)(sum - 6 * ((int64_t)1 << 24)) * 0x1p-24;
 }
 
+/* ---- the settings, with every "family's usual" resolved ---------------------------------------- */
+
+typedef struct {
+    const char *arch;
+    bool llama, qwen3, qwen2, gemma4, gpt2;
+    bool tied, rope_freqs;
+    int64_t hd, n_head_kv;   /* gemma4: full layers' head size; sliding layers' KV heads */
+    float base;              /* gemma4: full layers' RoPE base */
+    /* gemma4 */
+    int64_t hd_swa, n_head_kv_full, window, shared, ple;
+    float base_swa, softcap;
+    bool sliding[MAX_LAYERS];
+} shape;
+
+static bool is_family(const char *f, const char *name) { return f && strcmp(f, name) == 0; }
+
+/* With kv_from = n_layer - shared, layers from kv_from on read the cache of layer kv_from - 2
+ * (sliding) or kv_from - 1 (full), which must exist and be of the same kind (and so, here, of the same
+ * KV shape). Returns the first layer for which that fails, or -1. */
+static int64_t bad_shared_layer(const shape *s, int64_t n_layer, int64_t shared) {
+    const int64_t kv_from = n_layer - shared;
+    if (shared < 0 || kv_from < 1) return shared > 0 ? 0 : -1;
+    for (int64_t l = kv_from; l < n_layer; l++) {
+        int64_t src = kv_from - (s->sliding[l] ? 2 : 1);
+        if (src < 0 || s->sliding[src] != s->sliding[l]) return l;
+    }
+    return -1;
+}
+
+static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    const char *f = p->family ? p->family : "";
+    memset(s, 0, sizeof *s);
+    s->arch = f;
+    s->llama = is_family(f, "llama");
+    s->qwen3 = is_family(f, "qwen3");
+    s->qwen2 = is_family(f, "qwen2");
+    s->gemma4 = is_family(f, "gemma4");
+    s->gpt2 = is_family(f, "gpt2");
+    if (!s->llama && !s->qwen3 && !s->qwen2 && !s->gemma4 && !s->gpt2)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: family '%s' is not one of llama, qwen3, qwen2, gemma4, gpt2", f);
+    if (p->dtype != EMBER_TYPE_F32 && p->dtype != EMBER_TYPE_F16 && p->dtype != EMBER_TYPE_BF16 &&
+        p->dtype != EMBER_TYPE_Q8_0)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: dtype %d is not one of f32, f16, bf16, q8_0", (int)p->dtype);
+    if (p->n_layer < 1 || p->n_layer > MAX_LAYERS || p->n_embd < 1 || p->n_embd > 65536 || p->n_ff < 1 ||
+        p->n_ff > 262144 || p->n_vocab < 1 || p->n_vocab > 1000000 || p->n_ctx < 1 || p->n_ctx > (1 << 24) ||
+        p->n_head < 1 || p->n_head > 1024 || p->n_head_kv < 0 || p->n_head_kv > 1024 || p->head_dim < 0 ||
+        p->head_dim_swa < 0 || p->n_head_kv_full < 0 || p->n_head_kv_full > 1024 || p->sliding_window < 0 ||
+        p->sliding_window > (1 << 24) || p->shared_kv_layers < -1 || p->ple_dim < -1 || p->ple_dim > 65536)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: a size is out of range");
+    if (!s->gemma4 && (p->head_dim_swa || p->n_head_kv_full || p->rope_base_swa != 0 || p->sliding_window ||
+                       p->swa_pattern || p->shared_kv_layers != -1 || p->ple_dim != -1 || p->softcap >= 0))
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
+                               "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones", f);
+    if (p->rope_freqs > 0 && !s->llama && !s->gemma4)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: rope_freqs is a llama and gemma4 feature");
+
+    s->tied = p->tied < 0 ? !s->llama : p->tied != 0;
+    s->rope_freqs = p->rope_freqs < 0 ? s->gemma4 : p->rope_freqs != 0;
+    s->n_head_kv = p->n_head_kv ? p->n_head_kv : s->gpt2 ? p->n_head : 2;
+    s->base = p->rope_base > 0 ? p->rope_base : s->llama ? 10000.0f : 1000000.0f;
+    const bool even_split = p->n_embd % p->n_head == 0;
+    const int64_t per_head = p->n_embd / p->n_head;
+    if (s->gemma4) {
+        if (!p->head_dim_swa && !even_split)
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "tiny model: hidden %lld is not a multiple of %lld heads (give the sliding layers' head size)",
+                                   (long long)p->n_embd, (long long)p->n_head);
+        s->hd_swa = p->head_dim_swa ? p->head_dim_swa : per_head;
+        s->hd = p->head_dim ? p->head_dim : 2 * s->hd_swa;
+        s->n_head_kv_full = p->n_head_kv_full ? p->n_head_kv_full : s->n_head_kv % 2 ? s->n_head_kv : s->n_head_kv / 2;
+        s->base_swa = p->rope_base_swa > 0 ? p->rope_base_swa : 10000.0f;
+        s->window = p->sliding_window ? p->sliding_window : 8;
+        s->ple = p->ple_dim < 0 ? 32 : p->ple_dim;
+        s->softcap = p->softcap < 0 ? 30.0f : p->softcap;
+        if (p->swa_pattern) {
+            if ((int64_t)strlen(p->swa_pattern) != p->n_layer)
+                return ember_error_set(err, EMBER_ERR_ARG,
+                                       "tiny model: the sliding-window pattern '%.64s' has %zu entries for %lld layers",
+                                       p->swa_pattern, strlen(p->swa_pattern), (long long)p->n_layer);
+            for (int64_t l = 0; l < p->n_layer; l++) {
+                char c = p->swa_pattern[l];
+                if (c != 'S' && c != 's' && c != 'F' && c != 'f')
+                    return ember_error_set(err, EMBER_ERR_ARG,
+                                           "tiny model: the sliding-window pattern '%.64s' may hold only S (sliding) and F (full)",
+                                           p->swa_pattern);
+                s->sliding[l] = c == 'S' || c == 's';
+            }
+        } else {
+            for (int64_t l = 0; l < p->n_layer; l++) s->sliding[l] = (l + 1) % 4 != 0 && l != p->n_layer - 1;
+        }
+        if (p->shared_kv_layers < 0) {
+            s->shared = p->n_layer > 2 && bad_shared_layer(s, p->n_layer, 2) < 0 ? 2 : 0;
+        } else {
+            s->shared = p->shared_kv_layers;
+            int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
+            if (bad >= 0)
+                return ember_error_set(err, EMBER_ERR_ARG,
+                                       "tiny model: with %lld shared-KV layers of %lld, layer %lld would read the cache of "
+                                       "layer %lld, which is missing or not %s (layer kv_from-2 must be sliding and "
+                                       "kv_from-1 full)",
+                                       (long long)s->shared, (long long)p->n_layer, (long long)bad,
+                                       (long long)(p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1)),
+                                       s->sliding[bad] ? "sliding" : "full");
+        }
+    } else {
+        if (!p->head_dim && !even_split)
+            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
+                                   (long long)p->n_embd, (long long)p->n_head);
+        s->hd = p->head_dim ? p->head_dim : per_head;
+    }
+    if (s->gpt2) {
+        if (s->n_head_kv != p->n_head)
+            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
+                                   (long long)s->n_head_kv, (long long)p->n_head);
+        if (!even_split || s->hd != per_head)
+            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2's head size is hidden / heads");
+        if (p->rope_base != 0) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no RoPE (learned positions)");
+    }
+    return EMBER_OK;
+}
+
+static ember_status check_heads(int64_t n_head, int64_t n_kv, const char *which, ember_error *err) {
+    if (n_kv < 1 || n_head % n_kv)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %lld heads are not a multiple of %lld KV heads%s",
+                               (long long)n_head, (long long)n_kv, which);
+    return EMBER_OK;
+}
+
+static ember_status check_head_size(int64_t hd, const char *which, ember_error *err) {
+    if (hd < 2 || hd % 2 || hd > 1024)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %shead size %lld must be even and in 2..1024", which, (long long)hd);
+    return EMBER_OK;
+}
+
+static ember_status check_params(const ember_tiny_model_params *p, const shape *s, ember_error *err) {
+    ember_status st;
+    if ((st = check_heads(p->n_head, s->n_head_kv, s->gemma4 ? " (sliding layers)" : "", err))) return st;
+    if ((st = check_head_size(s->hd, s->gemma4 ? "full layers' " : "", err))) return st;
+    if (s->gemma4) {
+        if ((st = check_heads(p->n_head, s->n_head_kv_full, " (full layers)", err))) return st;
+        if ((st = check_head_size(s->hd_swa, "sliding layers' ", err))) return st;
+    }
+    if (p->dtype == EMBER_TYPE_Q8_0) {
+        bool ok = p->n_embd % 32 == 0 && p->n_ff % 32 == 0 && (p->n_head * s->hd) % 32 == 0;
+        if (s->gemma4) ok = ok && (p->n_head * s->hd_swa) % 32 == 0 && s->ple % 32 == 0;
+        if (!ok)
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   s->gemma4 ? "tiny model: q8_0 needs hidden, ff, heads*head_size (both kinds) and the "
+                                               "per-layer input width to be multiples of 32"
+                                             : "tiny model: q8_0 needs hidden, ff and heads*head_size to be multiples of 32");
+    }
+    if (p->tokenizer && p->n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the embedded tokenizer needs a vocabulary of >= %d",
+                               EMBER_TINY_TOKENIZER_MIN_VOCAB);
+    return EMBER_OK;
+}
+
 /* ---- building -------------------------------------------------------------------------------- */
 
 typedef struct {
     const ember_tiny_model_params *p;
     ember_gguf_writer *w;
-    float *buf; /* (largest tensor) scratch for generated values */
+    float *buf; /* scratch for generated values: the largest tensor and one spare row of n_embd */
 } builder;
 
-/* A tensor of values mean + std * N(0,1). Vectors (n_dims 1) are f32; matrices use the dtype. */
-static void add_random(builder *b, const char *name, int64_t ne0, int64_t ne1, float mean, float std) {
+/* Fills b->buf with n values mean + std * N(0,1) from the tensor's own stream. */
+static void fill_random(builder *b, const char *name, int64_t n, float mean, float std) {
     uint64_t st = tensor_stream(b->p->seed, name);
-    int64_t n = ne0 * ne1;
     for (int64_t i = 0; i < n; i++) b->buf[i] = mean + std * (float)normal(&st);
+}
+
+/* Adds b->buf as a tensor: vectors (ne1 == 1) are f32; matrices use the dtype. */
+static void add_buf(builder *b, const char *name, int64_t ne0, int64_t ne1) {
     const int64_t ne[2] = {ne0, ne1};
     if (ne1 == 1) ember_gguf_writer_add_tensor(b->w, name, EMBER_TYPE_F32, 1, ne, b->buf);
     else ember_gguf_writer_add_tensor(b->w, name, b->p->dtype, 2, ne, b->buf);
 }
 
+/* A tensor of values mean + std * N(0,1). */
+static void add_random(builder *b, const char *name, int64_t ne0, int64_t ne1, float mean, float std) {
+    fill_random(b, name, ne0 * ne1, mean, std);
+    add_buf(b, name, ne0, ne1);
+}
+
 /* LLaMA-3's frequency factors: 1 for short wavelengths, `factor` for long ones, smooth between. */
-static void add_rope_freqs(builder *b, int64_t n_rot, float base) {
+static void add_rope_freqs_llama3(builder *b, int64_t n_rot, float base) {
     const double factor = 8.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
     const double pi = 3.14159265358979323846;
     for (int64_t i = 0; i < n_rot / 2; i++) {
@@ -92,6 +264,15 @@ static void add_rope_freqs(builder *b, int64_t n_rot, float base) {
     ember_gguf_writer_add_tensor(b->w, "rope_freqs.weight", EMBER_TYPE_F32, 1, ne, b->buf);
 }
 
+/* Proportional RoPE as Gemma 4's full layers use it: a quarter of the pairs (the fastest ones, at
+ * least one) rotate as usual; the others get a factor so large that their angle stays 0. */
+static void add_rope_freqs_partial(builder *b, int64_t n_rot) {
+    const int64_t pairs = n_rot / 2, rotating = pairs / 4 > 0 ? pairs / 4 : 1;
+    for (int64_t i = 0; i < pairs; i++) b->buf[i] = i < rotating ? 1.0f : 1e30f;
+    const int64_t ne[1] = {pairs};
+    ember_gguf_writer_add_tensor(b->w, "rope_freqs.weight", EMBER_TYPE_F32, 1, ne, b->buf);
+}
+
 static uint32_t file_type(ember_type t) {
     switch (t) { /* llama.cpp's LLAMA_FTYPE numbers */
     case EMBER_TYPE_F32: return 0;
@@ -102,113 +283,273 @@ static uint32_t file_type(ember_type t) {
     return 0;
 }
 
-static ember_status check_params(const ember_tiny_model_params *p, int64_t hd, ember_error *err) {
-    const char *f = p->family ? p->family : "";
-    if (strcmp(f, "llama") && strcmp(f, "qwen3") && strcmp(f, "qwen2"))
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: family '%s' is not one of llama, qwen3, qwen2", f);
-    if (p->dtype != EMBER_TYPE_F32 && p->dtype != EMBER_TYPE_F16 && p->dtype != EMBER_TYPE_BF16 &&
-        p->dtype != EMBER_TYPE_Q8_0)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: dtype %d is not one of f32, f16, bf16, q8_0", (int)p->dtype);
-    if (p->n_layer < 1 || p->n_layer > 1024 || p->n_embd < 1 || p->n_embd > 65536 || p->n_ff < 1 ||
-        p->n_ff > 262144 || p->n_vocab < 1 || p->n_vocab > 1000000 || p->n_ctx < 1 || p->n_ctx > (1 << 24) ||
-        p->n_head < 1 || p->n_head_kv < 1 || p->n_head > 1024)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: a size is out of range");
-    if (p->n_head % p->n_head_kv)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %lld heads are not a multiple of %lld KV heads",
-                               (long long)p->n_head, (long long)p->n_head_kv);
-    if (!p->head_dim && p->n_embd % p->n_head)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
-                               (long long)p->n_embd, (long long)p->n_head);
-    if (hd < 2 || hd % 2 || hd > 1024)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: head size %lld must be even and in 2..1024", (long long)hd);
-    if (p->dtype == EMBER_TYPE_Q8_0 && (p->n_embd % 32 || p->n_ff % 32 || (p->n_head * hd) % 32))
-        return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny model: q8_0 needs hidden, ff and heads*head_size to be multiples of 32");
-    if (p->tokenizer && p->n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the embedded tokenizer needs a vocabulary of >= %d",
-                               EMBER_TINY_TOKENIZER_MIN_VOCAB);
-    if (p->rope_freqs && strcmp(f, "llama"))
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: rope_freqs is a llama feature");
-    return EMBER_OK;
-}
-
-ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf_writer *w, ember_error *err) {
-    const int64_t hd = p->head_dim ? p->head_dim : (p->n_head > 0 ? p->n_embd / p->n_head : 0);
-    ember_status st = check_params(p, hd, err);
-    if (st != EMBER_OK) return st;
-    const char *arch = p->family;
-    const bool llama = strcmp(arch, "llama") == 0, qwen3 = strcmp(arch, "qwen3") == 0,
-               qwen2 = strcmp(arch, "qwen2") == 0;
-    const bool tied = p->tied < 0 ? !llama : p->tied != 0;
-    const float base = p->rope_base > 0 ? p->rope_base : llama ? 10000.0f : 1000000.0f;
-    const int64_t q_dim = p->n_head * hd, kv_dim = p->n_head_kv * hd;
-
-    /* ---- metadata, in llama.cpp's order ---- */
+/* general.* and the size keys every family has, in llama.cpp's order. */
+static void add_common_metadata(const ember_tiny_model_params *p, const shape *s, ember_gguf_writer *w) {
     char key[160], name[96];
-#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
-    ember_gguf_writer_set_string(w, "general.architecture", arch);
     static const char *dtype_names[] = {[EMBER_TYPE_F32] = "f32", [EMBER_TYPE_F16] = "f16",
                                         [EMBER_TYPE_Q8_0] = "q8_0", [EMBER_TYPE_BF16] = "bf16"};
-    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", arch, dtype_names[p->dtype], (unsigned long long)p->seed);
+    ember_gguf_writer_set_string(w, "general.architecture", s->arch);
+    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_names[p->dtype], (unsigned long long)p->seed);
     ember_gguf_writer_set_string(w, "general.name", name);
     ember_gguf_writer_set_u32(w, "general.alignment", 32);
     ember_gguf_writer_set_u32(w, "general.file_type", file_type(p->dtype));
     if (p->dtype == EMBER_TYPE_Q8_0) ember_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    ember_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)p->n_vocab);
-    ember_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx);
-    ember_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    ember_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
+    snprintf(key, sizeof key, "%s.vocab_size", s->arch);
+    ember_gguf_writer_set_u32(w, key, (uint32_t)p->n_vocab);
+    snprintf(key, sizeof key, "%s.context_length", s->arch);
+    ember_gguf_writer_set_u32(w, key, (uint32_t)p->n_ctx);
+    snprintf(key, sizeof key, "%s.embedding_length", s->arch);
+    ember_gguf_writer_set_u32(w, key, (uint32_t)p->n_embd);
+    snprintf(key, sizeof key, "%s.block_count", s->arch);
+    ember_gguf_writer_set_u32(w, key, (uint32_t)p->n_layer);
+}
+
+/* ---- llama / qwen3 / qwen2 ---- */
+
+static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    char key[160];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, s->arch), key)
     ember_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
     ember_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    ember_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    ember_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
     /* Qwen3 files always say their head size (it is not hidden/heads in the real models). */
-    if (qwen3 || hd != p->n_embd / p->n_head) {
-        ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
-        ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    if (s->qwen3 || s->hd != p->n_embd / p->n_head) {
+        ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->hd);
+        ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->hd);
     }
-    ember_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
-    ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), base);
-    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), llama ? 1e-5f : 1e-6f);
+    ember_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s->hd);
+    ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->base);
+    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->llama ? 1e-5f : 1e-6f);
 #undef KEY
-    if (p->tokenizer) {
-        /* The pre-tokenizers of the real families (LLaMA 3 and Qwen2/3); LLaMA adds BOS, Qwen does not. */
-        st = ember_tiny_tokenizer_build(w, p->n_vocab, llama ? "llama-bpe" : "qwen2", llama, err);
-        if (st != EMBER_OK) return st;
-    }
+}
 
-    /* ---- tensors ---- */
-    int64_t biggest = p->n_vocab * p->n_embd;
-    int64_t sizes[] = {q_dim * p->n_embd, p->n_ff * p->n_embd};
-    for (size_t i = 0; i < 2; i++) biggest = sizes[i] > biggest ? sizes[i] : biggest;
-    builder b = {.p = p, .w = w, .buf = malloc((size_t)biggest * sizeof(float))};
-    if (!b.buf) return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
+static void tensors_llama(builder *b, const shape *s) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t hd = s->hd, q_dim = p->n_head * hd, kv_dim = s->n_head_kv * hd;
     const float s_embd = 1.0f / sqrtf((float)p->n_embd), s_q = 1.0f / sqrtf((float)q_dim),
                 s_ff = 1.0f / sqrtf((float)p->n_ff);
-    add_random(&b, "token_embd.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
-    if (p->rope_freqs) add_rope_freqs(&b, hd, base);
+    char name[96];
+    add_random(b, "token_embd.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
+    if (s->rope_freqs) add_rope_freqs_llama3(b, hd, s->base);
     for (int64_t l = 0; l < p->n_layer; l++) {
 #define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
-        add_random(&b, T("attn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
-        add_random(&b, T("attn_q.weight"), p->n_embd, q_dim, 0.0f, s_embd);
-        if (qwen2) add_random(&b, T("attn_q.bias"), q_dim, 1, 0.0f, 0.1f);
-        add_random(&b, T("attn_k.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
-        if (qwen2) add_random(&b, T("attn_k.bias"), kv_dim, 1, 0.0f, 0.1f);
-        add_random(&b, T("attn_v.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
-        if (qwen2) add_random(&b, T("attn_v.bias"), kv_dim, 1, 0.0f, 0.1f);
-        add_random(&b, T("attn_output.weight"), q_dim, p->n_embd, 0.0f, s_q);
-        if (qwen3) {
-            add_random(&b, T("attn_q_norm.weight"), hd, 1, 1.0f, 0.1f);
-            add_random(&b, T("attn_k_norm.weight"), hd, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_q.weight"), p->n_embd, q_dim, 0.0f, s_embd);
+        if (s->qwen2) add_random(b, T("attn_q.bias"), q_dim, 1, 0.0f, 0.1f);
+        add_random(b, T("attn_k.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
+        if (s->qwen2) add_random(b, T("attn_k.bias"), kv_dim, 1, 0.0f, 0.1f);
+        add_random(b, T("attn_v.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
+        if (s->qwen2) add_random(b, T("attn_v.bias"), kv_dim, 1, 0.0f, 0.1f);
+        add_random(b, T("attn_output.weight"), q_dim, p->n_embd, 0.0f, s_q);
+        if (s->qwen3) {
+            add_random(b, T("attn_q_norm.weight"), hd, 1, 1.0f, 0.1f);
+            add_random(b, T("attn_k_norm.weight"), hd, 1, 1.0f, 0.1f);
         }
-        add_random(&b, T("ffn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
-        add_random(&b, T("ffn_gate.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
-        add_random(&b, T("ffn_up.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
-        add_random(&b, T("ffn_down.weight"), p->n_ff, p->n_embd, 0.0f, s_ff);
+        add_random(b, T("ffn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_gate.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
+        add_random(b, T("ffn_up.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
+        add_random(b, T("ffn_down.weight"), p->n_ff, p->n_embd, 0.0f, s_ff);
 #undef T
     }
-    add_random(&b, "output_norm.weight", p->n_embd, 1, 1.0f, 0.1f);
-    if (!tied) add_random(&b, "output.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
+    add_random(b, "output_norm.weight", p->n_embd, 1, 1.0f, 0.1f);
+    if (!s->tied) add_random(b, "output.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- gemma4 ---- */
+
+/* The layers from kv_from on read an earlier layer's KV cache and have a double-width MLP (as the
+ * KV-sharing layers of the small Gemma models do). */
+static int64_t gemma4_ff(const ember_tiny_model_params *p, const shape *s, int64_t l) {
+    return l >= p->n_layer - s->shared ? 2 * p->n_ff : p->n_ff;
+}
+
+static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    char key[160];
+    uint32_t ff[MAX_LAYERS], kv_heads[MAX_LAYERS];
+    uint8_t pattern[MAX_LAYERS];
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        ff[l] = (uint32_t)gemma4_ff(p, s, l);
+        kv_heads[l] = (uint32_t)(s->sliding[l] ? s->n_head_kv : s->n_head_kv_full);
+        pattern[l] = s->sliding[l];
+    }
+    const uint64_t n = (uint64_t)p->n_layer;
+#define KEY(suffix) (snprintf(key, sizeof key, "gemma4." suffix), key)
+    ember_gguf_writer_set_array(w, KEY("feed_forward_length"), GGUF_TYPE_UINT32, ff, n);
+    ember_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
+    ember_gguf_writer_set_array(w, KEY("attention.head_count_kv"), GGUF_TYPE_UINT32, kv_heads, n);
+    ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->hd);
+    ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->hd);
+    ember_gguf_writer_set_u32(w, KEY("attention.key_length_swa"), (uint32_t)s->hd_swa);
+    ember_gguf_writer_set_u32(w, KEY("attention.value_length_swa"), (uint32_t)s->hd_swa);
+    ember_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s->hd);
+    ember_gguf_writer_set_u32(w, KEY("rope.dimension_count_swa"), (uint32_t)s->hd_swa);
+    ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->base);
+    ember_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), s->base_swa);
+    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    ember_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->window);
+    ember_gguf_writer_set_array(w, KEY("attention.sliding_window_pattern"), GGUF_TYPE_BOOL, pattern, n);
+    ember_gguf_writer_set_u32(w, KEY("attention.shared_kv_layers"), (uint32_t)s->shared);
+    if (s->ple > 0) ember_gguf_writer_set_u32(w, KEY("embedding_length_per_layer_input"), (uint32_t)s->ple);
+    if (s->softcap > 0) ember_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->softcap);
+#undef KEY
+}
+
+static void tensors_gemma4(builder *b, const shape *s) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t d = p->n_embd, ple = s->ple, kv_from = p->n_layer - s->shared;
+    const float s_embd = 1.0f / sqrtf((float)d);
+    char name[96];
+    add_random(b, "token_embd.weight", d, p->n_vocab, 0.0f, 0.35f);
+    if (ple > 0) {
+        add_random(b, "per_layer_token_embd.weight", p->n_layer * ple, p->n_vocab, 0.0f, 1.0f / sqrtf((float)ple));
+        add_random(b, "per_layer_model_proj.weight", d, p->n_layer * ple, 0.0f, s_embd);
+        add_random(b, "per_layer_proj_norm.weight", ple, 1, 1.0f, 0.1f);
+    }
+    if (s->rope_freqs) add_rope_freqs_partial(b, s->hd);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        const bool sliding = s->sliding[l];
+        const int64_t hd = sliding ? s->hd_swa : s->hd, q_dim = p->n_head * hd,
+                      kv_dim = (sliding ? s->n_head_kv : s->n_head_kv_full) * hd, ff = gemma4_ff(p, s, l);
+#define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+        add_random(b, T("attn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_q.weight"), d, q_dim, 0.0f, s_embd);
+        if (l < kv_from) { /* shared-KV layers have no K/V of their own */
+            add_random(b, T("attn_k.weight"), d, kv_dim, 0.0f, s_embd);
+            if (sliding) add_random(b, T("attn_v.weight"), d, kv_dim, 0.0f, s_embd); /* full: V = K */
+            add_random(b, T("attn_k_norm.weight"), hd, 1, 0.5f, 0.05f);
+        }
+        /* The attention scale is 1: queries and keys of RMS 0.5 give scores of std sqrt(hd)/4,
+         * about 1, as 1/sqrt(hd) does for unit ones. */
+        add_random(b, T("attn_q_norm.weight"), hd, 1, 0.5f, 0.05f);
+        add_random(b, T("attn_output.weight"), q_dim, d, 0.0f, 1.0f / sqrtf((float)q_dim));
+        add_random(b, T("post_attention_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_gate.weight"), d, ff, 0.0f, s_embd);
+        add_random(b, T("ffn_up.weight"), d, ff, 0.0f, s_embd);
+        add_random(b, T("ffn_down.weight"), ff, d, 0.0f, 1.0f / sqrtf((float)ff));
+        add_random(b, T("post_ffw_norm.weight"), d, 1, 1.0f, 0.1f);
+        if (ple > 0) {
+            add_random(b, T("inp_gate.weight"), d, ple, 0.0f, s_embd);
+            add_random(b, T("proj.weight"), ple, d, 0.0f, 1.0f / sqrtf((float)ple));
+            add_random(b, T("post_norm.weight"), d, 1, 1.0f, 0.1f);
+        }
+        /* Around 0.5, so the scaled input embedding fades through the layers: with the tied head
+         * it would otherwise make each token predict itself. */
+        add_random(b, T("layer_output_scale.weight"), 1, 1, 0.5f, 0.1f);
+#undef T
+    }
+    add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);
+    if (!s->tied) add_random(b, "output.weight", d, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- gpt2 ---- */
+
+static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p) {
+    ember_gguf_writer_set_u32(w, "gpt2.feed_forward_length", (uint32_t)p->n_ff);
+    ember_gguf_writer_set_u32(w, "gpt2.attention.head_count", (uint32_t)p->n_head);
+    ember_gguf_writer_set_f32(w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
+}
+
+static void tensors_gpt2(builder *b, const shape *s) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t d = p->n_embd, ff = p->n_ff;
+    const float s_embd = 1.0f / sqrtf((float)d);
+    const double gelu_mean = 0.28209479177387814; /* 1 / (2 sqrt(pi)) */
+    char name[96];
+    add_random(b, "token_embd.weight", d, p->n_vocab, 0.0f, 0.35f);
+    add_random(b, "position_embd.weight", d, p->n_ctx, 0.0f, 0.1f);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+#define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+        add_random(b, T("attn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_norm.bias"), d, 1, 0.0f, 0.1f);
+        /* Q and K rows twice as wide as V's (attention scores of std ~4, not ~1): each position
+         * attends to a few others rather than to the average of the context, which otherwise
+         * swamps the current token and settles greedy output on one token. */
+        fill_random(b, T("attn_qkv.weight"), 3 * d * d, 0.0f, s_embd);
+        for (int64_t i = 0; i < 2 * d * d; i++) b->buf[i] *= 2.0f;
+        add_buf(b, name, d, 3 * d);
+        add_random(b, T("attn_qkv.bias"), 3 * d, 1, 0.0f, 0.1f);
+        add_random(b, T("attn_output.weight"), d, d, 0.0f, s_embd);
+        add_random(b, T("attn_output.bias"), d, 1, 0.0f, 0.1f);
+        add_random(b, T("ffn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_norm.bias"), d, 1, 0.0f, 0.1f);
+        add_random(b, T("ffn_up.weight"), d, ff, 0.0f, s_embd);
+        add_random(b, T("ffn_up.bias"), ff, 1, 0.0f, 0.1f);
+        /* The bias cancels GELU's mean output (E[gelu(z)] = 1/(2 sqrt(pi)) for z ~ N(0, 1)): without it
+         * every token's MLP adds the same offset and greedy output settles on one token. */
+        add_random(b, T("ffn_down.weight"), ff, d, 0.0f, 1.0f / sqrtf((float)ff));
+        float *bias = b->buf + ff * d; /* the spare row after the weights */
+        for (int64_t i = 0; i < d; i++) {
+            double sum = 0;
+            for (int64_t j = 0; j < ff; j++) sum += b->buf[i * ff + j];
+            bias[i] = (float)(-gelu_mean * sum);
+        }
+        const int64_t ne[1] = {d};
+        ember_gguf_writer_add_tensor(b->w, T("ffn_down.bias"), EMBER_TYPE_F32, 1, ne, bias);
+#undef T
+    }
+    add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);
+    add_random(b, "output_norm.bias", d, 1, 0.0f, 0.1f);
+    if (!s->tied) add_random(b, "output.weight", d, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- all families ---- */
+
+/* Values in the largest tensor the model has. */
+static int64_t largest_tensor(const ember_tiny_model_params *p, const shape *s) {
+    const int64_t d = p->n_embd;
+    int64_t sizes[] = {
+        p->n_vocab * d,                      /* token_embd, output */
+        p->n_head * s->hd * d,               /* attn_q, attn_output */
+        p->n_head * s->hd_swa * d,           /* gemma4's sliding layers */
+        2 * p->n_ff * d,                     /* MLP (gemma4's double width) */
+        3 * d * d,                           /* gpt2's attn_qkv */
+        p->n_ctx * d,                        /* gpt2's position_embd */
+        p->n_vocab * p->n_layer * s->ple,    /* gemma4's per_layer_token_embd */
+        d * p->n_layer * s->ple,             /* gemma4's per_layer_model_proj */
+        s->hd,                               /* rope_freqs */
+    };
+    int64_t biggest = 1;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) biggest = sizes[i] > biggest ? sizes[i] : biggest;
+    return biggest;
+}
+
+ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf_writer *w, ember_error *err) {
+    shape *s = malloc(sizeof *s);
+    if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
+    ember_status st = resolve(p, s, err);
+    if (st == EMBER_OK) st = check_params(p, s, err);
+    if (st != EMBER_OK) {
+        free(s);
+        return st;
+    }
+
+    add_common_metadata(p, s, w);
+    if (s->gemma4) metadata_gemma4(w, p, s);
+    else if (s->gpt2) metadata_gpt2(w, p);
+    else metadata_llama(w, p, s);
+    if (p->tokenizer) {
+        /* The pre-tokenizers of the real families: LLaMA 3's, Qwen2/3's, GPT-2's (also for Gemma 4,
+         * whose own SentencePiece-style vocabulary this tiny one does not imitate). LLaMA and Gemma
+         * add BOS; Qwen and GPT-2 do not. */
+        const char *pre = s->llama ? "llama-bpe" : (s->qwen3 || s->qwen2) ? "qwen2" : "gpt-2";
+        st = ember_tiny_tokenizer_build(w, p->n_vocab, pre, s->llama || s->gemma4, err);
+        if (st != EMBER_OK) {
+            free(s);
+            return st;
+        }
+    }
+
+    builder b = {.p = p, .w = w, .buf = malloc((size_t)(largest_tensor(p, s) + p->n_embd) * sizeof(float))};
+    if (!b.buf) {
+        free(s);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
+    }
+    if (s->gemma4) tensors_gemma4(&b, s);
+    else if (s->gpt2) tensors_gpt2(&b, s);
+    else tensors_llama(&b, s);
     free(b.buf);
+    free(s);
     return ember_gguf_writer_status(w, err);
 }
 

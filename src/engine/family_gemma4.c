@@ -13,13 +13,13 @@
 static void per_layer_inputs(const ember_model *m, const int32_t *ids, const float *x, float *out, float *tmp,
                              int64_t n) {
     const int64_t d = m->n_embd, ple = m->ple_dim, width = m->n_layer * ple;
-    m->ops->matmul(&m->ple_proj, x, out, n);
+    ember_matmul(m->compute, &m->ple_proj, x, out, n);
     const float proj_scale = 1.0f / sqrtf((float)d), tok_scale = sqrtf((float)ple);
     const float mix = 1.0f / sqrtf(2.0f);
     for (int64_t t = 0; t < n; t++) {
         float *row = out + t * width;
         for (int64_t i = 0; i < width; i++) row[i] *= proj_scale;
-        for (int64_t l = 0; l < m->n_layer; l++) ember_rmsnorm(row + l * ple, row + l * ple, m->ple_proj_norm, ple, m->norm_eps);
+        for (int64_t l = 0; l < m->n_layer; l++) m->ops->rmsnorm(row + l * ple, row + l * ple, m->ple_proj_norm, ple, m->norm_eps);
     }
     for (int64_t t = 0; t < n; t++) {
         float *row = out + t * width;
@@ -33,18 +33,17 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
 }
 
 /* Per-head RMSNorm (weight may be NULL) then, when n_rot > 0, NEOX RoPE at the token's position. */
-static void heads_norm_rope(float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm, float eps,
-                            int64_t n_rot, float base, const float *factors, int64_t pos0) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *xh = x + (t * n_heads + h) * hd;
-            ember_rmsnorm(xh, xh, norm, hd, eps);
-            if (n_rot > 0) ember_rope(xh, n_rot, pos0 + t, base, true, factors);
-        }
+static void heads_norm_rope(const ember_kernel_ops *ops, float *x, int64_t n, int64_t n_heads, int64_t hd,
+                            const float *norm, float eps, int64_t n_rot, float base, const float *factors, int64_t pos0) {
+    for (int64_t t = 0; t < n; t++) {
+        float *xt = x + t * n_heads * hd;
+        for (int64_t h = 0; h < n_heads; h++) ops->rmsnorm(xt + h * hd, xt + h * hd, norm, hd, eps);
+        if (n_rot > 0) ops->rope_heads(xt, n_heads, hd, n_rot, pos0 + t, base, true, factors);
+    }
 }
 
-static void rmsnorm_rows(float *x, const float *w, int64_t n, int64_t d, float eps) {
-    for (int64_t t = 0; t < n; t++) ember_rmsnorm(x + t * d, x + t * d, w, d, eps);
+static void rmsnorm_rows(const ember_kernel_ops *ops, float *x, const float *w, int64_t n, int64_t d, float eps) {
+    for (int64_t t = 0; t < n; t++) ops->rmsnorm(x + t * d, x + t * d, w, d, eps);
 }
 
 ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -71,44 +70,44 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         /* attention */
-        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
-        ops->matmul(&L->wq, w->xn, w->q, n);
-        heads_norm_rope(w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
+        ember_matmul(m->compute, &L->wq, w->xn, w->q, n);
+        heads_norm_rope(ops, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
         if (L->kv_source == l) {
-            ops->matmul(&L->wk, w->xn, w->k, n);
-            if (L->wv.data) ops->matmul(&L->wv, w->xn, w->v, n);
+            ember_matmul(m->compute, &L->wk, w->xn, w->k, n);
+            if (L->wv.data) ember_matmul(m->compute, &L->wv, w->xn, w->v, n);
             else memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
-            heads_norm_rope(w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
-            heads_norm_rope(w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
+            heads_norm_rope(ops, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+            heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
             memcpy(s->k_cache[l] + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
             memcpy(s->v_cache[l] + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
         }
         ember_attention(m, L, 1.0f, L->sliding ? m->window : 0, w->scores, w->q, s->k_cache[L->kv_source],
                         s->v_cache[L->kv_source], w->att, pos0, n);
-        ops->matmul(&L->wo, w->att, w->attn, n);
-        rmsnorm_rows(w->attn, L->post_attn_norm, n, d, eps);
+        ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
+        rmsnorm_rows(ops, w->attn, L->post_attn_norm, n, d, eps);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
 
         /* GELU-gated MLP */
-        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
-        ops->matmul(&L->w_gate, w->xn, w->gate, n);
-        ops->matmul(&L->w_up, w->xn, w->up, n);
-        for (int64_t i = 0; i < n * L->n_ff; i++) w->gate[i] = ember_gelu_tanh(w->gate[i]) * w->up[i];
-        ops->matmul(&L->w_down, w->gate, w->mlp, n);
-        rmsnorm_rows(w->mlp, L->post_ffw_norm, n, d, eps);
+        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
+        ember_matmul(m->compute, &L->w_gate, w->xn, w->gate, n);
+        ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
+        ops->gelu_mul(w->gate, w->up, n * L->n_ff);
+        ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
+        rmsnorm_rows(ops, w->mlp, L->post_ffw_norm, n, d, eps);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
 
         /* per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add */
         if (ple > 0) {
-            ops->matmul(&L->inp_gate, w->x, w->ple_gate, n);
+            ember_matmul(m->compute, &L->inp_gate, w->x, w->ple_gate, n);
             for (int64_t t = 0; t < n; t++)
                 for (int64_t i = 0; i < ple; i++)
                     w->ple_gate[t * ple + i] =
                         ember_gelu_tanh(w->ple_gate[t * ple + i]) * w->ple[t * m->n_layer * ple + l * ple + i];
-            ops->matmul(&L->proj, w->ple_gate, w->mlp, n);
-            rmsnorm_rows(w->mlp, L->post_norm, n, d, eps);
+            ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
+            rmsnorm_rows(ops, w->mlp, L->post_norm, n, d, eps);
             ember_add_into(w->x, w->mlp, n * d);
         }
         if (L->out_scale != 1.0f)
@@ -116,9 +115,9 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    ember_rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
+    ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
-    ops->matmul(&m->output, w->last, w->logits, 1);
+    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
     if (m->softcap > 0.0f)
         for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;

@@ -36,7 +36,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         layernorm_rows(w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
-        ops->matmul(&L->wqkv, w->xn, w->qkv, n);
+        ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
         ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
         for (int64_t t = 0; t < n; t++) { /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
@@ -44,16 +44,16 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
             memcpy(s->v_cache[l] + (pos0 + t) * d, w->qkv + t * 3 * d + 2 * d, (size_t)d * sizeof(float));
         }
         ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, s->k_cache[l], s->v_cache[l], w->att, pos0, n);
-        ops->matmul(&L->wo, w->att, w->attn, n);
+        ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_add_bias(w->attn, L->bo, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
 
         layernorm_rows(w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
-        ops->matmul(&L->w_up, w->xn, w->up, n);
+        ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
-        for (int64_t i = 0; i < n * L->n_ff; i++) w->up[i] = ember_gelu_tanh(w->up[i]);
-        ops->matmul(&L->w_down, w->up, w->mlp, n);
+        ops->gelu_mul(w->up, NULL, n * L->n_ff);
+        ember_matmul(m->compute, &L->w_down, w->up, w->mlp, n);
         ember_add_bias(w->mlp, L->b_down, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
@@ -62,7 +62,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
 
     ember_layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
-    ops->matmul(&m->output, w->last, w->logits, 1);
+    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
     return EMBER_OK;
 }

@@ -10,12 +10,12 @@
 /* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows. */
 static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd,
                           const float *norm, int64_t pos0) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *xh = x + (t * n_heads + h) * hd;
-            if (norm) ember_rmsnorm(xh, xh, norm, hd, m->norm_eps);
-            ember_rope(xh, m->n_rot, pos0 + t, m->rope_base, m->rope_neox, m->rope_freqs);
-        }
+    for (int64_t t = 0; t < n; t++) {
+        float *xt = x + t * n_heads * hd;
+        if (norm)
+            for (int64_t h = 0; h < n_heads; h++) m->ops->rmsnorm(xt + h * hd, xt + h * hd, norm, hd, m->norm_eps);
+        m->ops->rope_heads(xt, n_heads, hd, m->n_rot, pos0 + t, m->rope_base, m->rope_neox, m->rope_freqs);
+    }
 }
 
 ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -36,10 +36,10 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         /* attention block */
-        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, m->norm_eps);
-        ops->matmul(&L->wq, w->xn, w->q, n);
-        ops->matmul(&L->wk, w->xn, w->k, n);
-        ops->matmul(&L->wv, w->xn, w->v, n);
+        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, m->norm_eps);
+        ember_matmul(m->compute, &L->wq, w->xn, w->q, n);
+        ember_matmul(m->compute, &L->wk, w->xn, w->k, n);
+        ember_matmul(m->compute, &L->wv, w->xn, w->v, n);
         ember_add_bias(w->q, L->bq, n, q_dim);
         ember_add_bias(w->k, L->bk, n, L->kv_dim);
         ember_add_bias(w->v, L->bv, n, L->kv_dim);
@@ -49,25 +49,25 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         memcpy(kc + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
         memcpy(vc + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
         ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, kc, vc, w->att, pos0, n);
-        ops->matmul(&L->wo, w->att, w->attn, n);
+        ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
 
         /* SwiGLU MLP */
-        for (int64_t t = 0; t < n; t++) ember_rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
-        ops->matmul(&L->w_gate, w->xn, w->gate, n);
-        ops->matmul(&L->w_up, w->xn, w->up, n);
-        for (int64_t i = 0; i < n * L->n_ff; i++) w->gate[i] = ember_silu(w->gate[i]) * w->up[i];
-        ops->matmul(&L->w_down, w->gate, w->mlp, n);
+        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
+        ember_matmul(m->compute, &L->w_gate, w->xn, w->gate, n);
+        ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
+        ops->silu_mul(w->gate, w->up, n * L->n_ff);
+        ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
     /* Only the last position's logits are produced. */
-    ember_rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
+    ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
-    ops->matmul(&m->output, w->last, w->logits, 1);
+    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
     return EMBER_OK;
 }

@@ -143,6 +143,22 @@ static ember_status refuse_experts(binder *b) {
     return EMBER_OK;
 }
 
+/* The kernels' activation scratch sized for every matrix the forward pass multiplies by, so no
+ * evaluation allocates it (kernels/compute.c). */
+static ember_status reserve_scratch(ember_model *m, ember_error *err) {
+    const ember_matrix *top[] = {&m->output, &m->ple_proj};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (top[i]->data) TRY(ember_compute_reserve(m->compute, top[i]->type, top[i]->n_in, err));
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        const ember_layer *L = &m->layers[l];
+        const ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->w_gate, &L->w_up, &L->w_down,
+                                      &L->inp_gate, &L->proj};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (mats[i]->data) TRY(ember_compute_reserve(m->compute, mats[i]->type, mats[i]->n_in, err));
+    }
+    return EMBER_OK;
+}
+
 ember_status ember_model_load(const ember_model_params *p, ember_model **out, ember_error *err) {
     *out = NULL;
     if (!p || !p->path) return ember_error_set(err, EMBER_ERR_ARG, "ember_model_load: no model path given");
@@ -179,11 +195,14 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     }
     if (st != EMBER_OK) goto fail;
 
-    ember_kernels chosen;
-    m->ops = ember_kernels_select(p->kernels, &chosen);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
+    if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
+    if ((st = reserve_scratch(m, err)) != EMBER_OK) goto fail;
+    m->ops = ember_compute_ops(m->compute);
+    ember_kernels chosen = ember_compute_kernels(m->compute);
     m->name = ember_gguf_get_string(m->gguf, "general.name");
     m->dtype_summary = dtype_summary(m->gguf);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->info = (ember_model_info){
         .family = family_name(m->family),
         .architecture = m->architecture,
@@ -197,7 +216,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .context_length = m->n_ctx_train,
         .dtype_summary = m->dtype_summary,
         .kernels = ember_kernels_name(chosen),
-        .n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1),
+        .n_threads = n_threads,
         .experimental = m->family == EMBER_FAMILY_QWEN2,
     };
     *out = m;
@@ -215,6 +234,7 @@ void ember_model_free(ember_model *m) {
     free(m->architecture);
     free(m->name);
     free(m->dtype_summary);
+    ember_compute_free(m->compute);
     ember_gguf_close(m->gguf);
     free(m);
 }

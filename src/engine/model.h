@@ -50,7 +50,8 @@ struct ember_model {
     ember_gguf *gguf;
     ember_model_info info;
     ember_family family;
-    const ember_kernel_ops *ops;
+    const ember_kernel_ops *ops;  /* = ember_compute_ops(compute) */
+    ember_compute *compute;       /* kernel table, thread pool, activation scratch (kernels/compute.c) */
     ember_forward_fn forward;
 
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
@@ -95,7 +96,7 @@ typedef struct {
     float *ple;    /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
     float *ple_gate; /* (n, ple_dim) */
     float *ple_row;  /* (n_layer*ple_dim) one token's per-layer embedding row */
-    float *scores; /* (n_ctx) one head's attention scores */
+    float *scores; /* (n_threads, n_ctx) one head's attention scores per thread */
     float *last;   /* (n_embd) final-normed hidden of the last token */
     float *logits; /* (n_vocab) */
 } ember_workspace;
@@ -122,8 +123,9 @@ static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage sta
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
 
-/* Causal attention of n new tokens (positions pos0..pos0+n-1) over one layer's cache.
- * window > 0: a query at p sees keys p-window+1..p only. q: (n, n_head*hd), kc/vc: (n_ctx, kv_dim). */
+/* Causal attention of n new tokens (positions pos0..pos0+n-1) over one layer's cache, heads split
+ * over the model's threads. window > 0: a query at p sees keys p-window+1..p only.
+ * q: (n, n_head*hd), kc/vc: (n_ctx, kv_dim), scores: (n_threads, pos0+n) scratch. */
 void ember_attention(const ember_model *m, const ember_layer *L, float scale, int64_t window, float *scores,
                      const float *q, const float *kc, const float *vc, float *att, int64_t pos0, int64_t n);
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */

@@ -18,7 +18,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     s->n_ctx = n_ctx;
     s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
-    s->ws.scores = malloc((size_t)n_ctx * sizeof(float));
+    s->ws.scores = malloc((size_t)n_ctx * (size_t)ember_compute_threads(m->compute) * sizeof(float));
     s->ws.last = malloc((size_t)m->n_embd * sizeof(float));
     s->ws.logits = calloc((size_t)m->n_vocab, sizeof(float));
     s->ws.ple_row = malloc((size_t)(m->n_layer * m->ple_dim + 1) * sizeof(float));

@@ -63,13 +63,34 @@ bool ember_kernels_parse(const char *s, ember_kernels *out) {
     return false;
 }
 
+/* The features each SIMD set is compiled for (CMakeLists.txt gives avx2.c / avx512.c these flags). */
+bool ember_kernels_supported(ember_kernels k) {
+    const ember_cpu_features *f = ember_cpu();
+    switch (k) {
+    case EMBER_KERNELS_AUTO:
+    case EMBER_KERNELS_REFERENCE: return true;
+    case EMBER_KERNELS_AVX2: return f->avx2 && f->fma && f->f16c;
+    case EMBER_KERNELS_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    }
+    return false;
+}
+
 const ember_kernel_ops *ember_kernels_select(ember_kernels want, ember_kernels *chosen) {
     if (want == EMBER_KERNELS_AUTO) {
         const char *env = getenv("EMBER_KERNELS");
         ember_kernels k;
         if (env && ember_kernels_parse(env, &k)) want = k;
     }
-    /* Only the reference set exists so far; every request resolves to it. */
-    *chosen = EMBER_KERNELS_REFERENCE;
-    return &ember_kernels_reference;
+    if (want == EMBER_KERNELS_AUTO)
+        want = ember_kernels_supported(EMBER_KERNELS_AVX512) ? EMBER_KERNELS_AVX512
+               : ember_kernels_supported(EMBER_KERNELS_AVX2) ? EMBER_KERNELS_AVX2
+                                                              : EMBER_KERNELS_REFERENCE;
+    *chosen = want;
+    if (!ember_kernels_supported(want)) return NULL; /* an explicit request this CPU cannot run */
+    switch (want) {
+    case EMBER_KERNELS_AVX2: return &ember_kernels_avx2;
+    case EMBER_KERNELS_AVX512: return &ember_kernels_avx512;
+    default: return &ember_kernels_reference;
+    }
 }

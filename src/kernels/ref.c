@@ -107,8 +107,12 @@ static inline float weight_at(const ember_matrix *m, const uint8_t *row, int64_t
     return 0.0f;
 }
 
-static void ref_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    for (int64_t o = 0; o < w->n_out; o++) {
+/* Rows [o0, o1) of y = x W^T; the reference uses the f32 activations as they are. */
+static void ref_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                            int64_t n_tok, int64_t o0, int64_t o1) {
+    (void)xa;
+    (void)xa_stride;
+    for (int64_t o = o0; o < o1; o++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
         for (int64_t t = 0; t < n_tok; t++) {
             const float *xt = x + t * w->n_in;
@@ -119,11 +123,102 @@ static void ref_matmul(const ember_matrix *w, const float *x, float *y, int64_t 
     }
 }
 
+static void ref_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    ref_matmul_rows(w, x, NULL, 0, y, n_tok, 0, w->n_out);
+}
+
+static size_t ref_act_size(ember_type type, int64_t n_in) {
+    (void)type;
+    (void)n_in;
+    return 0;
+}
+
+static void ref_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
+    (void)type;
+    (void)x;
+    (void)xa;
+    (void)n_in;
+}
+
+/* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
+static void ref_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
+                          int64_t hd, float scale, float *scores, float *out) {
+    for (int64_t j = 0; j < n_keys; j++) scores[j] = ref_dot_f32(q, k + j * kv_stride, hd) * scale;
+    ember_softmax(scores, n_keys);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int64_t j = 0; j < n_keys; j++) {
+        const float *vj = v + j * kv_stride;
+        for (int64_t d = 0; d < hd; d++) out[d] += scores[j] * vj[d];
+    }
+}
+
+static void ref_silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = ember_silu(g[i]) * u[i];
+}
+
+static void ref_gelu_mul(float *g, const float *u, int64_t n) {
+    if (!u) {
+        for (int64_t i = 0; i < n; i++) g[i] = ember_gelu_tanh(g[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) g[i] = ember_gelu_tanh(g[i]) * u[i];
+}
+
+static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, float base, bool neox,
+                           const float *freq_factors) {
+    for (int64_t h = 0; h < n_heads; h++) ember_rope(x + h * hd, n_rot, pos, base, neox, freq_factors);
+}
+
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
     .matmul = ref_matmul,
     .dot_f32 = ref_dot_f32,
+    .act_size = ref_act_size,
+    .act_prepare = ref_act_prepare,
+    .matmul_rows = ref_matmul_rows,
+    .attn_head = ref_attn_head,
+    .rmsnorm = ember_rmsnorm,
+    .silu_mul = ref_silu_mul,
+    .gelu_mul = ref_gelu_mul,
+    .rope_heads = ref_rope_heads,
 };
+
+/* ---- Q8_0 activation quantization and the quantized dot: the oracle for the SIMD sets ---- */
+
+void ember_quantize_row_q8_0(const float *x, ember_block_q8_0 *y, int64_t n) {
+    for (int64_t b = 0; b < n / EMBER_QK8_0; b++) {
+        const float *xb = x + b * EMBER_QK8_0;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int j = 0; j < EMBER_QK8_0; j++) {
+            float a = fabsf(xb[j]);
+            if (!(a < INFINITY)) finite = false; /* NaN or infinity */
+            else if (a > amax) amax = a;
+        }
+        ember_block_q8_0 *yb = &y[b];
+        if (!finite) {
+            yb->d = 0x7e00; /* f16 NaN: the products come out NaN */
+            memset(yb->qs, 0, sizeof yb->qs);
+            continue;
+        }
+        yb->d = ember_f32_to_f16(amax / 127.0f);
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < EMBER_QK8_0; j++) {
+            float q = nearbyintf(xb[j] * id); /* round half to even; |q| <= 127 since |x| <= amax */
+            yb->qs[j] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+        }
+    }
+}
+
+float ember_dot_q8_0_q8_0(const ember_block_q8_0 *w, const ember_block_q8_0 *x, int64_t n) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / EMBER_QK8_0; b++) {
+        int32_t isum = 0; /* exact: |sum| <= 32 * 128 * 127 */
+        for (int j = 0; j < EMBER_QK8_0; j++) isum += (int32_t)w[b].qs[j] * (int32_t)x[b].qs[j];
+        s += (ember_f16_to_f32(w[b].d) * ember_f16_to_f32(x[b].d)) * (float)isum;
+    }
+    return s;
+}
 
 void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
     float ss = 0.0f;

@@ -1,0 +1,353 @@
+-- ember.cli — the `ember` command: generate text with optional experiments, capture, patch, and
+-- the compare-artifacts subcommand. Generated text goes to stdout, notices and errors to stderr.
+-- Must not contain experiment logic: it parses, validates, and hands over to ember.run/compare.
+--
+-- Exit codes: 0 success; 1 the run or comparison failed (hook failure, unreadable artifact,
+-- --require not met); 2 usage error (unknown/malformed flag, bad value, out-of-range layer).
+
+local selectors = require("ember.selectors")
+
+local M = {}
+
+-- ---- flags ---------------------------------------------------------------------------------------
+
+-- kind: "string" (any value), "path", "uint", "float", "bool" (no value), or a parse function.
+local function kernels_value(s)
+  return selectors.parse_choice(s, { "auto", "reference", "avx2", "avx512" }, "kernel set")
+end
+local function zero_value(s) return selectors.parse_layer_stage(s, "zero") end
+local function patch_value(s) return selectors.parse_layer_stage(s, "patch") end
+local function positive(s)
+  local n, err = selectors.parse_uint(s)
+  if n == nil then return nil, err end
+  if n < 1 then return nil, "expected a positive integer, got '" .. s .. "'" end
+  return n
+end
+
+M.FLAGS = {
+  { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
+  { "model", "path", "FILE.gguf", "the model (required)" },
+  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  { "prompt", "string", "TEXT", "the prompt (required)" },
+  { "max-tokens", "uint", "N", "tokens to generate (default 16)" },
+  { "temperature", "float", "T", "0 = greedy (default 0)" },
+  { "top-k", "uint", "K", "sample among the K most likely tokens (0 = off)" },
+  { "top-p", "float", "P", "nucleus sampling threshold (1 = off)" },
+  { "seed", "uint", "N", "sampling seed (default 0)" },
+  { "threads", "uint", "N", "worker threads (default: all cores)" },
+  { "kernels", kernels_value, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
+  { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
+  { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
+  { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
+  { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
+  { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
+  { "capture-stages", selectors.parse_stage_list, "LIST", "stages to capture: all | before_layer,after_mlp,..." },
+  { "capture-phase", selectors.parse_phase, "PHASE", "prefill | decode | all (default all)" },
+  { "capture-positions", selectors.parse_index_list, "LIST", "decode positions to capture: all | 5,7-9" },
+  { "capture-max-records", positive, "N", "stop capturing after N records" },
+  { "capture-omit-prompt", "bool", nil, "store only the prompt's sha256, not its text" },
+  { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
+  { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
+  { "run-manifest", "path", "FILE.json", "where to write the run manifest (default ember-run.json)" },
+  { "help", "bool", nil, "show this help" },
+  { "version", "bool", nil, "show the version" },
+}
+local FLAG = {}
+for _, f in ipairs(M.FLAGS) do FLAG[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] } end
+
+M.COMPARE_FLAGS = {
+  json = { name = "json", kind = "bool" },
+  require = { name = "require", kind = selectors.parse_class },
+}
+
+-- Usage errors are raised as tables so main() can tell them (exit 2) from run failures (exit 1).
+local UsageError = {}
+UsageError.__tostring = function(e) return e.msg end
+local function usage_error(msg, ...)
+  error(setmetatable({ msg = string.format(msg, ...) }, UsageError), 0)
+end
+M.usage_error = usage_error
+function M.is_usage_error(e) return getmetatable(e) == UsageError end
+
+local function convert(flag, value)
+  local kind = flag.kind
+  if kind == "string" then return value end
+  if kind == "path" then
+    if value == "" then usage_error("--%s: expected a path, got an empty string", flag.name) end
+    return value
+  end
+  local parse = kind
+  if kind == "uint" then parse = selectors.parse_uint
+  elseif kind == "float" then parse = selectors.parse_float end
+  local v, err = parse(value)
+  if v == nil then usage_error("--%s: %s", flag.name, err) end
+  return v
+end
+
+-- parse_flags(args, first, spec) -> opts, positionals. Raises UsageError naming the flag.
+function M.parse_flags(args, first, spec)
+  local opts, positionals = {}, {}
+  local i = first
+  while i <= #args do
+    local tok = args[i]
+    local name, value = selectors.parse_flag(tok)
+    if name == false then usage_error("%s", value) end
+    if name == nil then
+      positionals[#positionals + 1] = tok
+    else
+      local flag = spec[name]
+      if not flag then usage_error("unknown flag '--%s'", name) end
+      if opts[name] ~= nil then usage_error("flag '--%s' given more than once", name) end
+      if flag.kind == "bool" then
+        if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end
+        opts[name] = true
+      else
+        if value == nil then
+          i = i + 1
+          value = args[i]
+          local next_name = value and selectors.parse_flag(value)
+          if value == nil or (next_name and spec[next_name]) then
+            usage_error("flag '--%s' needs a value (%s)", name, flag.meta or "VALUE")
+          end
+        end
+        opts[name] = convert(flag, value)
+      end
+    end
+    i = i + 1
+  end
+  return opts, positionals
+end
+
+function M.usage()
+  local lines = {
+    "usage: ember --model FILE.gguf --prompt TEXT [options]",
+    "       ember compare-artifacts DIR_A DIR_B [--json] [--require CLASS]",
+    "",
+    "options:",
+  }
+  for _, f in ipairs(M.FLAGS) do
+    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
+    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints"
+  lines[#lines + 1] = "  per-record metrics and a class: " .. table.concat(selectors.CLASSES, " > ")
+  lines[#lines + 1] = "  --json            machine-readable result"
+  lines[#lines + 1] = "  --require CLASS   exit 0 only for CLASS or a stricter class"
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "Generated text goes to stdout, notices to stderr. Exit: 0 ok, 1 failure, 2 usage error."
+  lines[#lines + 1] = "Every run with an experiment writes a run manifest (--run-manifest, default ember-run.json)."
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- ---- subcommands -----------------------------------------------------------------------------------
+
+-- Inspection surfaces whose values have no defined meaning under an active experiment (SPEC §7).
+local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = true }
+local EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
+  "activation-patch" }
+
+local function run_compare(args, io_)
+  local spec = M.COMPARE_FLAGS
+  local opts, pos = M.parse_flags(args, 2, spec)
+  if #pos ~= 2 then usage_error("compare-artifacts needs two artifact directories, got %d", #pos) end
+  local compare = require("ember.compare")
+  local res = compare.compare_dirs(pos[1], pos[2])
+  if opts.json then io_.stdout:write(compare.to_json(res)) else io_.stdout:write(compare.format_text(res)) end
+  if opts.require and not compare.at_least(res.class, opts.require) then
+    io_.stderr:write(string.format("ember: compare-artifacts: class %s does not meet --require %s\n",
+      res.class, opts.require))
+    return 1
+  end
+  return 0
+end
+
+local function check_combinations(o)
+  local interventions = {}
+  for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment" }) do
+    if o[k] ~= nil then interventions[#interventions + 1] = "--" .. k end
+  end
+  if #interventions > 1 then
+    usage_error("%s cannot be combined: one intervention per run (capture and --activation-stats may be added to any)",
+      table.concat(interventions, " and "))
+  end
+  if o["experiment-args"] ~= nil and o.experiment == nil then usage_error("--experiment-args needs --experiment") end
+  if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
+    usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
+  end
+  for _, k in ipairs({ "capture-layers", "capture-stages", "capture-phase", "capture-positions",
+    "capture-max-records", "capture-omit-prompt" }) do
+    if o[k] ~= nil and o["capture-activations"] == nil then usage_error("--%s needs --capture-activations DIR", k) end
+  end
+  if o.model == nil then usage_error("--model FILE.gguf is required") end
+  if o.prompt == nil then usage_error("--prompt TEXT is required") end
+end
+
+local function check_layer(flag, layer, info)
+  if layer >= info.n_layers then
+    usage_error("--%s: layer %d is out of range (the model has %d layers: 0-%d)", flag, layer, info.n_layers,
+      info.n_layers - 1)
+  end
+end
+
+local function run_generate(args, argv, io_)
+  local o, pos = M.parse_flags(args, 1, FLAG)
+  if o.help then io_.stdout:write(M.usage()); return 0 end
+  if o.version then
+    io_.stdout:write("ember " .. require("ember").version .. "\n")
+    return 0
+  end
+  if #pos > 0 then
+    if REFUSED_WITH_EXPERIMENTS[pos[1]] then
+      for _, k in ipairs(EXPERIMENT_FLAGS) do
+        if o[k] ~= nil then
+          usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
+            .. "is not defined for it", pos[1], k)
+        end
+      end
+      usage_error("'%s' is not available in this build", pos[1])
+    end
+    usage_error("unexpected argument '%s'", pos[1])
+  end
+  check_combinations(o)
+
+  -- Output locations are checked before the model loads: a run must not be wasted on a typo.
+  local fs = require("ember.fs")
+  for _, k in ipairs({ "activation-stats", "capture-activations", "run-manifest" }) do
+    local path = o[k]
+    if path and not fs.is_dir(fs.dirname(path)) then
+      usage_error("--%s: directory '%s' does not exist", k, fs.dirname(path))
+    end
+  end
+  for _, k in ipairs({ "activation-patch" }) do
+    if o[k] and not fs.is_dir(o[k]) then usage_error("--%s: '%s' is not a directory", k, o[k]) end
+  end
+
+  local capture = require("ember.capture")
+  local cap
+  if o["capture-activations"] then
+    local cfg, err = capture.config {
+      layers = o["capture-layers"], stages = o["capture-stages"], phase = o["capture-phase"],
+      positions = o["capture-positions"], max_records = o["capture-max-records"],
+      omit_prompt = o["capture-omit-prompt"] == true,
+    }
+    if not cfg then usage_error("%s", err) end
+    cap = { config = cfg, dir = o["capture-activations"] }
+    if fs.exists(cap.dir) then usage_error("--capture-activations: '%s' already exists", cap.dir) end
+  end
+
+  -- A user experiment is made before the model loads, so a broken file fails fast.
+  local user_exp
+  if o.experiment then
+    if not fs.exists(o.experiment) then usage_error("--experiment: cannot open '%s'", o.experiment) end
+    local okx, made = pcall(require("ember.builtin").load, o.experiment, o["experiment-args"])
+    if not okx then error("--experiment: " .. tostring(made), 0) end
+    user_exp = made
+  end
+
+  local ember = require("ember")
+  local ok, model = pcall(ember.load, {
+    model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
+  })
+  if not ok then error(tostring(model), 0) end
+  local info = model.info
+
+  -- Range checks need the model; they still come before anything runs.
+  if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
+  if o["patch-target"] then check_layer("patch-target", o["patch-target"].layer, info) end
+  if cap then
+    local okc, err = capture.check(cap.config, info)
+    if not okc then usage_error("--%s", err:gsub("^capture layers", "capture-layers")) end
+  end
+
+  local notice = function(msg) io_.stderr:write(msg, "\n") end
+  local experiments, exp_args = {}, o["experiment-args"]
+  local stats_exp
+  if o["zero-layer-output"] then
+    local z = o["zero-layer-output"]
+    experiments[#experiments + 1] = require("ember.builtin").experiment("zero_layer_output.lua",
+      { target = string.format("%d:%s", z.layer, z.short), notice = notice })
+    exp_args = string.format("%d:%s", z.layer, z.short)
+  elseif o["activation-patch"] then
+    local patch = require("ember.patch")
+    experiments[#experiments + 1] = patch.experiment {
+      source = o["activation-patch"], target = o["patch-target"], model = model,
+    }
+    exp_args = string.format("%s %d:%s", o["activation-patch"], o["patch-target"].layer, o["patch-target"].stage)
+  elseif user_exp then
+    experiments[#experiments + 1] = user_exp
+  end
+  if o["activation-stats"] then
+    stats_exp = require("ember.builtin").experiment("activation_stats.lua", { output = o["activation-stats"] })
+    experiments[#experiments + 1] = stats_exp
+  end
+
+  -- every run with an experiment gets one; a plain run only when asked for
+  local run_manifest = o["run-manifest"]
+  if #experiments > 0 or cap then run_manifest = run_manifest or "ember-run.json" end
+  local outputs = {}
+  if o["activation-stats"] then outputs.activation_stats = o["activation-stats"] end
+
+  local result = require("ember.run").execute {
+    model = model, tokenizer_path = o.tokenizer, prompt = o.prompt,
+    gen = { max_tokens = o["max-tokens"] or 16, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
+      top_p = o["top-p"] or 1.0, seed = o.seed or 0 },
+    experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
+    run_manifest = run_manifest, outputs = outputs,
+  }
+  -- the whole text at once: per-token pieces of a byte-level vocabulary can split a UTF-8 character
+  io_.stdout:write(result.out.text or "", "\n")
+
+  local out = result.out
+  if o["activation-patch"] then
+    local s = experiments[1].stats
+    notice(string.format("ember: this run was MODIFIED by activation-patch: %s layer %d patched from '%s' in %d "
+      .. "evaluations (prefill %d, decode %d)", o["patch-target"].stage, o["patch-target"].layer,
+      o["activation-patch"], s.applied, s.prefill, s.decode))
+  end
+  if o.experiment and out.modified then
+    notice(string.format("ember: this run was MODIFIED by experiment '%s'", experiments[1].name))
+  end
+  if stats_exp then
+    notice(string.format("ember: activation-stats: %d records written to %s", #stats_exp.records, o["activation-stats"]))
+  end
+  if cap then
+    local cm = result.capture_manifest
+    notice(string.format("ember: captured %d records into %s", #cm.records, cap.dir))
+    if result.capture.stats.dropped > 0 then
+      notice(string.format("ember: capture stopped at --capture-max-records %d; %d further records were not captured",
+        cap.config.max_records, result.capture.stats.dropped))
+    end
+  end
+  if run_manifest then notice("ember: run manifest written to " .. run_manifest) end
+  return 0
+end
+
+-- main(arg [, io]) -> exit code. `arg` is the script argument table (arg[1..n]); `io` may replace
+-- stdout/stderr (anything with :write) so specs can run the command in-process.
+function M.main(arg, io_)
+  io_ = io_ or { stdout = io.stdout, stderr = io.stderr }
+  local args = {}
+  for i = 1, #(arg or {}) do args[i] = arg[i] end
+  local argv = { "ember", table.unpack(args) }
+  local ok, code = pcall(function()
+    if args[1] == "compare-artifacts" then return run_compare(args, io_) end
+    return run_generate(args, argv, io_)
+  end)
+  if ok then return code end
+  if getmetatable(code) == UsageError then
+    io_.stderr:write("ember: " .. code.msg .. "\nTry 'ember --help' for the list of flags.\n")
+    return 2
+  end
+  io_.stderr:write("ember: " .. tostring(code) .. "\n")
+  return 1
+end
+
+-- Run as a script (tools/ember does `ember-lua lib/ember/cli.lua ARGS`): then `...` holds the
+-- command-line arguments rather than the module name given by require, and arg[0] is this file.
+if ... ~= "ember.cli" and type(arg) == "table" and type(arg[0]) == "string" and arg[0]:match("cli%.lua$") then
+  os.exit(M.main(arg))
+end
+
+return M

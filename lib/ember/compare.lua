@@ -1,0 +1,398 @@
+-- ember.compare — compares two activation artifacts: aligns records on (stage, layer, phase,
+-- start_position), measures each aligned pair, and assigns one class of SPEC §6.3.
+-- Must not read files itself beyond artifact.read, and must never relax a class silently: the
+-- definitions live in docs/artifacts.md and this file implements exactly those.
+
+local artifact = require("ember.artifact")
+local json = require("ember.json")
+local selectors = require("ember.selectors")
+
+local M = {}
+
+M.CLASSES = selectors.CLASSES -- strictest first
+
+local RANK = {}
+for i, c in ipairs(M.CLASSES) do RANK[c] = i end
+
+-- at_least(class, required): is `class` the required class or a stricter one?
+function M.at_least(class, required)
+  assert(RANK[class] and RANK[required], "unknown comparison class")
+  return RANK[class] <= RANK[required]
+end
+
+-- Manifest fields never compared (SPEC §6.3): when the artifact was made and where it was written.
+M.IGNORED = { ["created_at_unix"] = true, ["capture.output_dir"] = true }
+-- The tensors themselves are compared record by record, not as provenance.
+M.CONTENT = { ["records"] = true, ["tensor_file"] = true }
+-- What the run computed from: same model bytes, tokenizer, prompt, token ids and sampling settings.
+M.SEMANTIC = { "model.sha256", "tokenizer.sha256", "prompt.sha256", "input_ids", "generated_ids", "settings" }
+
+-- ---- provenance ----------------------------------------------------------------------------------
+
+-- Flattens a manifest into path -> JSON text of the value; arrays are leaves (token ids compare
+-- as a whole), objects recurse, so a difference is reported at the deepest differing field.
+local function flatten(v, path, out)
+  if type(v) == "table" and #v == 0 and next(v) ~= nil then
+    for k, x in pairs(v) do
+      flatten(x, path == "" and tostring(k) or (path .. "." .. tostring(k)), out)
+    end
+  else
+    out[path] = json.encode(v)
+  end
+  return out
+end
+
+local function top_level(path) return path:match("^[^.]+") end
+
+local function under(path, prefix)
+  return path == prefix or path:sub(1, #prefix + 1) == prefix .. "."
+end
+
+local function is_semantic(path)
+  for _, s in ipairs(M.SEMANTIC) do
+    if under(path, s) or under(s, path) then return true end
+  end
+  return false
+end
+
+-- The output directory is ignored in argv too (as the value of --capture-activations): two
+-- captures of the same run necessarily go to different directories, the writer never overwrites.
+local OUTPUT_DIR_PLACEHOLDER = "<capture.output_dir>"
+local function normalized_argv(m)
+  local dir = type(m.capture) == "table" and m.capture.output_dir
+  if type(m.argv) ~= "table" or type(dir) ~= "string" then return m.argv end
+  local out = {}
+  for i, a in ipairs(m.argv) do
+    if a == dir and m.argv[i - 1] == "--capture-activations" then
+      a = OUTPUT_DIR_PLACEHOLDER
+    elseif a == "--capture-activations=" .. dir then
+      a = "--capture-activations=" .. OUTPUT_DIR_PLACEHOLDER
+    end
+    out[i] = a
+  end
+  return out
+end
+
+-- provenance_differences(ma, mb) -> list of { path, a, b, kind = "ignored"|"semantic"|"recorded" }
+function M.provenance_differences(ma, mb)
+  local fa, fb = {}, {}
+  for k, v in pairs(ma) do if not M.CONTENT[k] then flatten(k == "argv" and normalized_argv(ma) or v, k, fa) end end
+  for k, v in pairs(mb) do if not M.CONTENT[k] then flatten(k == "argv" and normalized_argv(mb) or v, k, fb) end end
+  local paths, seen = {}, {}
+  for p in pairs(fa) do seen[p] = true; paths[#paths + 1] = p end
+  for p in pairs(fb) do if not seen[p] then paths[#paths + 1] = p end end
+  table.sort(paths)
+  local out = {}
+  for _, p in ipairs(paths) do
+    if fa[p] ~= fb[p] then
+      local kind = "recorded"
+      if M.IGNORED[p] or M.IGNORED[top_level(p)] then kind = "ignored"
+      elseif is_semantic(p) then kind = "semantic" end
+      out[#out + 1] = { path = p, a = fa[p] or "(absent)", b = fb[p] or "(absent)", kind = kind }
+    end
+  end
+  return out
+end
+
+-- ---- per-record metrics --------------------------------------------------------------------------
+
+local CHUNK = 4096
+
+-- string.unpack returns at most as many values as the C stack allows, so tensors are read in
+-- chunks; each chunk is read twice, as floats for the arithmetic and as u32 for bit equality.
+local function chunk_formats(m)
+  return "<" .. string.rep("f", m), "<" .. string.rep("I4", m)
+end
+
+-- Top-1 token id (0-based column) per row; lowest id on ties, NaN never wins (as greedy sampling).
+local function row_argmax(data, rows, cols)
+  local out = {}
+  for r = 0, rows - 1 do
+    local best, best_v = nil, nil
+    local c = 0
+    while c < cols do
+      local m = math.min(CHUNK, cols - c)
+      local v = { string.unpack("<" .. string.rep("f", m), data, (r * cols + c) * 4 + 1) }
+      for j = 1, m do
+        local x = v[j]
+        if x == x and (best_v == nil or x > best_v) then best, best_v = c + j - 1, x end
+      end
+      c = c + m
+    end
+    out[r + 1] = best
+  end
+  return out
+end
+M.row_argmax = row_argmax
+
+-- metrics(a, b) for two records of equal shape: bitwise equality and the SPEC §6.3 measures.
+-- max/mean/RMS are of |a - b|; l2 = ||a - b||; rel_l2 = ||a - b|| / ||a||; cosine of a and b.
+-- Undefined values (cosine with a zero vector, rel_l2 with ||a|| = 0 and a difference) are nil.
+function M.metrics(ra, rb)
+  local n = ra.shape[1] * ra.shape[2]
+  if ra.data == rb.data then
+    -- identical bits: nothing to measure (and a restored run is mostly this case, so comparing a
+    -- large model's artifacts stays fast)
+    return { bitwise_equal = true, elements = n, differing_elements = 0, max_abs_diff = 0.0, mean_abs_diff = 0.0,
+      rms_abs_diff = 0.0, l2 = 0.0, rel_l2 = 0.0, cosine = 1.0 }
+  end
+  local m = { bitwise_equal = false, elements = n }
+  local max_d, sum_d, sum_d2, dot, na2, nb2, differing = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0
+  local da, db, abs = ra.data, rb.data, math.abs
+  local i = 0
+  while i < n do
+    local m = math.min(CHUNK, n - i)
+    local ff, fi = chunk_formats(m)
+    local va, vb = { string.unpack(ff, da, i * 4 + 1) }, { string.unpack(ff, db, i * 4 + 1) }
+    local ia, ib = { string.unpack(fi, da, i * 4 + 1) }, { string.unpack(fi, db, i * 4 + 1) }
+    for j = 1, m do
+      local x, y = va[j], vb[j]
+      local d = abs(x - y)
+      if d > max_d or d ~= d then max_d = d end
+      sum_d = sum_d + d
+      sum_d2 = sum_d2 + d * d
+      dot = dot + x * y
+      na2 = na2 + x * x
+      nb2 = nb2 + y * y
+      if ia[j] ~= ib[j] then differing = differing + 1 end
+    end
+    i = i + m
+  end
+  m.differing_elements = differing
+  m.max_abs_diff = max_d
+  m.mean_abs_diff = sum_d / n
+  m.rms_abs_diff = math.sqrt(sum_d2 / n)
+  m.l2 = math.sqrt(sum_d2)
+  local na, nb = math.sqrt(na2), math.sqrt(nb2)
+  if na > 0 and nb > 0 then
+    m.cosine = dot / (na * nb)
+  elseif na == 0 and nb == 0 then
+    m.cosine = 1.0 -- two zero vectors point the same (no) way; they are also equal
+  end
+  if na > 0 then
+    m.rel_l2 = m.l2 / na
+  elseif m.l2 == 0 then
+    m.rel_l2 = 0.0
+  end
+  return m
+end
+
+-- ---- alignment and classes -----------------------------------------------------------------------
+
+local function index_records(art, label)
+  local by_key, order = {}, {}
+  for _, r in ipairs(art.records) do
+    local k = artifact.record_key(r)
+    if by_key[k] then
+      return nil, string.format("duplicate record %s in %s (records %d and %d): records must be unique "
+        .. "per (stage, layer, phase, start_position)", artifact.record_label(r), label, by_key[k].index, r.index)
+    end
+    by_key[k] = r
+    order[#order + 1] = k
+  end
+  return by_key, order
+end
+
+local function same_ids(x, y)
+  if type(x) ~= "table" or type(y) ~= "table" or #x ~= #y then return false end
+  for i = 1, #x do if x[i] ~= y[i] then return false end end
+  return true
+end
+
+-- compare(a, b) -> result (see docs/artifacts.md, "Comparison"); a and b come from artifact.read.
+function M.compare(a, b)
+  local res = {
+    a = a.dir, b = b.dir, records = {}, provenance_differences = {},
+    summary = { aligned = 0, identical = 0, differing = 0, only_in_a = 0, only_in_b = 0 },
+  }
+  local ma, mb = a.manifest, b.manifest
+  res.input_ids_equal = same_ids(ma.input_ids, mb.input_ids)
+  res.generated_ids_equal = same_ids(ma.generated_ids, mb.generated_ids)
+  res.provenance_differences = M.provenance_differences(ma, mb)
+
+  local ka, order_a = index_records(a, "A")
+  local kb, order_b = index_records(b, "B")
+  if not ka or not kb then
+    res.class = "failed"
+    res.reason = "cannot align: " .. (ka and order_b or order_a) -- the second value is the message
+    return res
+  end
+
+  local all_identical, top1_all, logits_aligned = true, true, 0
+  for _, k in ipairs(order_a) do
+    local ra, rb = ka[k], kb[k]
+    local row = { key = k, label = artifact.record_label(ra), stage = ra.stage, layer = ra.layer,
+      phase = ra.phase, start_position = ra.start_position, shape_a = ra.shape }
+    if not rb then
+      row.status = "only-in-a"
+      res.summary.only_in_a = res.summary.only_in_a + 1
+    else
+      res.summary.aligned = res.summary.aligned + 1
+      row.shape_b = rb.shape
+      if ra.shape[1] ~= rb.shape[1] or ra.shape[2] ~= rb.shape[2] then
+        row.status = "shape-mismatch"
+        all_identical = false
+        res.summary.differing = res.summary.differing + 1
+        if ra.stage == "after_logits" then top1_all = false; logits_aligned = logits_aligned + 1 end
+      else
+        row.metrics = M.metrics(ra, rb)
+        if row.metrics.bitwise_equal then
+          row.status = "identical"
+          res.summary.identical = res.summary.identical + 1
+        else
+          row.status = "differs"
+          all_identical = false
+          res.summary.differing = res.summary.differing + 1
+        end
+        if ra.stage == "after_logits" then
+          logits_aligned = logits_aligned + 1
+          row.top1_a = row_argmax(ra.data, ra.shape[1], ra.shape[2])
+          row.top1_b = row_argmax(rb.data, rb.shape[1], rb.shape[2])
+          row.top1_equal = same_ids(row.top1_a, row.top1_b)
+          if not row.top1_equal then top1_all = false end
+        end
+      end
+    end
+    res.records[#res.records + 1] = row
+  end
+  for _, k in ipairs(order_b) do
+    if not ka[k] then
+      local rb = kb[k]
+      res.summary.only_in_b = res.summary.only_in_b + 1
+      res.records[#res.records + 1] = { key = k, label = artifact.record_label(rb), stage = rb.stage,
+        layer = rb.layer, phase = rb.phase, start_position = rb.start_position, shape_b = rb.shape,
+        status = "only-in-b" }
+    end
+  end
+
+  local s = res.summary
+  local same_set = s.only_in_a == 0 and s.only_in_b == 0
+  local semantic_equal, full_equal = true, true
+  for _, d in ipairs(res.provenance_differences) do
+    if d.kind == "semantic" then semantic_equal = false end
+    if d.kind ~= "ignored" then full_equal = false end
+  end
+  res.semantic_provenance_equal = semantic_equal
+
+  -- The classes, strictest first; `reason` says why the stricter ones did not hold.
+  local why = {}
+  if s.aligned == 0 then
+    res.class, res.reason = "failed", "cannot align: no record appears in both artifacts"
+    return res
+  end
+  local tensors_exact = same_set and all_identical
+  if not same_set then why[#why + 1] = string.format("record sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b) end
+  if not all_identical then why[#why + 1] = string.format("%d of %d aligned records differ", s.differing, s.aligned) end
+  if not semantic_equal then why[#why + 1] = "semantic provenance differs" end
+  if tensors_exact and full_equal then
+    res.class = "exact"
+  elseif tensors_exact and semantic_equal then
+    res.class = "exact-semantic"
+    why[#why + 1] = "recorded provenance differs"
+  elseif res.input_ids_equal and res.generated_ids_equal then
+    res.class = "output-equivalent"
+  elseif res.input_ids_equal and logits_aligned > 0 and top1_all then
+    res.class = "top1-equivalent"
+    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
+  else
+    res.class = "failed"
+    if not res.input_ids_equal then why[#why + 1] = "input ids differ" end
+    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
+    if logits_aligned == 0 then why[#why + 1] = "no aligned after_logits record to check top-1"
+    elseif not top1_all then why[#why + 1] = "top-1 token differs in some aligned after_logits record" end
+  end
+  res.reason = #why > 0 and table.concat(why, "; ") or "all criteria hold"
+  return res
+end
+
+-- compare_dirs(dir_a, dir_b) -> result; reading errors (corruption, bad schema) are raised.
+function M.compare_dirs(dir_a, dir_b)
+  return M.compare(artifact.read(dir_a), artifact.read(dir_b))
+end
+
+-- ---- output --------------------------------------------------------------------------------------
+
+local function num(x)
+  if x == nil then return "-" end
+  if x == 0 then return "0" end
+  return string.format("%.4g", x)
+end
+
+-- format_text(result) -> the human-readable report.
+function M.format_text(res)
+  local out = {}
+  local function line(...) out[#out + 1] = string.format(...) end
+  line("compare-artifacts")
+  line("  A: %s", res.a)
+  line("  B: %s", res.b)
+  local s = res.summary
+  line("records: %d aligned, %d bit-identical, %d differ, %d only in A, %d only in B",
+    s.aligned, s.identical, s.differing, s.only_in_a, s.only_in_b)
+  if #res.records > 0 then
+    line("  %-16s %5s %-7s %5s %-11s %-14s %10s %10s %10s %10s %10s", "stage", "layer", "phase", "pos",
+      "shape", "status", "max_abs", "mean_abs", "rms_abs", "cosine", "rel_l2")
+    for _, r in ipairs(res.records) do
+      local shape = r.shape_a or r.shape_b
+      local m = r.metrics or {}
+      local status = r.status
+      if r.top1_equal == false then status = status .. " top1!" end
+      line("  %-16s %5s %-7s %5d %-11s %-14s %10s %10s %10s %10s %10s", r.stage,
+        r.layer == nil and "-" or tostring(r.layer), r.phase, r.start_position,
+        string.format("%dx%d", shape[1], shape[2]), status, num(m.max_abs_diff), num(m.mean_abs_diff),
+        num(m.rms_abs_diff), num(m.cosine), num(m.rel_l2))
+    end
+  end
+  line("input ids: %s; generated ids: %s", res.input_ids_equal and "equal" or "DIFFER",
+    res.generated_ids_equal and "equal" or "DIFFER")
+  if #res.provenance_differences == 0 then
+    line("provenance: identical")
+  else
+    line("provenance differences:")
+    for _, d in ipairs(res.provenance_differences) do
+      local a, b = d.a, d.b
+      if #a > 60 then a = a:sub(1, 57) .. "..." end
+      if #b > 60 then b = b:sub(1, 57) .. "..." end
+      line("  %-9s %s: %s -> %s", d.kind, d.path, a, b)
+    end
+  end
+  line("class: %s (%s)", res.class, res.reason)
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- to_json(result) -> deterministic JSON text of the result (jq-friendly).
+function M.to_json(res)
+  local recs = json.array()
+  for i, r in ipairs(res.records) do
+    local m = r.metrics
+    recs[i] = json.ordered({ "stage", "layer", "phase", "start_position", "status", "shape_a", "shape_b",
+      "bitwise_equal", "differing_elements", "max_abs_diff", "mean_abs_diff", "rms_abs_diff", "cosine", "l2",
+      "rel_l2", "top1_a", "top1_b", "top1_equal" }, {
+      stage = r.stage, layer = r.layer == nil and json.null or r.layer, phase = r.phase,
+      start_position = r.start_position, status = r.status,
+      shape_a = r.shape_a and json.array({ r.shape_a[1], r.shape_a[2] }) or json.null,
+      shape_b = r.shape_b and json.array({ r.shape_b[1], r.shape_b[2] }) or json.null,
+      bitwise_equal = m and m.bitwise_equal or false,
+      differing_elements = m and m.differing_elements or json.null,
+      max_abs_diff = m and m.max_abs_diff or json.null, mean_abs_diff = m and m.mean_abs_diff or json.null,
+      rms_abs_diff = m and m.rms_abs_diff or json.null, cosine = m and m.cosine or json.null,
+      l2 = m and m.l2 or json.null, rel_l2 = m and m.rel_l2 or json.null,
+      top1_a = r.top1_a and json.array({ table.unpack(r.top1_a) }) or nil,
+      top1_b = r.top1_b and json.array({ table.unpack(r.top1_b) }) or nil,
+      top1_equal = r.top1_equal,
+    })
+  end
+  local diffs = json.array()
+  for i, d in ipairs(res.provenance_differences) do
+    diffs[i] = json.ordered({ "path", "kind", "a", "b" }, { path = d.path, kind = d.kind, a = d.a, b = d.b })
+  end
+  return json.encode(json.ordered({ "class", "reason", "a", "b", "summary", "input_ids_equal",
+    "generated_ids_equal", "semantic_provenance_equal", "provenance_differences", "records" }, {
+    class = res.class, reason = res.reason, a = res.a, b = res.b,
+    summary = json.ordered({ "aligned", "identical", "differing", "only_in_a", "only_in_b" }, res.summary),
+    input_ids_equal = res.input_ids_equal, generated_ids_equal = res.generated_ids_equal,
+    semantic_provenance_equal = res.semantic_provenance_equal == true,
+    provenance_differences = diffs, records = recs,
+  }), { indent = "  " })
+end
+
+return M

@@ -1,0 +1,106 @@
+-- ember.fs — the few file-system operations artifacts need: whole-file read, atomic write
+-- (temporary file + rename), directories. Must not leave half-written outputs behind.
+--
+-- Plain Lua has no mkdir/rmdir; rather than add a C dependency for three calls, directories go
+-- through /bin/sh with every path single-quoted (no word splitting, no globbing, no injection).
+
+local M = {}
+
+function M.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+local function sh(cmd)
+  local ok = os.execute(cmd .. " 2>/dev/null")
+  return ok == true
+end
+
+function M.exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close(); return true end
+  return M.is_dir(path)
+end
+
+function M.is_dir(path)
+  return sh("test -d " .. M.shell_quote(path))
+end
+
+function M.dirname(path)
+  local d = path:match("^(.*)/[^/]*$")
+  if d == nil then return "." end
+  if d == "" then return "/" end
+  return d
+end
+
+function M.basename(path)
+  return (path:gsub("/+$", ""):match("([^/]*)$"))
+end
+
+function M.join(a, b)
+  if a:sub(-1) == "/" then return a .. b end
+  return a .. "/" .. b
+end
+
+-- read(path, what) -> whole file as a string; raises "<what> 'path': reason" when unreadable.
+function M.read(path, what)
+  local f, err = io.open(path, "rb")
+  if not f then error(string.format("%s: cannot open: %s", what or path, err), 0) end
+  local data = f:read("a")
+  f:close()
+  if data == nil then error(string.format("%s: cannot read '%s'", what or path, path), 0) end
+  return data
+end
+
+-- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
+function M.temp_sibling(path)
+  return string.format("%s.tmp-%08x%08x", path, math.random(0, 0x7fffffff), os.time() & 0x7fffffff)
+end
+
+-- write_atomic(path, data [, what]): readers see the old file or the whole new one, never a part.
+function M.write_atomic(path, data, what)
+  local tmp = M.temp_sibling(path)
+  local f, err = io.open(tmp, "wb")
+  if not f then error(string.format("%s: cannot write '%s': %s", what or "output", path, err), 0) end
+  local ok, werr = f:write(data)
+  if ok then ok, werr = f:flush() end
+  f:close()
+  if not ok then
+    os.remove(tmp)
+    error(string.format("%s: cannot write '%s': %s", what or "output", path, tostring(werr)), 0)
+  end
+  local rok, rerr = os.rename(tmp, path)
+  if not rok then
+    os.remove(tmp)
+    error(string.format("%s: cannot move into place '%s': %s", what or "output", path, rerr), 0)
+  end
+end
+
+-- mkdir(path) -> true, or nil and a message (parent missing, already exists, permissions).
+function M.mkdir(path)
+  if M.exists(path) then return nil, "already exists" end
+  if not sh("mkdir -- " .. M.shell_quote(path)) then return nil, "cannot create directory" end
+  return true
+end
+
+function M.mkdir_p(path)
+  if M.is_dir(path) then return true end
+  if not sh("mkdir -p -- " .. M.shell_quote(path)) then return nil, "cannot create directory" end
+  return true
+end
+
+-- Only ever called on directories this process created (temporary artifact directories).
+function M.remove_tree(path)
+  return sh("rm -rf -- " .. M.shell_quote(path))
+end
+
+-- A fresh private directory under $TMPDIR (or /tmp) for scratch outputs such as workflow runs.
+function M.make_temp_dir(prefix)
+  local base = os.getenv("TMPDIR") or "/tmp"
+  for _ = 1, 16 do
+    local path = M.join(base, M.basename(M.temp_sibling(prefix or "ember")))
+    if M.mkdir(path) then return path end
+  end
+  error("cannot create a temporary directory under " .. base, 0)
+end
+
+return M

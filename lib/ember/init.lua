@@ -1,0 +1,59 @@
+-- ember — the public Lua API (`require("ember")`, documented in docs/lua-api.md): the C core
+-- `ember.core` re-exported, plus the pieces that are simpler in Lua (tokenizer files, experiment
+-- files). Must not hide core errors: they already name the function and the argument.
+
+local core = require("ember.core")
+
+local M = {}
+for k, v in pairs(core) do M[k] = v end
+M.core = core
+
+-- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
+M.tokenizer = require("ember.tokenizer")
+
+local LOAD_OPTIONS = { model = true, tokenizer = true, arch = true, kernels = true, threads = true }
+
+-- ember.load{ model=, tokenizer=, arch=, kernels=, threads= } -> ember.Model
+-- tokenizer= is a tokenizer.json path or an ember.Tokenizer; without it the model uses the
+-- vocabulary embedded in its GGUF (looked up on first use of model.tokenizer).
+function M.load(opts)
+  if type(opts) == "string" then return core.load(opts) end
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'load' (table of options or model path expected, got " .. type(opts) .. ")", 2)
+  end
+  local copy = {}
+  for k, v in pairs(opts) do
+    if not LOAD_OPTIONS[k] then
+      -- let the core name the option and suggest the closest one
+      return core.load(opts)
+    end
+    if k ~= "tokenizer" then copy[k] = v end
+  end
+  local tok = opts.tokenizer
+  if tok ~= nil and type(tok) ~= "string" and type(tok) ~= "userdata" then
+    error("bad argument #1 to 'load' (option 'tokenizer' must be a tokenizer.json path or an ember.Tokenizer, got "
+      .. type(tok) .. ")", 2)
+  end
+  if type(tok) == "string" then tok = M.tokenizer { file = tok } end -- before the model: fail fast
+  local model = core.load(copy)
+  if tok ~= nil then model:set_tokenizer(tok) end
+  return model
+end
+
+-- ember.load_experiment(path [, args]) -> experiment table
+-- An experiment file returns a factory `function(args) return exp end` (or the table itself).
+function M.load_experiment(path, args)
+  if type(path) ~= "string" then
+    error("bad argument #1 to 'load_experiment' (file path expected, got " .. type(path) .. ")", 2)
+  end
+  local chunk, err = loadfile(path)
+  if not chunk then error("load_experiment: " .. err, 2) end
+  local made = chunk()
+  if type(made) == "function" then made = made(args) end
+  if type(made) ~= "table" or type(made.name) ~= "string" then
+    error("load_experiment: " .. path .. " must return an experiment table with a 'name' (or a function making one)", 2)
+  end
+  return made
+end
+
+return M

@@ -1,0 +1,52 @@
+-- ember.run — one generation with optional interventions and observers, then its outputs: the
+-- capture artifact and the run manifest. Shared by the `ember` command and the workflows.
+-- Must not parse flags or print: callers decide what the user sees.
+
+local capture = require("ember.capture")
+local compose = require("ember.compose")
+local manifest = require("ember.manifest")
+
+local M = {}
+
+-- execute(p) -> { out, sections, experiment, capture_manifest }
+-- p: { model, tokenizer_path, prompt (text) | ids, gen = { max_tokens, temperature, top_k, top_p,
+--      seed }, experiments = { interventions..., observers... } (order kept), capture = { config,
+--      dir } | nil, experiment_args, argv, run_manifest = path | nil, outputs = {...}, on_token }
+-- Hook failures propagate unchanged (SPEC §4.4 message); nothing is written for a failed run.
+-- A run manifest is written whenever a path is given (experiment "none" for a plain run).
+function M.execute(p)
+  local list = {}
+  for _, e in ipairs(p.experiments or {}) do list[#list + 1] = e end
+  local cap
+  if p.capture then
+    cap = capture.experiment(p.capture.config)
+    list[#list + 1] = cap -- last: it records what the network actually used
+  end
+  local exp = #list > 0 and compose.compose(list) or nil
+  local gen = p.gen or {}
+  local req = {
+    max_tokens = gen.max_tokens, temperature = gen.temperature, top_k = gen.top_k, top_p = gen.top_p,
+    seed = gen.seed, experiment = exp, on_token = p.on_token,
+  }
+  if p.ids then req.ids = p.ids else req.prompt = p.prompt end
+  local out = p.model:generate(req)
+
+  local result = { out = out, experiment = exp, capture = cap }
+  if exp or p.run_manifest then
+    result.sections = manifest.sections {
+      model = p.model, tokenizer_path = p.tokenizer_path, prompt_text = p.prompt, gen = gen, out = out,
+      experiment = exp, experiment_args = p.experiment_args, argv = p.argv,
+      withhold_prompt = p.capture and p.capture.config.omit_prompt,
+    }
+    if cap then result.capture_manifest = capture.write(p.capture.dir, cap, result.sections) end
+    if p.run_manifest then
+      local outputs = {}
+      for k, v in pairs(p.outputs or {}) do outputs[k] = v end
+      if cap then outputs.capture_artifact = p.capture.dir end
+      manifest.write_run(p.run_manifest, result.sections, outputs)
+    end
+  end
+  return result
+end
+
+return M

@@ -1,0 +1,332 @@
+-- The `ember` command (lib/ember/cli.lua): flags, usage errors that name the flag, text on stdout
+-- and notices on stderr, exit codes, run manifests, the capture/patch flags and
+-- compare-artifacts. Most runs are in-process through cli.main with captured streams; a few go
+-- through the real launcher (tools/ember -> build/ember-lua) to check the process boundary.
+
+local cjson = require("cjson")
+local cli = require("ember.cli")
+local models = require("helpers.models")
+local H = require("helpers.artifacts")
+
+local function sink()
+  local parts = {}
+  return { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end,
+    flush = function() end, text = function() return table.concat(parts) end }
+end
+
+-- ember(args...) -> exit code, stdout, stderr
+local function ember(...)
+  local out, err = sink(), sink()
+  local code = cli.main({ ... }, { stdout = out, stderr = err })
+  return code, out:text(), err:text()
+end
+
+local model_path, why
+local function need_model()
+  if model_path == nil and why == nil then model_path, why = models.default_model() end
+  if not model_path then pending("default tiny model unavailable: " .. tostring(why)) end
+  return model_path
+end
+
+describe("ember flags", function()
+  it("--help lists every flag on stdout and exits 0", function()
+    local code, out, err = ember("--help")
+    assert.equal(0, code)
+    assert.equal("", err)
+    for _, f in ipairs(cli.FLAGS) do assert.matches("--" .. f[1], out, 1, true) end
+    assert.matches("compare-artifacts", out, 1, true)
+  end)
+
+  it("--version prints the version", function()
+    local code, out = ember("--version")
+    assert.equal(0, code)
+    assert.equal("ember " .. require("ember").version .. "\n", out)
+  end)
+
+  it("names unknown, malformed, repeated and value-less flags (exit 2, nothing on stdout)", function()
+    local cases = {
+      { { "--model", "m.gguf", "--prompt", "x", "--max-tokenz", "3" }, "unknown flag '--max-tokenz'" },
+      { { "-m", "m.gguf" }, "malformed flag '-m'" },
+      { { "--Model=m.gguf" }, "malformed flag '--Model=m.gguf'" },
+      { { "--model", "a", "--model", "b" }, "flag '--model' given more than once" },
+      { { "--model" }, "flag '--model' needs a value" },
+      { { "--model", "--prompt", "x" }, "flag '--model' needs a value" },
+      { { "--help=yes" }, "flag '--help' takes no value" },
+      { { "--model", "m", "--prompt", "x", "extra" }, "unexpected argument 'extra'" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = ember(table.unpack(c[1]))
+      assert.equal(2, code, c[2])
+      assert.equal("", out)
+      assert.matches(c[2], err, 1, true)
+      assert.matches("Try 'ember --help'", err, 1, true)
+    end
+  end)
+
+  it("names the flag whose value is malformed", function()
+    local cases = {
+      { "--max-tokens", "-1", "--max-tokens: expected a non-negative integer" },
+      { "--max-tokens", "4x", "--max-tokens: expected a non-negative integer" },
+      { "--temperature", "warm", "--temperature: expected a finite number" },
+      { "--top-p", "nan", "--top-p: expected a finite number" },
+      { "--kernels", "fast", "--kernels: unknown kernel set 'fast'" },
+      { "--zero-layer-output", "4:mlpx", "--zero-layer-output: unknown stage 'mlpx'" },
+      { "--zero-layer-output", "four:mlp", "--zero-layer-output: expected LAYER:STAGE" },
+      { "--capture-layers", "3-1", "--capture-layers: empty range 3-1" },
+      { "--capture-stages", "after_mpl", "--capture-stages: unknown stage 'after_mpl'" },
+      { "--capture-phase", "both", "--capture-phase: expected prefill|decode|all" },
+      { "--capture-max-records", "0", "--capture-max-records: expected a positive integer" },
+      { "--patch-target", "2:after_logits", "--patch-target: unknown stage 'after_logits'" },
+    }
+    for _, c in ipairs(cases) do
+      local code, _, err = ember("--model", "m.gguf", "--prompt", "x", c[1], c[2])
+      assert.equal(2, code, c[1])
+      assert.matches(c[3], err, 1, true)
+    end
+  end)
+
+  it("refuses flag combinations that have no meaning", function()
+    local cases = {
+      { { "--zero-layer-output", "1:mlp", "--experiment", "x.lua" }, "--zero-layer-output and --experiment cannot be combined" },
+      { { "--capture-layers", "1" }, "--capture-layers needs --capture-activations DIR" },
+      { { "--capture-omit-prompt" }, "--capture-omit-prompt needs --capture-activations DIR" },
+      { { "--patch-target", "1:mlp" }, "--activation-patch DIR and --patch-target L:STAGE go together" },
+      { { "--experiment-args", "a=1" }, "--experiment-args needs --experiment" },
+    }
+    for _, c in ipairs(cases) do
+      local args = { "--model", "m.gguf", "--prompt", "x" }
+      for _, a in ipairs(c[1]) do args[#args + 1] = a end
+      local code, _, err = ember(table.unpack(args))
+      assert.equal(2, code, c[2])
+      assert.matches(c[2], err, 1, true)
+    end
+    local code, _, err = ember("--prompt", "x")
+    assert.equal(2, code)
+    assert.matches("--model FILE.gguf is required", err, 1, true)
+  end)
+
+  it("refuses active experiments with inspection commands", function()
+    local code, _, err = ember("benchmark", "--model", "m.gguf", "--prompt", "x", "--zero-layer-output", "1:mlp")
+    assert.equal(2, code)
+    assert.matches("'benchmark' refuses active experiments (--zero-layer-output)", err, 1, true)
+  end)
+
+  it("reports a model that cannot be loaded (exit 1)", function()
+    local code, out, err = ember("--model", "/nonexistent/m.gguf", "--prompt", "x")
+    assert.equal(1, code)
+    assert.equal("", out)
+    assert.matches("/nonexistent/m.gguf", err, 1, true)
+  end)
+end)
+
+describe("ember runs", function()
+  after_each(H.cleanup)
+
+  it("prints the generated text on stdout and nothing on stderr for a plain run", function()
+    local path = need_model()
+    if not path then return end
+    local code, out, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "5")
+    assert.equal(0, code)
+    assert.equal("", err)
+    local model = require("ember").load { model = path }
+    local want = model:generate { prompt = models.PROMPT, max_tokens = 5, temperature = 0 }
+    assert.equal(want.text .. "\n", out)
+    -- a plain run writes a run manifest only when asked, and it says no experiment ran
+    local dir = H.tmpdir()
+    code = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "5", "--run-manifest", dir .. "/run.json")
+    assert.equal(0, code)
+    local m = cjson.decode(H.read(dir .. "/run.json"))
+    assert.equal("none", m.experiment.name)
+    assert.is_false(m.experiment.modified)
+    assert.same(want.ids, m.generated_ids)
+  end)
+
+  it("checks output and source locations before loading the model", function()
+    local cases = {
+      { "--activation-stats", "/nonexistent/dir/s.json", "--activation-stats: directory '/nonexistent/dir' does not exist" },
+      { "--capture-activations", "/nonexistent/dir/cap", "--capture-activations: directory '/nonexistent/dir' does not exist" },
+      { "--run-manifest", "/nonexistent/r.json", "--run-manifest: directory '/nonexistent' does not exist" },
+    }
+    for _, c in ipairs(cases) do
+      local code, _, err = ember("--model", "/nonexistent/m.gguf", "--prompt", "x", c[1], c[2])
+      assert.equal(2, code, c[1])
+      assert.matches(c[3], err, 1, true)
+    end
+    local code, _, err = ember("--model", "/nonexistent/m.gguf", "--prompt", "x", "--activation-patch", "/nonexistent/A",
+      "--patch-target", "1:mlp")
+    assert.equal(2, code)
+    assert.matches("--activation-patch: '/nonexistent/A' is not a directory", err, 1, true)
+  end)
+
+  it("an out-of-range layer is a usage error before anything runs or is written", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local code, out, err = ember("--model", path, "--prompt", "x", "--zero-layer-output", "99:attention",
+      "--run-manifest", dir .. "/run.json", "--capture-activations", dir .. "/cap")
+    assert.equal(2, code)
+    assert.equal("", out)
+    assert.matches("--zero-layer-output: layer 99 is out of range (the model has 6 layers: 0-5)", err, 1, true)
+    assert.same({}, H.listdir(dir))
+  end)
+
+  it("--zero-layer-output changes the run, says so on stderr, and records it in the run manifest", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local code, _, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "4",
+      "--zero-layer-output", "3:attention", "--run-manifest", dir .. "/run.json")
+    assert.equal(0, code)
+    assert.matches("this run was MODIFIED by zero-layer-output 3:attention", err, 1, true)
+    assert.matches("in 4 evaluations (prefill 1, decode 3)", err, 1, true)
+    local m = cjson.decode(H.read(dir .. "/run.json"))
+    assert.equal("ember.run", m.schema)
+    assert.equal("completed", m.status)
+    assert.equal("zero-layer-output", m.experiment.name)
+    assert.is_true(m.experiment.modified)
+    assert.equal(4, m.experiment.members[1].stats.interventions)
+    assert.equal("3:attention", m.experiment.args)
+    assert.equal(4, #m.generated_ids)
+    assert.equal("--zero-layer-output", m.argv[#m.argv - 3])
+  end)
+
+  it("--activation-stats writes the statistics and a manifest saying nothing was modified", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local code, out_stats = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3",
+      "--activation-stats", dir .. "/stats.json", "--run-manifest", dir .. "/run.json")
+    assert.equal(0, code)
+    local _, out_plain = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3")
+    assert.equal(out_plain, out_stats)
+    local stats = cjson.decode(H.read(dir .. "/stats.json"))
+    assert.is_true(stats.observation_only)
+    assert.equal(3 * (4 * 6 + 2), #stats.records)
+    local m = cjson.decode(H.read(dir .. "/run.json"))
+    assert.is_false(m.experiment.modified)
+    assert.equal(dir .. "/stats.json", m.outputs.activation_stats)
+    assert.same({ "run.json", "stats.json" }, H.listdir(dir))
+  end)
+
+  it("a failing hook exits 1 with the hook-failure message and writes nothing", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    H.write(dir .. "/boom.lua", [[
+      return function(args)
+        local exp = { name = "boom" }
+        function exp:after_attention(ctx, v)
+          if ctx.phase == "decode" and ctx.layer_index == 1 then error(args .. " at decode") end
+        end
+        return exp
+      end]])
+    local code, _, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3",
+      "--experiment", dir .. "/boom.lua", "--experiment-args", "kaboom", "--run-manifest", dir .. "/run.json",
+      "--capture-activations", dir .. "/cap")
+    assert.equal(1, code)
+    assert.matches("experiment 'boom+capture' failed in after_attention (phase=decode, layer=1):", err, 1, true)
+    assert.matches("kaboom at decode", err, 1, true)
+    assert.same({ "boom.lua" }, H.listdir(dir))
+  end)
+
+  it("refuses a misspelt hook name even behind capture, naming the closest hook", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    H.write(dir .. "/typo.lua", [[
+      local exp = { name = "typo" }
+      function exp:after_mpl(ctx, v) v:zero() end
+      return exp]])
+    for _, extra in ipairs({ {}, { "--capture-activations", dir .. "/cap" } }) do
+      local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "2", "--experiment", dir .. "/typo.lua",
+        "--run-manifest", dir .. "/run.json", table.unpack(extra))
+      assert.equal(1, code)
+      assert.matches("after_mpl", err, 1, true)
+      assert.matches("after_mlp", err, 1, true)
+    end
+    assert.same({ "typo.lua" }, H.listdir(dir))
+  end)
+
+  it("capture flags select the records; compare-artifacts classes the runs and enforces --require", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local common = { "--model", path, "--prompt", models.PROMPT, "--max-tokens", "3", "--capture-stages",
+      "after_mlp,after_logits", "--capture-layers", "2-3", "--run-manifest", dir .. "/run.json" }
+    local function capture_run(name, ...)
+      local args = { table.unpack(common) }
+      for _, a in ipairs({ "--capture-activations", dir .. "/" .. name, ... }) do args[#args + 1] = a end
+      local code, _, err = ember(table.unpack(args))
+      assert.equal(0, code, err)
+      return err
+    end
+    local err = capture_run("A")
+    assert.matches("captured 9 records into " .. dir .. "/A", err, 1, true)
+    capture_run("A2")
+    capture_run("B", "--zero-layer-output", "2:mlp")
+    capture_run("C", "--activation-patch", dir .. "/A", "--patch-target", "2:after_mlp")
+    local m = cjson.decode(H.read(dir .. "/A/manifest.json"))
+    assert.equal(9, #m.records) -- 3 evaluations x (layers 2 and 3 after_mlp + logits)
+
+    local code, out = ember("compare-artifacts", dir .. "/A", dir .. "/A2", "--require", "exact")
+    assert.equal(0, code)
+    assert.matches("class: exact ", out, 1, true)
+    code, out = ember("compare-artifacts", dir .. "/A", dir .. "/C", "--require", "exact-semantic")
+    assert.equal(0, code)
+    assert.matches("class: exact-semantic", out, 1, true)
+    local e
+    code, out, e = ember("compare-artifacts", dir .. "/A", dir .. "/B", "--require", "exact-semantic")
+    assert.equal(1, code)
+    assert.matches("does not meet --require exact-semantic", e, 1, true)
+    code, out = ember("compare-artifacts", dir .. "/A", dir .. "/B", "--json")
+    assert.equal(0, code)
+    local doc = cjson.decode(out)
+    assert.is_false(require("ember.compare").at_least(doc.class, "exact-semantic"))
+    assert.equal(9, doc.summary.aligned)
+  end)
+
+  it("compare-artifacts explains unreadable artifacts and bad arguments", function()
+    local dir = H.tmpdir()
+    local code, _, err = ember("compare-artifacts", dir, dir)
+    assert.equal(1, code)
+    assert.matches("manifest.json", err, 1, true)
+    code, _, err = ember("compare-artifacts", dir)
+    assert.equal(2, code)
+    assert.matches("needs two artifact directories", err, 1, true)
+    code, _, err = ember("compare-artifacts", dir, dir, "--require", "identical")
+    assert.equal(2, code)
+    assert.matches("--require: unknown comparison class 'identical'", err, 1, true)
+  end)
+end)
+
+describe("tools/ember launcher", function()
+  after_each(H.cleanup)
+
+  local function run(cmd)
+    local p = io.popen(cmd .. "; echo \"rc=$?\"")
+    local text = p:read("a")
+    p:close()
+    return text
+  end
+
+  it("keeps generated text on stdout, notices on stderr, and exits with the CLI's code", function()
+    local build = (os.getenv("EMBER_BUILD") or "build") .. "/ember-lua"
+    if not H.read or not io.open(build, "rb") then return pending("missing " .. build) end
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local launcher = "EMBER_LUA=" .. H.shell_quote(build) .. " tools/ember"
+    local text = run(string.format("%s --model %s --prompt hi --max-tokens 2 --zero-layer-output 1:mlp "
+      .. "--run-manifest %s 2>%s", launcher, H.shell_quote(path), H.shell_quote(dir .. "/run.json"),
+      H.shell_quote(dir .. "/stderr")))
+    assert.matches("rc=0", text, 1, true)
+    assert.is_nil(text:find("MODIFIED", 1, true))
+    assert.matches("this run was MODIFIED", H.read(dir .. "/stderr"), 1, true)
+    text = run(launcher .. " --bogus 2>&1")
+    assert.matches("unknown flag '--bogus'", text, 1, true)
+    assert.matches("rc=2", text, 1, true)
+  end)
+end)
+
+-- the tiny models made for this file
+teardown(function() require("helpers.fixtures").cleanup() end)

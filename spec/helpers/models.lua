@@ -1,0 +1,56 @@
+-- helpers.models — the models the workflow specs run on: the project's default tiny model (made by
+-- build/make-tiny-model, as ./run.sh main does) and one parity fixture per family. A missing input
+-- or a family the engine cannot load yet is reported as a reason for `pending`, never a pass.
+
+local fx = require("helpers.fixtures")
+
+local M = {}
+
+M.DEFAULT_ARGS = "--family llama --dtype q8_0 --seed 7"
+M.PROMPT = "The quick brown fox jumps over the lazy dog."
+
+-- default_model() -> path, or nil and the reason
+function M.default_model()
+  return fx.tiny_model(M.DEFAULT_ARGS)
+end
+
+-- load(path [, tokenizer]) -> model, or nil and the error message
+function M.load(path, tokenizer)
+  local ember = require("ember")
+  local ok, model = pcall(ember.load, { model = path, tokenizer = tokenizer })
+  if not ok then return nil, tostring(model) end
+  return model
+end
+
+-- default() -> model, or nil and the reason (a ready-to-use default tiny model)
+function M.default()
+  local path, why = M.default_model()
+  if not path then return nil, why end
+  return M.load(path)
+end
+
+-- family_cases() -> list of { family, case, model, tokenizer, prompt, missing } — the first
+-- available dtype per family (q8_0 preferred: the dtype the README's main command uses).
+function M.family_cases()
+  local families = { "llama", "qwen3", "qwen2", "gemma4", "gpt2" }
+  local dtypes = { "q8_0", "f32", "f16", "bf16" }
+  local out = {}
+  for _, family in ipairs(families) do
+    local found
+    for _, dtype in ipairs(dtypes) do
+      local case = family .. "-tiny-" .. dtype
+      local dir = fx.root .. "/parity/" .. case
+      if fx.exists(dir .. "/model.gguf") then
+        local meta = fx.read_json(dir .. "/case.json")
+        found = { family = family, case = case, model = dir .. "/model.gguf", tokenizer = dir .. "/tokenizer.json",
+          prompt = meta.prompt_text }
+        break
+      end
+    end
+    out[#out + 1] = found or { family = family, case = family .. "-tiny-*",
+      missing = fx.root .. "/parity/" .. family .. "-tiny-{q8_0,f32,f16,bf16}/model.gguf" }
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,101 @@
+-- helpers.npy — a small reader for NumPy .npy files (format 1.0/2.0/3.0, little-endian '<f4',
+-- C order), enough for the parity fixtures. Decodes values with string.unpack, independent of
+-- ember's own tensor code, so the specs do not check ember with ember.
+
+local M = {}
+
+local function fail(path, msg) error("npy: " .. path .. ": " .. msg, 3) end
+
+local function parse(s, path)
+  if s:sub(1, 6) ~= "\147NUMPY" then fail(path, "not an .npy file (bad magic)") end
+  local major = s:byte(7)
+  local hlen, pos
+  if major == 1 then
+    hlen, pos = string.unpack("<I2", s, 9)
+  elseif major == 2 or major == 3 then
+    hlen, pos = string.unpack("<I4", s, 9)
+  else
+    fail(path, "unsupported format version " .. tostring(major))
+  end
+  local header = s:sub(pos, pos + hlen - 1)
+  local descr = header:match("'descr'%s*:%s*'([^']*)'")
+  local fortran = header:match("'fortran_order'%s*:%s*(%a+)")
+  local shape_s = header:match("'shape'%s*:%s*%(([^)]*)%)")
+  if descr ~= "<f4" then fail(path, "dtype " .. tostring(descr) .. " is not little-endian float32") end
+  if fortran ~= "False" then fail(path, "Fortran order is not supported") end
+  if not shape_s then fail(path, "no shape in header") end
+  local shape = {}
+  for d in shape_s:gmatch("%d+") do shape[#shape + 1] = tonumber(d) end
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  local offset = pos + hlen
+  if #s - offset + 1 ~= n * 4 then
+    fail(path, string.format("has %d data bytes, shape needs %d", #s - offset + 1, n * 4))
+  end
+  local t = { shape = shape, dtype = descr, rows = shape[1], cols = shape[2] or 1, data = s, offset = offset }
+  return setmetatable(t, { __index = M })
+end
+
+local function slurp(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("npy: " .. err, 3) end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- npy.read(path) -> { shape = {d1, d2, ...}, dtype = "<f4", rows = d1, cols = d2, data = bytes,
+--                     offset = first data byte (1-based) }
+function M.read(path) return parse(slurp(path), path) end
+
+-- npy.read_npz(path) -> { [name without ".npy"] = array }: an .npz is a ZIP of .npy files; NumPy's
+-- savez stores them uncompressed, which is all this reader accepts (found via the central directory).
+function M.read_npz(path)
+  local z = slurp(path)
+  local eocd
+  for i = #z - 21, math.max(1, #z - 65557), -1 do
+    if z:sub(i, i + 3) == "PK\5\6" then eocd = i break end
+  end
+  if not eocd then fail(path, "no ZIP end-of-central-directory record") end
+  local n_entries, _, cd_offset = string.unpack("<I2I4I4", z, eocd + 10)
+  local out, pos = {}, cd_offset + 1
+  for _ = 1, n_entries do
+    if z:sub(pos, pos + 3) ~= "PK\1\2" then fail(path, "bad ZIP central directory entry") end
+    local method = string.unpack("<I2", z, pos + 10)
+    local csize, usize, nlen, xlen, clen = string.unpack("<I4I4I2I2I2", z, pos + 20)
+    local local_off = string.unpack("<I4", z, pos + 42)
+    local name = z:sub(pos + 46, pos + 46 + nlen - 1)
+    if method ~= 0 then fail(path, name .. " is compressed (only stored entries are supported)") end
+    if csize == 0xFFFFFFFF or local_off == 0xFFFFFFFF then fail(path, name .. " needs ZIP64, not supported") end
+    assert(csize == usize)
+    local lp = local_off + 1
+    local lnlen, lxlen = string.unpack("<I2I2", z, lp + 26)
+    local data_start = lp + 30 + lnlen + lxlen
+    out[(name:gsub("%.npy$", ""))] = parse(z:sub(data_start, data_start + csize - 1), path .. ":" .. name)
+    pos = pos + 46 + nlen + xlen + clen
+  end
+  return out
+end
+
+-- The raw little-endian bytes of row i (1-based) of a 2-D array.
+function M.row_bytes(a, i)
+  assert(i >= 1 and i <= a.rows, "npy: row out of range")
+  local start = a.offset + (i - 1) * a.cols * 4
+  return a.data:sub(start, start + a.cols * 4 - 1)
+end
+
+-- Row i (1-based) as a Lua array of numbers, decoded with string.unpack in chunks.
+function M.row(a, i)
+  assert(i >= 1 and i <= a.rows, "npy: row out of range")
+  local out, pos, left = {}, a.offset + (i - 1) * a.cols * 4, a.cols
+  while left > 0 do
+    local k = math.min(left, 4096)
+    local vals = table.pack(string.unpack("<" .. string.rep("f", k), a.data, pos))
+    for j = 1, k do out[#out + 1] = vals[j] end
+    pos = vals[k + 1]
+    left = left - k
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,201 @@
+-- The REPL of ember-lua: its Lua logic directly (compile, printing, completion), then a scripted
+-- session in a real pseudo-terminal (tmux) that loads a model, prints a tensor, recalls history
+-- and completes names with Tab.
+
+local repl = require("ember.repl")
+local fx = require("helpers.fixtures")
+
+describe("ember.repl logic", function()
+  it("compiles expressions, =expr and statements, and spots incomplete chunks", function()
+    assert.are.equal(3, repl.compile("1 + 2")())
+    assert.are.equal(3, repl.compile("=1 + 2")())
+    assert.is_nil(repl.compile("local x = 1")())
+    local fn, msg, incomplete = repl.compile("for i = 1, 2 do")
+    assert.is_nil(fn)
+    assert.is_true(incomplete, msg)
+    fn, msg, incomplete = repl.compile("1 +* 2")
+    assert.is_nil(fn)
+    assert.is_false(incomplete)
+    assert.is_truthy(msg:find("syntax error", 1, true) or msg:find("unexpected symbol", 1, true), msg)
+  end)
+
+  it("formats values readably", function()
+    assert.are.equal("1\tx\tnil", repl.format(1, "x", nil))
+    assert.are.equal('{1, 2, a = "b"}', repl.format({ 1, 2, a = "b" }))
+    local t = {}
+    t.self = t
+    assert.are.equal("{self = <cycle>}", repl.format(t))
+  end)
+
+  it("completes globals, fields and methods of tables and ember userdata", function()
+    local ember = require("ember")
+    local env = { ember = ember, tens = ember.tensor(1, 2), x = { alpha = 1, beta = function() end } }
+    assert.are.same({ "ember.tensor", "ember.tensor_from_bytes" }, repl.complete("ember.tens", env))
+    assert.are.same({ "x.alpha", "x.beta" }, repl.complete("x.", env))
+    assert.are.same({ "x:beta" }, repl.complete("x:", env)) -- only functions after ':'
+    local methods = repl.complete("tens:", env)
+    assert.is_truthy(#methods > 10)
+    for _, want in ipairs({ "tens:l2_norm", "tens:argmax", "tens:copy_from" }) do
+      local found = false
+      for _, m in ipairs(methods) do found = found or m == want end
+      assert.is_true(found, want)
+    end
+    assert.are.same({ "tens" }, repl.complete("ten", env))
+    assert.are.same({}, repl.complete("nosuch.x", env))
+    assert.are.same({ "while" }, repl.complete("whi", env))
+  end)
+
+  it("drives a whole session through a scripted rl table", function()
+    local lines = { "x = 40", "for i = 1, 2 do", "x = x + 1", "end", "=x", false, "error('boom')", nil }
+    local i, history, out = 0, {}, {}
+    local real_write = io.write
+    local rl = {
+      readline = function()
+        i = i + 1
+        return lines[i]
+      end,
+      add_history = function(l) history[#history + 1] = l end,
+    }
+    local stdout, stderr = io.stdout, io.stderr
+    -- capture what the REPL prints
+    local sink = { write = function(self, ...) for _, s in ipairs({ ... }) do out[#out + 1] = tostring(s) end return self end }
+    io.write = function(...) return sink:write(...) end
+    io.stdout, io.stderr = sink, sink
+    local ok, err = pcall(repl.run, rl)
+    io.write, io.stdout, io.stderr = real_write, stdout, stderr
+    assert.is_true(ok, err)
+    local text = table.concat(out)
+    assert.is_truthy(text:find("\n42\n", 1, true), text)
+    assert.is_truthy(text:find("boom", 1, true), text)
+    assert.are.same({ "x = 40", "for i = 1, 2 do\nx = x + 1\nend", "=x", "error('boom')" }, history)
+  end)
+end)
+
+-- ---- a real terminal ------------------------------------------------------------------------
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local s = p:read("a")
+  p:close()
+  return s
+end
+
+local function have_tmux() return os.execute("command -v tmux >/dev/null 2>&1") end
+
+describe("ember-lua REPL in a terminal", function()
+  local binary = fx.build .. "/ember-lua"
+  local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
+  if not have_tmux() then
+    pending("tmux is not installed (apt-get install tmux)")
+    return
+  end
+  if not fx.exists(binary) then
+    pending("missing " .. binary .. " (build the project first)")
+    return
+  end
+  if not fx.exists(model) then
+    pending("missing fixture " .. model)
+    return
+  end
+
+  local session = "ember-repl-spec-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e6))
+  local history = os.tmpname()
+
+  -- Key names (Enter, Tab, Up, C-c, C-d, C-u) are sent as keys, everything else literally (-l):
+  -- tmux would read the text "end" as the End key.
+  local KEYS = { Enter = true, Tab = true, Up = true, ["C-c"] = true, ["C-d"] = true, ["C-u"] = true }
+  local function send(...)
+    for _, k in ipairs({ ... }) do
+      local quoted = "'" .. k:gsub("'", "'\\''") .. "'"
+      sh("tmux send-keys -t " .. session .. (KEYS[k] and " " or " -l ") .. quoted)
+    end
+  end
+  local function screen() return sh("tmux capture-pane -p -t " .. session) end
+  -- Waits (up to 10 s) until the screen shows `want` `count` times.
+  local function wait_for(want, count)
+    count = count or 1
+    local s
+    for _ = 1, 200 do
+      s = screen()
+      local n, from = 0, 1
+      while true do
+        local a, b = s:find(want, from, true)
+        if not a then break end
+        n, from = n + 1, b + 1
+      end
+      if n >= count then return s end
+      os.execute("sleep 0.05")
+    end
+    error("the REPL never showed " .. string.format("%q", want) .. " (x" .. count .. "); screen:\n" .. s, 2)
+  end
+
+  setup(function()
+    os.remove(history)
+    sh("tmux new-session -d -s " .. session .. " -x 160 -y 50")
+    sh("tmux set-option -t " .. session .. " remain-on-exit on")
+    sh("tmux respawn-pane -k -t " .. session .. " 'env EMBER_HISTORY=" .. history .. " " .. binary .. " 2>&1'")
+    wait_for("Ctrl-D exits.")
+  end)
+
+  teardown(function()
+    sh("tmux kill-session -t " .. session)
+    os.remove(history)
+  end)
+
+  it("loads a model and prints a tensor", function()
+    send('m = ember.load{model="' .. model .. '", kernels="reference"}', "Enter")
+    send("m", "Enter")
+    wait_for("ember.Model(llama")
+    send("t = m:session{context=32}:prefill{1, 2, 3}", "Enter")
+    send("t", "Enter")
+    local s = wait_for("ember.Tensor[1, 8192] f32 {")
+    assert.is_truthy(s:find("l2=", 1, true))
+  end)
+
+  it("accepts multi-line input and =expr", function()
+    send("for i = 1, 3 do", "Enter")
+    wait_for(">>")
+    send("io.write('row', i, ' ')", "Enter", "end", "Enter")
+    wait_for("row1 row2 row3")
+    send("=6 * 7", "Enter")
+    wait_for("\n42\n")
+  end)
+
+  it("recalls history with the Up arrow and keeps it in the history file", function()
+    send("=6 * 7", "Enter") -- fresh line to recall
+    wait_for("\n42\n", 2)
+    send("Up", "Enter")
+    wait_for("\n42\n", 3)
+    local f = assert(io.open(history, "rb"))
+    local text = f:read("a")
+    f:close()
+    assert.is_truthy(text:find("=6 * 7", 1, true), text)
+    assert.is_truthy(text:find("kernels=\"reference\"", 1, true), text)
+  end)
+
+  it("completes methods of ember userdata and fields with Tab", function()
+    send("m:sessi", "Tab")
+    wait_for("> m:session")
+    send("C-u")
+    send("t:l2", "Tab")
+    wait_for("> t:l2_norm")
+    send("()", "Enter")
+    wait_for("\n91.61")
+    send("ember.tensor_fr", "Tab")
+    wait_for("> ember.tensor_from_bytes")
+    send("C-u")
+  end)
+
+  it("survives Ctrl-C during a computation and exits on Ctrl-D", function()
+    -- wait for the loop to be running (and later for the prompt) before each key, so a slow
+    -- machine cannot turn Ctrl-C into "abandon this line" or swallow Ctrl-D as terminal typeahead
+    send("io.write('spin', 'ning\\n') while true do end", "Enter")
+    wait_for("spinning")
+    send("C-c")
+    wait_for("interrupted")
+    send("=1 + 1", "Enter")
+    wait_for("\n2\n>")
+    send("C-d")
+    wait_for("Pane is dead")
+  end)
+end)

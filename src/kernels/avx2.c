@@ -1,0 +1,371 @@
+/* avx2.c — the AVX2 kernel set (AVX2 + FMA + F16C), compiled with its own flags and called only
+ * after dispatch.c has checked CPUID and XCR0. It reproduces avx512.c bit for bit: every 16-lane
+ * accumulator of the common order (simd_common.h) is a pair of 8-lane registers here.
+ *
+ * Matrix products are register-tiled (2 rows x 2 tokens, or 4 rows for a single token); AVX2's 16
+ * registers hold 8 accumulator pairs at most. */
+#include "simd_common.h"
+
+#include <stdlib.h>
+
+/* ---- f32 / f16 / bf16 weights: f32 activations ---- */
+
+EMBER_AI __m256 load_w8(ember_type type, const uint8_t *row, int64_t i) {
+    if (type == EMBER_TYPE_F32) return _mm256_loadu_ps((const float *)(row + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+    if (type == EMBER_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16: high half */
+}
+
+EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const float *const *xs, int R, int T, int64_t n,
+                         float *out) {
+    __m256 acc[4][2][2]; /* [row][token][lanes 0-7 | 8-15] */
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        __m256 xv[2][2];
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            xv[t][0] = _mm256_loadu_ps(xs[t] + i);
+            xv[t][1] = _mm256_loadu_ps(xs[t] + i + 8);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 w0 = load_w8(type, rows[r], i), w1 = load_w8(type, rows[r], i + 8);
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                acc[r][t][0] = _mm256_fmadd_ps(w0, xv[t][0], acc[r][t][0]);
+                acc[r][t][1] = _mm256_fmadd_ps(w1, xv[t][1], acc[r][t][1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            float s = ember_reduce16(acc[r][t][0], acc[r][t][1]);
+            for (int64_t i = n16; i < n; i++) s = fmaf(ember_weight_f(type, rows[r], i), xs[t][i], s);
+            out[r * T + t] = s;
+        }
+}
+
+/* ---- q8_0 weights x q8_0-quantized activations ----
+ * Prepared activations per token: nb blocks of 32 int8 quants, then nb f32 scales d_x.
+ * maddubs multiplies unsigned by signed bytes: |w| (abs of -128 is 128 as u8) times q signed by
+ * w's sign (|q| <= 127, so never overflows); each 16-bit pair sum is at most 2*128*127 = 32512, so
+ * it never saturates. madd with ones then gives lane l = sum_{j=4l..4l+3} w_j q_j exactly — the
+ * integers avx512.c gets from vpdpbusd. Even blocks accumulate into lanes 0-7, odd into 8-15. */
+static size_t q8_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK8_0) * (EMBER_QK8_0 + sizeof(float)); }
+
+static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
+    const int64_t nb = n_in / EMBER_QK8_0;
+    float *dxs = (float *)(xa + nb * EMBER_QK8_0);
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + b * EMBER_QK8_0;
+        __m256 v[4], mx = _mm256_setzero_ps();
+        int bad = 0;
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            __m256 a = _mm256_andnot_ps(sign, v[k]);
+            bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
+            mx = _mm256_max_ps(mx, a);
+        }
+        uint8_t *q = xa + b * EMBER_QK8_0;
+        if (bad) { /* NaN or infinity in the block: d = NaN, quants 0 (as ember_quantize_row_q8_0) */
+            memset(q, 0, EMBER_QK8_0);
+            dxs[b] = ember_h2f(0x7e00);
+            continue;
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4); /* max is exact in any order */
+        const uint16_t d16 = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m256i i[4];
+        for (int k = 0; k < 4; k++) /* round half to even, then exact conversion; |values| <= 127 */
+            i[k] = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        /* int32 -> int8 with saturating packs; the packs work per 128-bit half, perm restores order */
+        __m256i p16a = _mm256_packs_epi32(i[0], i[1]), p16b = _mm256_packs_epi32(i[2], i[3]);
+        __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
+        _mm256_storeu_si256((__m256i *)q, p8);
+        dxs[b] = ember_h2f(d16);
+    }
+}
+
+EMBER_AI void q8_tile(const uint8_t *const *rows, const uint8_t *const *xas, int R, int T, int64_t nb, float *out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    const float *dxs[2];
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++) dxs[t] = (const float *)(xas[t] + nb * EMBER_QK8_0);
+    for (int64_t b = 0; b < nb; b++) {
+        const int h = (int)(b & 1);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = rows[r] + b * sizeof(ember_block_q8_0);
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            const __m256i aw = _mm256_abs_epi8(w);
+            const __m256 dw = _mm256_set1_ps(ember_h2f(ember_load_u16(blk)));
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                const __m256i xq = _mm256_loadu_si256((const __m256i *)(xas[t] + b * EMBER_QK8_0));
+                const __m256i i16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w));
+                const __m256i i32 = _mm256_madd_epi16(i16, ones);
+                const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dxs[t][b]));
+                if (h) acc[r][t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), s, acc[r][t][1]);
+                else acc[r][t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), s, acc[r][t][0]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) out[r * T + t] = ember_reduce16(acc[r][t][0], acc[r][t][1]);
+}
+
+/* ---- tile instances and the row loop ---- */
+
+typedef void (*tile_fn)(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out);
+
+#define TILE_INSTANCES(R, T)                                                                                       \
+    static void f32_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
+        float_tile(EMBER_TYPE_F32, rows, (const float *const *)xs, R, T, n, out);                                  \
+    }                                                                                                              \
+    static void f16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
+        float_tile(EMBER_TYPE_F16, rows, (const float *const *)xs, R, T, n, out);                                  \
+    }                                                                                                              \
+    static void bf16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {        \
+        float_tile(EMBER_TYPE_BF16, rows, (const float *const *)xs, R, T, n, out);                                 \
+    }                                                                                                              \
+    static void q8_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {          \
+        q8_tile(rows, (const uint8_t *const *)xs, R, T, n / EMBER_QK8_0, out);                                     \
+    }
+TILE_INSTANCES(4, 1)
+TILE_INSTANCES(2, 2)
+TILE_INSTANCES(2, 1)
+TILE_INSTANCES(1, 2)
+TILE_INSTANCES(1, 1)
+
+/* [type][shape]: 0 = 4x1, 1 = 2x2, 2 = 2x1, 3 = 1x2, 4 = 1x1 */
+static const tile_fn tiles[4][5] = {
+    {f32_4x1, f32_2x2, f32_2x1, f32_1x2, f32_1x1},
+    {f16_4x1, f16_2x2, f16_2x1, f16_1x2, f16_1x1},
+    {bf16_4x1, bf16_2x2, bf16_2x1, bf16_1x2, bf16_1x1},
+    {q8_4x1, q8_2x2, q8_2x1, q8_1x2, q8_1x1},
+};
+
+static int type_index(ember_type t) {
+    switch (t) {
+    case EMBER_TYPE_F32: return 0;
+    case EMBER_TYPE_F16: return 1;
+    case EMBER_TYPE_BF16: return 2;
+    case EMBER_TYPE_Q8_0: return 3;
+    }
+    return 0;
+}
+
+static size_t avx2_act_size(ember_type type, int64_t n_in) { return type == EMBER_TYPE_Q8_0 ? q8_act_size(n_in) : 0; }
+
+static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
+    if (type == EMBER_TYPE_Q8_0) q8_prepare(x, xa, n_in);
+}
+
+static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                             int64_t n_tok, int64_t o0, int64_t o1) {
+    const int ti = type_index(w->type);
+    const bool q8 = w->type == EMBER_TYPE_Q8_0;
+    const int r_main = n_tok == 1 ? 4 : 2;
+    for (int64_t o = o0; o < o1;) {
+        const int R = o1 - o >= r_main ? r_main : o1 - o >= 2 && r_main == 2 ? 2 : 1;
+        const uint8_t *rows[4];
+        for (int r = 0; r < R; r++) rows[r] = (const uint8_t *)w->data + (size_t)(o + r) * w->row_bytes;
+        for (int64_t t = 0; t < n_tok; t += 2) {
+            const int T = R == 4 ? 1 : n_tok - t >= 2 ? 2 : 1;
+            const void *xs[2];
+            for (int k = 0; k < T; k++)
+                xs[k] = q8 ? (const void *)((const uint8_t *)xa + (size_t)(t + k) * xa_stride)
+                           : (const void *)(x + (t + k) * w->n_in);
+            const int shape = R == 4 ? 0 : R == 2 ? (T == 2 ? 1 : 2) : (T == 2 ? 3 : 4);
+            float out[4];
+            tiles[ti][shape](rows, xs, w->n_in, out);
+            for (int r = 0; r < R; r++)
+                for (int k = 0; k < T; k++) y[(t + k) * w->n_out + o + r] = out[r * T + k];
+            if (R == 4) break; /* single token */
+        }
+        o += R;
+    }
+}
+
+static void avx2_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    size_t stride = avx2_act_size(w->type, w->n_in);
+    uint8_t *xa = NULL;
+    if (stride) {
+        xa = malloc(stride * (size_t)n_tok);
+        if (!xa) abort(); /* single-threaded convenience entry for tests; the engine uses ember_matmul */
+        for (int64_t t = 0; t < n_tok; t++) q8_prepare(x + t * w->n_in, xa + (size_t)t * stride, w->n_in);
+    }
+    avx2_matmul_rows(w, x, xa, stride, y, n_tok, 0, w->n_out);
+    free(xa);
+}
+
+/* ---- f32 vector ops ---- */
+
+EMBER_AI float dot16(const float *a, const float *b, int64_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    }
+    float s = ember_reduce16(lo, hi);
+    for (int64_t i = n16; i < n; i++) s = fmaf(a[i], b[i], s);
+    return s;
+}
+
+static float avx2_dot_f32(const float *a, const float *b, int64_t n) { return dot16(a, b, n); }
+
+EMBER_AI __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
+    x = _mm256_min_ps(_mm256_set1_ps(EMBER_EXP_HI), x);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EMBER_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EMBER_EXP_C1), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EMBER_EXP_C2), r);
+    __m256 p = _mm256_set1_ps(EMBER_EXP_P7);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EMBER_EXP_P6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EMBER_EXP_P5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EMBER_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EMBER_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EMBER_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+static void avx2_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
+                           int64_t hd, float scale, float *scores, float *out) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_keys; j++) {
+        scores[j] = dot16(q, k + j * kv_stride, hd) * scale;
+        mx = scores[j] > mx ? scores[j] : mx;
+    }
+    /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const int64_t n16 = n_keys & ~(int64_t)15;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n16; j += 16) {
+        __m256 e0 = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
+        __m256 e1 = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j + 8), vmx));
+        _mm256_storeu_ps(scores + j, e0);
+        _mm256_storeu_ps(scores + j + 8, e1);
+        lo = _mm256_add_ps(lo, e0);
+        hi = _mm256_add_ps(hi, e1);
+    }
+    float sum = ember_reduce16(lo, hi);
+    for (int64_t j = n16; j < n_keys; j++) {
+        scores[j] = ember_s_exp(scores[j] - mx);
+        sum += scores[j];
+    }
+    const __m256 vsum = _mm256_set1_ps(sum);
+    const int64_t n8 = n_keys & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(scores + j, _mm256_div_ps(_mm256_loadu_ps(scores + j), vsum));
+    for (int64_t j = n8; j < n_keys; j++) scores[j] /= sum;
+    /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
+    const int64_t h8 = hd & ~(int64_t)7;
+    int64_t d = 0;
+    for (; d + 32 <= h8; d += 32) {
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *vj = v + j * kv_stride + d;
+            const __m256 p = _mm256_set1_ps(scores[j]);
+            o0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj), o0);
+            o1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8), o1);
+            o2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 16), o2);
+            o3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 24), o3);
+        }
+        _mm256_storeu_ps(out + d, o0);
+        _mm256_storeu_ps(out + d + 8, o1);
+        _mm256_storeu_ps(out + d + 16, o2);
+        _mm256_storeu_ps(out + d + 24, o3);
+    }
+    for (; d < h8; d += 8) {
+        __m256 o0 = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n_keys; j++)
+            o0 = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), _mm256_loadu_ps(v + j * kv_stride + d), o0);
+        _mm256_storeu_ps(out + d, o0);
+    }
+    for (; d < hd; d++) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < n_keys; j++) o = fmaf(scores[j], v[j * kv_stride + d], o);
+        out[d] = o;
+    }
+}
+
+static void avx2_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    const float ss = dot16(x, x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (int64_t i = n8; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+static void avx2_silu_mul(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_xor_ps(x, sign)))); /* exp(-x) */
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+    }
+    for (int64_t i = n8; i < n; i++) g[i] = ember_s_silu(g[i]) * u[i];
+}
+
+EMBER_AI __m256 gelu256(__m256 x) {
+    __m256 a = _mm256_mul_ps(_mm256_set1_ps(EMBER_GELU_A), x);
+    a = _mm256_mul_ps(a, x);
+    a = _mm256_mul_ps(a, x);
+    __m256 u = _mm256_mul_ps(_mm256_set1_ps(EMBER_GELU_K), _mm256_add_ps(x, a));
+    __m256 e = exp256(_mm256_add_ps(u, u));
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 t = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(one, t));
+}
+
+static void avx2_gelu_mul(float *g, const float *u, int64_t n) {
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256 r = gelu256(_mm256_loadu_ps(g + i));
+        if (u) r = _mm256_mul_ps(r, _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(g + i, r);
+    }
+    for (int64_t i = n8; i < n; i++) g[i] = u ? ember_s_gelu(g[i]) * u[i] : ember_s_gelu(g[i]);
+}
+
+const ember_kernel_ops ember_kernels_avx2 = {
+    .name = "avx2",
+    .matmul = avx2_matmul,
+    .dot_f32 = avx2_dot_f32,
+    .act_size = avx2_act_size,
+    .act_prepare = avx2_act_prepare,
+    .matmul_rows = avx2_matmul_rows,
+    .attn_head = avx2_attn_head,
+    .rmsnorm = avx2_rmsnorm,
+    .silu_mul = avx2_silu_mul,
+    .gelu_mul = avx2_gelu_mul,
+    .rope_heads = ember_rope_heads_fast,
+};

@@ -1,0 +1,397 @@
+/* avx512.c — the AVX-512 kernel set (F, BW, VL, VNNI), compiled with its own -mavx512* flags and
+ * called only after dispatch.c has checked CPUID and XCR0. It must follow the common order of
+ * operations of simd_common.h / docs/kernels.md, which avx2.c reproduces bit for bit.
+ *
+ * Matrix products are register-tiled: R weight rows x T tokens of 16-lane accumulators, so each
+ * weight vector loaded is used T times (prefill) and each activation vector R times. */
+#include "simd_common.h"
+
+#include <stdlib.h>
+
+/* ---- f32 / f16 / bf16 weights: f32 activations, one fused multiply-add per element ---- */
+
+EMBER_AI __m512 load_w16(ember_type type, const uint8_t *row, int64_t i) {
+    if (type == EMBER_TYPE_F32) return _mm512_loadu_ps(row + 4 * i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+    if (type == EMBER_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: high half */
+}
+
+EMBER_AI float reduce512(__m512 a) {
+    return ember_reduce16(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+/* out[r*T + t] = row r . token t over n values, in the common order. */
+EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const float *const *xs, int R, int T, int64_t n,
+                         float *out) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(xs[t] + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 wv = load_w16(type, rows[r], i);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float s = reduce512(acc[r][t]);
+            for (int64_t i = n16; i < n; i++) s = fmaf(ember_weight_f(type, rows[r], i), xs[t][i], s);
+            out[r * T + t] = s;
+        }
+}
+
+/* ---- q8_0 weights x q8_0-quantized activations ----
+ * Prepared activations, per pair of blocks p (the last pair half empty when the block count is
+ * odd): 64 int8 quants, 16 int32 corrections, 16 f32 scales. VNNI's vpdpbusd multiplies unsigned
+ * by signed bytes, so the weights go in as u8 = w + 128 (w xor 0x80, exact for w in [-128, 127])
+ * and the correction -128 * (sum of the lane's 4 activation quants) starts each lane's integer
+ * sum: lane l of pair p then holds exactly sum_{j=4l..4l+3} w_j q_j, the same integers AVX2 gets
+ * from maddubs. The scale lanes repeat block 2p's d_x 8 times, then block 2p+1's. */
+#define Q8_PAIR_BYTES 192
+
+static size_t q8_act_size(int64_t n_in) { return (size_t)((n_in / EMBER_QK8_0 + 1) / 2) * Q8_PAIR_BYTES; }
+
+static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
+    const int64_t nb = n_in / EMBER_QK8_0;
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *pair = xa + (b / 2) * Q8_PAIR_BYTES;
+        const int h = (int)(b & 1);
+        __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        __mmask16 bad = _mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ);
+        __m128i q8;
+        __m128i q8b;
+        float dx;
+        if (bad) { /* NaN or infinity in the block: d = NaN, quants 0 (as ember_quantize_row_q8_0) */
+            q8 = q8b = _mm_setzero_si128();
+            dx = ember_h2f(0x7e00);
+        } else {
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)); /* max is exact in any order */
+            const uint16_t d16 = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const __m512 m = _mm512_set1_ps(id);
+            /* round half to even, like nearbyintf in the default mode; |values| <= 127 */
+            __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512i i1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q8 = _mm512_cvtsepi32_epi8(i0);
+            q8b = _mm512_cvtsepi32_epi8(i1);
+            dx = ember_h2f(d16);
+        }
+        _mm_storeu_si128((__m128i *)(pair + 32 * h), q8);
+        _mm_storeu_si128((__m128i *)(pair + 32 * h + 16), q8b);
+        /* corrections for this block's 8 lanes: -128 * (sum of 4 quants) */
+        __m256i q = _mm256_loadu_si256((const __m256i *)(pair + 32 * h));
+        __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), q); /* 128 * sum */
+        _mm256_storeu_si256((__m256i *)(pair + 64 + 32 * h), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+        _mm256_storeu_ps((float *)(pair + 128 + 32 * h), _mm256_set1_ps(dx));
+    }
+    if (nb & 1) { /* the empty half of the last pair contributes exactly 0 */
+        uint8_t *pair = xa + (nb / 2) * Q8_PAIR_BYTES;
+        memset(pair + 32, 0, 32);
+        memset(pair + 64 + 32, 0, 32);
+        memset(pair + 128 + 32, 0, 32);
+    }
+}
+
+/* Two f16 block scales -> [d0 x8, d1 x8]. */
+EMBER_AI __m512 q8_scales(uint16_t d0, uint16_t d1) {
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+EMBER_AI void q8_tile(const uint8_t *const *rows, const uint8_t *const *xas, int R, int T, int64_t nb, float *out) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    const int64_t np = nb / 2;
+    for (int64_t p = 0; p < np; p++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = rows[r] + p * 2 * sizeof(ember_block_q8_0);
+            __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
+                                           _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
+            w = _mm512_xor_si512(w, flip); /* u8 = w + 128 */
+            const __m512 dw = q8_scales(ember_load_u16(blk), ember_load_u16(blk + 34));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xp = xas[t] + p * Q8_PAIR_BYTES;
+                __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp + 64), w, _mm512_loadu_si512(xp));
+                __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xp + 128));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[r][t]);
+            }
+        }
+    }
+    if (nb & 1) { /* last block alone: the upper lanes add exactly +0 (x quants, corrections, scales 0) */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = rows[r] + (nb - 1) * sizeof(ember_block_q8_0);
+            __m512i w = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+            w = _mm512_xor_si512(w, flip);
+            const __m512 dw = q8_scales(ember_load_u16(blk), 0);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xp = xas[t] + np * Q8_PAIR_BYTES;
+                __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp + 64), w, _mm512_loadu_si512(xp));
+                __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xp + 128));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) out[r * T + t] = reduce512(acc[r][t]);
+}
+
+/* ---- tile instances and the row loop ---- */
+
+typedef void (*tile_fn)(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out);
+
+#define TILE_INSTANCES(R, T)                                                                                       \
+    static void f32_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
+        float_tile(EMBER_TYPE_F32, rows, (const float *const *)xs, R, T, n, out);                                  \
+    }                                                                                                              \
+    static void f16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
+        float_tile(EMBER_TYPE_F16, rows, (const float *const *)xs, R, T, n, out);                                  \
+    }                                                                                                              \
+    static void bf16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {        \
+        float_tile(EMBER_TYPE_BF16, rows, (const float *const *)xs, R, T, n, out);                                 \
+    }                                                                                                              \
+    static void q8_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {          \
+        q8_tile(rows, (const uint8_t *const *)xs, R, T, n / EMBER_QK8_0, out);                                     \
+    }
+TILE_INSTANCES(4, 4)
+TILE_INSTANCES(4, 3)
+TILE_INSTANCES(4, 2)
+TILE_INSTANCES(4, 1)
+TILE_INSTANCES(1, 4)
+TILE_INSTANCES(1, 3)
+TILE_INSTANCES(1, 2)
+TILE_INSTANCES(1, 1)
+
+/* [type][R == 4 ? 0 : 1][T - 1] */
+static const tile_fn tiles[4][2][4] = {
+    {{f32_4x1, f32_4x2, f32_4x3, f32_4x4}, {f32_1x1, f32_1x2, f32_1x3, f32_1x4}},
+    {{f16_4x1, f16_4x2, f16_4x3, f16_4x4}, {f16_1x1, f16_1x2, f16_1x3, f16_1x4}},
+    {{bf16_4x1, bf16_4x2, bf16_4x3, bf16_4x4}, {bf16_1x1, bf16_1x2, bf16_1x3, bf16_1x4}},
+    {{q8_4x1, q8_4x2, q8_4x3, q8_4x4}, {q8_1x1, q8_1x2, q8_1x3, q8_1x4}},
+};
+
+static int type_index(ember_type t) {
+    switch (t) {
+    case EMBER_TYPE_F32: return 0;
+    case EMBER_TYPE_F16: return 1;
+    case EMBER_TYPE_BF16: return 2;
+    case EMBER_TYPE_Q8_0: return 3;
+    }
+    return 0;
+}
+
+static size_t avx512_act_size(ember_type type, int64_t n_in) {
+    return type == EMBER_TYPE_Q8_0 ? q8_act_size(n_in) : 0;
+}
+
+static void avx512_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
+    if (type == EMBER_TYPE_Q8_0) q8_prepare(x, xa, n_in);
+}
+
+static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                               int64_t n_tok, int64_t o0, int64_t o1) {
+    const int ti = type_index(w->type);
+    const bool q8 = w->type == EMBER_TYPE_Q8_0;
+    for (int64_t o = o0; o < o1;) {
+        const int R = o1 - o >= 4 ? 4 : 1;
+        const uint8_t *rows[4];
+        for (int r = 0; r < R; r++) rows[r] = (const uint8_t *)w->data + (size_t)(o + r) * w->row_bytes;
+        for (int64_t t = 0; t < n_tok; t += 4) {
+            const int T = n_tok - t >= 4 ? 4 : (int)(n_tok - t);
+            const void *xs[4];
+            for (int k = 0; k < T; k++)
+                xs[k] = q8 ? (const void *)((const uint8_t *)xa + (size_t)(t + k) * xa_stride)
+                           : (const void *)(x + (t + k) * w->n_in);
+            float out[16];
+            tiles[ti][R == 4 ? 0 : 1][T - 1](rows, xs, w->n_in, out);
+            for (int r = 0; r < R; r++)
+                for (int k = 0; k < T; k++) y[(t + k) * w->n_out + o + r] = out[r * T + k];
+        }
+        o += R;
+    }
+}
+
+static void avx512_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    size_t stride = avx512_act_size(w->type, w->n_in);
+    uint8_t *xa = NULL;
+    if (stride) {
+        xa = malloc(stride * (size_t)n_tok);
+        if (!xa) abort(); /* single-threaded convenience entry for tests; the engine uses ember_matmul */
+        for (int64_t t = 0; t < n_tok; t++) q8_prepare(x + t * w->n_in, xa + (size_t)t * stride, w->n_in);
+    }
+    avx512_matmul_rows(w, x, xa, stride, y, n_tok, 0, w->n_out);
+    free(xa);
+}
+
+/* ---- f32 vector ops ---- */
+
+EMBER_AI float dot16(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    float s = reduce512(acc);
+    for (int64_t i = n16; i < n; i++) s = fmaf(a[i], b[i], s);
+    return s;
+}
+
+static float avx512_dot_f32(const float *a, const float *b, int64_t n) { return dot16(a, b, n); }
+
+/* -x exactly (sign flip; AVX-512F has no float xor without DQ) */
+EMBER_AI __m512 neg512(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+EMBER_AI __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
+    x = _mm512_min_ps(_mm512_set1_ps(EMBER_EXP_HI), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EMBER_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EMBER_EXP_C1), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EMBER_EXP_C2), r);
+    __m512 p = _mm512_set1_ps(EMBER_EXP_P7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EMBER_EXP_P6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EMBER_EXP_P5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EMBER_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EMBER_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EMBER_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+static void avx512_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
+                             int64_t hd, float scale, float *scores, float *out) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n_keys; j++) {
+        scores[j] = dot16(q, k + j * kv_stride, hd) * scale;
+        mx = scores[j] > mx ? scores[j] : mx;
+    }
+    /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
+    const __m512 vmx = _mm512_set1_ps(mx);
+    const int64_t n16 = n_keys & ~(int64_t)15;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n16; j += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vmx));
+        _mm512_storeu_ps(scores + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    float sum = reduce512(acc);
+    for (int64_t j = n16; j < n_keys; j++) {
+        scores[j] = ember_s_exp(scores[j] - mx);
+        sum += scores[j];
+    }
+    const __m512 vsum = _mm512_set1_ps(sum);
+    for (int64_t j = 0; j < n16; j += 16) _mm512_storeu_ps(scores + j, _mm512_div_ps(_mm512_loadu_ps(scores + j), vsum));
+    for (int64_t j = n16; j < n_keys; j++) scores[j] /= sum;
+    /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
+    const int64_t h16 = hd & ~(int64_t)15;
+    int64_t d = 0;
+    for (; d + 64 <= h16; d += 64) {
+        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *vj = v + j * kv_stride + d;
+            const __m512 p = _mm512_set1_ps(scores[j]);
+            o0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj), o0);
+            o1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16), o1);
+            o2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 32), o2);
+            o3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 48), o3);
+        }
+        _mm512_storeu_ps(out + d, o0);
+        _mm512_storeu_ps(out + d + 16, o1);
+        _mm512_storeu_ps(out + d + 32, o2);
+        _mm512_storeu_ps(out + d + 48, o3);
+    }
+    for (; d < h16; d += 16) {
+        __m512 o0 = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n_keys; j++)
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), _mm512_loadu_ps(v + j * kv_stride + d), o0);
+        _mm512_storeu_ps(out + d, o0);
+    }
+    for (; d < hd; d++) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < n_keys; j++) o = fmaf(scores[j], v[j * kv_stride + d], o);
+        out[d] = o;
+    }
+}
+
+static void avx512_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    const float ss = dot16(x, x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    const __m512 vs = _mm512_set1_ps(scale);
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), vs);
+        if (w) v = _mm512_mul_ps(v, _mm512_loadu_ps(w + i));
+        _mm512_storeu_ps(y + i, v);
+    }
+    for (int64_t i = n16; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+static void avx512_silu_mul(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        __m512 x = _mm512_loadu_ps(g + i);
+        __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, exp512(neg512(x)))); /* exp(-x) */
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+    }
+    for (int64_t i = n16; i < n; i++) g[i] = ember_s_silu(g[i]) * u[i];
+}
+
+EMBER_AI __m512 gelu512(__m512 x) {
+    __m512 a = _mm512_mul_ps(_mm512_set1_ps(EMBER_GELU_A), x);
+    a = _mm512_mul_ps(a, x);
+    a = _mm512_mul_ps(a, x);
+    __m512 u = _mm512_mul_ps(_mm512_set1_ps(EMBER_GELU_K), _mm512_add_ps(x, a));
+    __m512 e = exp512(_mm512_add_ps(u, u));
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 t = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(one, t));
+}
+
+static void avx512_gelu_mul(float *g, const float *u, int64_t n) {
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        __m512 r = gelu512(_mm512_loadu_ps(g + i));
+        if (u) r = _mm512_mul_ps(r, _mm512_loadu_ps(u + i));
+        _mm512_storeu_ps(g + i, r);
+    }
+    for (int64_t i = n16; i < n; i++) g[i] = u ? ember_s_gelu(g[i]) * u[i] : ember_s_gelu(g[i]);
+}
+
+const ember_kernel_ops ember_kernels_avx512 = {
+    .name = "avx512",
+    .matmul = avx512_matmul,
+    .dot_f32 = avx512_dot_f32,
+    .act_size = avx512_act_size,
+    .act_prepare = avx512_act_prepare,
+    .matmul_rows = avx512_matmul_rows,
+    .attn_head = avx512_attn_head,
+    .rmsnorm = avx512_rmsnorm,
+    .silu_mul = avx512_silu_mul,
+    .gelu_mul = avx512_gelu_mul,
+    .rope_heads = ember_rope_heads_fast,
+};

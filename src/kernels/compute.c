@@ -1,0 +1,150 @@
+/* compute.c — a model's compute context (kernel table, thread pool, activation scratch) and the
+ * threaded matrix product. Must not hold model knowledge or change what a kernel computes: it
+ * only decides which thread computes which output rows. */
+#include "kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Activations are prepared (quantized) for at most this many tokens at a time; longer batches are
+ * processed in chunks, so the scratch stays bounded (act_size * EMBER_ACT_CHUNK bytes). */
+#define EMBER_ACT_CHUNK 64
+/* Output rows are handed out in multiples of this (a multiple of every kernel's row tile). */
+#define EMBER_ROW_GRAIN 16
+
+struct ember_compute {
+    const ember_kernel_ops *ops;
+    ember_kernels kernels;
+    ember_pool *pool;
+    pthread_mutex_t mu; /* guards xa: one product at a time per model */
+    uint8_t *xa;        /* (EMBER_ACT_CHUNK, act_size) prepared activations, grown during warm-up */
+    size_t xa_cap;
+};
+
+static void missing_features(ember_kernels k, char *buf, size_t cap) {
+    const ember_cpu_features *f = ember_cpu();
+    struct { bool have; const char *name; bool avx512_only; } need[] = {
+        {f->avx2, "avx2", false}, {f->fma, "fma", false}, {f->f16c, "f16c", false},
+        {f->avx512f, "avx512f", true}, {f->avx512bw, "avx512bw", true}, {f->avx512vl, "avx512vl", true},
+        {f->avx512vnni, "avx512vnni", true},
+    };
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        if (need[i].have || (need[i].avx512_only && k != EMBER_KERNELS_AVX512)) continue;
+        if (buf[0]) strncat(buf, " ", cap - strlen(buf) - 1);
+        strncat(buf, need[i].name, cap - strlen(buf) - 1);
+    }
+}
+
+ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute **out, ember_error *err) {
+    *out = NULL;
+    const char *env = getenv("EMBER_KERNELS");
+    ember_kernels parsed;
+    if (want == EMBER_KERNELS_AUTO && env && env[0] && !ember_kernels_parse(env, &parsed))
+        return ember_error_set(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of auto, reference, avx2, avx512", env);
+    ember_kernels chosen;
+    const ember_kernel_ops *ops = ember_kernels_select(want, &chosen);
+    if (!ops) {
+        char missing[128];
+        missing_features(chosen, missing, sizeof missing);
+        return ember_error_set(err, EMBER_ERR_UNSUPPORTED,
+                               "kernels '%s' were requested but this CPU/OS lacks %s (use 'auto' or 'reference')",
+                               ember_kernels_name(chosen), missing);
+    }
+    ember_compute *c = calloc(1, sizeof *c);
+    if (!c) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
+    c->ops = ops;
+    c->kernels = chosen;
+    pthread_mutex_init(&c->mu, NULL);
+    ember_status st = ember_pool_new(n_threads < 1 ? 1 : n_threads, &c->pool, err);
+    if (st != EMBER_OK) {
+        ember_compute_free(c);
+        return st;
+    }
+    *out = c;
+    return EMBER_OK;
+}
+
+void ember_compute_free(ember_compute *c) {
+    if (!c) return;
+    ember_pool_free(c->pool);
+    pthread_mutex_destroy(&c->mu);
+    free(c->xa);
+    free(c);
+}
+
+static ember_status grow(ember_compute *c, size_t need, ember_error *err) {
+    if (need <= c->xa_cap) return EMBER_OK;
+    uint8_t *p = realloc(c->xa, need);
+    if (!p)
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
+                               need);
+    c->xa = p;
+    c->xa_cap = need;
+    return EMBER_OK;
+}
+
+ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_in, ember_error *err) {
+    pthread_mutex_lock(&c->mu);
+    ember_status st = grow(c, c->ops->act_size(type, n_in) * EMBER_ACT_CHUNK, err);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+const ember_kernel_ops *ember_compute_ops(const ember_compute *c) { return c->ops; }
+ember_kernels ember_compute_kernels(const ember_compute *c) { return c->kernels; }
+int ember_compute_threads(const ember_compute *c) { return ember_pool_threads(c->pool); }
+ember_pool *ember_compute_pool(ember_compute *c) { return c->pool; }
+
+typedef struct {
+    const ember_kernel_ops *ops;
+    const ember_matrix *w;
+    const float *x; /* (n_tok, n_in) */
+    uint8_t *xa;    /* (n_tok, xa_stride) or NULL */
+    size_t xa_stride;
+    float *y;       /* (n_tok, n_out) */
+    int64_t n_tok;
+} matmul_job;
+
+static void prepare_tokens(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    matmul_job *j = arg;
+    for (int64_t t = begin; t < end; t++)
+        j->ops->act_prepare(j->w->type, j->x + t * j->w->n_in, j->xa + (size_t)t * j->xa_stride, j->w->n_in);
+}
+
+static void product_rows(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    matmul_job *j = arg;
+    j->ops->matmul_rows(j->w, j->x, j->xa, j->xa_stride, j->y, j->n_tok, begin, end);
+}
+
+void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    const ember_kernel_ops *ops = c->ops;
+    const size_t stride = ops->act_size(w->type, w->n_in);
+    if (stride == 0) {
+        matmul_job j = {.ops = ops, .w = w, .x = x, .y = y, .n_tok = n_tok};
+        ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (stride * EMBER_ACT_CHUNK > c->xa_cap) {
+        /* Only when the caller skipped ember_compute_reserve for this width (tests do): grow once.
+         * Failing here cannot be reported from inside a forward pass; it is an ember bug. */
+        ember_error e;
+        if (grow(c, stride * EMBER_ACT_CHUNK, &e) != EMBER_OK) {
+            fprintf(stderr, "ember: %s\n", e.msg);
+            abort();
+        }
+    }
+    for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
+        const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
+        matmul_job j = {.ops = ops, .w = w, .x = x + t0 * w->n_in, .xa = c->xa, .xa_stride = stride,
+                        .y = y + t0 * w->n_out, .n_tok = nt};
+        ember_pool_for(c->pool, nt, 4, prepare_tokens, &j);
+        ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
+    }
+    pthread_mutex_unlock(&c->mu);
+}

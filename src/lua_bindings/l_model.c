@@ -1,0 +1,266 @@
+/* l_model.c — ember.Model: ember.load, model.info, the model's tokenizer, sessions, close.
+ * The userdata starts closed and opens only once the engine model exists; sessions point into the
+ * engine model, so it is freed only when it is closed and no session is left. */
+#include "lbind.h"
+
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include("l_tokenizer.h")
+#include "l_tokenizer.h"
+#include "tokenizer.h"
+#define EMBER_HAVE_LUA_TOKENIZER 1
+#endif
+#endif
+
+/* User values of a model userdata. */
+enum {
+    UV_INFO = 1,  /* model.info, built once at load */
+    UV_TOKENIZER, /* the tokenizer; false once we know there is none; nil before the first look */
+    UV_NO_TOKENIZER_WHY, /* why there is none (for the error of tokenize/generate{prompt=}) */
+    UV_COUNT = UV_NO_TOKENIZER_WHY
+};
+
+static void free_if_unused(ember_lua_model *lm) {
+    if (lm->closed && lm->n_sessions == 0 && lm->m) {
+        ember_model_free(lm->m);
+        lm->m = NULL;
+    }
+}
+
+void ember_lua_model_release(ember_lua_model *lm) {
+    lm->n_sessions--;
+    free_if_unused(lm);
+}
+
+ember_lua_model *ember_lua_check_model(lua_State *L, int i) {
+    ember_lua_model *lm = luaL_checkudata(L, i, EMBER_LUA_MODEL);
+    if (lm->closed) luaL_error(L, "attempt to use a closed model");
+    return lm;
+}
+
+void ember_lua_push_model_info(lua_State *L, int model_idx) { lua_getiuservalue(L, model_idx, UV_INFO); }
+
+static void set_str(lua_State *L, const char *k, const char *v) {
+    if (v) lua_pushstring(L, v);
+    else lua_pushnil(L);
+    lua_setfield(L, -2, k);
+}
+
+static void set_int(lua_State *L, const char *k, int64_t v) {
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_info(lua_State *L, const ember_model_info *in, const char *path) {
+    lua_createtable(L, 0, 16);
+    set_str(L, "family", in->family);
+    set_str(L, "architecture", in->architecture);
+    set_str(L, "name", in->name);
+    set_int(L, "n_layers", in->n_layers);
+    set_int(L, "hidden_size", in->hidden_size);
+    set_int(L, "n_vocab", in->n_vocab);
+    set_int(L, "n_heads", in->n_heads);
+    set_int(L, "n_kv_heads", in->n_kv_heads);
+    set_int(L, "head_dim", in->head_dim);
+    set_int(L, "context_length", in->context_length);
+    set_str(L, "dtype_summary", in->dtype_summary);
+    set_str(L, "kernels", in->kernels);
+    set_int(L, "threads", in->n_threads);
+    lua_pushboolean(L, in->experimental);
+    lua_setfield(L, -2, "experimental");
+    set_str(L, "path", path);
+}
+
+/* ember.load{model=, arch=, kernels=, threads=} or ember.load(path). (tokenizer= is handled by
+ * lib/ember/init.lua, which builds the tokenizer and attaches it with set_tokenizer.) */
+static int l_load(lua_State *L) {
+    static const char *const valid[] = {"model", "arch", "kernels", "threads", NULL};
+    ember_model_params p = {0};
+    const char *kernels = "auto";
+    if (lua_type(L, 1) == LUA_TSTRING) {
+        p.path = lua_tostring(L, 1);
+    } else {
+        luaL_argexpected(L, lua_istable(L, 1), 1, "table of options or model path");
+        ember_lua_check_options(L, 1, "load", valid);
+        p.path = ember_lua_opt_str_field(L, 1, "load", "model", NULL);
+        if (!p.path) return luaL_error(L, "bad argument #1 to 'load' (option 'model' (the GGUF path) is required)");
+        p.arch = ember_lua_opt_str_field(L, 1, "load", "arch", NULL);
+        kernels = ember_lua_opt_str_field(L, 1, "load", "kernels", "auto");
+        lua_Integer threads = ember_lua_opt_int_field(L, 1, "load", "threads", 0);
+        if (threads < 0 || threads > 4096)
+            return luaL_error(L, "bad argument #1 to 'load' (option 'threads' must be in 0..4096, got %I)", threads);
+        p.n_threads = (int)threads;
+    }
+    if (!ember_kernels_parse(kernels, &p.kernels))
+        return luaL_error(L, "bad argument #1 to 'load' (option 'kernels' must be auto, reference, avx2 or avx512, got '%s')",
+                          kernels);
+
+    ember_lua_model *lm = lua_newuserdatauv(L, sizeof *lm, UV_COUNT); /* [.., model] */
+    lm->m = NULL;
+    lm->closed = true; /* until the engine model exists */
+    lm->n_sessions = 0;
+    luaL_setmetatable(L, EMBER_LUA_MODEL);
+    ember_error err = {0};
+    if (ember_model_load(&p, &lm->m, &err) != EMBER_OK) return luaL_error(L, "load: %s", err.msg);
+    lm->closed = false;
+    push_info(L, ember_model_get_info(lm->m), p.path);
+    lua_setiuservalue(L, -2, UV_INFO);
+    return 1;
+}
+
+/* Pushes the model's tokenizer, or nil (with the reason in *why, when asked) when it has none.
+ * The first look tries the vocabulary embedded in the GGUF; the answer is kept. */
+static void push_tokenizer(lua_State *L, int idx, ember_lua_model *lm) {
+    idx = lua_absindex(L, idx);
+    if (lua_getiuservalue(L, idx, UV_TOKENIZER) != LUA_TNIL) { /* [tok|false] */
+        if (!lua_toboolean(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushnil(L);
+        }
+        return;
+    }
+    lua_pop(L, 1);
+#ifdef EMBER_HAVE_LUA_TOKENIZER
+    ember_tokenizer *t = NULL;
+    ember_error err = {0};
+    if (ember_tokenizer_from_gguf(ember_model_gguf(lm->m), &t, &err) == EMBER_OK) {
+        ember_lua_push_tokenizer(L, t); /* [tok] takes ownership of t */
+        lua_pushvalue(L, -1);
+        lua_setiuservalue(L, idx, UV_TOKENIZER);
+        return;
+    }
+    lua_pushstring(L, err.msg);
+#else
+    (void)lm;
+    lua_pushliteral(L, "this build of ember has no tokenizer support");
+#endif
+    lua_setiuservalue(L, idx, UV_NO_TOKENIZER_WHY);
+    lua_pushboolean(L, 0);
+    lua_setiuservalue(L, idx, UV_TOKENIZER);
+    lua_pushnil(L);
+}
+
+/* model.tokenizer -> the tokenizer or nil */
+static int m_get_tokenizer(lua_State *L) {
+    ember_lua_model *lm = ember_lua_check_model(L, 1);
+    push_tokenizer(L, 1, lm);
+    return 1;
+}
+
+void ember_lua_model_push_tokenizer(lua_State *L, int idx) {
+    ember_lua_model *lm = ember_lua_check_model(L, idx);
+    push_tokenizer(L, idx, lm);
+}
+
+void ember_lua_model_need_tokenizer(lua_State *L, int idx, const char *fname) {
+    ember_lua_model *lm = ember_lua_check_model(L, idx);
+    push_tokenizer(L, idx, lm);
+    if (!lua_isnil(L, -1)) return;
+    lua_getiuservalue(L, idx, UV_NO_TOKENIZER_WHY);
+    luaL_error(L, "%s: the model has no tokenizer (%s); pass tokenizer= to ember.load", fname,
+               lua_isstring(L, -1) ? lua_tostring(L, -1) : "none attached");
+}
+
+/* model:set_tokenizer(tok): any object with encode/decode methods (ember.Tokenizer normally). */
+static int m_set_tokenizer(lua_State *L) {
+    ember_lua_check_model(L, 1);
+    if (lua_isnil(L, 2)) {
+        lua_pushboolean(L, 0);
+        lua_setiuservalue(L, 1, UV_TOKENIZER);
+        lua_pushliteral(L, "removed with set_tokenizer(nil)");
+        lua_setiuservalue(L, 1, UV_NO_TOKENIZER_WHY);
+        return 0;
+    }
+    lua_getfield(L, 2, "encode");
+    lua_getfield(L, 2, "decode");
+    if (lua_isnil(L, -1) || lua_isnil(L, -2)) luaL_typeerror(L, 2, "tokenizer (with encode and decode methods)");
+    lua_settop(L, 2);
+    lua_setiuservalue(L, 1, UV_TOKENIZER);
+    return 0;
+}
+
+/* model:tokenize(text [, opts]) and model:detokenize(ids): the tokenizer's encode/decode. */
+static int delegate(lua_State *L, const char *fname, const char *method) {
+    int n = lua_gettop(L);
+    ember_lua_model_need_tokenizer(L, 1, fname); /* [self, args..., tok] */
+    lua_getfield(L, -1, method);                 /* [self, args..., tok, fn] */
+    lua_insert(L, -2);                           /* [self, args..., fn, tok] */
+    for (int i = 2; i <= n; i++) lua_pushvalue(L, i);
+    lua_call(L, n, 1);
+    return 1;
+}
+
+static int m_tokenize(lua_State *L) {
+    luaL_checkstring(L, 2);
+    return delegate(L, "tokenize", "encode");
+}
+
+static int m_detokenize(lua_State *L) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    return delegate(L, "detokenize", "decode");
+}
+
+static int m_get_info(lua_State *L) {
+    ember_lua_check_model(L, 1);
+    lua_getiuservalue(L, 1, UV_INFO);
+    return 1;
+}
+
+static int m_get_closed(lua_State *L) {
+    ember_lua_model *lm = luaL_checkudata(L, 1, EMBER_LUA_MODEL);
+    lua_pushboolean(L, lm->closed);
+    return 1;
+}
+
+/* model:session{context=N} */
+static int m_session(lua_State *L) {
+    static const char *const valid[] = {"context", NULL};
+    ember_lua_check_model(L, 1);
+    lua_Integer n_ctx = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        ember_lua_check_options(L, 2, "session", valid);
+        n_ctx = ember_lua_opt_int_field(L, 2, "session", "context", 0);
+        if (n_ctx < 0) return luaL_error(L, "bad argument #1 to 'session' (option 'context' must be >= 0, got %I)", n_ctx);
+    }
+    ember_lua_new_session(L, 1, n_ctx, "session");
+    return 1;
+}
+
+/* close, __gc and __close: idempotent; the engine model goes when its last session does. */
+static int m_close(lua_State *L) {
+    ember_lua_model *lm = luaL_checkudata(L, 1, EMBER_LUA_MODEL);
+    lm->closed = true;
+    free_if_unused(lm);
+    return 0;
+}
+
+static int m_tostring(lua_State *L) {
+    ember_lua_model *lm = luaL_checkudata(L, 1, EMBER_LUA_MODEL);
+    if (lm->closed) {
+        lua_pushliteral(L, "ember.Model (closed)");
+        return 1;
+    }
+    const ember_model_info *in = ember_model_get_info(lm->m);
+    lua_pushfstring(L, "ember.Model(%s%s%s%s: %I layers, hidden %I, vocab %I, %s, kernels=%s%s)", in->family,
+                    in->name ? " '" : "", in->name ? in->name : "", in->name ? "'" : "", (lua_Integer)in->n_layers,
+                    (lua_Integer)in->hidden_size, (lua_Integer)in->n_vocab, in->dtype_summary, in->kernels,
+                    in->experimental ? ", experimental" : "");
+    return 1;
+}
+
+void ember_lua_open_model(lua_State *L, int module) {
+    static const luaL_Reg methods[] = {
+        {"session", m_session},       {"generate", ember_lua_generate}, {"tokenize", m_tokenize},
+        {"detokenize", m_detokenize}, {"set_tokenizer", m_set_tokenizer}, {"close", m_close},
+        {NULL, NULL}};
+    static const luaL_Reg meta[] = {
+        {"__gc", m_close}, {"__close", m_close}, {"__tostring", m_tostring}, {NULL, NULL}};
+    static const luaL_Reg getters[] = {
+        {"info", m_get_info}, {"tokenizer", m_get_tokenizer}, {"closed", m_get_closed}, {NULL, NULL}};
+    ember_lua_new_class(L, EMBER_LUA_MODEL, methods, meta, getters);
+    lua_pop(L, 1);
+    lua_pushcfunction(L, l_load);
+    lua_setfield(L, module, "load");
+}

@@ -1,0 +1,425 @@
+/* l_tensor.c — ember.Tensor (owned f32 [rows, cols]) and ember.TensorView (borrowed engine memory).
+ * A view must never touch its memory after the hook call that received it: every access checks
+ * the root view's `alive` flag first, and an expired view raises instead of reading. */
+#include "lbind.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "bytes(), sha256() and fingerprint() assume the host stores f32 little-endian"
+#endif
+
+#define EXPIRED_MSG "attempt to use an expired view (it was valid only inside the hook call that received it)"
+
+/* Largest tensor ember.tensor() makes: 2^32 values (16 GiB). Bigger is surely a mistake. */
+#define MAX_ELEMENTS ((int64_t)1 << 32)
+
+/* What both types share: a pointer, a shape, and (for views) where writes are recorded. */
+typedef struct {
+    float *data; /* (rows, cols) */
+    int64_t rows, cols;
+    ember_lua_view *view; /* NULL for an owned tensor */
+} tref;
+
+static tref to_tref(lua_State *L, int i) {
+    tref t = {0};
+    ember_lua_tensor *ot = luaL_testudata(L, i, EMBER_LUA_TENSOR);
+    if (ot) {
+        t.data = ot->data;
+        t.rows = ot->rows;
+        t.cols = ot->cols;
+        return t;
+    }
+    ember_lua_view *v = luaL_testudata(L, i, EMBER_LUA_VIEW);
+    if (!v) {
+        luaL_typeerror(L, i, "ember.Tensor or ember.TensorView");
+        return t; /* not reached */
+    }
+    if (!v->root->alive) luaL_error(L, EXPIRED_MSG);
+    t.data = v->data;
+    t.rows = v->rows;
+    t.cols = v->cols;
+    t.view = v;
+    return t;
+}
+
+/* Records a write through a view; the run reports it as out.modified. */
+static void mark_written(tref *t) {
+    if (t->view && t->view->root->modified) *t->view->root->modified = true;
+}
+
+static int64_t count(const tref *t) { return t->rows * t->cols; }
+
+ember_lua_tensor *ember_lua_push_tensor(lua_State *L, int64_t rows, int64_t cols) {
+    size_t bytes = sizeof(ember_lua_tensor) + (size_t)(rows * cols) * sizeof(float);
+    ember_lua_tensor *t = lua_newuserdatauv(L, bytes, 0); /* [tensor] */
+    t->rows = rows;
+    t->cols = cols;
+    luaL_setmetatable(L, EMBER_LUA_TENSOR);
+    return t;
+}
+
+ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int64_t cols, bool *modified) {
+    ember_lua_view *v = lua_newuserdatauv(L, sizeof *v, 1); /* [view] */
+    v->data = data;
+    v->rows = rows;
+    v->cols = cols;
+    v->alive = true;
+    v->modified = modified;
+    v->root = v;
+    luaL_setmetatable(L, EMBER_LUA_VIEW);
+    return v;
+}
+
+void ember_lua_expire_view(ember_lua_view *v) {
+    v->alive = false;
+    v->data = NULL; /* belt and braces: nothing can reach the engine buffer any more */
+}
+
+/* ---- argument helpers -------------------------------------------------------------------------- */
+
+static int64_t check_index(lua_State *L, int arg, int64_t n, const char *what) {
+    lua_Integer i = luaL_checkinteger(L, arg);
+    if (i < 1 || i > n)
+        return luaL_argerror(L, arg, lua_pushfstring(L, "%s %I out of range 1..%I", what, i, (lua_Integer)n));
+    return (int64_t)i;
+}
+
+static void check_shape(lua_State *L, lua_Integer rows, lua_Integer cols, const char *fname) {
+    if (rows < 1 || cols < 1 || rows > MAX_ELEMENTS || cols > MAX_ELEMENTS || rows * cols > MAX_ELEMENTS)
+        luaL_error(L, "bad argument to '%s' (shape [%I, %I] must have rows, cols >= 1 and at most 2^32 values)",
+                   fname, rows, cols);
+}
+
+static const char *shape_str(lua_State *L, const tref *t) {
+    return lua_pushfstring(L, "[%I, %I]", (lua_Integer)t->rows, (lua_Integer)t->cols);
+}
+
+/* ---- reads --------------------------------------------------------------------------------------- */
+
+static int t_shape(lua_State *L) {
+    tref t = to_tref(L, 1);
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, t.rows);
+    lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, t.cols);
+    lua_rawseti(L, -2, 2);
+    return 1;
+}
+
+static int t_dtype(lua_State *L) {
+    to_tref(L, 1);
+    lua_pushliteral(L, "f32");
+    return 1;
+}
+
+static int t_len(lua_State *L) {
+    tref t = to_tref(L, 1);
+    lua_pushinteger(L, count(&t));
+    return 1;
+}
+
+static int t_get(lua_State *L) {
+    tref t = to_tref(L, 1);
+    int64_t r = check_index(L, 2, t.rows, "row"), c = check_index(L, 3, t.cols, "column");
+    lua_pushnumber(L, t.data[(r - 1) * t.cols + (c - 1)]);
+    return 1;
+}
+
+static int t_values(lua_State *L) {
+    tref t = to_tref(L, 1);
+    int64_t n = count(&t);
+    if (n > INT32_MAX) return luaL_error(L, "values: tensor has %I values, too many for a Lua table", (lua_Integer)n);
+    lua_createtable(L, (int)n, 0);
+    for (int64_t i = 0; i < n; i++) {
+        lua_pushnumber(L, t.data[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+static int t_bytes(lua_State *L) {
+    tref t = to_tref(L, 1);
+    lua_pushlstring(L, (const char *)t.data, (size_t)count(&t) * sizeof(float));
+    return 1;
+}
+
+static double l2_norm(const tref *t) {
+    double s = 0;
+    for (int64_t i = 0, n = count(t); i < n; i++) s += (double)t->data[i] * t->data[i];
+    return sqrt(s);
+}
+
+static int t_l2_norm(lua_State *L) {
+    tref t = to_tref(L, 1);
+    lua_pushnumber(L, l2_norm(&t));
+    return 1;
+}
+
+/* NaN propagates: an activation with a NaN must not look healthy. */
+static int t_abs_max(lua_State *L) {
+    tref t = to_tref(L, 1);
+    double m = 0;
+    for (int64_t i = 0, n = count(&t); i < n; i++) {
+        double a = fabs((double)t.data[i]);
+        if (isnan(a)) {
+            m = a;
+            break;
+        }
+        if (a > m) m = a;
+    }
+    lua_pushnumber(L, m);
+    return 1;
+}
+
+/* FNV-1a 64 over the raw little-endian f32 bytes, row-major; the shape is not included. Returned
+ * as the u64's bit pattern in a Lua integer (negative when the top bit is set). */
+static int t_fingerprint(lua_State *L) {
+    tref t = to_tref(L, 1);
+    const unsigned char *p = (const unsigned char *)t.data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0, n = (size_t)count(&t) * sizeof(float); i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    lua_pushinteger(L, (lua_Integer)h);
+    return 1;
+}
+
+static int t_sha256(lua_State *L) {
+    tref t = to_tref(L, 1);
+    char hex[65];
+    ember_sha256_hex(t.data, (size_t)count(&t) * sizeof(float), hex);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+/* argmax([row]) -> 1-based column; the row may be omitted only for a one-row tensor. */
+static int t_argmax(lua_State *L) {
+    tref t = to_tref(L, 1);
+    int64_t r = 1;
+    if (!lua_isnoneornil(L, 2)) r = check_index(L, 2, t.rows, "row");
+    else if (t.rows != 1)
+        return luaL_error(L, "argmax: the tensor has %I rows; pass the row (argmax(row))", (lua_Integer)t.rows);
+    lua_pushinteger(L, ember_argmax(t.data + (r - 1) * t.cols, t.cols) + 1);
+    return 1;
+}
+
+static int t_clone(lua_State *L) {
+    tref t = to_tref(L, 1);
+    ember_lua_tensor *c = ember_lua_push_tensor(L, t.rows, t.cols);
+    memcpy(c->data, t.data, (size_t)count(&t) * sizeof(float));
+    return 1;
+}
+
+/* A row of a view is a sub-view (same memory, same expiry); a row of a tensor is a copy. */
+static int t_row(lua_State *L) {
+    tref t = to_tref(L, 1);
+    int64_t r = check_index(L, 2, t.rows, "row");
+    float *src = t.data + (r - 1) * t.cols;
+    if (t.view) {
+        ember_lua_view *root = t.view->root;
+        ember_lua_view *v = ember_lua_push_view(L, src, 1, t.cols, root->modified); /* [self, r, sub] */
+        v->root = root;
+        lua_getiuservalue(L, 1, 1); /* the parent's root, or nil when the parent is the root */
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushvalue(L, 1);
+        }
+        lua_setiuservalue(L, -2, 1); /* keeps the root (and so v->root) alive */
+        return 1;
+    }
+    ember_lua_tensor *c = ember_lua_push_tensor(L, 1, t.cols);
+    memcpy(c->data, src, (size_t)t.cols * sizeof(float));
+    return 1;
+}
+
+/* ---- writes ------------------------------------------------------------------------------------ */
+
+static int t_set(lua_State *L) {
+    tref t = to_tref(L, 1);
+    int64_t r = check_index(L, 2, t.rows, "row"), c = check_index(L, 3, t.cols, "column");
+    float v = (float)luaL_checknumber(L, 4);
+    t.data[(r - 1) * t.cols + (c - 1)] = v;
+    mark_written(&t);
+    return 0;
+}
+
+static int t_zero(lua_State *L) {
+    tref t = to_tref(L, 1);
+    memset(t.data, 0, (size_t)count(&t) * sizeof(float));
+    mark_written(&t);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_scale(lua_State *L) {
+    tref t = to_tref(L, 1);
+    float k = (float)luaL_checknumber(L, 2);
+    for (int64_t i = 0, n = count(&t); i < n; i++) t.data[i] *= k;
+    mark_written(&t);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* add(x [, k]): x is a number (added to every value), a tensor of the same shape, or a one-row
+ * tensor added to every row (a steering vector over all positions). k scales x (default 1). */
+static int t_add(lua_State *L) {
+    tref t = to_tref(L, 1);
+    float k = (float)luaL_optnumber(L, 3, 1.0);
+    if (lua_type(L, 2) == LUA_TNUMBER) {
+        float x = (float)lua_tonumber(L, 2) * k;
+        for (int64_t i = 0, n = count(&t); i < n; i++) t.data[i] += x;
+    } else {
+        tref s = to_tref(L, 2);
+        bool same = s.rows == t.rows && s.cols == t.cols, bcast = s.rows == 1 && s.cols == t.cols;
+        if (!same && !bcast)
+            return luaL_error(L, "add: shape mismatch: target is %s, source is %s (must be equal, or [1, %I])",
+                              shape_str(L, &t), shape_str(L, &s), (lua_Integer)t.cols);
+        for (int64_t r = 0; r < t.rows; r++) {
+            const float *src = s.data + (same ? r * t.cols : 0);
+            float *dst = t.data + r * t.cols;
+            for (int64_t c = 0; c < t.cols; c++) dst[c] += k * src[c];
+        }
+    }
+    mark_written(&t);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* copy_from(src): exact shape match; never resizes. memmove: rows of one view may overlap. */
+static int t_copy_from(lua_State *L) {
+    tref t = to_tref(L, 1), s = to_tref(L, 2);
+    if (s.rows != t.rows || s.cols != t.cols)
+        return luaL_error(L, "copy_from: shape mismatch: target is %s, source is %s", shape_str(L, &t),
+                          shape_str(L, &s));
+    memmove(t.data, s.data, (size_t)count(&t) * sizeof(float));
+    mark_written(&t);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* v:expired() -> bool: lets code check a view it kept without provoking the error. */
+static int v_expired(lua_State *L) {
+    ember_lua_view *v = luaL_checkudata(L, 1, EMBER_LUA_VIEW);
+    lua_pushboolean(L, !v->root->alive);
+    return 1;
+}
+
+/* "ember.Tensor[1, 8192] f32 {0.1, -2, 3.5, ..., 0.25} l2=12.5" */
+static int t_tostring(lua_State *L) {
+    ember_lua_view *v = luaL_testudata(L, 1, EMBER_LUA_VIEW);
+    if (v && !v->root->alive) {
+        lua_pushliteral(L, "ember.TensorView (expired)");
+        return 1;
+    }
+    tref t = to_tref(L, 1);
+    int64_t n = count(&t);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s[%lld, %lld] f32 {", v ? EMBER_LUA_VIEW : EMBER_LUA_TENSOR, (long long)t.rows,
+             (long long)t.cols);
+    luaL_addstring(&b, tmp);
+    int64_t head = n <= 6 ? n : 4;
+    for (int64_t i = 0; i < head; i++) {
+        snprintf(tmp, sizeof tmp, "%s%.6g", i ? ", " : "", (double)t.data[i]);
+        luaL_addstring(&b, tmp);
+    }
+    if (n > head) {
+        snprintf(tmp, sizeof tmp, ", ..., %.6g", (double)t.data[n - 1]);
+        luaL_addstring(&b, tmp);
+    }
+    snprintf(tmp, sizeof tmp, "} l2=%.6g", l2_norm(&t));
+    luaL_addstring(&b, tmp);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* ---- constructors ------------------------------------------------------------------------------ */
+
+/* ember.tensor(rows, cols [, values]): values flat (row-major) or nested ({ {row1...}, ... });
+ * absent means zeros. Everything is checked before the tensor is made. */
+static int l_tensor(lua_State *L) {
+    lua_Integer rows = luaL_checkinteger(L, 1), cols = luaL_checkinteger(L, 2);
+    check_shape(L, rows, cols, "tensor");
+    bool has = !lua_isnoneornil(L, 3);
+    if (has) luaL_checktype(L, 3, LUA_TTABLE);
+    bool nested = has && lua_rawgeti(L, 3, 1) == LUA_TTABLE;
+    if (has) lua_pop(L, 1);
+    if (has) {
+        lua_Integer want = nested ? rows : rows * cols, got = (lua_Integer)lua_rawlen(L, 3);
+        if (got != want)
+            return luaL_error(L, "bad argument #3 to 'tensor' (expected %I %s, got %I)", want,
+                              nested ? "rows" : "values", got);
+    }
+    ember_lua_tensor *t = ember_lua_push_tensor(L, rows, cols); /* [rows, cols, values?, t] */
+    if (!has) {
+        memset(t->data, 0, (size_t)(rows * cols) * sizeof(float));
+        return 1;
+    }
+    for (lua_Integer r = 0; r < (nested ? rows : 1); r++) {
+        int src = 3;
+        if (nested) {
+            lua_rawgeti(L, 3, r + 1);
+            src = lua_gettop(L);
+            if (!lua_istable(L, src) || (lua_Integer)lua_rawlen(L, src) != cols)
+                return luaL_error(L, "bad argument #3 to 'tensor' (row %I must be a table of %I numbers)", r + 1, cols);
+        }
+        lua_Integer n = nested ? cols : rows * cols;
+        for (lua_Integer i = 0; i < n; i++) {
+            lua_rawgeti(L, src, i + 1);
+            int isnum;
+            lua_Number x = lua_tonumberx(L, -1, &isnum);
+            if (!isnum || lua_type(L, -1) != LUA_TNUMBER)
+                return luaL_error(L, "bad argument #3 to 'tensor' (value %I%s is a %s, not a number)",
+                                  nested ? r * cols + i + 1 : i + 1, nested ? " (flat index)" : "",
+                                  luaL_typename(L, -1));
+            t->data[r * cols + i] = (float)x;
+            lua_pop(L, 1);
+        }
+        if (nested) lua_pop(L, 1);
+    }
+    return 1;
+}
+
+/* ember.tensor_from_bytes(bytes, rows, cols): little-endian f32, exactly rows*cols*4 bytes. */
+static int l_tensor_from_bytes(lua_State *L) {
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    lua_Integer rows = luaL_checkinteger(L, 2), cols = luaL_checkinteger(L, 3);
+    check_shape(L, rows, cols, "tensor_from_bytes");
+    if ((lua_Integer)len != rows * cols * (lua_Integer)sizeof(float))
+        return luaL_error(L, "bad argument #1 to 'tensor_from_bytes' (%I bytes given, [%I, %I] f32 needs %I)",
+                          (lua_Integer)len, rows, cols, rows * cols * (lua_Integer)sizeof(float));
+    ember_lua_tensor *t = ember_lua_push_tensor(L, rows, cols);
+    memcpy(t->data, s, len);
+    return 1;
+}
+
+static const luaL_Reg shared_methods[] = {
+    {"shape", t_shape},       {"dtype", t_dtype},       {"get", t_get},           {"set", t_set},
+    {"row", t_row},           {"values", t_values},     {"bytes", t_bytes},       {"l2_norm", t_l2_norm},
+    {"abs_max", t_abs_max},   {"fingerprint", t_fingerprint}, {"sha256", t_sha256}, {"argmax", t_argmax},
+    {"clone", t_clone},       {"zero", t_zero},         {"scale", t_scale},       {"add", t_add},
+    {"copy_from", t_copy_from}, {NULL, NULL},
+};
+
+static const luaL_Reg view_only[] = {{"expired", v_expired}, {NULL, NULL}};
+
+static const luaL_Reg meta[] = {{"__len", t_len}, {"__tostring", t_tostring}, {NULL, NULL}};
+
+void ember_lua_open_tensor(lua_State *L, int module) {
+    ember_lua_new_class(L, EMBER_LUA_TENSOR, shared_methods, meta, NULL); /* [mt] */
+    lua_pop(L, 1);
+    ember_lua_new_class(L, EMBER_LUA_VIEW, shared_methods, meta, NULL); /* [mt] */
+    lua_getfield(L, -1, "__methods");
+    luaL_setfuncs(L, view_only, 0);
+    lua_pop(L, 2);
+    lua_pushcfunction(L, l_tensor);
+    lua_setfield(L, module, "tensor");
+    lua_pushcfunction(L, l_tensor_from_bytes);
+    lua_setfield(L, module, "tensor_from_bytes");
+}

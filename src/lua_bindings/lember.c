@@ -1,0 +1,266 @@
+/* lember.c — the Lua module `ember.core`: module table, small module functions (version, cpu,
+ * sha256) and the helpers every binding file shares. Holds no engine state of its own. */
+#include "lbind.h"
+
+#include <string.h>
+#include <time.h>
+
+#if defined(__has_include)
+#if __has_include("l_tokenizer.h")
+#include "l_tokenizer.h"
+#define EMBER_HAVE_LUA_TOKENIZER 1
+#endif
+#endif
+
+volatile sig_atomic_t ember_lua_interrupted = 0;
+
+/* ---- classes ----------------------------------------------------------------------------------- */
+
+/* __index of every ember class: methods first (the common case), then property getters.
+ * upvalue 1: methods table, upvalue 2: getters table. [self, key] */
+static int class_index(lua_State *L) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1; /* [self, key, method] */
+    lua_pop(L, 1);
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TNIL) return 1; /* [self, key, nil] */
+    lua_pushvalue(L, 1);                                           /* [self, key, getter, self] */
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+void ember_lua_new_class(lua_State *L, const char *tname, const luaL_Reg *methods, const luaL_Reg *meta,
+                         const luaL_Reg *getters) {
+    luaL_newmetatable(L, tname); /* [mt] (also sets mt.__name = tname) */
+    if (meta) luaL_setfuncs(L, meta, 0);
+    lua_newtable(L); /* [mt, methods] */
+    if (methods) luaL_setfuncs(L, methods, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "__methods");
+    lua_newtable(L); /* [mt, methods, getters] */
+    if (getters) luaL_setfuncs(L, getters, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -4, "__getters");
+    lua_pushcclosure(L, class_index, 2); /* [mt, __index] */
+    lua_setfield(L, -2, "__index");      /* [mt] */
+}
+
+/* ---- option tables ----------------------------------------------------------------------------- */
+
+/* Edit distance, for "did you mean" hints; short strings only (option and hook names). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return la > lb ? la : lb;
+    size_t prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
+    }
+    return prev[lb];
+}
+
+const char *ember_lua_closest(const char *word, const char *const *valid) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; valid[i]; i++) {
+        size_t d = edit_distance(word, valid[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = valid[i];
+        }
+    }
+    return best;
+}
+
+void ember_lua_check_options(lua_State *L, int idx, const char *fname, const char *const *valid) {
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) { /* [key, value] */
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            luaL_error(L, "bad argument to '%s' (option keys must be strings, got %s)", fname, luaL_typename(L, -1));
+        }
+        const char *k = lua_tostring(L, -1);
+        bool ok = false;
+        for (size_t i = 0; valid[i] && !ok; i++) ok = strcmp(k, valid[i]) == 0;
+        if (!ok) {
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (size_t i = 0; valid[i]; i++) {
+                if (i) luaL_addstring(&b, ", ");
+                luaL_addstring(&b, valid[i]);
+            }
+            luaL_pushresult(&b);
+            luaL_error(L, "bad argument to '%s' (unknown option '%s', did you mean '%s'? valid: %s)", fname, k,
+                       ember_lua_closest(k, valid), lua_tostring(L, -1));
+        }
+    }
+}
+
+lua_Integer ember_lua_opt_int_field(lua_State *L, int idx, const char *fname, const char *key, lua_Integer def) {
+    lua_getfield(L, idx, key);
+    lua_Integer v = def;
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        v = lua_tointegerx(L, -1, &isint);
+        if (!isint) luaL_error(L, "bad argument to '%s' (option '%s' must be an integer, got %s)", fname, key,
+                               lua_type(L, -1) == LUA_TNUMBER ? "a non-integral number" : luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+lua_Number ember_lua_opt_num_field(lua_State *L, int idx, const char *fname, const char *key, lua_Number def) {
+    lua_getfield(L, idx, key);
+    lua_Number v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "bad argument to '%s' (option '%s' must be a number, got %s)", fname, key, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* The returned string stays valid while the options table holds it (the caller's argument). */
+const char *ember_lua_opt_str_field(lua_State *L, int idx, const char *fname, const char *key, const char *def) {
+    lua_getfield(L, idx, key);
+    const char *v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "bad argument to '%s' (option '%s' must be a string, got %s)", fname, key, luaL_typename(L, -1));
+        v = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* ---- boxes ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    void *ptr;
+    void (*free_fn)(void *);
+} box;
+
+static int box_gc(lua_State *L) {
+    box *b = luaL_checkudata(L, 1, EMBER_LUA_BOX);
+    if (b->ptr && b->free_fn) b->free_fn(b->ptr);
+    b->ptr = NULL;
+    return 0;
+}
+
+void **ember_lua_box(lua_State *L, void (*free_fn)(void *)) {
+    box *b = lua_newuserdatauv(L, sizeof *b, 0); /* [box] */
+    b->ptr = NULL;
+    b->free_fn = free_fn;
+    luaL_setmetatable(L, EMBER_LUA_BOX);
+    return &b->ptr;
+}
+
+double ember_lua_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- module functions -------------------------------------------------------------------------- */
+
+/* ember.cpu() -> { avx2 = bool, ..., kernels = best set this CPU supports } */
+static int l_cpu(lua_State *L) {
+    const ember_cpu_features *f = ember_cpu();
+    lua_createtable(L, 0, 10);
+    struct { const char *name; bool on; } flags[] = {
+        {"avx2", f->avx2},         {"fma", f->fma},           {"f16c", f->f16c},
+        {"avx512f", f->avx512f},   {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
+        {"avx512vnni", f->avx512vnni}, {"avx512bf16", f->avx512bf16},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        lua_pushboolean(L, flags[i].on);
+        lua_setfield(L, -2, flags[i].name);
+    }
+    /* "avx512" summarises the subset the AVX-512 kernels are compiled for (see CMakeLists.txt). */
+    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl;
+    lua_pushboolean(L, avx512);
+    lua_setfield(L, -2, "avx512");
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    lua_pushstring(L, avx512 ? "avx512" : avx2 ? "avx2" : "reference");
+    lua_setfield(L, -2, "kernels");
+    return 1;
+}
+
+static int l_sha256(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    char hex[65];
+    ember_sha256_hex(s, n, hex);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+/* A missing or unreadable file is an expected failure: nil, message (documented). */
+static int l_sha256_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    char hex[65];
+    ember_error err = {0};
+    if (ember_sha256_file_hex(path, hex, &err) != EMBER_OK) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+static const luaL_Reg module_funcs[] = {
+    {"cpu", l_cpu},
+    {"sha256", l_sha256},
+    {"sha256_file", l_sha256_file},
+    {NULL, NULL},
+};
+
+LUAMOD_API int luaopen_ember_core(lua_State *L) {
+    luaL_checkversion(L);
+    lua_newtable(L); /* [core] */
+    int module = lua_gettop(L);
+    luaL_setfuncs(L, module_funcs, 0);
+    lua_pushstring(L, EMBER_VERSION);
+    lua_setfield(L, module, "version");
+
+    luaL_newmetatable(L, EMBER_LUA_BOX); /* [core, mt] */
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1); /* [core] */
+
+    ember_lua_open_tensor(L, module);
+    ember_lua_open_context(L, module);
+    ember_lua_open_model(L, module);
+    ember_lua_open_session(L, module);
+#ifdef EMBER_HAVE_LUA_TOKENIZER
+    ember_lua_open_tokenizer(L, module);
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    lua_setfield(L, module, "has_tokenizer");
+
+    /* The class metatables, so lib/ember can add Lua-side methods and getters, and the REPL can
+     * list what a userdata offers. */
+    lua_newtable(L); /* [core, classes] */
+    const char *classes[][2] = {{"Model", EMBER_LUA_MODEL},   {"Session", EMBER_LUA_SESSION},
+                                {"Tensor", EMBER_LUA_TENSOR}, {"TensorView", EMBER_LUA_VIEW},
+                                {"Context", EMBER_LUA_CONTEXT}};
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        luaL_getmetatable(L, classes[i][1]);
+        lua_setfield(L, -2, classes[i][0]);
+    }
+    lua_setfield(L, module, "classes"); /* [core] */
+    return 1;
+}

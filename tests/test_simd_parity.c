@@ -1,0 +1,167 @@
+/* test_simd_parity.c — the parity fixtures (../shared/fixtures/parity/) on both kernel paths.
+ * For each case: prefill prompt_ids, then teacher-force greedy_ids one by one, and compare every
+ * row of logits with rel = max|ember - ref| / max|ref| over all rows:
+ *   reference kernels: rel <= exact_rel against exact_logits.npy and <= llamacpp_rel against llamacpp_logits.npy;
+ *   auto kernels:      rel <= llamacpp_rel against both (the fast path quantizes activations like llama.cpp).
+ * The ids and tolerances are read from case.json with a purpose-built scan, not a JSON parser. */
+#include "ember.h"
+#include "test_support.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The integers of the array after "key": [ ... ] (at most cap). Returns the count, -1 if absent. */
+static int scan_ids(const char *json, const char *key, int32_t *out, int cap) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(json, pat);
+    if (!p || !(p = strchr(p, '['))) return -1;
+    int n = 0;
+    for (p++; *p && *p != ']';) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (n < cap) out[n] = (int32_t)v;
+        n++;
+        p = end;
+    }
+    return n;
+}
+
+static double scan_number(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(json, pat);
+    if (!p || !(p = strchr(p, ':'))) return NAN;
+    return strtod(p + 1, NULL);
+}
+
+typedef struct {
+    double max_diff, max_ref;
+} rel_acc;
+
+static void rel_add(rel_acc *r, const float *got, const float *ref, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]);
+        if (d > r->max_diff || isnan(d)) r->max_diff = isnan(d) ? INFINITY : d;
+        if (fabs(ref[i]) > r->max_ref) r->max_ref = fabs(ref[i]);
+    }
+}
+
+static double rel_of(const rel_acc *r) { return r->max_ref > 0 ? r->max_diff / r->max_ref : r->max_diff; }
+
+/* Runs one case on one kernel set; fills the two rels. Returns false when something failed to run. */
+static bool run_case(const char *dir, ember_kernels kernels, const int32_t *prompt, int n_prompt, const int32_t *greedy,
+                     int n_greedy, const npy_f32 *exact, const npy_f32 *lcpp, double *rel_exact, double *rel_lcpp,
+                     const char **used) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    ember_model_params mp = {.path = path, .kernels = kernels, .n_threads = 2};
+    ember_model *m = NULL;
+    ember_session *s = NULL;
+    ember_error err = {0};
+    bool ok = false;
+    if (ember_model_load(&mp, &m, &err) != EMBER_OK || ember_session_new(m, n_prompt + n_greedy + 1, &s, &err) != EMBER_OK) {
+        CHECK_MSG(false, "%s: %s", dir, err.msg);
+        goto done;
+    }
+    const int64_t nv = ember_model_get_info(m)->n_vocab;
+    *used = ember_model_get_info(m)->kernels; /* a static string */
+    if (nv != exact->cols || nv != lcpp->cols || exact->rows < n_prompt + n_greedy || lcpp->rows < n_prompt + n_greedy) {
+        CHECK_MSG(false, "%s: logits files do not match the model (%lld vocab)", dir, (long long)nv);
+        goto done;
+    }
+    rel_acc ae = {0}, al = {0};
+    if (ember_session_prefill(s, prompt, n_prompt, NULL, &err) != EMBER_OK) {
+        CHECK_MSG(false, "%s: prefill: %s", dir, err.msg);
+        goto done;
+    }
+    int64_t row = n_prompt - 1;
+    rel_add(&ae, ember_session_logits(s), exact->data + row * nv, nv);
+    rel_add(&al, ember_session_logits(s), lcpp->data + row * nv, nv);
+    for (int k = 0; k < n_greedy; k++) {
+        if (ember_session_decode(s, greedy[k], NULL, &err) != EMBER_OK) {
+            CHECK_MSG(false, "%s: decode %d: %s", dir, k, err.msg);
+            goto done;
+        }
+        row = n_prompt + k;
+        rel_add(&ae, ember_session_logits(s), exact->data + row * nv, nv);
+        rel_add(&al, ember_session_logits(s), lcpp->data + row * nv, nv);
+    }
+    *rel_exact = rel_of(&ae);
+    *rel_lcpp = rel_of(&al);
+    ok = true;
+done:
+    ember_session_free(s);
+    ember_model_free(m);
+    return ok;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+    char root[1024];
+    if (!ember_fixture_path("parity", root, sizeof root)) return ember_test_skip("no parity fixtures");
+    DIR *d = opendir(root);
+    if (!d) return ember_test_skip("parity fixtures unreadable");
+    char *names[64];
+    int n_names = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n_names < 64)
+        if (e->d_name[0] != '.') names[n_names++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n_names, sizeof names[0], cmp_str);
+
+    printf("%-18s %-9s %10s %10s   %-9s %10s %10s\n", "case", "kernels", "vs exact", "vs llama", "kernels", "vs exact",
+           "vs llama");
+    int cases = 0;
+    for (int i = 0; i < n_names; i++) {
+        char dir[1536], path[2048];
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        snprintf(path, sizeof path, "%s/case.json", dir);
+        char *json = ember_read_file(path, NULL);
+        if (!json) continue;
+        int32_t prompt[512], greedy[64];
+        int n_prompt = scan_ids(json, "prompt_ids", prompt, 512), n_greedy = scan_ids(json, "greedy_ids", greedy, 64);
+        double tol_exact = scan_number(json, "exact_rel"), tol_lcpp = scan_number(json, "llamacpp_rel");
+        free(json);
+        npy_f32 exact = {0}, lcpp = {0};
+        char pe[2048], pl[2048];
+        snprintf(pe, sizeof pe, "%s/exact_logits.npy", dir);
+        snprintf(pl, sizeof pl, "%s/llamacpp_logits.npy", dir);
+        if (n_prompt < 1 || n_prompt > 512 || n_greedy < 0 || n_greedy > 64 || isnan(tol_exact) || isnan(tol_lcpp) ||
+            !npy_load_f32(pe, &exact) || !npy_load_f32(pl, &lcpp)) {
+            CHECK_MSG(false, "%s: unreadable case", names[i]);
+            npy_free(&exact);
+            npy_free(&lcpp);
+            continue;
+        }
+        double re_ref = NAN, rl_ref = NAN, re_auto = NAN, rl_auto = NAN;
+        const char *used_ref = "?", *used_auto = "?";
+        bool ok_ref = run_case(dir, EMBER_KERNELS_REFERENCE, prompt, n_prompt, greedy, n_greedy, &exact, &lcpp, &re_ref,
+                               &rl_ref, &used_ref);
+        bool ok_auto = run_case(dir, EMBER_KERNELS_AUTO, prompt, n_prompt, greedy, n_greedy, &exact, &lcpp, &re_auto,
+                                &rl_auto, &used_auto);
+        printf("%-18s %-9s %10.2e %10.2e   %-9s %10.2e %10.2e   (tolerances %.0e / %.2g)\n", names[i], used_ref, re_ref,
+               rl_ref, used_auto, re_auto, rl_auto, tol_exact, tol_lcpp);
+        if (ok_ref) {
+            CHECK_MSG(re_ref <= tol_exact, "%s reference: rel %.3g vs exact > %.3g", names[i], re_ref, tol_exact);
+            CHECK_MSG(rl_ref <= tol_lcpp, "%s reference: rel %.3g vs llama.cpp > %.3g", names[i], rl_ref, tol_lcpp);
+        }
+        if (ok_auto) {
+            CHECK_MSG(re_auto <= tol_lcpp, "%s auto: rel %.3g vs exact > %.3g", names[i], re_auto, tol_lcpp);
+            CHECK_MSG(rl_auto <= tol_lcpp, "%s auto: rel %.3g vs llama.cpp > %.3g", names[i], rl_auto, tol_lcpp);
+        }
+        cases++;
+        npy_free(&exact);
+        npy_free(&lcpp);
+    }
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    if (!cases) return ember_test_skip("no parity cases found");
+    return ember_test_finish();
+}

@@ -34,6 +34,28 @@ default_model() {
   echo "$m"
 }
 
+# One closing line for the whole run: "N passed, N failed, N skipped".
+summarize() {
+  local logs=$1 passed=0 failed=0 skipped=0 t f p s e
+  for log in "$logs/ctest" "$logs/asan"; do
+    t=$(grep -Eo '[0-9]+ tests failed out of [0-9]+' "$log" | tail -1 || true)
+    if [ -n "$t" ]; then
+      f=${t%% tests*}; s=$(grep -c '\*\*\*Skipped\|Not Run' "$log" || true)
+      passed=$((passed + ${t##* } - f - s)); failed=$((failed + f)); skipped=$((skipped + s))
+    else
+      failed=$((failed + 1))
+    fi
+  done
+  t=$(grep -Eo '[0-9]+ successes / [0-9]+ failures / [0-9]+ errors / [0-9]+ pending' "$logs/busted" | tail -1 || true)
+  if [ -n "$t" ]; then
+    read -r p _ _ f _ _ e _ _ s _ <<<"$t"
+    passed=$((passed + p)); failed=$((failed + f + e)); skipped=$((skipped + s))
+  else
+    failed=$((failed + 1))
+  fi
+  echo "total: $passed passed, $failed failed, $skipped skipped"
+}
+
 case "${1:-}" in
   main)
     install_deps
@@ -50,11 +72,17 @@ case "${1:-}" in
     install_deps
     build build
     default_model >/dev/null
-    (cd build && ctest --output-on-failure -j2)
-    busted
+    logs=$(mktemp -d)
+    status=0
+    (cd build && ctest --output-on-failure -j2) 2>&1 | tee "$logs/ctest" || status=1
+    # busted's own script runs `env lua`; name the interpreter so it is always Lua 5.4
+    lua5.4 /usr/bin/busted 2>&1 | tee "$logs/busted" || status=1
     echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
     build build-asan -DEMBER_SANITIZE=ON
-    (cd build-asan && ctest --output-on-failure -j2)
+    (cd build-asan && ctest --output-on-failure -j2) 2>&1 | tee "$logs/asan" || status=1
+    summarize "$logs"
+    rm -rf "$logs"
+    exit $status
     ;;
   *)
     echo "usage: ./run.sh main | ./run.sh test" >&2

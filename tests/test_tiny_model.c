@@ -486,9 +486,9 @@ static void test_param_errors(void) {
         {"pattern too short", "gemma4", "SSF", "3 entries for 6 layers", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
         {"pattern letter", "gemma4", "SSSXSF", "only S (sliding) and F (full)", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
         /* kv_from 4: layer 4 (full) would read layer 3, which is sliding */
-        {"shared KV of the wrong kind", "gemma4", "SSSSFF", "layer 4 would read the cache of layer 3", 6, 2, -1, 0, 0,
-         EMBER_TYPE_F32},
-        {"all layers shared", "gemma4", NULL, "shared-KV", 6, 6, -1, 0, 0, EMBER_TYPE_F32},
+        {"shared KV of the wrong kind", "gemma4", "SSSSFF", "full layer 4 would read the cache of layer 3, a sliding one", 6,
+         2, -1, 0, 0, EMBER_TYPE_F32},
+        {"all layers shared", "gemma4", NULL, "leave none of the 6 layers", 6, 6, -1, 0, 0, EMBER_TYPE_F32},
         {"q8_0 PLE width", "gemma4", NULL, "per-layer input width", 6, -1, 16, 0, 0, EMBER_TYPE_Q8_0},
         {"family", "mamba", NULL, "'mamba'", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
     };

@@ -20,8 +20,8 @@ static void usage(FILE *f) {
             "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
             "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
             "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
-            "layers'), 1 KV head on full layers, RoPE base 10000 sliding / 1000000 full, proportional\n"
-            "rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n");
+            "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
+            "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n");
 }
 
 /* A whole-string integer in [lo, hi], or an error naming the option. */

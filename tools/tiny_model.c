@@ -74,12 +74,11 @@ typedef struct {
 
 static bool is_family(const char *f, const char *name) { return f && strcmp(f, name) == 0; }
 
-/* With kv_from = n_layer - shared, layers from kv_from on read the cache of layer kv_from - 2
- * (sliding) or kv_from - 1 (full), which must exist and be of the same kind (and so, here, of the same
- * KV shape). Returns the first layer for which that fails, or -1. */
+/* With kv_from = n_layer - shared (0 <= shared < n_layer), layers from kv_from on read the cache of
+ * layer kv_from - 2 (sliding) or kv_from - 1 (full), which must exist and be of the same kind (and so,
+ * here, of the same KV shape). Returns the first layer for which that fails, or -1. */
 static int64_t bad_shared_layer(const shape *s, int64_t n_layer, int64_t shared) {
     const int64_t kv_from = n_layer - shared;
-    if (shared < 0 || kv_from < 1) return shared > 0 ? 0 : -1;
     for (int64_t l = kv_from; l < n_layer; l++) {
         int64_t src = kv_from - (s->sliding[l] ? 2 : 1);
         if (src < 0 || s->sliding[src] != s->sliding[l]) return l;
@@ -153,15 +152,20 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
             s->shared = p->n_layer > 2 && bad_shared_layer(s, p->n_layer, 2) < 0 ? 2 : 0;
         } else {
             s->shared = p->shared_kv_layers;
-            int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
-            if (bad >= 0)
+            if (s->shared >= p->n_layer)
                 return ember_error_set(err, EMBER_ERR_ARG,
-                                       "tiny model: with %lld shared-KV layers of %lld, layer %lld would read the cache of "
-                                       "layer %lld, which is missing or not %s (layer kv_from-2 must be sliding and "
-                                       "kv_from-1 full)",
-                                       (long long)s->shared, (long long)p->n_layer, (long long)bad,
-                                       (long long)(p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1)),
-                                       s->sliding[bad] ? "sliding" : "full");
+                                       "tiny model: %lld shared-KV layers leave none of the %lld layers to make a KV cache",
+                                       (long long)s->shared, (long long)p->n_layer);
+            int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
+            if (bad >= 0) {
+                const int64_t src = p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1);
+                return ember_error_set(err, EMBER_ERR_ARG,
+                                       "tiny model: with %lld shared-KV layers of %lld, %s layer %lld would read the cache of "
+                                       "layer %lld, %s (layer kv_from-2 must be sliding and kv_from-1 full)",
+                                       (long long)s->shared, (long long)p->n_layer, s->sliding[bad] ? "sliding" : "full",
+                                       (long long)bad, (long long)src,
+                                       src < 0 ? "which does not exist" : s->sliding[src] ? "a sliding one" : "a full one");
+            }
         }
     } else {
         if (!p->head_dim && !even_split)

@@ -255,7 +255,8 @@ describe("ember.Model and ember.Session", function()
     for _, k in ipairs({ "prefill_ms", "decode_ms", "prefill_tok_s", "decode_tok_s" }) do
       assert.is_number(a.stats[k], k)
     end
-    assert.are.equal(4, a.stats.decode_count)
+    -- one decode evaluation per generated token, the last one included (SPEC §4.1)
+    assert.are.equal(#a.ids, a.stats.decode_count)
     -- a seeded sampler is reproducible too
     local c = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42, eos = false }
     local d = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42, eos = false }
@@ -354,8 +355,8 @@ describe("experiments", function()
     local out = run(exp, N)
     assert.are.equal(N, #out.ids)
     local expected = { { hook = "on_model_loaded" }, { hook = "before_prefill", phase = "prefill", start = 0, count = P, seq = P } }
-    -- prefill, then one decode per generated token except the last (which is returned, not evaluated)
-    for e = 0, N - 1 do
+    -- prefill, then one decode evaluation per generated token (SPEC §4.1)
+    for e = 0, N do
       local phase = e == 0 and "prefill" or "decode"
       local start = e == 0 and 0 or P + e - 1
       local count = e == 0 and P or 1
@@ -371,9 +372,9 @@ describe("experiments", function()
       expected[#expected + 1] = { hook = "after_logits", phase = phase, start = start, count = count,
         seq = start + count, token_position = tp, shape = { 1, V } }
     end
-    expected[#expected + 1] = { hook = "on_generation_complete", prompt = P, generated = N, decodes = N - 1 }
+    expected[#expected + 1] = { hook = "on_generation_complete", prompt = P, generated = N, decodes = N }
     assert.are.equal(#expected, #exp.log)
-    assert.are.equal(2 + N * (4 * L + 2) + 1, #exp.log)
+    assert.are.equal(2 + (N + 1) * (4 * L + 2) + 1, #exp.log)
     for i, want in ipairs(expected) do
       local got = exp.log[i]
       assert.are.equal(want.hook, got.hook, "call " .. i)
@@ -415,15 +416,16 @@ describe("experiments", function()
   end)
 
   it("zeroing after_mlp at one layer changes the logits and sets modified", function()
-    local base = run(nil, 3)
+    local N = 3
+    local base = run(nil, N)
     local hits = 0
     local out = run({ name = "zero-mlp", after_mlp = function(_, ctx, v)
       if ctx.layer_index == 0 then
         v:zero()
         hits = hits + 1
       end
-    end }, 3)
-    assert.are.equal(3, hits) -- prefill + 2 decodes
+    end }, N)
+    assert.are.equal(1 + N, hits) -- prefill + one decode per generated token
     assert.is_true(out.modified)
     assert.are_not.equal(base.all_logits[1]:sha256(), out.all_logits[1]:sha256())
   end)
@@ -521,8 +523,9 @@ describe("experiments", function()
     local calls = 0
     local class = { after_logits = function() calls = calls + 1 end }
     class.__index = class
-    run(setmetatable({ name = "inherited" }, class), 2)
-    assert.are.equal(2, calls)
+    local N = 2
+    run(setmetatable({ name = "inherited" }, class), N)
+    assert.are.equal(1 + N, calls) -- prefill + one decode per generated token
   end)
 
   it("runs tensor hooks on session evaluations and refuses re-entry into the busy session", function()

@@ -174,19 +174,20 @@ describe("ember runs", function()
     local path = need_model()
     if not path then return end
     local dir = H.tmpdir()
-    local code, _, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "4",
+    local N = 4 -- generated tokens: one prefill and N decode evaluations (SPEC §4.1)
+    local code, _, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N),
       "--zero-layer-output", "3:attention", "--run-manifest", dir .. "/run.json")
     assert.equal(0, code)
     assert.matches("this run was MODIFIED by zero-layer-output 3:attention", err, 1, true)
-    assert.matches("in 4 evaluations (prefill 1, decode 3)", err, 1, true)
+    assert.matches(("in %d evaluations (prefill 1, decode %d)"):format(1 + N, N), err, 1, true)
     local m = cjson.decode(H.read(dir .. "/run.json"))
     assert.equal("ember.run", m.schema)
     assert.equal("completed", m.status)
     assert.equal("zero-layer-output", m.experiment.name)
     assert.is_true(m.experiment.modified)
-    assert.equal(4, m.experiment.members[1].stats.interventions)
+    assert.equal(1 + N, m.experiment.members[1].stats.interventions)
     assert.equal("3:attention", m.experiment.args)
-    assert.equal(4, #m.generated_ids)
+    assert.equal(N, #m.generated_ids)
     assert.equal("--zero-layer-output", m.argv[#m.argv - 3])
   end)
 
@@ -194,14 +195,15 @@ describe("ember runs", function()
     local path = need_model()
     if not path then return end
     local dir = H.tmpdir()
-    local code, out_stats = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3",
+    local N = 3 -- generated tokens: one prefill and N decode evaluations (SPEC §4.1)
+    local code, out_stats = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N),
       "--activation-stats", dir .. "/stats.json", "--run-manifest", dir .. "/run.json")
     assert.equal(0, code)
-    local _, out_plain = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3")
+    local _, out_plain = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N))
     assert.equal(out_plain, out_stats)
     local stats = cjson.decode(H.read(dir .. "/stats.json"))
     assert.is_true(stats.observation_only)
-    assert.equal(3 * (4 * 6 + 2), #stats.records)
+    assert.equal((1 + N) * (4 * 6 + 2), #stats.records) -- evaluations x (4 stages x 6 layers + 2 logits hooks)
     local m = cjson.decode(H.read(dir .. "/run.json"))
     assert.is_false(m.experiment.modified)
     assert.equal(dir .. "/stats.json", m.outputs.activation_stats)
@@ -251,7 +253,9 @@ describe("ember runs", function()
     local path = need_model()
     if not path then return end
     local dir = H.tmpdir()
-    local common = { "--model", path, "--prompt", models.PROMPT, "--max-tokens", "3", "--capture-stages",
+    local N = 3 -- generated tokens: one prefill and N decode evaluations (SPEC §4.1)
+    local records = (1 + N) * (2 + 1) -- evaluations x (layers 2 and 3 after_mlp + logits)
+    local common = { "--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N), "--capture-stages",
       "after_mlp,after_logits", "--capture-layers", "2-3", "--run-manifest", dir .. "/run.json" }
     local function capture_run(name, ...)
       local args = { table.unpack(common) }
@@ -261,12 +265,12 @@ describe("ember runs", function()
       return err
     end
     local err = capture_run("A")
-    assert.matches("captured 9 records into " .. dir .. "/A", err, 1, true)
+    assert.matches("captured " .. records .. " records into " .. dir .. "/A", err, 1, true)
     capture_run("A2")
     capture_run("B", "--zero-layer-output", "2:mlp")
     capture_run("C", "--activation-patch", dir .. "/A", "--patch-target", "2:after_mlp")
     local m = cjson.decode(H.read(dir .. "/A/manifest.json"))
-    assert.equal(9, #m.records) -- 3 evaluations x (layers 2 and 3 after_mlp + logits)
+    assert.equal(records, #m.records)
 
     local code, out = ember("compare-artifacts", dir .. "/A", dir .. "/A2", "--require", "exact")
     assert.equal(0, code)
@@ -282,7 +286,7 @@ describe("ember runs", function()
     assert.equal(0, code)
     local doc = cjson.decode(out)
     assert.is_false(require("ember.compare").at_least(doc.class, "exact-semantic"))
-    assert.equal(9, doc.summary.aligned)
+    assert.equal(records, doc.summary.aligned)
   end)
 
   it("compare-artifacts explains unreadable artifacts and bad arguments", function()

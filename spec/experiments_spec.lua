@@ -35,6 +35,7 @@ local function fnv1a64(s)
 end
 
 local model, why
+-- N generated tokens cost one prefill and N decode evaluations (SPEC §4.1): 1 + #out.ids in all.
 local GEN = { prompt = models.PROMPT, max_tokens = 4, temperature = 0 }
 local function gen(exp)
   local req = {}
@@ -78,7 +79,7 @@ describe("activation_stats.lua", function()
     assert.equal("activation-stats", doc.experiment)
     assert.is_true(doc.observation_only)
     local L = model.info.n_layers
-    local evaluations = 1 + (#out.ids - 1)
+    local evaluations = 1 + #out.ids -- prefill + one decode per generated token
     assert.equal(evaluations * (4 * L + 2), #doc.records)
     assert.equal(#rec.order, #doc.records)
     -- top-level and record keys appear in the documented order in the text itself
@@ -129,10 +130,10 @@ describe("zero_layer_output.lua", function()
     gen(base)
     local out = gen(compose.compose({ zero, rec }))
     assert.is_true(out.modified)
-    local evaluations = #out.ids
+    local evaluations = 1 + #out.ids -- prefill + one decode per generated token
     assert.equal(evaluations, zero.stats.interventions)
     assert.equal(1, zero.stats.prefill)
-    assert.equal(evaluations - 1, zero.stats.decode)
+    assert.equal(#out.ids, zero.stats.decode)
     local zeroed = 0
     for key, t in pairs(rec.seen) do
       if key:match("^after_mlp|1|") then
@@ -147,7 +148,7 @@ describe("zero_layer_output.lua", function()
     assert.not_equal(base.seen["after_layer|1|prefill|0"].bytes, rec.seen["after_layer|1|prefill|0"].bytes)
     assert.equal(1, #notices)
     assert.matches("MODIFIED", notices[1], 1, true)
-    assert.matches(string.format("in %d evaluations (prefill 1, decode %d)", evaluations, evaluations - 1), notices[1], 1, true)
+    assert.matches(string.format("in %d evaluations (prefill 1, decode %d)", evaluations, #out.ids), notices[1], 1, true)
   end)
 
   it("refuses an unknown stage when made, and a layer the model lacks before any tensor hook", function()
@@ -176,7 +177,7 @@ describe("example interventions", function()
     gen(base)
     local exp = factory("scale_attention.lua")("layer=1 factor=0.5")
     gen(compose.compose({ exp, rec }))
-    assert.equal(#plain.ids, exp.stats.scaled)
+    assert.equal(1 + #plain.ids, exp.stats.scaled) -- prefill + every decode
     local b = H.unpack_f32(base.seen["after_attention|1|prefill|0"].bytes)
     local s = H.unpack_f32(rec.seen["after_attention|1|prefill|0"].bytes)
     for i = 1, #b do assert.equal(b[i] * 0.5, s[i]) end -- halving is exact in binary floating point
@@ -189,7 +190,7 @@ describe("example interventions", function()
     local exp = factory("steering_vector.lua")("layer=2 scale=4 dim=5")
     local out = gen(compose.compose({ exp, rec }))
     assert.is_true(out.modified)
-    assert.equal(#out.ids, exp.stats.additions)
+    assert.equal(1 + #out.ids, exp.stats.additions) -- prefill + every decode
     local H_ = model.info.hidden_size
     local b = H.unpack_f32(base.seen["after_layer|2|prefill|0"].bytes)
     local s = H.unpack_f32(rec.seen["after_layer|2|prefill|0"].bytes)

@@ -18,6 +18,11 @@ local H = require("helpers.artifacts")
 local ALLOWED = { "experiment", "capture.config", "capture.config_sha256", "argv", "created_at_unix",
   "capture.output_dir" }
 
+-- Generating N tokens costs one prefill and N decode evaluations (SPEC §4.1): every generated
+-- token, the last one included, is evaluated once. The runs below generate N = MAX_TOKENS tokens.
+local MAX_TOKENS = 4
+local EVALUATIONS = 1 + MAX_TOKENS
+
 local function manifest_of(dir) return cjson.decode(H.read(dir .. "/manifest.json")) end
 
 -- after_logits sha256 per (phase, start_position), read straight from manifest.json
@@ -35,7 +40,7 @@ end
 local function check_restoration(model, opts)
   local out_dir = H.tmpdir() .. "/cpr"
   local report = workflow.capture_patch_restore {
-    model = model, tokenizer_path = opts.tokenizer, prompt = opts.prompt, layer = opts.layer, max_tokens = 4,
+    model = model, tokenizer_path = opts.tokenizer, prompt = opts.prompt, layer = opts.layer, max_tokens = MAX_TOKENS,
     out_dir = out_dir,
   }
   -- A/B: the zeroed MLP changes tensors from layer L on; weaker than exact-semantic
@@ -52,10 +57,13 @@ local function check_restoration(model, opts)
   -- captured logits equal by sha256, from the manifests themselves
   local la, na = logits_hashes(out_dir .. "/A")
   local lc, nc = logits_hashes(out_dir .. "/C")
-  assert.equal(4, na)
+  assert.equal(EVALUATIONS, na) -- one after_logits record per evaluation
   assert.equal(na, nc)
   assert.same(la, lc)
   local ma, mb, mc = manifest_of(out_dir .. "/A"), manifest_of(out_dir .. "/B"), manifest_of(out_dir .. "/C")
+  -- decode evaluations sit at positions P .. P+N-1: the last generated token's one included
+  local P = #ma.input_ids
+  for k = 1, MAX_TOKENS do assert.is_not_nil(la["decode@" .. (P + k - 1)], "decode @" .. (P + k - 1)) end
   assert.same(ma.generated_ids, mc.generated_ids)
   assert.equal(ma.model.sha256, mc.model.sha256)
   assert.equal(ma.prompt.sha256, mc.prompt.sha256)
@@ -81,7 +89,7 @@ describe("capture_patch_restore", function()
     local model, why = models.default()
     if not model then return pending("default tiny model unavailable: " .. tostring(why)) end
     local report = check_restoration(model, { prompt = models.PROMPT, layer = 4 })
-    assert.equal(4, report.patch_applied)
+    assert.equal(EVALUATIONS, report.patch_applied) -- prefill + every decode
     assert.matches("restoration criterion: HOLDS", workflow.format(report, model.info), 1, true)
   end)
 
@@ -149,7 +157,7 @@ describe("restoration evidence", function()
   end
   local cfg = assert(capture.config {})
   local function session(dir, experiments, max_tokens)
-    return run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = max_tokens or 4, temperature = 0 },
+    return run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = max_tokens or MAX_TOKENS, temperature = 0 },
       experiments = experiments, capture = { config = cfg, dir = dir }, argv = { "spec" } }
   end
 
@@ -170,7 +178,7 @@ describe("restoration evidence", function()
     local res = compare.compare_dirs(base .. "/A", base .. "/B")
     assert.equal("output-equivalent", res.class)
     assert.is_false(compare.at_least(res.class, "exact-semantic"))
-    assert.equal(4, res.summary.differing) -- the four after_logits records
+    assert.equal(EVALUATIONS, res.summary.differing) -- the after_logits record of every evaluation
   end)
 
   it("zeroing and then patching the same target restores the baseline bit for bit", function()
@@ -180,8 +188,8 @@ describe("restoration evidence", function()
     local zero = dofile("scripts/experiments/zero_layer_output.lua")({ target = "4:mlp", notice = function() end })
     local p = patch.experiment { source = base .. "/A", target = { layer = 4, stage = "after_mlp" }, model = model }
     session(base .. "/D", { zero, p })
-    assert.equal(4, zero.stats.interventions)
-    assert.equal(4, p.stats.applied)
+    assert.equal(EVALUATIONS, zero.stats.interventions)
+    assert.equal(EVALUATIONS, p.stats.applied)
     local res = compare.compare_dirs(base .. "/A", base .. "/D")
     assert.equal("exact-semantic", res.class)
   end)
@@ -235,14 +243,16 @@ describe("capture selection", function()
   it("honours the phase filter and the record cap, and says how many records the cap dropped", function()
     if not need() then return end
     local dir = H.tmpdir() .. "/cap"
-    local cfg = assert(capture.config { phase = "decode", stages = "before_logits", max_records = 2 })
-    local r = run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = 4, temperature = 0 },
+    local cap = 2
+    local cfg = assert(capture.config { phase = "decode", stages = "before_logits", max_records = cap })
+    local r = run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = MAX_TOKENS, temperature = 0 },
       capture = { config = cfg, dir = dir }, argv = { "spec" } }
     local keys = keys_of(dir)
-    assert.equal(2, #keys)
+    assert.equal(cap, #keys)
     for _, k in ipairs(keys) do assert.matches("^before_logits|%-|decode|", k) end
-    assert.equal(1, r.capture.stats.dropped)
-    assert.equal(1, manifest_of(dir).capture.dropped_records)
+    -- one before_logits per decode evaluation (MAX_TOKENS of them); the cap keeps the first two
+    assert.equal(MAX_TOKENS - cap, r.capture.stats.dropped)
+    assert.equal(MAX_TOKENS - cap, manifest_of(dir).capture.dropped_records)
   end)
 
   it("withholds the prompt text on request but keeps its sha256", function()
@@ -281,7 +291,7 @@ describe("activation patch failures", function()
     if not src_dir then
       src_dir = os.tmpname()
       os.remove(src_dir)
-      run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = 4, temperature = 0 },
+      run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = MAX_TOKENS, temperature = 0 },
         capture = { config = assert(capture.config { stages = "after_mlp,after_logits" }), dir = src_dir }, argv = { "spec" } }
     end
     return model
@@ -295,7 +305,7 @@ describe("activation patch failures", function()
   end
 
   local function gen_with(p, max_tokens)
-    return model:generate { prompt = models.PROMPT, max_tokens = max_tokens or 4, temperature = 0, experiment = p }
+    return model:generate { prompt = models.PROMPT, max_tokens = max_tokens or MAX_TOKENS, temperature = 0, experiment = p }
   end
 
   -- a copy of the source artifact with its records changed by `edit`
@@ -322,9 +332,9 @@ describe("activation patch failures", function()
     local p = patch.experiment { source = src_dir, target = { layer = 2, stage = "after_mlp" }, model = model }
     local out = gen_with(p)
     assert.is_true(out.modified)
-    assert.equal(4, p.stats.applied)
+    assert.equal(EVALUATIONS, p.stats.applied)
     assert.equal(1, p.stats.prefill)
-    assert.equal(3, p.stats.decode)
+    assert.equal(MAX_TOKENS, p.stats.decode)
   end)
 
   it("refuses an ambiguous source", function()
@@ -393,7 +403,7 @@ describe("activation patch failures", function()
   it("fails the run when a source record is never applied", function()
     if not need() then return end
     local p = patch.experiment { source = src_dir, target = { layer = 2, stage = "after_mlp" }, model = model }
-    local ok, err = pcall(gen_with, p, 2) -- the source has 3 decode records; this run makes 1 decode
+    local ok, err = pcall(gen_with, p, 2) -- the source has MAX_TOKENS (4) decode records; this run makes 2 decodes
     assert.is_false(ok)
     err = tostring(err)
     assert.matches("experiment 'activation-patch' failed in on_generation_complete", err, 1, true)
@@ -403,7 +413,7 @@ describe("activation patch failures", function()
   it("fails the run at the first evaluation the source does not cover", function()
     if not need() then return end
     local p = patch.experiment { source = src_dir, target = { layer = 2, stage = "after_mlp" }, model = model }
-    local ok, err = pcall(gen_with, p, 6)
+    local ok, err = pcall(gen_with, p, 6) -- 6 decodes; the source covers MAX_TOKENS (4)
     assert.is_false(ok)
     err = tostring(err)
     assert.matches("failed in after_mlp (phase=decode, layer=2)", err, 1, true)
@@ -435,7 +445,7 @@ describe("activation patch failures", function()
       grew[#grew + 1] = after - before
     end
     gen_with(p)
-    assert.equal(4 * model.info.n_layers, #grew)
+    assert.equal(EVALUATIONS * model.info.n_layers, #grew) -- after_mlp: every layer of every evaluation
     for i, kb in ipairs(grew) do assert.equal(0, kb, "allocation in call " .. i) end
   end)
 end)

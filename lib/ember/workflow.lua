@@ -123,9 +123,10 @@ function M.capture_patch_restore(opts)
   end
   check("A/C: only recorded provenance differs", #unexpected == 0,
     #unexpected == 0 and "experiment, capture config, argv, timestamp" or ("unexpected: " .. table.concat(unexpected, ", ")))
-  check("patch applied at every source record", p.stats.applied == #p.entries and #p.entries == 1 + (#ma.generated_ids - 1),
+  -- one prefill and one decode per generated token, the last one included (SPEC §4.1)
+  check("patch applied at every source record", p.stats.applied == #p.entries and #p.entries == 1 + #ma.generated_ids,
     string.format("%d applications for %d source records (prefill + %d decodes)", p.stats.applied, #p.entries,
-      #ma.generated_ids - 1))
+      #ma.generated_ids))
 
   report.ok = true
   for _, c in ipairs(report.checks) do if not c.ok then report.ok = false end end

@@ -282,8 +282,8 @@ static void set_num(lua_State *L, const char *k, double v) {
 
 /* model:generate{ids= | prompt=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
  *                experiment=, on_token=, context=, eos=, all_logits=} -> out table
- * N generated tokens cost one prefill and N-1 decodes (the last sampled token is not evaluated),
- * as in llama.cpp; the generation context reports both counts. */
+ * N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
+ * once, so every hook sees every token; the generation context reports both counts. */
 int ember_lua_generate(lua_State *L) {
     ember_lua_model *lm = ember_lua_check_model(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -399,11 +399,9 @@ int ember_lua_generate(lua_State *L) {
                 break;
             }
         }
-        if (id == o.eos) {
-            stop = "eos";
-            break;
-        }
-        if (k == o.max_tokens - 1) break; /* the last token is returned, not evaluated */
+        /* Every generated token is evaluated once (SPEC §4.1: one decode evaluation per generated
+         * token), the last one and an end-of-sequence token included, so hooks and captures see
+         * the activations of every token the run produced. */
         t0 = ember_lua_now_ms();
         ls->busy = true;
         st = ember_session_decode(ls->s, id, hooks, &err);
@@ -411,6 +409,10 @@ int ember_lua_generate(lua_State *L) {
         decode_ms += ember_lua_now_ms() - t0;
         if (st != EMBER_OK) return eval_error(L, r, "generate", &err);
         counts.decode_count++;
+        if (id == o.eos) {
+            stop = "eos";
+            break;
+        }
     }
     bool completed = strcmp(stop, "interrupted") != 0; /* an interrupted run is not a completed one */
     if (r && completed && ember_lua_runner_lifecycle(L, r, EMBER_HOOK_ON_GENERATION_COMPLETE, NULL, &counts) != EMBER_OK)

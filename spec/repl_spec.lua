@@ -111,11 +111,11 @@ describe("ember-lua REPL in a terminal", function()
     end
   end
   local function screen() return sh("tmux capture-pane -p -t " .. session) end
-  -- Waits (up to 10 s) until the screen shows `want` `count` times.
+  -- Waits (up to 30 s, for a loaded machine) until the screen shows `want` `count` times.
   local function wait_for(want, count)
     count = count or 1
     local s
-    for _ = 1, 200 do
+    for _ = 1, 600 do
       s = screen()
       local n, from = 0, 1
       while true do

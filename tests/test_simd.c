@@ -233,7 +233,7 @@ static void test_threads_identical(ember_kernels k) {
     ember_error err;
     for (int i = 0; i < 3; i++) {
         ember_status st = ember_compute_new(k, i + 1, &c[i], &err);
-        CHECK_MSG(st == EMBER_OK, "ember_compute_new(%s, %d): %s", ember_kernels_name(k), i + 1, err.msg);
+        CHECK_MSG(st == EMBER_OK, "ember_compute_new(%s, %d): %.300s", ember_kernels_name(k), i + 1, err.msg);
         if (st != EMBER_OK) return;
     }
     static const ember_type types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16, EMBER_TYPE_Q8_0};

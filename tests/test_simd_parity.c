@@ -67,18 +67,18 @@ static bool run_case(const char *dir, ember_kernels kernels, const int32_t *prom
     ember_error err = {0};
     bool ok = false;
     if (ember_model_load(&mp, &m, &err) != EMBER_OK || ember_session_new(m, n_prompt + n_greedy + 1, &s, &err) != EMBER_OK) {
-        CHECK_MSG(false, "%s: %s", dir, err.msg);
+        CHECK_MSG(false, "%.300s: %.300s", dir, err.msg);
         goto done;
     }
     const int64_t nv = ember_model_get_info(m)->n_vocab;
     *used = ember_model_get_info(m)->kernels; /* a static string */
     if (nv != exact->cols || nv != lcpp->cols || exact->rows < n_prompt + n_greedy || lcpp->rows < n_prompt + n_greedy) {
-        CHECK_MSG(false, "%s: logits files do not match the model (%lld vocab)", dir, (long long)nv);
+        CHECK_MSG(false, "%.300s: logits files do not match the model (%lld vocab)", dir, (long long)nv);
         goto done;
     }
     rel_acc ae = {0}, al = {0};
     if (ember_session_prefill(s, prompt, n_prompt, NULL, &err) != EMBER_OK) {
-        CHECK_MSG(false, "%s: prefill: %s", dir, err.msg);
+        CHECK_MSG(false, "%.300s: prefill: %.300s", dir, err.msg);
         goto done;
     }
     int64_t row = n_prompt - 1;
@@ -86,7 +86,7 @@ static bool run_case(const char *dir, ember_kernels kernels, const int32_t *prom
     rel_add(&al, ember_session_logits(s), lcpp->data + row * nv, nv);
     for (int k = 0; k < n_greedy; k++) {
         if (ember_session_decode(s, greedy[k], NULL, &err) != EMBER_OK) {
-            CHECK_MSG(false, "%s: decode %d: %s", dir, k, err.msg);
+            CHECK_MSG(false, "%.300s: decode %d: %.300s", dir, k, err.msg);
             goto done;
         }
         row = n_prompt + k;

@@ -1,16 +1,22 @@
-/* threads.c — the persistent thread pool behind the fast kernels: static chunks, caller participates.
- * Must not allocate per job nor decide anything numeric: which element a thread computes never
- * changes how it is computed, so results cannot depend on the partition. */
+/* threads.c — the persistent thread pool behind the fast kernels: chunks claimed from a counter,
+ * caller participates. Must not allocate per job nor decide anything numeric: which thread runs an
+ * item never changes how the item is computed, so results cannot depend on the schedule. */
 #include "threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
 /* How long an idle worker spins before sleeping. Decode issues ~7 jobs per layer a few µs apart;
- * a wake-up through the condition variable costs tens of µs, so workers spin across that gap. */
-#define EMBER_POOL_SPIN_NS 2000000L
+ * a wake-up through the condition variable costs tens of µs, so workers spin across that gap but
+ * not much longer (on a busy machine a spinning worker steals CPU from useful threads). */
+#define EMBER_POOL_SPIN_NS 300000L
+/* How long the caller spins on unfinished chunks before yielding its CPU between checks. */
+#define EMBER_POOL_WAIT_SPIN_NS 50000L
+/* Chunks per thread: enough that a preempted thread's share can be taken over. */
+#define EMBER_POOL_CHUNKS_PER_THREAD 8
 
 typedef struct {
     ember_pool *pool;
@@ -19,36 +25,52 @@ typedef struct {
 
 struct ember_pool {
     int n_threads;
-    pthread_t *threads;    /* (n_threads - 1) workers */
-    worker_arg *args;      /* (n_threads - 1) */
+    pthread_t *threads;     /* (n_threads - 1) workers */
+    worker_arg *args;       /* (n_threads - 1) */
+    int n_started;
     pthread_mutex_t run_mu; /* one job at a time */
     pthread_mutex_t mu;     /* guards sleeping */
     pthread_cond_t cv;
-    int n_started;
 
-    /* the current job, published by incrementing gen */
-    ember_pool_fn fn;
-    void *arg;
-    int64_t n, grain;
-    atomic_uint_fast64_t gen;
-    atomic_int pending;  /* workers that have not finished the current job */
-    atomic_int sleepers; /* workers waiting on cv */
+    /* The current job. `claim` packs (job generation << 32 | next chunk): a worker claims a chunk
+     * with a compare-and-swap that fails once the job is over, so a worker that wakes up late never
+     * touches a newer job, and the caller waits only for claimed chunks, never for a thread the OS
+     * has not run yet. The fields are atomics because a late worker may read them while the next
+     * job is being set up; it then fails its claim and ignores what it read. */
+    _Atomic(ember_pool_fn) fn;
+    _Atomic(void *) arg;
+    atomic_int_fast64_t n, chunk, n_chunks;
+    atomic_uint_fast64_t claim;
+    atomic_int_fast64_t done;  /* chunks of the current job finished */
+    atomic_uint_fast64_t gen;  /* bumped to wake workers; low 32 bits = the job generation */
+    atomic_int sleepers;       /* workers waiting on cv */
     atomic_bool stop;
 };
 
-void ember_pool_chunk(int64_t n, int64_t grain, int n_threads, int tid, int64_t *begin, int64_t *end) {
+int64_t ember_pool_chunk_size(int64_t n, int64_t grain, int n_threads) {
     if (grain < 1) grain = 1;
-    int64_t units = (n + grain - 1) / grain, per = units / n_threads, rem = units % n_threads;
-    int64_t u0 = tid * per + (tid < rem ? tid : rem);
-    int64_t u1 = u0 + per + (tid < rem ? 1 : 0);
-    *begin = u0 * grain < n ? u0 * grain : n;
-    *end = u1 * grain < n ? u1 * grain : n;
+    int64_t want = (n + (int64_t)n_threads * EMBER_POOL_CHUNKS_PER_THREAD - 1) / ((int64_t)n_threads * EMBER_POOL_CHUNKS_PER_THREAD);
+    int64_t c = (want + grain - 1) / grain * grain;
+    return c < grain ? grain : c;
 }
 
-static void run_chunk(ember_pool *p, int tid) {
-    int64_t b, e;
-    ember_pool_chunk(p->n, p->grain, p->n_threads, tid, &b, &e);
-    if (b < e) p->fn(p->arg, b, e, tid);
+/* Claims and runs chunks of job `g` until none are left or the job is over. */
+static void run_chunks(ember_pool *p, uint32_t g, int tid) {
+    for (;;) {
+        uint_fast64_t cur = atomic_load_explicit(&p->claim, memory_order_acquire);
+        if ((uint32_t)(cur >> 32) != g) return; /* another job now */
+        int64_t c = (int64_t)(uint32_t)cur;
+        if (c >= atomic_load_explicit(&p->n_chunks, memory_order_relaxed)) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        /* Chunk c of job g is ours; the job cannot finish (and its fields cannot change) before we
+         * report it done. */
+        const int64_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
+        const int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+        const int64_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+        atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), b, e, tid);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
 }
 
 static int64_t now_ns(void) {
@@ -73,7 +95,7 @@ static void *worker_main(void *varg) {
         unsigned spins = 0;
         while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen) {
             cpu_relax();
-            if (++spins % 256 == 0) {
+            if (++spins % 64 == 0) {
                 int64_t t = now_ns();
                 if (!deadline) deadline = t + EMBER_POOL_SPIN_NS;
                 else if (t > deadline) {
@@ -89,8 +111,7 @@ static void *worker_main(void *varg) {
         }
         seen = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (atomic_load(&p->stop)) return NULL;
-        run_chunk(p, wa->tid);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        run_chunks(p, (uint32_t)seen, wa->tid);
     }
 }
 
@@ -101,8 +122,14 @@ ember_status ember_pool_new(int n_threads, ember_pool **out, ember_error *err) {
     ember_pool *p = calloc(1, sizeof *p);
     if (!p) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_pool_new: out of memory");
     p->n_threads = n_threads;
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->arg, NULL);
+    atomic_init(&p->n, 0);
+    atomic_init(&p->chunk, 1);
+    atomic_init(&p->n_chunks, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, false);
     pthread_mutex_init(&p->run_mu, NULL);
@@ -160,18 +187,34 @@ void ember_pool_for(ember_pool *p, int64_t n, int64_t grain, ember_pool_fn fn, v
         return;
     }
     pthread_mutex_lock(&p->run_mu);
-    p->fn = fn;
-    p->arg = arg;
-    p->n = n;
-    p->grain = grain;
-    atomic_store(&p->pending, p->n_threads - 1);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes the job before sleepers is read */
+    const int64_t chunk = ember_pool_chunk_size(n, grain, p->n_threads), n_chunks = (n + chunk - 1) / chunk;
+    const uint32_t g = (uint32_t)atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n, n, memory_order_relaxed);
+    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (uint_fast64_t)g << 32, memory_order_release); /* opens the job */
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: wakes spinners, and is ordered before reading sleepers */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    run_chunk(p, 0);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    run_chunks(p, g, 0);
+    /* Wait for chunks other threads claimed and are still running. */
+    int64_t t0 = 0;
+    unsigned spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
+        cpu_relax();
+        if (++spins % 64 == 0) {
+            int64_t t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > EMBER_POOL_WAIT_SPIN_NS) sched_yield(); /* a descheduled worker needs a CPU */
+        }
+    }
+    /* Close the job: a late worker's claim now fails. */
+    atomic_store_explicit(&p->claim, (uint_fast64_t)g << 32 | 0xffffffffu, memory_order_release);
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -1,10 +1,14 @@
-/* threads.h — a small persistent pthread pool: one parallel-for at a time over [0, n), split into
- * static contiguous chunks (chunk i always goes to thread i). Knows nothing of models or kernels.
+/* threads.h — a small persistent pthread pool: one parallel-for at a time over [0, n), cut into
+ * fixed chunks (boundaries at multiples of `grain`) that the threads claim from a shared counter.
+ * Knows nothing of models or kernels.
  *
- * The calling thread runs chunk 0 itself; n_threads - 1 workers run the others. Workers spin for a
- * short while after each job (decode issues a few hundred jobs per token, microseconds apart) and
- * then sleep on a condition variable, so an idle pool costs no CPU. No allocation after creation.
- * One job at a time: concurrent callers are serialised by a mutex. */
+ * The calling thread works too; n_threads - 1 workers help. Claiming chunks (rather than giving
+ * thread i a fixed i-th share) lets the others absorb the work of a thread the OS has descheduled,
+ * which matters on shared machines. It does not make results depend on the schedule: every user
+ * of the pool computes each item the same way whichever thread runs it (kernels/compute.c).
+ * Workers spin for a short while after each job (decode issues a few hundred jobs per token,
+ * microseconds apart) and then sleep on a condition variable, so an idle pool costs no CPU.
+ * No allocation after creation. One job at a time: concurrent callers are serialised. */
 #ifndef EMBER_THREADS_H
 #define EMBER_THREADS_H
 
@@ -20,12 +24,13 @@ ember_status ember_pool_new(int n_threads, ember_pool **out, ember_error *err);
 void ember_pool_free(ember_pool *p); /* NULL is fine */
 int ember_pool_threads(const ember_pool *p);
 
-/* Runs fn over [0, n): thread i gets the i-th of n_threads contiguous chunks whose boundaries are
- * multiples of `grain` (>= 1). Threads with an empty chunk are not called. Returns when all are done.
- * A NULL pool runs everything on the caller. */
+/* Runs fn over [0, n) in chunks whose boundaries are multiples of `grain` (>= 1), each chunk exactly
+ * once, on whichever thread claims it; returns when all are done. A NULL pool, a 1-thread pool or
+ * n <= grain runs everything on the caller in one call fn(arg, 0, n, 0). */
 void ember_pool_for(ember_pool *p, int64_t n, int64_t grain, ember_pool_fn fn, void *arg);
 
-/* The chunk [*begin, *end) thread `tid` of `n_threads` gets (exposed for tests). */
-void ember_pool_chunk(int64_t n, int64_t grain, int n_threads, int tid, int64_t *begin, int64_t *end);
+/* The chunk size ember_pool_for uses for n items on n_threads threads (exposed for tests): about
+ * 8 chunks per thread, rounded up to a multiple of grain. */
+int64_t ember_pool_chunk_size(int64_t n, int64_t grain, int n_threads);
 
 #endif

@@ -335,15 +335,14 @@ static void avx2_silu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = n8; i < n; i++) g[i] = ember_s_silu(g[i]) * u[i];
 }
 
+/* x / (1 + exp(-2u)), as ember_s_gelu */
 EMBER_AI __m256 gelu256(__m256 x) {
     __m256 a = _mm256_mul_ps(_mm256_set1_ps(EMBER_GELU_A), x);
     a = _mm256_mul_ps(a, x);
     a = _mm256_mul_ps(a, x);
     __m256 u = _mm256_mul_ps(_mm256_set1_ps(EMBER_GELU_K), _mm256_add_ps(x, a));
-    __m256 e = exp256(_mm256_add_ps(u, u));
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 t = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
-    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(one, t));
+    __m256 nu2 = _mm256_xor_ps(_mm256_add_ps(u, u), _mm256_set1_ps(-0.0f)); /* -2u exactly */
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(nu2)));
 }
 
 static void avx2_gelu_mul(float *g, const float *u, int64_t n) {

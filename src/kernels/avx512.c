@@ -52,108 +52,147 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
 }
 
 /* ---- q8_0 weights x q8_0-quantized activations ----
- * Prepared activations, per pair of blocks p (the last pair half empty when the block count is
- * odd): 64 int8 quants, 16 int32 corrections, 16 f32 scales. VNNI's vpdpbusd multiplies unsigned
- * by signed bytes, so the weights go in as u8 = w + 128 (w xor 0x80, exact for w in [-128, 127])
- * and the correction -128 * (sum of the lane's 4 activation quants) starts each lane's integer
- * sum: lane l of pair p then holds exactly sum_{j=4l..4l+3} w_j q_j, the same integers AVX2 gets
- * from maddubs. The scale lanes repeat block 2p's d_x 8 times, then block 2p+1's. */
-#define Q8_PAIR_BYTES 192
+ * VNNI's vpdpbusd multiplies unsigned by signed bytes and sums 4 adjacent products into an int32
+ * lane. Multi-token tiles feed the activation quants as u = q + 128 (q xor 0x80; q in [-127, 127],
+ * so u in [1, 255]) and the weights as they are: dpbusd(u, w) = sum q w + 128 sum w, so each lane's
+ * integer sum starts at -128 sum w (itself a vpdpbusd of the constant 128 by w) and ends at exactly
+ * sum_{j=4l..4l+3} w_j q_j — the integers AVX2 gets from maddubs. The single-token kernel swaps
+ * the roles (weights as w + 128, signed quants, the token's -128 sum q precomputed) so that its
+ * per-block work does not depend on the weights twice. Weight scales sit 34 bytes apart; they are
+ * loaded 16 blocks at a time and spread per pair of blocks into [d_2p x8, d_2p+1 x8], matching the
+ * lanes (a pair of blocks fills one register: lanes 0-7 and 8-15 of the common order). */
 #ifndef EMBER_Q8_PREFETCH
 #define EMBER_Q8_PREFETCH 512
 #endif
 
-static size_t q8_act_size(int64_t n_in) { return (size_t)((n_in / EMBER_QK8_0 + 1) / 2) * Q8_PAIR_BYTES; }
+EMBER_AI int64_t q8_pad16(int64_t nb) { return (nb + 15) & ~(int64_t)15; }
+EMBER_AI size_t q8_quant_bytes(int64_t nb) { return (size_t)((nb + 1) & ~(int64_t)1) * EMBER_QK8_0; }
+/* Section offsets of one token's prepared activations:
+ *   [0]          u = q + 128 per block, pairs padded (read by the multi-token tiles)
+ *   [scales]     d_x per block as f32, zero-padded to a multiple of 16
+ *   [signed]     q as int8, same layout as the first section (read by the single-token kernel)
+ *   [corr]       per pair 16 int32: -128 * (sum of each lane's 4 quants) (single-token kernel) */
+EMBER_AI size_t q8_off_scales(int64_t nb) { return q8_quant_bytes(nb); }
+EMBER_AI size_t q8_off_signed(int64_t nb) { return q8_off_scales(nb) + (size_t)q8_pad16(nb) * sizeof(float); }
+EMBER_AI size_t q8_off_corr(int64_t nb) { return q8_off_signed(nb) + q8_quant_bytes(nb); }
+static size_t q8_act_size(int64_t n_in) {
+    const int64_t nb = n_in / EMBER_QK8_0;
+    return q8_off_corr(nb) + (size_t)((nb + 1) / 2) * 64;
+}
 
 static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
     const int64_t nb = n_in / EMBER_QK8_0;
+    float *dxs = (float *)(xa + q8_off_scales(nb));
     const __m512 inf = _mm512_set1_ps(INFINITY);
+    const __m128i flip = _mm_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
-        uint8_t *pair = xa + (b / 2) * Q8_PAIR_BYTES;
-        const int h = (int)(b & 1);
+        uint8_t *q = xa + b * EMBER_QK8_0;
         __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
         __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
         __mmask16 bad = _mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ);
-        __m128i q8;
-        __m128i q8b;
-        float dx;
         if (bad) { /* NaN or infinity in the block: d = NaN, quants 0 (as ember_quantize_row_q8_0) */
-            q8 = q8b = _mm_setzero_si128();
-            dx = ember_h2f(0x7e00);
-        } else {
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)); /* max is exact in any order */
-            const uint16_t d16 = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const __m512 m = _mm512_set1_ps(id);
-            /* round half to even, like nearbyintf in the default mode; |values| <= 127 */
-            __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512i i1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            q8 = _mm512_cvtsepi32_epi8(i0);
-            q8b = _mm512_cvtsepi32_epi8(i1);
-            dx = ember_h2f(d16);
+            memset(q, 0x80, EMBER_QK8_0);
+            dxs[b] = ember_h2f(0x7e00);
+            continue;
         }
-        _mm_storeu_si128((__m128i *)(pair + 32 * h), q8);
-        _mm_storeu_si128((__m128i *)(pair + 32 * h + 16), q8b);
-        /* corrections for this block's 8 lanes: -128 * (sum of 4 quants) */
-        __m256i q = _mm256_loadu_si256((const __m256i *)(pair + 32 * h));
-        __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), q); /* 128 * sum */
-        _mm256_storeu_si256((__m256i *)(pair + 64 + 32 * h), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
-        _mm256_storeu_ps((float *)(pair + 128 + 32 * h), _mm256_set1_ps(dx));
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)); /* max is exact in any order */
+        const uint16_t d16 = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+        const __m512 m = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        /* round half to even, like nearbyintf in the default mode; |values| <= 127 */
+        __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i i1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm512_cvtsepi32_epi8(i0), flip));
+        _mm_storeu_si128((__m128i *)(q + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(i1), flip));
+        dxs[b] = ember_h2f(d16);
     }
-    if (nb & 1) { /* the empty half of the last pair contributes exactly 0 */
-        uint8_t *pair = xa + (nb / 2) * Q8_PAIR_BYTES;
-        memset(pair + 32, 0, 32);
-        memset(pair + 64 + 32, 0, 32);
-        memset(pair + 128 + 32, 0, 32);
+    if (nb & 1) memset(xa + nb * EMBER_QK8_0, 0x80, EMBER_QK8_0); /* the empty half: q = 0 */
+    for (int64_t b = nb; b < q8_pad16(nb); b++) dxs[b] = 0.0f;
+    /* the single-token kernel's sections: signed quants and each lane's correction */
+    const __m512i flip512 = _mm512_set1_epi8((char)0x80);
+    uint8_t *sq = xa + q8_off_signed(nb), *corr = xa + q8_off_corr(nb);
+    for (int64_t p = 0; p < (nb + 1) / 2; p++) {
+        const __m512i q = _mm512_xor_si512(_mm512_loadu_si512(xa + p * 64), flip512);
+        _mm512_storeu_si512(sq + p * 64, q);
+        const __m512i sum128 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip512, q); /* 128 * lane sum */
+        _mm512_storeu_si512(corr + p * 64, _mm512_sub_epi32(_mm512_setzero_si512(), sum128));
     }
 }
 
-/* Two f16 block scales -> [d0 x8, d1 x8]. */
-EMBER_AI __m512 q8_scales(uint16_t d0, uint16_t d1) {
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+/* The f16 scales of blocks b0 .. b0+15 of a raw q8_0 row as f32 (blocks >= nb read as 0). They sit
+ * 34 bytes apart; 16 scalar loads beat a gather on the development machine (AMD Zen 4). */
+EMBER_AI __m512 q8_row_scales16(const uint8_t *row, int64_t b0, int64_t nb) {
+    const uint8_t *p = row + b0 * sizeof(ember_block_q8_0);
+    const int64_t left = nb - b0;
+    __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
+    if (left >= 16) {
+#define Q8_D(i) (int)ember_load_u16(p + (i) * sizeof(ember_block_q8_0))
+        lo = _mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(
+                 _mm_insert_epi16(_mm_cvtsi32_si128(Q8_D(0)), Q8_D(1), 1), Q8_D(2), 2), Q8_D(3), 3), Q8_D(4), 4), Q8_D(5), 5),
+                 Q8_D(6), 6), Q8_D(7), 7);
+        hi = _mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(_mm_insert_epi16(
+                 _mm_insert_epi16(_mm_cvtsi32_si128(Q8_D(8)), Q8_D(9), 1), Q8_D(10), 2), Q8_D(11), 3), Q8_D(12), 4),
+                 Q8_D(13), 5), Q8_D(14), 6), Q8_D(15), 7);
+#undef Q8_D
+    } else {
+        uint16_t h[16] = {0};
+        for (int i = 0; i < left; i++) h[i] = ember_load_u16(p + i * sizeof(ember_block_q8_0));
+        lo = _mm_loadu_si128((const __m128i *)h);
+        hi = _mm_loadu_si128((const __m128i *)(h + 8));
+    }
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+/* [v[2p] x8, v[2p+1] x8] */
+EMBER_AI __m512 q8_spread(__m512 v, int p) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(2 * p),
+                                         _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    return _mm512_permutexvar_ps(idx, v);
+}
+
+/* Pair p (blocks 2p, 2p+1) of a raw q8_0 row, both halves, or the lower half only (zero above). */
+EMBER_AI __m512i q8_row_pair(const uint8_t *row, int64_t p, bool half) {
+    const uint8_t *blk = row + p * 2 * sizeof(ember_block_q8_0);
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (half) return _mm512_zextsi256_si512(lo);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
 }
 
 EMBER_AI void q8_tile(const uint8_t *const *rows, const uint8_t *const *xas, int R, int T, int64_t nb, float *out) {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    const int64_t np = (nb + 1) / 2;
+    const float *dxs[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) dxs[t] = (const float *)(xas[t] + q8_off_scales(nb));
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    const int64_t np = nb / 2;
-    for (int64_t p = 0; p < np; p++) {
+    for (int64_t g = 0; g < np; g += 8) { /* 8 pairs = 16 blocks share one scale gather */
+        __m512 dw[4], dx[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = rows[r] + p * 2 * sizeof(ember_block_q8_0);
-            _mm_prefetch((const char *)blk + EMBER_Q8_PREFETCH, _MM_HINT_T0);
-            __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
-                                           _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
-            w = _mm512_xor_si512(w, flip); /* u8 = w + 128 */
-            const __m512 dw = q8_scales(ember_load_u16(blk), ember_load_u16(blk + 34));
+        for (int r = 0; r < R; r++) dw[r] = q8_row_scales16(rows[r], 2 * g, nb);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const uint8_t *xp = xas[t] + p * Q8_PAIR_BYTES;
-                __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp + 64), w, _mm512_loadu_si512(xp));
-                __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xp + 128));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[r][t]);
-            }
-        }
-    }
-    if (nb & 1) { /* last block alone: the upper lanes add exactly +0 (x quants, corrections, scales 0) */
+        for (int t = 0; t < T; t++) dx[t] = _mm512_loadu_ps(dxs[t] + 2 * g);
+        const int pe = np - g < 8 ? (int)(np - g) : 8;
+        for (int pi = 0; pi < pe; pi++) {
+            const int64_t p = g + pi;
+            const bool half = 2 * p + 1 == nb; /* the odd last block: upper lanes add exactly +0 */
+            __m512 dxp[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = rows[r] + (nb - 1) * sizeof(ember_block_q8_0);
-            __m512i w = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2)));
-            w = _mm512_xor_si512(w, flip);
-            const __m512 dw = q8_scales(ember_load_u16(blk), 0);
+            for (int t = 0; t < T; t++) dxp[t] = q8_spread(dx[t], pi);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const uint8_t *xp = xas[t] + np * Q8_PAIR_BYTES;
-                __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp + 64), w, _mm512_loadu_si512(xp));
-                __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xp + 128));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), s, acc[r][t]);
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)rows[r] + p * 2 * sizeof(ember_block_q8_0) + EMBER_Q8_PREFETCH, _MM_HINT_T0);
+                const __m512i w = q8_row_pair(rows[r], p, half);
+                /* -128 * (sum of the lane's 4 weights): the start of each lane's integer sum */
+                const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w));
+                const __m512 dwp = q8_spread(dw[r], pi);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m512i is = _mm512_dpbusd_epi32(base, _mm512_loadu_si512(xas[t] + p * 64), w);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dwp, dxp[t]), acc[r][t]);
+                }
             }
         }
     }
@@ -161,6 +200,39 @@ EMBER_AI void q8_tile(const uint8_t *const *rows, const uint8_t *const *xas, int
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) out[r * T + t] = reduce512(acc[r][t]);
+}
+
+/* One weight row times one token (decode): the weights go in as u8 = w xor 0x80 = w + 128 and the
+ * signed activation quants as s8, so each lane starts from the token's precomputed correction
+ * -128 * (sum of its 4 quants) and ends at the same exact integer as the tiles compute. The 16
+ * products d_w * d_x of a group of blocks are formed once and spread per pair. */
+EMBER_AI float q8_row_token(const uint8_t *row, const uint8_t *xa, int64_t nb) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const uint8_t *sq = xa + q8_off_signed(nb), *corr = xa + q8_off_corr(nb);
+    const float *dxs = (const float *)(xa + q8_off_scales(nb));
+    const int64_t np = (nb + 1) / 2;
+    __m512 acc = _mm512_setzero_ps();
+#define Q8_ROW_PAIR(pi, half)                                                                                      \
+    do {                                                                                                           \
+        const int64_t p = g + (pi);                                                                                \
+        _mm_prefetch((const char *)row + p * 2 * sizeof(ember_block_q8_0) + EMBER_Q8_PREFETCH, _MM_HINT_T0);        \
+        const __m512i w = _mm512_xor_si512(q8_row_pair(row, p, half), flip);                                       \
+        /* a half-empty pair: w' = 128 above, times q = 0 there, plus correction 0: exactly 0 */                  \
+        const __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(corr + p * 64), w, _mm512_loadu_si512(sq + p * 64)); \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), q8_spread(s16, pi), acc);                                    \
+    } while (0)
+    int64_t g = 0;
+    for (; g + 8 <= nb / 2; g += 8) { /* whole groups: 16 blocks, no half pair */
+        const __m512 s16 = _mm512_mul_ps(q8_row_scales16(row, 2 * g, nb), _mm512_loadu_ps(dxs + 2 * g));
+#pragma GCC unroll 8
+        for (int pi = 0; pi < 8; pi++) Q8_ROW_PAIR(pi, false);
+    }
+    if (g < np) {
+        const __m512 s16 = _mm512_mul_ps(q8_row_scales16(row, 2 * g, nb), _mm512_loadu_ps(dxs + 2 * g));
+        for (int pi = 0; pi < np - g; pi++) Q8_ROW_PAIR(pi, 2 * (g + pi) + 1 == nb);
+    }
+#undef Q8_ROW_PAIR
+    return reduce512(acc);
 }
 
 /* ---- tile instances and the row loop ---- */
@@ -178,7 +250,8 @@ typedef void (*tile_fn)(const uint8_t *const *rows, const void *const *xs, int64
         float_tile(EMBER_TYPE_BF16, rows, (const float *const *)xs, R, T, n, out);                                 \
     }                                                                                                              \
     static void q8_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {          \
-        q8_tile(rows, (const uint8_t *const *)xs, R, T, n / EMBER_QK8_0, out);                                     \
+        if (R == 1 && T == 1) out[0] = q8_row_token(rows[0], xs[0], n / EMBER_QK8_0);                              \
+        else q8_tile(rows, (const uint8_t *const *)xs, R, T, n / EMBER_QK8_0, out);                                \
     }
 TILE_INSTANCES(4, 4)
 TILE_INSTANCES(4, 3)
@@ -369,15 +442,13 @@ static void avx512_silu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = n16; i < n; i++) g[i] = ember_s_silu(g[i]) * u[i];
 }
 
+/* x / (1 + exp(-2u)), as ember_s_gelu */
 EMBER_AI __m512 gelu512(__m512 x) {
     __m512 a = _mm512_mul_ps(_mm512_set1_ps(EMBER_GELU_A), x);
     a = _mm512_mul_ps(a, x);
     a = _mm512_mul_ps(a, x);
     __m512 u = _mm512_mul_ps(_mm512_set1_ps(EMBER_GELU_K), _mm512_add_ps(x, a));
-    __m512 e = exp512(_mm512_add_ps(u, u));
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 t = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
-    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(one, t));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(neg512(_mm512_add_ps(u, u)))));
 }
 
 static void avx512_gelu_mul(float *g, const float *u, int64_t n) {

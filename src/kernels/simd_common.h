@@ -95,15 +95,15 @@ EMBER_AI float ember_s_exp(float x) {
 /* silu(x) = x / (1 + exp(-x)) */
 EMBER_AI float ember_s_silu(float x) { return x / (1.0f + ember_s_exp(-x)); }
 
-/* gelu_tanh(x) = (0.5 x) (1 + tanh(u)), u = k ((a x) x x + x), tanh(u) = 1 - 2 / (exp(2u) + 1) */
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) with u = k ((a x) x x + x), computed as x / (1 + exp(-2u)):
+ * the same function (1 + tanh(u) = 2 / (1 + exp(-2u))) without the cancellation of 1 + tanh(u)
+ * for negative u, so the tiny negative tail keeps its relative accuracy. */
 EMBER_AI float ember_s_gelu(float x) {
     float a = EMBER_GELU_A * x;
     a = a * x;
     a = a * x;
     float u = EMBER_GELU_K * (x + a);
-    float e = ember_s_exp(u + u);
-    float t = 1.0f - 2.0f / (e + 1.0f);
-    return (0.5f * x) * (1.0f + t);
+    return x / (1.0f + ember_s_exp(-(u + u)));
 }
 
 #endif

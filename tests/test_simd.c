@@ -255,6 +255,47 @@ static void test_threads_identical(ember_kernels k) {
     for (int i = 0; i < 3; i++) ember_compute_free(c[i]);
 }
 
+/* Weights repacked at load (ember_compute_pack) must give the unpacked kernels' results bit for
+ * bit: odd block counts, partial 16-block groups, row counts not a multiple of 4, 1..9 tokens. */
+static void test_packed_identical(ember_kernels k) {
+    ember_compute *c;
+    ember_error err;
+    if (ember_compute_new(k, 2, &c, &err) != EMBER_OK) {
+        CHECK_MSG(false, "%.300s", err.msg);
+        return;
+    }
+    const ember_kernel_ops *ops = ember_compute_ops(c);
+    static const int64_t nbs[] = {1, 2, 3, 15, 16, 17, 31, 32, 33, 96};
+    static const int64_t outs[] = {1, 3, 4, 5, 17, 64};
+    int bad = 0, total = 0, packed = 0;
+    for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++)
+        for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
+            const int64_t n_in = 32 * nbs[bi], n_out = outs[oi];
+            void *buf;
+            ember_matrix w = make_matrix(EMBER_TYPE_Q8_0, n_out, n_in, &buf);
+            ember_matrix wp = w;
+            ember_status st = ember_compute_pack(c, &wp, false, &err);
+            CHECK_MSG(st == EMBER_OK, "pack: %.300s", err.msg);
+            packed += wp.packed != NULL;
+            for (int64_t n_tok = 1; n_tok <= 9; n_tok += 2) {
+                float *x = random_vec(n_tok * n_in);
+                float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)), *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
+                ops->matmul(&w, x, ya, n_tok);
+                ember_matmul(c, &wp, x, yb, n_tok);
+                total++;
+                bad += !same_bits(ya, yb, n_tok * n_out);
+                free(x);
+                free(ya);
+                free(yb);
+            }
+            free(buf);
+        }
+    CHECK_MSG(bad == 0, "%s: packed and unpacked q8_0 products differ in %d of %d cases", ember_kernels_name(k), bad, total);
+    printf("  %-7s packed q8_0: %d matrices repacked, %d products bit-identical to unpacked\n", ember_kernels_name(k),
+           packed, total - bad);
+    ember_compute_free(c);
+}
+
 /* ---- vector ops ---- */
 
 static void test_dot(const ember_kernel_ops *ops) {
@@ -545,6 +586,7 @@ int main(void) {
         test_small_ops(ops);
         test_rope(ops);
         test_threads_identical(sets[s]);
+        test_packed_identical(sets[s]);
     }
     test_threads_identical(EMBER_KERNELS_REFERENCE);
     test_env_override();

@@ -143,18 +143,26 @@ static ember_status refuse_experts(binder *b) {
     return EMBER_OK;
 }
 
-/* The kernels' activation scratch sized for every matrix the forward pass multiplies by, so no
- * evaluation allocates it (kernels/compute.c). */
-static ember_status reserve_scratch(ember_model *m, ember_error *err) {
-    const ember_matrix *top[] = {&m->output, &m->ple_proj};
+/* Every matrix the forward pass multiplies by: the kernels' activation scratch sized for it (so no
+ * evaluation allocates), and the weights repacked into the kernel set's layout where it has one
+ * (kernels/compute.c; the mapped source pages are then released). Embedding tables used only for
+ * row lookups (token_embd when tied, per_layer_token_embd, position_embd) stay as mapped. */
+static ember_status prepare_weights(ember_model *m, ember_error *err) {
+    ember_matrix *top[] = {&m->output, &m->ple_proj};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (top[i]->data) TRY(ember_compute_reserve(m->compute, top[i]->type, top[i]->n_in, err));
+        if (top[i]->data) {
+            TRY(ember_compute_reserve(m->compute, top[i]->type, top[i]->n_in, err));
+            TRY(ember_compute_pack(m->compute, top[i], true, err));
+        }
     for (int64_t l = 0; l < m->n_layer; l++) {
-        const ember_layer *L = &m->layers[l];
-        const ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->w_gate, &L->w_up, &L->w_down,
-                                      &L->inp_gate, &L->proj};
+        ember_layer *L = &m->layers[l];
+        ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->w_gate, &L->w_up, &L->w_down,
+                                &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if (mats[i]->data) TRY(ember_compute_reserve(m->compute, mats[i]->type, mats[i]->n_in, err));
+            if (mats[i]->data) {
+                TRY(ember_compute_reserve(m->compute, mats[i]->type, mats[i]->n_in, err));
+                TRY(ember_compute_pack(m->compute, mats[i], true, err));
+            }
     }
     return EMBER_OK;
 }
@@ -198,7 +206,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
     if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
-    if ((st = reserve_scratch(m, err)) != EMBER_OK) goto fail;
+    if ((st = prepare_weights(m, err)) != EMBER_OK) goto fail;
     m->ops = ember_compute_ops(m->compute);
     ember_kernels chosen = ember_compute_kernels(m->compute);
     m->name = ember_gguf_get_string(m->gguf, "general.name");

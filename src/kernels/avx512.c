@@ -235,6 +235,138 @@ EMBER_AI float q8_row_token(const uint8_t *row, const uint8_t *xa, int64_t nb) {
     return reduce512(acc);
 }
 
+/* ---- q8_0 weights repacked at load (ember_compute_pack) ----
+ * Rows are taken 4 at a time; for each group of 16 blocks (8 pairs) of those rows:
+ *   128 bytes   the 4 rows' 16 f16 scales (row r at 32 r), 0 for missing blocks or rows
+ *   pe * 256    for each pair of blocks: the 4 rows' 64 quants as u8 = w + 128, 0x80 (w = 0) for
+ *               a missing block or row
+ * (pe = pairs in the group, 8 except at the end of a row). The bytes are the file's (34 per block),
+ * only reordered so that 4 rows stream from memory as one sequential run: the single-token kernel
+ * then keeps 4 independent accumulators without reading 4 streams at once, and the scales load as
+ * one vector instead of 16 scalars. Results are bit-identical to the unpacked kernels. */
+
+static size_t q8p_group_bytes(int64_t nb) {
+    const int64_t np = (nb + 1) / 2, nbg = (nb + 15) / 16;
+    return (size_t)(nbg * 128 + np * 256);
+}
+
+static size_t avx512_pack_size(const ember_matrix *w) {
+    if (w->type != EMBER_TYPE_Q8_0) return 0;
+    return (size_t)((w->n_out + 3) / 4) * q8p_group_bytes(w->n_in / EMBER_QK8_0);
+}
+
+static void avx512_pack(const ember_matrix *w, void *dst) {
+    const int64_t nb = w->n_in / EMBER_QK8_0, np = (nb + 1) / 2;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    uint8_t *out = dst;
+    for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
+        for (int64_t bg = 0; bg * 8 < np; bg++) {
+            const int64_t pe = np - bg * 8 < 8 ? np - bg * 8 : 8;
+            uint16_t *sc = (uint16_t *)out;
+            memset(sc, 0, 128);
+            for (int r = 0; r < 4; r++) {
+                if (row0 + r >= w->n_out) break;
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes;
+                for (int i = 0; i < 16 && bg * 16 + i < nb; i++)
+                    sc[r * 16 + i] = ember_load_u16(row + (bg * 16 + i) * sizeof(ember_block_q8_0));
+            }
+            out += 128;
+            for (int64_t pi = 0; pi < pe; pi++)
+                for (int r = 0; r < 4; r++, out += 64)
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t b = 2 * (bg * 8 + pi) + h;
+                        __m256i q = flip; /* w = 0 */
+                        if (row0 + r < w->n_out && b < nb) {
+                            const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes + b * sizeof(ember_block_q8_0);
+                            q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), flip);
+                        }
+                        _mm256_store_si256((__m256i *)(out + 32 * h), q);
+                    }
+        }
+}
+
+/* The 4 rows of one packed group times T tokens: out[r*T + t]. Single token: the 16 products
+ * d_w * d_x of a block group formed once per row and spread per pair; several: spread then
+ * multiplied per (row, token) — the same products either way. Each lane starts from the token's
+ * -128 * (sum of its quants) and dpbusd(w + 128, q) ends it at exactly sum w q. */
+EMBER_AI void q8p_tile(const uint8_t *grp, const uint8_t *const *xas, int T, int64_t nb, float *out) {
+    const int64_t np = (nb + 1) / 2;
+    const float *dxs[4];
+    const uint8_t *sq[4], *corr[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        dxs[t] = (const float *)(xas[t] + q8_off_scales(nb));
+        sq[t] = xas[t] + q8_off_signed(nb);
+        corr[t] = xas[t] + q8_off_corr(nb);
+    }
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    const uint8_t *blk = grp;
+    for (int64_t g = 0; g < np; g += 8) {
+        const int pe = np - g < 8 ? (int)(np - g) : 8;
+        __m512 dw[4], dx[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) dw[r] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + 32 * r)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) dx[t] = _mm512_loadu_ps(dxs[t] + 2 * g);
+        if (T == 1)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) dw[r] = _mm512_mul_ps(dw[r], dx[0]);
+        const uint8_t *qb = blk + 128;
+        for (int pi = 0; pi < pe; pi++, qb += 256) {
+            const int64_t p = g + pi;
+            __m512 dxp[4];
+            if (T > 1)
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) dxp[t] = q8_spread(dx[t], pi);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512i w = _mm512_load_si512(qb + 64 * r);
+                const __m512 dwp = q8_spread(dw[r], pi);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m512i is = _mm512_dpbusd_epi32(_mm512_loadu_si512(corr[t] + p * 64), w, _mm512_loadu_si512(sq[t] + p * 64));
+                    const __m512 sc = T == 1 ? dwp : _mm512_mul_ps(dwp, dxp[t]);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[r][t]);
+                }
+            }
+        }
+        blk += 128 + (size_t)pe * 256;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) out[r * T + t] = reduce512(acc[r][t]);
+}
+
+static void q8p_1(const uint8_t *g, const uint8_t *const *x, int64_t nb, float *o) { q8p_tile(g, x, 1, nb, o); }
+static void q8p_2(const uint8_t *g, const uint8_t *const *x, int64_t nb, float *o) { q8p_tile(g, x, 2, nb, o); }
+static void q8p_3(const uint8_t *g, const uint8_t *const *x, int64_t nb, float *o) { q8p_tile(g, x, 3, nb, o); }
+static void q8p_4(const uint8_t *g, const uint8_t *const *x, int64_t nb, float *o) { q8p_tile(g, x, 4, nb, o); }
+
+static void q8p_rows(const ember_matrix *w, const void *xa, size_t xa_stride, float *y, int64_t n_tok, int64_t o0,
+                     int64_t o1) {
+    static void (*const tile[4])(const uint8_t *, const uint8_t *const *, int64_t, float *) = {q8p_1, q8p_2, q8p_3, q8p_4};
+    const int64_t nb = w->n_in / EMBER_QK8_0;
+    const size_t gbytes = q8p_group_bytes(nb);
+    for (int64_t o = o0; o < o1; o += 4) { /* o0 is a multiple of 4 (the pool's grain is 16) */
+        const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(o / 4) * gbytes;
+        const int rows = o1 - o < 4 ? (int)(o1 - o) : 4;
+        for (int64_t t = 0; t < n_tok; t += 4) {
+            const int T = n_tok - t < 4 ? (int)(n_tok - t) : 4;
+            const uint8_t *xs[4];
+            for (int k = 0; k < T; k++) xs[k] = (const uint8_t *)xa + (size_t)(t + k) * xa_stride;
+            float out[16];
+            tile[T - 1](grp, xs, nb, out);
+            for (int r = 0; r < rows; r++)
+                for (int k = 0; k < T; k++) y[(t + k) * w->n_out + o + r] = out[r * T + k];
+        }
+    }
+}
+
 /* ---- tile instances and the row loop ---- */
 
 typedef void (*tile_fn)(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out);
@@ -290,6 +422,10 @@ static void avx512_act_prepare(ember_type type, const float *x, void *xa, int64_
 
 static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                                int64_t n_tok, int64_t o0, int64_t o1) {
+    if (w->packed && w->type == EMBER_TYPE_Q8_0) {
+        q8p_rows(w, xa, xa_stride, y, n_tok, o0, o1);
+        return;
+    }
     const int ti = type_index(w->type);
     const bool q8 = w->type == EMBER_TYPE_Q8_0;
     /* A single token reads each weight once: rows go one at a time, in memory order. Reading
@@ -473,4 +609,6 @@ const ember_kernel_ops ember_kernels_avx512 = {
     .silu_mul = avx512_silu_mul,
     .gelu_mul = avx512_gelu_mul,
     .rope_heads = ember_rope_heads_fast,
+    .pack_size = avx512_pack_size,
+    .pack = avx512_pack,
 };

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Activations are prepared (quantized) for at most this many tokens at a time; longer batches are
  * processed in chunks, so the scratch stays bounded (act_size * EMBER_ACT_CHUNK bytes). */
@@ -21,6 +23,11 @@ struct ember_compute {
     pthread_mutex_t mu; /* guards xa: one product at a time per model */
     uint8_t *xa;        /* (EMBER_ACT_CHUNK, act_size) prepared activations, grown during warm-up */
     size_t xa_cap;
+    void **packs;       /* (n_packs) repacked weight copies */
+    size_t *pack_sizes; /* (n_packs) */
+    int64_t n_packs, cap_packs;
+    size_t packed_bytes;
+    bool no_packing;    /* EMBER_WEIGHTS=mapped */
 };
 
 static void missing_features(ember_kernels k, char *buf, size_t cap) {
@@ -57,6 +64,8 @@ ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute 
     if (!c) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
     c->ops = ops;
     c->kernels = chosen;
+    const char *wenv = getenv("EMBER_WEIGHTS");
+    c->no_packing = wenv && strcmp(wenv, "mapped") == 0;
     pthread_mutex_init(&c->mu, NULL);
     ember_status st = ember_pool_new(n_threads < 1 ? 1 : n_threads, &c->pool, err);
     if (st != EMBER_OK) {
@@ -69,6 +78,9 @@ ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute 
 
 void ember_compute_free(ember_compute *c) {
     if (!c) return;
+    for (int64_t i = 0; i < c->n_packs; i++) munmap(c->packs[i], c->pack_sizes[i]);
+    free(c->packs);
+    free(c->pack_sizes);
     ember_pool_free(c->pool);
     pthread_mutex_destroy(&c->mu);
     free(c->xa);
@@ -92,6 +104,68 @@ ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_
     pthread_mutex_unlock(&c->mu);
     return st;
 }
+
+typedef struct {
+    const ember_kernel_ops *ops;
+    const ember_matrix *w;
+    uint8_t *dst;
+    size_t group_bytes;
+} pack_job;
+
+static void pack_groups(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const pack_job *j = arg;
+    ember_matrix sub = *j->w;
+    sub.data = (const uint8_t *)j->w->data + (size_t)(4 * begin) * j->w->row_bytes;
+    sub.n_out = (4 * end < j->w->n_out ? 4 * end : j->w->n_out) - 4 * begin;
+    j->ops->pack(&sub, j->dst + (size_t)begin * j->group_bytes);
+}
+
+ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_source, ember_error *err) {
+    if (c->no_packing || !c->ops->pack || w->packed || !w->data) return EMBER_OK;
+    const size_t bytes = c->ops->pack_size(w);
+    if (bytes == 0) return EMBER_OK;
+    if (c->n_packs == c->cap_packs) {
+        int64_t cap = c->cap_packs ? 2 * c->cap_packs : 64;
+        void **p = realloc(c->packs, (size_t)cap * sizeof *p);
+        if (p) c->packs = p;
+        size_t *q = p ? realloc(c->pack_sizes, (size_t)cap * sizeof *q) : NULL;
+        if (q) c->pack_sizes = q;
+        if (!p || !q) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
+        c->cap_packs = cap;
+    }
+    /* An anonymous mapping: page-aligned, returned to the system on free, and eligible for
+     * transparent huge pages (fewer TLB misses while streaming the weights). */
+    void *dst = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (dst == MAP_FAILED)
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights", bytes);
+#ifdef MADV_HUGEPAGE
+    if (bytes >= ((size_t)2 << 20)) madvise(dst, bytes, MADV_HUGEPAGE);
+#endif
+    /* Pack 4-row groups in parallel: the layout is one run per group, so a sub-matrix of whole
+     * groups packs into its own slice. (The first touch of mapped pages dominates the cost.) */
+    pack_job j = {.ops = c->ops, .w = w, .dst = dst};
+    ember_matrix four = *w;
+    four.n_out = 4;
+    j.group_bytes = c->ops->pack_size(&four);
+    ember_pool_for(c->pool, (w->n_out + 3) / 4, 8, pack_groups, &j);
+    c->packs[c->n_packs] = dst;
+    c->pack_sizes[c->n_packs++] = bytes;
+    c->packed_bytes += bytes;
+    if (release_source) {
+        /* Drop the source pages (whole pages inside the tensor only) from this process: the copy
+         * is what the fast path reads. A read-only file mapping's pages stay in the page cache
+         * and fault back in from the file if anything reads `data` again. */
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE), src_bytes = w->row_bytes * (size_t)w->n_out;
+        uintptr_t b = ((uintptr_t)w->data + page - 1) & ~(uintptr_t)(page - 1);
+        uintptr_t e = ((uintptr_t)w->data + src_bytes) & ~(uintptr_t)(page - 1);
+        if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
+    }
+    w->packed = dst;
+    return EMBER_OK;
+}
+
+size_t ember_compute_packed_bytes(const ember_compute *c) { return c->packed_bytes; }
 
 const ember_kernel_ops *ember_compute_ops(const ember_compute *c) { return c->ops; }
 ember_kernels ember_compute_kernels(const ember_compute *c) { return c->kernels; }

@@ -18,9 +18,11 @@
 /* A weight matrix used in place from the mapping: n_out rows of n_in values, row-major. */
 typedef struct {
     ember_type type;
-    const void *data;  /* (n_out, n_in) in `type` */
+    const void *data;   /* (n_out, n_in) in `type` */
     int64_t n_in, n_out;
     size_t row_bytes;
+    const void *packed; /* the same weights repacked by the model's kernel set, or NULL (see
+                           ember_compute_pack); `data` stays valid and is what the reference reads */
 } ember_matrix;
 
 float ember_f16_to_f32(uint16_t h);
@@ -54,9 +56,16 @@ typedef struct {
      * f32 rows are used as they are). act_prepare: prepares one token (n_in values). */
     size_t (*act_size)(ember_type type, int64_t n_in);
     void (*act_prepare)(ember_type type, const float *x, void *xa, int64_t n_in);
-    /* Rows [o0, o1) of y for every token; xa: prepared rows `xa_stride` bytes apart, or NULL. */
+    /* Rows [o0, o1) of y for every token; xa: prepared rows `xa_stride` bytes apart, or NULL.
+     * Reads w->packed when set (o0 is then a multiple of 16). */
     void (*matmul_rows)(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                         int64_t n_tok, int64_t o0, int64_t o1);
+    /* Optional repacking of a matrix into this set's layout (NULL: the set reads the file layout
+     * only). pack_size: bytes needed, 0 when this type is not repacked. pack: fills dst (64-byte
+     * aligned) from w->data; results must equal the unpacked path's bit for bit. The layout must be
+     * one run per group of 4 rows (pack_size of 4 rows each), so groups can be packed in parallel. */
+    size_t (*pack_size)(const ember_matrix *w);
+    void (*pack)(const ember_matrix *w, void *dst);
 
     /* One query head over n_keys cached positions: out (hd) = softmax(scale * q.K^T) V, where key j
      * is k + j*kv_stride and value j is v + j*kv_stride. scores: n_keys floats of scratch. */
@@ -96,6 +105,16 @@ typedef struct ember_compute ember_compute;
  * EMBER_ERR_UNSUPPORTED error naming the missing CPU features) and starts n_threads threads. */
 ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute **out, ember_error *err);
 void ember_compute_free(ember_compute *c);
+/* Repacks w into the compute's kernel layout if that set has one for w's type (sets w->packed; the
+ * copy belongs to c). release_source: w->data is a read-only file mapping whose pages may be
+ * released from this process after the copy (they are re-read from the file if an embedding
+ * lookup needs them), so resident memory stays about one copy of the weights; never pass true for
+ * malloc'd weights. EMBER_WEIGHTS=mapped in the environment disables repacking (the weights are
+ * then read in place from the mapping). */
+ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_source, ember_error *err);
+/* Bytes of repacked weights c holds. */
+size_t ember_compute_packed_bytes(const ember_compute *c);
+
 /* Preallocates the activation scratch for products with weights of `type` and width n_in (the
  * model calls it for each of its matrices at load, so no forward pass allocates). */
 ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_in, ember_error *err);

@@ -1,7 +1,8 @@
-/* attention.c — scaled dot-product attention over a session's KV cache, and the residual adds
- * every family shares. Causal always; an optional sliding window for Gemma's local layers. */
+/* attention.c — what every family shares: scaled dot-product attention over a layer's KV cache
+ * (causal, optionally sliding-window), the residual adds, and the logits head with its hooks. */
 #include "model.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -47,4 +48,15 @@ void ember_add_bias(float *y, const float *b, int64_t n, int64_t width) {
 
 void ember_add_into(float *x, const float *d, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] += d[i];
+}
+
+ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, 1, m->n_embd, err);
+    if (st != EMBER_OK) return st;
+    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
+    if (m->softcap > 0.0f) /* cap * tanh(logits / cap) */
+        for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
+    return ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, 1, m->n_vocab, err);
 }

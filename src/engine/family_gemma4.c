@@ -116,12 +116,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
     }
 
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
-    if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
-    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
-    if (m->softcap > 0.0f)
-        for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
-    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
-    return EMBER_OK;
+    return ember_logits_head(s, hooks, &ctx, err);
 }
 
 /* A per-layer hyper-parameter: an array with one entry per layer, or one integer for all. */

@@ -61,10 +61,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     }
 
     ember_layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
-    if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, &ctx, -1, w->last, 1, d, err))) return st;
-    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
-    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, &ctx, -1, w->logits, 1, m->n_vocab, err))) return st;
-    return EMBER_OK;
+    return ember_logits_head(s, hooks, &ctx, err);
 }
 
 /* Hyper-parameters and tensors of GPT-2 (llama.cpp's names: attn_qkv, position_embd, ...). */

@@ -249,3 +249,16 @@ void ember_model_free(ember_model *m) {
 
 const ember_model_info *ember_model_get_info(const ember_model *m) { return &m->info; }
 const ember_gguf *ember_model_gguf(const ember_model *m) { return m->gguf; }
+
+uint64_t ember_model_weight_bytes_per_token(const ember_model *m) {
+    const ember_gguf *g = m->gguf;
+    const bool has_output = ember_gguf_find_tensor(g, "output.weight") != NULL;
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *name = g->tensors[i].name;
+        if (strcmp(name, "per_layer_token_embd.weight") == 0 || strcmp(name, "position_embd.weight") == 0) continue;
+        if (strcmp(name, "token_embd.weight") == 0 && has_output) continue;
+        bytes += g->tensors[i].size;
+    }
+    return bytes;
+}

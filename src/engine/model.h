@@ -130,6 +130,10 @@ void ember_attention(const ember_model *m, const ember_layer *L, float scale, in
                      const float *q, const float *kc, const float *vc, float *att, int64_t pos0, int64_t n);
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
+/* The end every family shares, after its final norm has filled ws.last: before_logits, the LM
+ * head, the optional final softcap (Gemma 4), after_logits. */
+ember_status ember_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx,
+                               ember_error *err);
 /* x[i] += d[i] */
 void ember_add_into(float *x, const float *d, int64_t count);
 

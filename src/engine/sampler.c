@@ -82,6 +82,32 @@ static int by_prob_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Sorts in place by by_prob_desc (heapsort: glibc's qsort mallocs a merge buffer for arrays over
+ * 1 KiB, and sampling must not allocate per token). The order is total, so the result is the one
+ * any correct sort gives. */
+static void sift_down(ember_candidate *a, size_t root, size_t n) {
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && by_prob_desc(&a[child], &a[child + 1]) < 0) child++;
+        if (by_prob_desc(&a[root], &a[child]) >= 0) return;
+        ember_candidate t = a[root];
+        a[root] = a[child];
+        a[child] = t;
+        root = child;
+    }
+}
+
+static void sort_candidates(ember_candidate *a, size_t n) {
+    for (size_t i = n / 2; i-- > 0;) sift_down(a, i, n);
+    for (size_t end = n; end > 1; end--) {
+        ember_candidate t = a[0];
+        a[0] = a[end - 1];
+        a[end - 1] = t;
+        sift_down(a, 0, end - 1);
+    }
+}
+
 int32_t ember_sampler_sample(ember_sampler *s, const float *logits) {
     const int64_t n = s->n_vocab;
     if (s->p.temperature <= 0.0f) return (int32_t)ember_argmax(logits, n);
@@ -93,7 +119,7 @@ int32_t ember_sampler_sample(ember_sampler *s, const float *logits) {
         sum += s->cand[i].prob;
     }
     for (int64_t i = 0; i < n; i++) s->cand[i].prob = (float)(s->cand[i].prob / sum);
-    qsort(s->cand, (size_t)n, sizeof *s->cand, by_prob_desc);
+    sort_candidates(s->cand, (size_t)n);
     int64_t keep = n;
     if (s->p.top_k > 0 && s->p.top_k < keep) keep = s->p.top_k;
     if (s->p.top_p < 1.0f) {

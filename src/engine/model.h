@@ -5,6 +5,7 @@
 
 #include "ember.h"
 #include "gguf.h"
+#include "hooks.h"
 #include "kernels.h"
 
 typedef enum {
@@ -110,15 +111,6 @@ struct ember_session {
     bool has_logits;
 };
 
-/* Calls the hook for `stage` if one is set; the disabled path is a pointer test. */
-static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
-                                           int64_t layer, float *data, int64_t rows, int64_t cols,
-                                           ember_error *err) {
-    if (!h || !h->on_tensor[stage]) return EMBER_OK;
-    ctx->layer_index = layer;
-    ember_view v = {.data = data, .rows = rows, .cols = cols};
-    return h->on_tensor[stage](h->user, stage, ctx, &v, err);
-}
 
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);

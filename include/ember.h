@@ -83,6 +83,11 @@ void ember_model_free(ember_model *model);
 const ember_model_info *ember_model_get_info(const ember_model *model);
 /* The model's GGUF file (for the embedded tokenizer and provenance); owned by the model. */
 const ember_gguf *ember_model_gguf(const ember_model *model);
+/* Bytes of weights one decode step reads (as stored in the file): every tensor except the tables
+ * that are only gathered a row at a time (the token embedding when a separate output head exists,
+ * gemma4's per-layer token embedding, gpt2's position embedding). Divides a read bandwidth into a
+ * decode ceiling. */
+uint64_t ember_model_weight_bytes_per_token(const ember_model *model);
 
 /* ---- hooks ----------------------------------------------------------------------------------- */
 

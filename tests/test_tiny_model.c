@@ -1,6 +1,7 @@
 /* test_tiny_model.c — the tiny-model tool: determinism, llama.cpp's layout per family (llama, qwen3,
  * qwen2, gemma4, gpt2), weight scales, settings it refuses,
- * a valid embedded tokenizer (its byte symbols checked against GPT-2's real vocabulary), and the CLI. */
+ * a valid embedded tokenizer (its byte symbols checked against GPT-2's real vocabulary), the CLI and
+ * the real-shape presets (--shape). */
 #include "ember.h"
 #include "gguf.h"
 #include "tiny_model.h"
@@ -707,6 +708,91 @@ static void test_cli(void) {
     CHECK(run_cmd(cmd) == 0);
 }
 
+/* The real-shape presets: their hyper-parameters (the published shapes of Qwen3-0.6B, LLaMA-3.2-1B
+ * and Gemma-4-E2B) checked on the resolved settings (the full files are 0.6-4.9 GB), and a reduced
+ * qwen3-0.6b written through the command with its metadata checked. */
+static void test_shapes(void) {
+    ember_tiny_model_params p;
+    CHECK(!ember_tiny_model_shape("qwen3-7b", &p) && !ember_tiny_model_shape(NULL, &p));
+    int n = 0;
+    for (; ember_tiny_model_shapes[n]; n++) CHECK(ember_tiny_model_shape(ember_tiny_model_shapes[n], &p));
+    CHECK(n == 3);
+
+    CHECK(ember_tiny_model_shape("qwen3-0.6b", &p));
+    CHECK(strcmp(p.family, "qwen3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && p.seed == 1 && !p.tokenizer);
+    CHECK(p.n_layer == 28 && p.n_embd == 1024 && p.n_head == 16 && p.n_head_kv == 8 && p.head_dim == 128 &&
+          p.n_ff == 3072 && p.n_vocab == 151936 && p.n_ctx == 4096);
+    CHECK(p.rope_base == 0 && p.tied == -1 && p.rope_freqs == -1); /* qwen3's usual: 1e6, tied, no rope_freqs */
+
+    CHECK(ember_tiny_model_shape("llama3.2-1b", &p));
+    CHECK(strcmp(p.family, "llama") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
+    CHECK(p.n_layer == 16 && p.n_embd == 2048 && p.n_head == 32 && p.n_head_kv == 8 && p.head_dim == 64 &&
+          p.n_ff == 8192 && p.n_vocab == 128256 && p.n_ctx == 4096);
+    CHECK(p.rope_base == 500000.0f && p.rope_freqs == 1 && p.tied == 1);
+
+    CHECK(ember_tiny_model_shape("gemma4-e2b", &p));
+    CHECK(strcmp(p.family, "gemma4") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
+    CHECK(p.n_layer == 35 && p.n_embd == 1536 && p.n_head == 8 && p.n_head_kv == 1 && p.n_head_kv_full == 1 &&
+          p.head_dim == 512 && p.head_dim_swa == 256 && p.n_ff == 6144 && p.n_vocab == 262144 && p.n_ctx == 4096);
+    CHECK(p.sliding_window == 512 && p.shared_kv_layers == 20 && p.ple_dim == 256 && p.swa_pattern &&
+          strlen(p.swa_pattern) == 35 && strcmp(p.swa_pattern, "SSSSFSSSSFSSSSFSSSSFSSSSFSSSSFSSSSF") == 0);
+
+    char tool[1024], cmd[4096];
+    snprintf(tool, sizeof tool, "%s/make-tiny-model", EMBER_BUILD_DIR);
+    FILE *f = fopen(tool, "rb");
+    if (!f) {
+        fprintf(stderr, "note: %s not built; --shape CLI checks skipped\n", tool);
+        return;
+    }
+    fclose(f);
+    /* the preset through the command, with options after it overriding (one layer, a small vocabulary) */
+    const char *out = tmp_path("shape-qwen3.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --layers 1 --shape qwen3-0.6b --vocab 512 --out '%s'", tool, out);
+    CHECK(run_cmd(cmd) == 0);
+    ember_gguf *g = NULL;
+    ember_error err = {0};
+    CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
+    if (g) {
+        struct { const char *key; int64_t want; } ints[] = {
+            {"qwen3.block_count", 1}, {"qwen3.embedding_length", 1024}, {"qwen3.attention.head_count", 16},
+            {"qwen3.attention.head_count_kv", 8}, {"qwen3.attention.key_length", 128},
+            {"qwen3.feed_forward_length", 3072}, {"qwen3.context_length", 4096}, {"qwen3.vocab_size", 512},
+            {"general.file_type", 7},
+        };
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+            CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key, (long long)meta_int(g, ints[i].key));
+        double base = 0;
+        CHECK(ember_gguf_get_float(g, "qwen3.rope.freq_base", &base) && base == 1000000.0);
+        CHECK(!ember_gguf_find(g, "tokenizer.ggml.model"));
+        check_tensor(g, "blk.0.attn_q.weight", EMBER_TYPE_Q8_0, 1024, 16 * 128);
+        check_tensor(g, "blk.0.attn_k.weight", EMBER_TYPE_Q8_0, 1024, 8 * 128);
+        ember_gguf_close(g);
+    }
+    /* --dtype overrides the preset's q8_0 */
+    snprintf(cmd, sizeof cmd, "'%s' --shape qwen3-0.6b --layers 1 --vocab 512 --dtype bf16 --out '%s'", tool, out);
+    CHECK(run_cmd(cmd) == 0);
+    g = NULL;
+    CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
+    if (g) {
+        CHECK(meta_int(g, "general.file_type") == 32);
+        ember_gguf_close(g);
+    }
+    const char *bad[] = {
+        "--shape qwen3-7b --out x.gguf",                       /* unknown shape */
+        "--shape --out x.gguf",                                /* no value */
+        "--shape qwen3-0.6b --family llama --out x.gguf",      /* conflicting family */
+        "--shape qwen3-0.6b --shape llama3.2-1b --out x.gguf", /* twice */
+        "--shape qwen3-0.6b",                                  /* no --out */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>/dev/null", ember_test_tmpdir(), tool, bad[i]);
+        CHECK_MSG(run_cmd(cmd) == 2, "%s", bad[i]);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' --shape qwen3-7b --out x.gguf 2>&1 | grep -q -- '--shape must be one of qwen3-0.6b'",
+             tool);
+    CHECK(run_cmd(cmd) == 0);
+}
+
 int main(void) {
     test_determinism();
     test_layout();
@@ -720,5 +806,6 @@ int main(void) {
     test_tokenizer_in_engine("gemma4");
     test_tokenizer_in_engine("gpt2");
     test_cli();
+    test_shapes();
     return ember_test_finish();
 }

@@ -126,22 +126,6 @@ static double membw(int n_threads, size_t mib, int rounds) {
     return best;
 }
 
-/* Bytes of weights one decode step reads: every 2-D tensor except tables that are only gathered a
- * row at a time (the token embedding when a separate output head exists, gemma4's per-layer token
- * embedding, gpt2's position embedding); 1-D tensors are negligible but counted. */
-static double weight_bytes_per_token(const ember_model *m) {
-    const ember_gguf *g = ember_model_gguf(m);
-    bool has_output = ember_gguf_find_tensor(g, "output.weight") != NULL;
-    double bytes = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const char *name = g->tensors[i].name;
-        if (strcmp(name, "per_layer_token_embd.weight") == 0 || strcmp(name, "position_embd.weight") == 0) continue;
-        if (strcmp(name, "token_embd.weight") == 0 && has_output) continue;
-        bytes += (double)g->tensors[i].size;
-    }
-    return bytes;
-}
-
 static void usage(void) {
     fprintf(stderr, "usage: bench-engine --model M [--prompt-tokens 52] [--gen-tokens 32] [--threads N]\n"
                     "                    [--kernels auto|reference|avx2|avx512] [--repeat R] [--warmup W] [--json]\n"
@@ -236,7 +220,7 @@ int main(int argc, char **argv) {
     const double rss = peak_rss_mib(); /* before the bandwidth probe allocates its array */
     if (bw) gbs = membw(bw_threads, bw_mib, 10);
     const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
-    const double bytes = weight_bytes_per_token(m);
+    const double bytes = (double)ember_model_weight_bytes_per_token(m);
     if (json) {
         printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
                "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "

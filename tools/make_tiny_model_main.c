@@ -10,6 +10,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype f32|f16|bf16|q8_0 --out FILE\n"
+            "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
             "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
             "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
             "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--no-tokenizer]\n"
@@ -21,7 +22,9 @@ static void usage(FILE *f) {
             "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
             "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
             "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
-            "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n");
+            "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
+            "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
+            "context 4096, seed 1); any other option given with it overrides that setting.\n");
 }
 
 /* A whole-string integer in [lo, hi], or an error naming the option. */
@@ -53,8 +56,24 @@ static bool parse_float(const char *opt, const char *s, double lo, bool open, do
 int main(int argc, char **argv) {
     ember_tiny_model_params p;
     ember_tiny_model_defaults(&p);
-    const char *out = NULL, *dtype = NULL;
+    const char *out = NULL, *dtype = NULL, *shape = NULL;
     bool have_family = false;
+    /* --shape first, wherever it is: the other options then override the preset */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--shape") == 0) {
+            if (shape) {
+                fprintf(stderr, "make-tiny-model: --shape given more than once\n");
+                return 2;
+            }
+            shape = i + 1 < argc ? argv[i + 1] : "";
+            if (!ember_tiny_model_shape(shape, &p)) {
+                fprintf(stderr, "make-tiny-model: --shape must be one of");
+                for (int k = 0; ember_tiny_model_shapes[k]; k++) fprintf(stderr, " %s", ember_tiny_model_shapes[k]);
+                fprintf(stderr, " (got '%s')\n", shape);
+                return 2;
+            }
+            i++;
+        }
     struct { const char *opt; int64_t *dst; long long lo, hi; } ints[] = {
         {"--layers", &p.n_layer, 1, 1024},  {"--hidden", &p.n_embd, 1, 65536},  {"--heads", &p.n_head, 1, 1024},
         {"--kv-heads", &p.n_head_kv, 1, 1024}, {"--head-dim", &p.head_dim, 2, 1024}, {"--ff", &p.n_ff, 1, 262144},
@@ -88,7 +107,14 @@ int main(int argc, char **argv) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(a, "--shape") == 0 && val) {
+            i++; /* applied above */
         } else if (strcmp(a, "--family") == 0 && val) {
+            if (shape && strcmp(val, p.family) != 0) {
+                fprintf(stderr, "make-tiny-model: --family %s conflicts with --shape %s (a %s model)\n", val, shape,
+                        p.family);
+                return 2;
+            }
             p.family = val;
             have_family = true;
             i++;
@@ -127,8 +153,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (shape) {
+        have_family = true;
+        if (!dtype) dtype = "q8_0";
+    }
     if (!have_family || !dtype || !out) {
-        fprintf(stderr, "make-tiny-model: --family, --dtype and --out are required\n");
+        fprintf(stderr, "make-tiny-model: --family (or --shape), --dtype and --out are required\n");
         usage(stderr);
         return 2;
     }

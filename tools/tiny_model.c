@@ -22,6 +22,34 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     };
 }
 
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", NULL};
+
+bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
+    ember_tiny_model_params s;
+    ember_tiny_model_defaults(&s);
+    s.dtype = EMBER_TYPE_Q8_0;
+    s.n_ctx = 4096;
+    s.tokenizer = false;
+    if (name && strcmp(name, "qwen3-0.6b") == 0) {
+        s.family = "qwen3";
+        s.n_layer = 28, s.n_embd = 1024, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 3072;
+        s.n_vocab = 151936;
+    } else if (name && strcmp(name, "llama3.2-1b") == 0) {
+        s.family = "llama";
+        s.n_layer = 16, s.n_embd = 2048, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 8192;
+        s.n_vocab = 128256, s.rope_base = 500000.0f, s.rope_freqs = 1, s.tied = 1;
+    } else if (name && strcmp(name, "gemma4-e2b") == 0) {
+        s.family = "gemma4";
+        s.n_layer = 35, s.n_embd = 1536, s.n_head = 8, s.n_head_kv = 1, s.n_head_kv_full = 1, s.head_dim = 512;
+        s.head_dim_swa = 256, s.n_ff = 6144, s.n_vocab = 262144, s.sliding_window = 512;
+        s.swa_pattern = "SSSSFSSSSFSSSSFSSSSFSSSSFSSSSFSSSSF", s.shared_kv_layers = 20, s.ple_dim = 256;
+    } else {
+        return false;
+    }
+    *p = s;
+    return true;
+}
+
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out) {
     static const struct { const char *name; ember_type t; } all[] = {
         {"f32", EMBER_TYPE_F32}, {"f16", EMBER_TYPE_F16}, {"bf16", EMBER_TYPE_BF16}, {"q8_0", EMBER_TYPE_Q8_0}};

@@ -66,6 +66,12 @@ ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf
 /* build + write. */
 ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err);
 
+/* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
+ * "qwen3-0.6b", "llama3.2-1b" or "gemma4-e2b" (random weights, seed 1, Q8_0, no tokenizer, context
+ * 4096). Returns false for another name. ember_tiny_model_shapes lists the names, NULL-terminated. */
+bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);
+extern const char *const ember_tiny_model_shapes[];
+
 /* "f32" | "f16" | "bf16" | "q8_0" */
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out);
 

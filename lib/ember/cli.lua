@@ -73,6 +73,25 @@ M.FLAGS = {
 local FLAG = {}
 for _, f in ipairs(M.FLAGS) do FLAG[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] } end
 
+-- `ember benchmark`
+M.BENCH_FLAGS_LIST = {
+  { "model", "path", "FILE.gguf", "the model (required)" },
+  { "prompt-tokens", positive, "N", "prompt length in tokens (default 52)" },
+  { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
+  { "threads", positive, "N", "worker threads (default: all cores)" },
+  { "kernels", kernels_value, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
+  { "warmup", "uint", "W", "unreported runs first (default 1)" },
+  { "json", "bool", nil, "print one JSON object" },
+  { "membw", "bool", nil, "also measure read bandwidth (bench-engine --membw) and the decode ceiling" },
+  { "hooks-ab", "bool", nil, "interleave no experiment (A) with a name-only experiment (B); report both" },
+  { "help", "bool", nil, "show this help" },
+}
+M.BENCH_FLAGS = {}
+for _, f in ipairs(M.BENCH_FLAGS_LIST) do
+  M.BENCH_FLAGS[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] }
+end
+
 M.COMPARE_FLAGS = {
   json = { name = "json", kind = "bool" },
   require = { name = "require", kind = selectors.parse_class },
@@ -140,6 +159,7 @@ function M.usage()
   local lines = {
     "usage: ember --model FILE.gguf --prompt TEXT [options]",
     "       ember compare-artifacts DIR_A DIR_B [--json] [--require CLASS]",
+    "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
     "",
     "options:",
   }
@@ -164,6 +184,119 @@ end
 local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = true }
 local EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
   "activation-patch" }
+
+function M.bench_usage()
+  local lines = { "usage: ember benchmark --model FILE.gguf [options]", "", "options:" }
+  for _, f in ipairs(M.BENCH_FLAGS_LIST) do
+    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
+    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "Prefill and decode tok/s are medians of the repeats (greedy, end-of-sequence ignored)."
+  return table.concat(lines, "\n") .. "\n"
+end
+
+local function refuse_experiments(args, first, what)
+  for i = first, #args do
+    local name = selectors.parse_flag(args[i])
+    for _, k in ipairs(EXPERIMENT_FLAGS) do
+      if name == k then
+        usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
+          .. "is not defined for it", what, k)
+      end
+    end
+  end
+end
+
+local function mib(kib) return kib and kib / 1024 or nil end
+
+local function run_benchmark(args, io_)
+  refuse_experiments(args, 2, "benchmark")
+  local o, pos = M.parse_flags(args, 2, M.BENCH_FLAGS)
+  if o.help then io_.stdout:write(M.bench_usage()); return 0 end
+  if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
+  if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
+  local bench = require("ember.benchmark")
+  -- the probe is looked for before the model loads: a long run must not end in a missing tool
+  local probe
+  if o.membw then
+    local why
+    probe, why = bench.bench_engine_path()
+    if not probe then
+      usage_error("--membw: the bandwidth probe '%s' was not found (build it, or set EMBER_BENCH_ENGINE)", why)
+    end
+  end
+  local ok, model = pcall(require("ember").load, { model = o.model, kernels = o.kernels, threads = o.threads })
+  if not ok then error(tostring(model), 0) end
+  local opts = { prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"],
+    warmup = o.warmup }
+  local res, ab
+  if o["hooks-ab"] then
+    ab = bench.hooks_ab(model, opts)
+    res = ab
+    res.prefill_tok_s, res.decode_tok_s = ab.a.prefill_tok_s, ab.a.decode_tok_s
+  else
+    res = bench.run(model, opts)
+  end
+  local rss = mib(bench.peak_rss_kib()) -- before the probe (a separate process anyway)
+  local gbs, ceiling
+  if o.membw then
+    gbs = bench.membw(res.threads, probe)
+    ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
+  end
+  model:close()
+
+  if o.json then
+    local json = require("ember.json")
+    local function side(x)
+      return json.ordered({ "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs" }, {
+        prefill_tok_s = x.prefill_tok_s, decode_tok_s = x.decode_tok_s,
+        prefill_runs = json.array(x.prefill or x.a.prefill), decode_runs = json.array(x.decode or x.a.decode) })
+    end
+    local m = res.model
+    local doc = json.ordered({ "model", "kernels", "threads", "prompt_tokens", "gen_tokens", "repeat", "warmup",
+      "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs", "peak_rss_mib", "membw_gbs",
+      "decode_ceiling_tok_s", "hooks_ab" }, {
+      model = json.ordered({ "path", "family", "name", "dtype", "n_layers", "hidden_size", "n_vocab",
+        "weight_bytes_per_token" }, {
+        path = m.path, family = m.family, name = m.name, dtype = m.dtype, n_layers = m.n_layers,
+        hidden_size = m.hidden_size, n_vocab = m.n_vocab, weight_bytes_per_token = m.weight_bytes_per_token }),
+      kernels = res.kernels, threads = res.threads, prompt_tokens = res.prompt_tokens, gen_tokens = res.gen_tokens,
+      ["repeat"] = res["repeat"], warmup = res.warmup, prefill_tok_s = res.prefill_tok_s,
+      decode_tok_s = res.decode_tok_s, prefill_runs = json.array(ab and ab.a.prefill or res.prefill),
+      decode_runs = json.array(ab and ab.a.decode or res.decode), peak_rss_mib = rss, membw_gbs = gbs,
+      decode_ceiling_tok_s = ceiling,
+      hooks_ab = ab and json.ordered({ "no_experiment", "name_only", "prefill_ratio", "decode_ratio" }, {
+        no_experiment = side(ab.a), name_only = side(ab.b), prefill_ratio = ab.prefill_ratio,
+        decode_ratio = ab.decode_ratio }) or nil,
+    })
+    io_.stdout:write(json.encode(doc, { indent = "  " }))
+    return 0
+  end
+  local m, w = res.model, io_.stdout
+  w:write(string.format("model      %s (%s, %s)\n", m.path, m.family, m.dtype))
+  w:write(string.format("kernels    %s, %d threads\n", res.kernels, res.threads))
+  if ab then
+    w:write(string.format("hooks A/B  %d interleaved pairs: A no experiment, B an experiment with only a name\n",
+      res["repeat"]))
+    w:write(string.format("prefill    A %.1f tok/s, B %.1f tok/s, B/A %.3f (medians, %d-token prompt)\n",
+      ab.a.prefill_tok_s, ab.b.prefill_tok_s, ab.prefill_ratio, res.prompt_tokens))
+    w:write(string.format("decode     A %.2f tok/s, B %.2f tok/s, B/A %.3f (medians, %d tokens)\n",
+      ab.a.decode_tok_s, ab.b.decode_tok_s, ab.decode_ratio, res.gen_tokens))
+  else
+    w:write(string.format("prefill    %.1f tok/s median of %d, %d-token prompt\n", res.prefill_tok_s, res["repeat"],
+      res.prompt_tokens))
+    w:write(string.format("decode     %.2f tok/s median of %d, %d tokens\n", res.decode_tok_s, res["repeat"],
+      res.gen_tokens))
+  end
+  if rss then w:write(string.format("peak RSS   %.1f MiB\n", rss)) end
+  w:write(string.format("weights    %.1f MB read per decoded token\n", m.weight_bytes_per_token / 1e6))
+  if gbs then
+    w:write(string.format("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, ceiling,
+      100 * res.decode_tok_s / ceiling))
+  end
+  return 0
+end
 
 local function run_compare(args, io_)
   local spec = M.COMPARE_FLAGS
@@ -222,6 +355,9 @@ local function run_generate(args, argv, io_)
           usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
             .. "is not defined for it", pos[1], k)
         end
+      end
+      if pos[1] == "benchmark" then
+        usage_error("'benchmark' must be the first argument: ember benchmark --model FILE.gguf [options]")
       end
       usage_error("'%s' is not available in this build", pos[1])
     end
@@ -365,6 +501,7 @@ function M.main(arg, io_)
   local argv = { "ember", table.unpack(args) }
   local ok, code = pcall(function()
     if args[1] == "compare-artifacts" then return run_compare(args, io_) end
+    if args[1] == "benchmark" then return run_benchmark(args, io_) end
     return run_generate(args, argv, io_)
   end)
   if ok then return code end

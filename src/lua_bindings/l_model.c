@@ -52,7 +52,8 @@ static void set_int(lua_State *L, const char *k, int64_t v) {
     lua_setfield(L, -2, k);
 }
 
-static void push_info(lua_State *L, const ember_model_info *in, const char *path) {
+static void push_info(lua_State *L, const ember_model *m, const char *path) {
+    const ember_model_info *in = ember_model_get_info(m);
     lua_createtable(L, 0, 16);
     set_str(L, "family", in->family);
     set_str(L, "architecture", in->architecture);
@@ -70,6 +71,7 @@ static void push_info(lua_State *L, const ember_model_info *in, const char *path
     lua_pushboolean(L, in->experimental);
     lua_setfield(L, -2, "experimental");
     set_str(L, "path", path);
+    set_int(L, "weight_bytes_per_token", (int64_t)ember_model_weight_bytes_per_token(m));
 }
 
 /* ember.load{model=, arch=, kernels=, threads=} or ember.load(path). (tokenizer= is handled by
@@ -104,7 +106,7 @@ static int l_load(lua_State *L) {
     ember_error err = {0};
     if (ember_model_load(&p, &lm->m, &err) != EMBER_OK) return luaL_error(L, "load: %s", err.msg);
     lm->closed = false;
-    push_info(L, ember_model_get_info(lm->m), p.path);
+    push_info(L, lm->m, p.path);
     lua_setiuservalue(L, -2, UV_INFO);
     return 1;
 }

@@ -1,0 +1,152 @@
+-- ember.benchmark — prefill and decode speed of a loaded model through model:generate (the same
+-- path `ember` runs), peak RSS, the memory-bandwidth ceiling, and the hooks A/B (no experiment vs
+-- an experiment that defines only `name`). Measures; never asserts a speed. Used by
+-- `ember benchmark` (lib/ember/cli.lua) and bench/hooks_ab.lua.
+--
+-- Each run generates gen_tokens tokens greedily (end-of-sequence ignored) after a prompt of
+-- prompt_tokens pseudo-random ids (a fixed seed, so every run and every machine sees the same
+-- prompt). Speeds are generate's own timings of the engine calls (out.stats).
+
+local M = {}
+
+-- median(list) -> the median (mean of the middle two for an even count); the list is not changed.
+function M.median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  if n == 0 then return nil end
+  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
+end
+
+-- prompt_ids(n, n_vocab) -> n ids from a fixed xorshift sequence.
+function M.prompt_ids(n, n_vocab)
+  local ids, x = {}, 0x2545F4914F6CDD1D
+  for i = 1, n do
+    x = x ~ (x << 13); x = x ~ (x >> 7); x = x ~ (x << 17)
+    ids[i] = (x >> 1) % n_vocab
+  end
+  return ids
+end
+
+-- peak_rss_kib() -> the process's peak resident size (VmHWM of /proc/self/status) in KiB, or nil.
+function M.peak_rss_kib()
+  local f = io.open("/proc/self/status", "r")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  local kib = text:match("VmHWM:%s*(%d+)%s*kB")
+  return kib and tonumber(kib)
+end
+
+-- One generate run -> prefill tok/s, decode tok/s.
+local function run_once(model, ids, gen_tokens, exp)
+  local out = model:generate { ids = ids, max_tokens = gen_tokens, eos = false, experiment = exp }
+  return out.stats.prefill_tok_s, out.stats.decode_tok_s
+end
+
+local function check_counts(o)
+  for _, k in ipairs({ "prompt_tokens", "gen_tokens", "repeat" }) do
+    local v = o[k]
+    if math.type(v) ~= "integer" or v < 1 then
+      error(string.format("benchmark: %s must be a positive integer (got %s)", k, tostring(v)), 3)
+    end
+  end
+  if math.type(o.warmup) ~= "integer" or o.warmup < 0 then
+    error(string.format("benchmark: warmup must be a non-negative integer (got %s)", tostring(o.warmup)), 3)
+  end
+end
+
+local function defaults(o)
+  return { prompt_tokens = o.prompt_tokens or 52, gen_tokens = o.gen_tokens or 32, ["repeat"] = o["repeat"] or 5,
+    warmup = o.warmup or 1 }
+end
+
+local function model_fields(model)
+  local info = model.info
+  return {
+    path = info.path, family = info.family, name = info.name, dtype = info.dtype_summary,
+    n_layers = info.n_layers, hidden_size = info.hidden_size, n_vocab = info.n_vocab,
+    weight_bytes_per_token = info.weight_bytes_per_token,
+  }
+end
+
+-- run(model, { prompt_tokens = 52, gen_tokens = 32, repeat = 5, warmup = 1 }) -> result
+-- result = { prefill_tok_s, decode_tok_s (medians), prefill = {...}, decode = {...} (every repeat),
+--            kernels, threads, prompt_tokens, gen_tokens, repeat, warmup, model = {...} }
+function M.run(model, opts)
+  local o = defaults(opts or {})
+  check_counts(o)
+  local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
+  for _ = 1, o.warmup do run_once(model, ids, o.gen_tokens) end
+  local pre, dec = {}, {}
+  for r = 1, o["repeat"] do pre[r], dec[r] = run_once(model, ids, o.gen_tokens) end
+  return {
+    prefill_tok_s = M.median(pre), decode_tok_s = M.median(dec), prefill = pre, decode = dec,
+    kernels = model.info.kernels, threads = model.info.threads, prompt_tokens = o.prompt_tokens,
+    gen_tokens = o.gen_tokens, ["repeat"] = o["repeat"], warmup = o.warmup, model = model_fields(model),
+  }
+end
+
+-- hooks_ab(model, opts) -> result: A = no experiment, B = an experiment with only `name`, run
+-- A, B, A, B, ... (repeat pairs, after `warmup` unreported A runs) so that machine noise hits both
+-- alike. result = { a = { prefill_tok_s, decode_tok_s, prefill, decode }, b = { ... },
+--                   prefill_ratio = B/A, decode_ratio = B/A, kernels, threads, ... , model }
+function M.hooks_ab(model, opts)
+  local o = defaults(opts or {})
+  check_counts(o)
+  local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
+  for _ = 1, o.warmup do run_once(model, ids, o.gen_tokens) end
+  local a, b = { prefill = {}, decode = {} }, { prefill = {}, decode = {} }
+  for r = 1, o["repeat"] do
+    a.prefill[r], a.decode[r] = run_once(model, ids, o.gen_tokens, nil)
+    b.prefill[r], b.decode[r] = run_once(model, ids, o.gen_tokens, { name = "name-only" })
+  end
+  for _, side in ipairs({ a, b }) do
+    side.prefill_tok_s, side.decode_tok_s = M.median(side.prefill), M.median(side.decode)
+  end
+  return {
+    a = a, b = b, prefill_ratio = b.prefill_tok_s / a.prefill_tok_s, decode_ratio = b.decode_tok_s / a.decode_tok_s,
+    kernels = model.info.kernels, threads = model.info.threads, prompt_tokens = o.prompt_tokens,
+    gen_tokens = o.gen_tokens, ["repeat"] = o["repeat"], warmup = o.warmup, model = model_fields(model),
+  }
+end
+
+-- bench_engine_path() -> the bench-engine beside the running interpreter (the build directory of
+-- ember-lua), or nil and the path that was looked for. EMBER_BENCH_ENGINE overrides.
+function M.bench_engine_path()
+  local env = os.getenv("EMBER_BENCH_ENGINE")
+  local path = env and env ~= "" and env
+  if not path then
+    local interp = arg and arg[-1]
+    local dir = interp and interp:match("^(.*)/[^/]*$") or "."
+    path = dir .. "/bench-engine"
+  end
+  local f = io.open(path, "rb")
+  if not f then return nil, path end
+  f:close()
+  return path
+end
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- membw(threads [, exe]) -> GB/s (1e9 bytes per second) read with `threads` threads, measured by
+-- `bench-engine --membw` (a 1 GiB array, best of 10 passes; docs/performance.md). Raises a
+-- message naming --membw when the probe is missing or fails.
+function M.membw(threads, exe)
+  local why
+  if not exe then exe, why = M.bench_engine_path() end
+  if not exe then
+    error(string.format("--membw: the bandwidth probe '%s' was not found (build it: cmake --build build; "
+      .. "or set EMBER_BENCH_ENGINE)", why), 0)
+  end
+  local cmd = string.format("%s --membw --threads %d --json", shell_quote(exe), threads)
+  local p = io.popen(cmd, "r")
+  local text = p and p:read("a") or ""
+  if p then p:close() end
+  local gbs = tonumber(text:match('"membw_gbs":%s*([%d%.eE+-]+)'))
+  if not gbs or gbs <= 0 then error(string.format("--membw: '%s' gave no bandwidth (output: %q)", cmd, text), 0) end
+  return gbs
+end
+
+return M

@@ -440,3 +440,11 @@ bool ember_gguf_array_string(const gguf_value *a, uint64_t i, gguf_str *out) {
     *out = a->v.arr.items[i].v.str;
     return true;
 }
+
+void ember_gguf_advise_willneed(const ember_gguf *g) {
+    if (!g->base || g->data_offset >= g->size) return;
+    /* madvise wants a page-aligned start: round the data section's start down to its page */
+    long page = sysconf(_SC_PAGESIZE);
+    size_t start = page > 0 ? g->data_offset / (size_t)page * (size_t)page : 0;
+    madvise((void *)(g->base + start), g->size - start, MADV_WILLNEED);
+}

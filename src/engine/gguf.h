@@ -107,6 +107,9 @@ struct ember_gguf {
 /* Maps and validates the file. Any malformation is an error naming the file and the problem. */
 ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err);
 void ember_gguf_close(ember_gguf *g);
+/* Asks the kernel to start reading the tensor data ahead (first-touch page faults on a mapping are
+ * slow on virtual machines); a hint only: failure changes nothing. */
+void ember_gguf_advise_willneed(const ember_gguf *g);
 
 const gguf_kv *ember_gguf_find(const ember_gguf *g, const char *key);
 const gguf_tensor *ember_gguf_find_tensor(const ember_gguf *g, const char *name);

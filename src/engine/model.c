@@ -206,6 +206,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
     if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
+    ember_gguf_advise_willneed(m->gguf); /* readahead for the repacking copy or the first evaluation */
     if ((st = prepare_weights(m, err)) != EMBER_OK) goto fail;
     m->ops = ember_compute_ops(m->compute);
     ember_kernels chosen = ember_compute_kernels(m->compute);

@@ -296,6 +296,65 @@ static void test_packed_identical(ember_kernels k) {
     ember_compute_free(c);
 }
 
+/* ember_matmul_multi must equal one ember_matmul per matrix bit for bit: every type, 1/2/3
+ * threads, repacked and unpacked weights, row counts that are not multiples of the row grain, token
+ * counts across the activation chunk (64), and mixed types (the fallback). */
+static void test_multi_identical(ember_kernels k) {
+    static const ember_type types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16, EMBER_TYPE_Q8_0};
+    static const int64_t outs[][3] = {{64, 16, 16}, {61, 7, 33}, {17, 130, 1}, {96, 96, 96}};
+    static const int64_t toks[] = {1, 3, 70};
+    int bad = 0, total = 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        ember_compute *c;
+        ember_error err;
+        if (ember_compute_new(k, nt, &c, &err) != EMBER_OK) {
+            CHECK_MSG(false, "%.300s", err.msg);
+            return;
+        }
+        for (size_t ti = 0; ti < 5; ti++)
+            for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++)
+                for (int pack = 0; pack < 2; pack++) {
+                    const int64_t n_in = 96;
+                    void *buf[3];
+                    ember_matrix w[3];
+                    for (int i = 0; i < 3; i++) {
+                        /* ti == 4: q8_0, f16, q8_0 (inputs prepared differently: the fallback) */
+                        ember_type t = ti < 4 ? types[ti] : (i == 1 ? EMBER_TYPE_F16 : EMBER_TYPE_Q8_0);
+                        w[i] = make_matrix(t, outs[oi][i], n_in, &buf[i]);
+                        if (pack && ember_compute_pack(c, &w[i], false, &err) != EMBER_OK) CHECK_MSG(false, "%.300s", err.msg);
+                    }
+                    for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
+                        const int64_t n_tok = toks[ki];
+                        float *x = random_vec(n_tok * n_in), *ya[3], *yb[3];
+                        for (int i = 0; i < 3; i++) {
+                            ya[i] = malloc((size_t)(n_tok * outs[oi][i]) * sizeof(float));
+                            yb[i] = malloc((size_t)(n_tok * outs[oi][i]) * sizeof(float));
+                            ember_matmul(c, &w[i], x, ya[i], n_tok);
+                        }
+                        for (int n = 1; n <= 3; n++) {
+                            const ember_matrix *const ws[] = {&w[0], &w[1], &w[2]};
+                            for (int i = 0; i < 3; i++) memset(yb[i], 0xff, (size_t)(n_tok * outs[oi][i]) * sizeof(float));
+                            ember_matmul_multi(c, n, ws, x, yb, n_tok);
+                            for (int i = 0; i < n; i++) {
+                                total++;
+                                bad += !same_bits(ya[i], yb[i], n_tok * outs[oi][i]);
+                            }
+                        }
+                        for (int i = 0; i < 3; i++) {
+                            free(ya[i]);
+                            free(yb[i]);
+                        }
+                        free(x);
+                    }
+                    for (int i = 0; i < 3; i++) free(buf[i]);
+                }
+        ember_compute_free(c);
+    }
+    CHECK_MSG(bad == 0, "%s: ember_matmul_multi differs from separate products in %d of %d outputs", ember_kernels_name(k),
+              bad, total);
+    printf("  %-7s multi product: %d outputs bit-identical to separate products\n", ember_kernels_name(k), total - bad);
+}
+
 /* ---- vector ops ---- */
 
 static void test_dot(const ember_kernel_ops *ops) {
@@ -587,8 +646,10 @@ int main(void) {
         test_rope(ops);
         test_threads_identical(sets[s]);
         test_packed_identical(sets[s]);
+        test_multi_identical(sets[s]);
     }
     test_threads_identical(EMBER_KERNELS_REFERENCE);
+    test_multi_identical(EMBER_KERNELS_REFERENCE);
     test_env_override();
     if (ember_kernels_supported(EMBER_KERNELS_AVX2) && ember_kernels_supported(EMBER_KERNELS_AVX512)) test_cross_isa();
     if (!tested) return ember_test_skip("no SIMD kernel set runs on this CPU");

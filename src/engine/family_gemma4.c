@@ -71,12 +71,14 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
         /* attention */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
-        ember_matmul(m->compute, &L->wq, w->xn, w->q, n);
+        /* Q, and K/V when this layer computes its own cache, in one product over the shared input */
+        const bool own_kv = L->kv_source == l, has_v = own_kv && L->wv.data;
+        ember_matmul_multi(m->compute, own_kv ? (has_v ? 3 : 2) : 1,
+                           (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
+                           (float *const[]){w->q, w->k, w->v}, n);
         heads_norm_rope(ops, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
-        if (L->kv_source == l) {
-            ember_matmul(m->compute, &L->wk, w->xn, w->k, n);
-            if (L->wv.data) ember_matmul(m->compute, &L->wv, w->xn, w->v, n);
-            else memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
+        if (own_kv) {
+            if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
             heads_norm_rope(ops, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
             heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
             memcpy(s->k_cache[l] + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
@@ -91,8 +93,8 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
         /* GELU-gated MLP */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
-        ember_matmul(m->compute, &L->w_gate, w->xn, w->gate, n);
-        ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
+        ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
+                           (float *const[]){w->gate, w->up}, n);
         ops->gelu_mul(w->gate, w->up, n * L->n_ff);
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         rmsnorm_rows(ops, w->mlp, L->post_ffw_norm, n, d, eps);

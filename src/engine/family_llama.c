@@ -37,9 +37,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
 
         /* attention block */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, m->norm_eps);
-        ember_matmul(m->compute, &L->wq, w->xn, w->q, n);
-        ember_matmul(m->compute, &L->wk, w->xn, w->k, n);
-        ember_matmul(m->compute, &L->wv, w->xn, w->v, n);
+        ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
+                           (float *const[]){w->q, w->k, w->v}, n);
         ember_add_bias(w->q, L->bq, n, q_dim);
         ember_add_bias(w->k, L->bk, n, L->kv_dim);
         ember_add_bias(w->v, L->bv, n, L->kv_dim);
@@ -55,8 +54,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
 
         /* SwiGLU MLP */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
-        ember_matmul(m->compute, &L->w_gate, w->xn, w->gate, n);
-        ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
+        ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
+                           (float *const[]){w->gate, w->up}, n);
         ops->silu_mul(w->gate, w->up, n * L->n_ff);
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;

@@ -195,15 +195,35 @@ static void product_rows(void *arg, int64_t begin, int64_t end, int tid) {
     j->ops->matmul_rows(j->w, j->x, j->xa, j->xa_stride, j->y, j->n_tok, begin, end);
 }
 
-void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    const ember_kernel_ops *ops = c->ops;
-    const size_t stride = ops->act_size(w->type, w->n_in);
-    if (stride == 0) {
-        matmul_job j = {.ops = ops, .w = w, .x = x, .y = y, .n_tok = n_tok};
-        ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
-        return;
+/* Several matrices sharing one input: their output rows are laid end to end, each matrix's
+ * segment starting at a multiple of EMBER_ROW_GRAIN (so every local o0 a chunk produces is one
+ * too), and one pool job covers them all. */
+typedef struct {
+    const ember_kernel_ops *ops;
+    int n;
+    const ember_matrix *const *w;
+    float *const *y;
+    const int64_t *start; /* (n + 1) row offsets of the segments; start[n] = total */
+    const float *x;
+    const uint8_t *xa;
+    size_t xa_stride;
+    int64_t t0, n_tok; /* this chunk of tokens: x, xa and y rows t0.. */
+} multi_job;
+
+static void multi_rows(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const multi_job *j = arg;
+    for (int i = 0; i < j->n && j->start[i] < end; i++) {
+        const ember_matrix *w = j->w[i];
+        int64_t o0 = begin - j->start[i], o1 = end - j->start[i];
+        if (o0 < 0) o0 = 0;
+        if (o1 > w->n_out) o1 = w->n_out;
+        if (o0 >= o1) continue;
+        j->ops->matmul_rows(w, j->x + j->t0 * w->n_in, j->xa, j->xa_stride, j->y[i] + j->t0 * w->n_out, j->n_tok, o0, o1);
     }
-    pthread_mutex_lock(&c->mu);
+}
+
+static void ensure_scratch(ember_compute *c, size_t stride) {
     if (stride * EMBER_ACT_CHUNK > c->xa_cap) {
         /* Only when the caller skipped ember_compute_reserve for this width (tests do): grow once.
          * Failing here cannot be reported from inside a forward pass; it is an ember bug. */
@@ -213,12 +233,60 @@ void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float
             abort();
         }
     }
+}
+
+void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
+    const ember_kernel_ops *ops = c->ops;
+    const size_t stride = ops->act_size(w->type, w->n_in);
+    if (stride == 0) {
+        matmul_job j = {.ops = ops, .w = w, .x = x, .y = y, .n_tok = n_tok};
+        ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    ensure_scratch(c, stride);
     for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
         const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
         matmul_job j = {.ops = ops, .w = w, .x = x + t0 * w->n_in, .xa = c->xa, .xa_stride = stride,
                         .y = y + t0 * w->n_out, .n_tok = nt};
         ember_pool_for(c->pool, nt, 4, prepare_tokens, &j);
         ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], const float *x, float *const y[],
+                        int64_t n_tok) {
+    if (n <= 0) return;
+    const ember_kernel_ops *ops = c->ops;
+    const size_t stride = ops->act_size(w[0]->type, w[0]->n_in);
+    bool shared = n <= EMBER_MATMUL_MULTI_MAX;
+    for (int i = 1; i < n && shared; i++)
+        shared = w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
+    if (!shared) { /* inputs prepared differently: one product each */
+        for (int i = 0; i < n; i++) ember_matmul(c, w[i], x, y[i], n_tok);
+        return;
+    }
+    int64_t start[EMBER_MATMUL_MULTI_MAX + 1];
+    start[0] = 0;
+    for (int i = 0; i < n; i++)
+        start[i + 1] = start[i] + (w[i]->n_out + EMBER_ROW_GRAIN - 1) / EMBER_ROW_GRAIN * EMBER_ROW_GRAIN;
+    multi_job j = {.ops = ops, .n = n, .w = w, .y = y, .start = start, .x = x, .xa_stride = stride};
+    if (stride == 0) {
+        j.n_tok = n_tok;
+        ember_pool_for(c->pool, start[n], EMBER_ROW_GRAIN, multi_rows, &j);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    ensure_scratch(c, stride);
+    j.xa = c->xa;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
+        const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
+        matmul_job p = {.ops = ops, .w = w[0], .x = x + t0 * w[0]->n_in, .xa = c->xa, .xa_stride = stride, .n_tok = nt};
+        ember_pool_for(c->pool, nt, 4, prepare_tokens, &p);
+        j.t0 = t0;
+        j.n_tok = nt;
+        ember_pool_for(c->pool, start[n], EMBER_ROW_GRAIN, multi_rows, &j);
     }
     pthread_mutex_unlock(&c->mu);
 }

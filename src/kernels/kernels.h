@@ -128,6 +128,14 @@ ember_pool *ember_compute_pool(ember_compute *c);
  * Each output element is computed by the same code whatever the thread count or tiling, so the
  * result is identical for every thread count. */
 void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float *y, int64_t n_tok);
+/* y[i] = x W[i]^T for i < n (n <= EMBER_MATMUL_MULTI_MAX), the matrices sharing the input x:
+ * when they have one type and width, x is prepared once and the output rows of all n matrices are
+ * split over the pool in ONE job (otherwise: ember_matmul on each). Every element is computed by
+ * the same code as ember_matmul's, so y[i] equals ember_matmul(c, W[i], x, y[i], n_tok) bit for
+ * bit. Used for Q/K/V and gate/up: fewer thread joins per decoded token. */
+#define EMBER_MATMUL_MULTI_MAX 4
+void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], const float *x, float *const y[],
+                        int64_t n_tok);
 
 /* ---- small ops: the reference definitions (the reference table points at these) ---- */
 /* y = x / rms(x) * w (w may be NULL: no weight) */

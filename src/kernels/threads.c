@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* How long an idle worker spins before sleeping. Decode issues ~7 jobs per layer a few µs apart;
+/* How long an idle worker spins before sleeping. Decode issues ~5 jobs per layer a few µs apart;
  * a wake-up through the condition variable costs tens of µs, so workers spin across that gap but
  * not much longer (on a busy machine a spinning worker steals CPU from useful threads). */
 #define EMBER_POOL_SPIN_NS 300000L

@@ -8,25 +8,8 @@ local cli = require("ember.cli")
 local models = require("helpers.models")
 local H = require("helpers.artifacts")
 
-local function sink()
-  local parts = {}
-  return { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end,
-    flush = function() end, text = function() return table.concat(parts) end }
-end
-
--- ember(args...) -> exit code, stdout, stderr
-local function ember(...)
-  local out, err = sink(), sink()
-  local code = cli.main({ ... }, { stdout = out, stderr = err })
-  return code, out:text(), err:text()
-end
-
-local model_path, why
-local function need_model()
-  if model_path == nil and why == nil then model_path, why = models.default_model() end
-  if not model_path then pending("default tiny model unavailable: " .. tostring(why)) end
-  return model_path
-end
+local C = require("helpers.cli")
+local sink, ember, need_model = C.sink, C.ember, C.need_model
 
 describe("ember flags", function()
   it("--help lists every flag on stdout and exits 0", function()

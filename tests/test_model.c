@@ -202,13 +202,8 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         ember_model_free(m);
         return;
     }
-    bool finite = true;
-    float lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < N_STEPS * N_VOCAB; i++) {
-        finite &= isfinite(a[i]) != 0;
-        lo = fminf(lo, a[i]);
-        hi = fmaxf(hi, a[i]);
-    }
+    float lo, hi;
+    bool finite = ember_test_span(a, N_STEPS * N_VOCAB, &lo, &hi);
     CHECK_MSG(finite, "%s %s: non-finite logits", family, dtype_name);
     CHECK_MSG(hi - lo > 1.0f && hi - lo < 100.0f, "%s %s: logits span [%g, %g]", family, dtype_name, lo, hi);
     CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s %s: two sessions differ", family, dtype_name);

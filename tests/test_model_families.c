@@ -164,13 +164,8 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         ember_model_free(m);
         return;
     }
-    bool finite = true;
-    float lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < N_STEPS * N_VOCAB; i++) {
-        finite &= isfinite(a[i]) != 0;
-        lo = fminf(lo, a[i]);
-        hi = fmaxf(hi, a[i]);
-    }
+    float lo, hi;
+    bool finite = ember_test_span(a, N_STEPS * N_VOCAB, &lo, &hi);
     CHECK_MSG(finite, "%s %s: non-finite logits", family, dtype_name);
     CHECK_MSG(hi - lo > 5.0f && hi - lo < 60.0f, "%s %s: logits span [%g, %g]", family, dtype_name, lo, hi);
     if (gemma4) CHECK_MSG(hi < 30.0f && lo > -30.0f, "softcap 30: logits span [%g, %g]", lo, hi);
@@ -323,9 +318,8 @@ static void test_gemma4_variants(void) {
         make_prompt(prompt, PROMPT_LEN, true);
         static float a[N_STEPS * N_VOCAB];
         if (run(m, prompt, a, ids)) {
-            bool finite = true;
-            for (int i = 0; i < N_STEPS * N_VOCAB; i++) finite &= isfinite(a[i]) != 0;
-            CHECK(finite);
+            float lo, hi;
+            CHECK(ember_test_span(a, N_STEPS * N_VOCAB, &lo, &hi));
         }
         ember_model_free(m);
     }

@@ -3,6 +3,7 @@
 #include "test_support.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,6 +28,18 @@ int ember_test_finish(void) {
 int ember_test_skip(const char *why) {
     printf("SKIP: %s\n", why);
     return 77;
+}
+
+bool ember_test_span(const float *x, size_t n, float *lo, float *hi) {
+    bool finite = true;
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        finite &= isfinite(x[i]) != 0;
+        *lo = fminf(*lo, x[i]);
+        *hi = fmaxf(*hi, x[i]);
+    }
+    return finite;
 }
 
 const char *ember_fixtures_dir(void) {

@@ -22,6 +22,9 @@ int ember_test_finish(void);
 /* Exit code 77 (ctest: skipped) with a message naming what was missing. */
 int ember_test_skip(const char *why);
 
+/* Smallest and largest of n values into lo/hi; returns whether every value is finite. */
+bool ember_test_span(const float *x, size_t n, float *lo, float *hi);
+
 /* EMBER_FIXTURES or the default beside the source tree; the returned path is static. */
 const char *ember_fixtures_dir(void);
 /* fixtures_dir + "/" + rel into out; returns true when that file exists. */

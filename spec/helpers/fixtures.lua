@@ -30,7 +30,7 @@ function M.ints(list)
   return out
 end
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local shell_quote = require("ember.fs").shell_quote
 
 -- Names of the parity cases (sub-folders of <root>/parity), sorted; empty if the folder is missing.
 function M.parity_cases()

@@ -219,6 +219,56 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
     free(wd);
 }
 
+/* The documented Q8_0 order of operations (docs/kernels.md, q8_groups.h), written out in scalar C
+ * from the oracle's quantization: four partial sums, block b adds fma(isum_b, d_w * d_x, p[b % 4]),
+ * result (p0 + p1) + (p2 + p3). Every SIMD set must give exactly these bits, packed or not. */
+static float q8_documented_order(const ember_block_q8_0 *w, const ember_block_q8_0 *x, int64_t nb) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int i = 0; i < 32; i++) isum += (int32_t)w[b].qs[i] * (int32_t)x[b].qs[i];
+        const float scale = ember_f16_to_f32(w[b].d) * ember_f16_to_f32(x[b].d);
+        p[b % 4] = fmaf((float)isum, scale, p[b % 4]);
+    }
+    return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
+static void test_q8_documented_order(ember_kernels k) {
+    ember_compute *c;
+    ember_error err;
+    if (ember_compute_new(k, 2, &c, &err) != EMBER_OK) {
+        CHECK_MSG(false, "%.300s", err.msg);
+        return;
+    }
+    static const int64_t nbs[] = {1, 3, 4, 5, 8, 9, 17, 33, 96};
+    int bad = 0, total = 0;
+    for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++)
+        for (int pack = 0; pack < 2; pack++) {
+            const int64_t nb = nbs[bi], n_in = 32 * nb, n_out = 7, n_tok = 5;
+            void *buf;
+            ember_matrix w = make_matrix(EMBER_TYPE_Q8_0, n_out, n_in, &buf);
+            if (pack) CHECK(ember_compute_pack(c, &w, false, &err) == EMBER_OK && w.packed != NULL);
+            float *x = random_vec(n_tok * n_in), *y = malloc((size_t)(n_tok * n_out) * sizeof(float));
+            ember_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
+            ember_matmul(c, &w, x, y, n_tok);
+            for (int64_t t = 0; t < n_tok; t++) {
+                ember_quantize_row_q8_0(x + t * n_in, xq, n_in);
+                for (int64_t o = 0; o < n_out; o++) {
+                    const float want = q8_documented_order((const ember_block_q8_0 *)((const uint8_t *)w.data + (size_t)o * w.row_bytes), xq, nb);
+                    total++;
+                    bad += !same_bits(&want, &y[t * n_out + o], 1);
+                }
+            }
+            free(xq);
+            free(x);
+            free(y);
+            free(buf);
+        }
+    CHECK_MSG(bad == 0, "%s: %d of %d q8_0 outputs differ from the documented order of operations", ember_kernels_name(k), bad, total);
+    printf("  %-7s q8_0 documented order: %d outputs bit-identical to the scalar transcription\n", ember_kernels_name(k), total - bad);
+    ember_compute_free(c);
+}
+
 /* ---- the threaded driver: identical results for 1, 2 and 3 threads ---- */
 
 static void test_threads_identical(ember_kernels k) {
@@ -646,6 +696,7 @@ int main(void) {
         test_rope(ops);
         test_threads_identical(sets[s]);
         test_packed_identical(sets[s]);
+        test_q8_documented_order(sets[s]);
         test_multi_identical(sets[s]);
     }
     test_threads_identical(EMBER_KERNELS_REFERENCE);

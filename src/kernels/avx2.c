@@ -4,7 +4,7 @@
  *
  * Matrix products are register-tiled (2 rows x 2 tokens, or 4 rows for a single token); AVX2's 16
  * registers hold 8 accumulator pairs at most. */
-#include "simd_common.h"
+#include "q8_groups.h"
 
 #include <stdlib.h>
 
@@ -52,17 +52,16 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
         }
 }
 
-/* ---- q8_0 weights x q8_0-quantized activations ----
- * Prepared activations per token: nb blocks of 32 int8 quants, then nb f32 scales d_x.
+/* ---- q8_0 weights x q8_0-quantized activations (q8_groups.h: layouts and order) ----
  * maddubs multiplies unsigned by signed bytes: |w| (abs of -128 is 128 as u8) times q signed by
  * w's sign (|q| <= 127, so never overflows); each 16-bit pair sum is at most 2*128*127 = 32512, so
- * it never saturates. madd with ones then gives lane l = sum_{j=4l..4l+3} w_j q_j exactly — the
- * integers avx512.c gets from vpdpbusd. Even blocks accumulate into lanes 0-7, odd into 8-15. */
-static size_t q8_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK8_0) * (EMBER_QK8_0 + sizeof(float)); }
+ * it never saturates. madd with ones then gives 4 products per int32 lane, and 8 steps give each
+ * lane the exact sum w q of its (row, block), the integer avx512.c gets from vpdpbusd. The
+ * repacked weights are u8 = w + 128; xor 0x80 gives w back. */
 
+/* Quantizes one token (ember_quantize_row_q8_0's scheme, bit for bit) into the prepared layout. */
 static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
     const int64_t nb = n_in / EMBER_QK8_0;
-    float *dxs = (float *)(xa + nb * EMBER_QK8_0);
     const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < nb; b++) {
@@ -75,10 +74,10 @@ static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
             bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
             mx = _mm256_max_ps(mx, a);
         }
-        uint8_t *q = xa + b * EMBER_QK8_0;
+        int8_t q[32];
         if (bad) { /* NaN or infinity in the block: d = NaN, quants 0 (as ember_quantize_row_q8_0) */
-            memset(q, 0, EMBER_QK8_0);
-            dxs[b] = ember_h2f(0x7e00);
+            memset(q, 0, sizeof q);
+            q8g_act_block(xa, nb, b, q, ember_h2f(0x7e00));
             continue;
         }
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
@@ -92,63 +91,82 @@ static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
             i[k] = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         /* int32 -> int8 with saturating packs; the packs work per 128-bit half, perm restores order */
         __m256i p16a = _mm256_packs_epi32(i[0], i[1]), p16b = _mm256_packs_epi32(i[2], i[3]);
-        __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
-        _mm256_storeu_si256((__m256i *)q, p8);
-        dxs[b] = ember_h2f(d16);
+        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm));
+        q8g_act_block(xa, nb, b, q, ember_h2f(d16));
     }
+    q8g_act_pad(xa, nb);
 }
 
-EMBER_AI void q8_tile(const uint8_t *const *rows, const uint8_t *const *xas, int R, int T, int64_t nb, float *out) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2][2];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
+/* Spans [s0, s1) of one 4-row group times T <= 2 tokens (q8g_kernel_fn): a 64-byte step is two
+ * registers, rows 0-1 (lanes 0-7) and rows 2-3 (lanes 8-15). */
+EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, int64_t s0, int64_t s1,
+                           float *lanes) {
+    const size_t odx = q8g_off_dx(nb);
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    __m256 acc[2][2];
 #pragma GCC unroll 2
-        for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
-    const float *dxs[2];
+    for (int t = 0; t < T; t++) {
+        acc[t][0] = _mm256_load_ps(lanes + 16 * t);
+        acc[t][1] = _mm256_load_ps(lanes + 16 * t + 8);
+    }
+    for (int64_t s = s0; s < s1; s++, g += Q8G_SPAN_BYTES) {
 #pragma GCC unroll 2
-    for (int t = 0; t < T; t++) dxs[t] = (const float *)(xas[t] + nb * EMBER_QK8_0);
-    for (int64_t b = 0; b < nb; b++) {
-        const int h = (int)(b & 1);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = rows[r] + b * sizeof(ember_block_q8_0);
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            const __m256i aw = _mm256_abs_epi8(w);
-            const __m256 dw = _mm256_set1_ps(ember_h2f(ember_load_u16(blk)));
+        for (int h = 0; h < 2; h++) {
+            const int64_t quad = 2 * s + h;
+            const __m256 dw0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(g + 32 * h)));
+            const __m256 dw1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(g + 32 * h + 16)));
+            __m256i is[2][2];
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) is[t][0] = is[t][1] = _mm256_setzero_si256();
+            const uint8_t *wq = g + 64 + 512 * h;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i w0 = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + 64 * k)), flip);
+                const __m256i w1 = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(wq + 64 * k + 32)), flip);
+                const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 2
+                for (int t = 0; t < T; t++) {
+                    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xs[t] + 128 * quad + 16 * k)));
+                    is[t][0] = _mm256_add_epi32(is[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(q, w0)), ones));
+                    is[t][1] = _mm256_add_epi32(is[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(q, w1)), ones));
+                }
+            }
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
-                const __m256i xq = _mm256_loadu_si256((const __m256i *)(xas[t] + b * EMBER_QK8_0));
-                const __m256i i16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w));
-                const __m256i i32 = _mm256_madd_epi16(i16, ones);
-                const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dxs[t][b]));
-                if (h) acc[r][t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), s, acc[r][t][1]);
-                else acc[r][t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), s, acc[r][t][0]);
+                const __m256 dx = _mm256_broadcast_ps((const __m128 *)((const float *)(xs[t] + odx) + 4 * quad));
+                acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][0]), _mm256_mul_ps(dw0, dx), acc[t][0]);
+                acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t][1]), _mm256_mul_ps(dw1, dx), acc[t][1]);
             }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
-        for (int t = 0; t < T; t++) out[r * T + t] = ember_reduce16(acc[r][t][0], acc[r][t][1]);
+    for (int t = 0; t < T; t++) {
+        _mm256_store_ps(lanes + 16 * t, acc[t][0]);
+        _mm256_store_ps(lanes + 16 * t + 8, acc[t][1]);
+    }
 }
+
+static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes) {
+    q8g_spans256(g, xs, 1, nb, s0, s1, lanes);
+}
+static void q8g_kernel256_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes) {
+    q8g_spans256(g, xs, 2, nb, s0, s1, lanes);
+}
+static const q8g_kernel_fn q8g_kernels256[2] = {q8g_kernel256_1, q8g_kernel256_2};
 
 /* ---- tile instances and the row loop ---- */
 
-typedef void (*tile_fn)(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out);
+typedef void (*tile_fn)(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out);
 
 #define TILE_INSTANCES(R, T)                                                                                       \
-    static void f32_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
-        float_tile(EMBER_TYPE_F32, rows, (const float *const *)xs, R, T, n, out);                                  \
+    static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
+        float_tile(EMBER_TYPE_F32, rows, xs, R, T, n, out);                                                        \
     }                                                                                                              \
-    static void f16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {         \
-        float_tile(EMBER_TYPE_F16, rows, (const float *const *)xs, R, T, n, out);                                  \
+    static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
+        float_tile(EMBER_TYPE_F16, rows, xs, R, T, n, out);                                                        \
     }                                                                                                              \
-    static void bf16_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {        \
-        float_tile(EMBER_TYPE_BF16, rows, (const float *const *)xs, R, T, n, out);                                 \
-    }                                                                                                              \
-    static void q8_##R##x##T(const uint8_t *const *rows, const void *const *xs, int64_t n, float *out) {          \
-        q8_tile(rows, (const uint8_t *const *)xs, R, T, n / EMBER_QK8_0, out);                                     \
+    static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {       \
+        float_tile(EMBER_TYPE_BF16, rows, xs, R, T, n, out);                                                       \
     }
 TILE_INSTANCES(4, 1)
 TILE_INSTANCES(2, 2)
@@ -157,24 +175,13 @@ TILE_INSTANCES(1, 2)
 TILE_INSTANCES(1, 1)
 
 /* [type][shape]: 0 = 4x1, 1 = 2x2, 2 = 2x1, 3 = 1x2, 4 = 1x1 */
-static const tile_fn tiles[4][5] = {
+static const tile_fn tiles[3][5] = {
     {f32_4x1, f32_2x2, f32_2x1, f32_1x2, f32_1x1},
     {f16_4x1, f16_2x2, f16_2x1, f16_1x2, f16_1x1},
     {bf16_4x1, bf16_2x2, bf16_2x1, bf16_1x2, bf16_1x1},
-    {q8_4x1, q8_2x2, q8_2x1, q8_1x2, q8_1x1},
 };
 
-static int type_index(ember_type t) {
-    switch (t) {
-    case EMBER_TYPE_F32: return 0;
-    case EMBER_TYPE_F16: return 1;
-    case EMBER_TYPE_BF16: return 2;
-    case EMBER_TYPE_Q8_0: return 3;
-    }
-    return 0;
-}
-
-static size_t avx2_act_size(ember_type type, int64_t n_in) { return type == EMBER_TYPE_Q8_0 ? q8_act_size(n_in) : 0; }
+static size_t avx2_act_size(ember_type type, int64_t n_in) { return type == EMBER_TYPE_Q8_0 ? q8g_act_size(n_in) : 0; }
 
 static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
     if (type == EMBER_TYPE_Q8_0) q8_prepare(x, xa, n_in);
@@ -182,8 +189,11 @@ static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t 
 
 static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                              int64_t n_tok, int64_t o0, int64_t o1) {
-    const int ti = type_index(w->type);
-    const bool q8 = w->type == EMBER_TYPE_Q8_0;
+    if (w->type == EMBER_TYPE_Q8_0) {
+        q8g_rows(q8g_kernels256, 2, w, xa, xa_stride, y, n_tok, o0, o1);
+        return;
+    }
+    const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;
     const int r_main = n_tok == 1 ? 4 : 2;
     for (int64_t o = o0; o < o1;) {
         const int R = o1 - o >= r_main ? r_main : o1 - o >= 2 && r_main == 2 ? 2 : 1;
@@ -191,10 +201,8 @@ static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *
         for (int r = 0; r < R; r++) rows[r] = (const uint8_t *)w->data + (size_t)(o + r) * w->row_bytes;
         for (int64_t t = 0; t < n_tok; t += 2) {
             const int T = R == 4 ? 1 : n_tok - t >= 2 ? 2 : 1;
-            const void *xs[2];
-            for (int k = 0; k < T; k++)
-                xs[k] = q8 ? (const void *)((const uint8_t *)xa + (size_t)(t + k) * xa_stride)
-                           : (const void *)(x + (t + k) * w->n_in);
+            const float *xs[2];
+            for (int k = 0; k < T; k++) xs[k] = x + (t + k) * w->n_in;
             const int shape = R == 4 ? 0 : R == 2 ? (T == 2 ? 1 : 2) : (T == 2 ? 3 : 4);
             float out[4];
             tiles[ti][shape](rows, xs, w->n_in, out);
@@ -207,14 +215,19 @@ static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *
 }
 
 static void avx2_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    size_t stride = avx2_act_size(w->type, w->n_in);
-    uint8_t *xa = NULL;
-    if (stride) {
-        xa = malloc(stride * (size_t)n_tok);
-        if (!xa) abort(); /* single-threaded convenience entry for tests; the engine uses ember_matmul */
-        for (int64_t t = 0; t < n_tok; t++) q8_prepare(x + t * w->n_in, xa + (size_t)t * stride, w->n_in);
+    const size_t stride = avx2_act_size(w->type, w->n_in);
+    if (!stride) {
+        avx2_matmul_rows(w, x, NULL, 0, y, n_tok, 0, w->n_out);
+        return;
     }
-    avx2_matmul_rows(w, x, xa, stride, y, n_tok, 0, w->n_out);
+    /* single-threaded convenience entry for tests (the engine uses ember_matmul): allocates */
+    uint8_t *xa = aligned_alloc(64, (stride * Q8G_MAX_TOKENS + 63) / 64 * 64);
+    if (!xa) abort();
+    for (int64_t t0 = 0; t0 < n_tok; t0 += Q8G_MAX_TOKENS) {
+        const int64_t nt = n_tok - t0 < Q8G_MAX_TOKENS ? n_tok - t0 : Q8G_MAX_TOKENS;
+        for (int64_t t = 0; t < nt; t++) q8_prepare(x + (t0 + t) * w->n_in, xa + (size_t)t * stride, w->n_in);
+        avx2_matmul_rows(w, NULL, xa, stride, y + t0 * w->n_out, nt, 0, w->n_out);
+    }
     free(xa);
 }
 
@@ -367,4 +380,6 @@ const ember_kernel_ops ember_kernels_avx2 = {
     .silu_mul = avx2_silu_mul,
     .gelu_mul = avx2_gelu_mul,
     .rope_heads = ember_rope_heads_fast,
+    .pack_size = q8g_pack_size,
+    .pack = q8g_pack,
 };

@@ -12,7 +12,7 @@
 
 /* Activations are prepared (quantized) for at most this many tokens at a time; longer batches are
  * processed in chunks, so the scratch stays bounded (act_size * EMBER_ACT_CHUNK bytes). */
-#define EMBER_ACT_CHUNK 64
+#define EMBER_ACT_CHUNK EMBER_MATMUL_MAX_TOKENS
 /* Output rows are handed out in multiples of this (a multiple of every kernel's row tile). */
 #define EMBER_ROW_GRAIN 16
 

@@ -43,6 +43,9 @@ void ember_quantize_row_q8_0(const float *x, ember_block_q8_0 *y, int64_t n);
  * integer sum of the 32 products, then s += (f32(d_w) * f32(d_x)) * isum in block order. */
 float ember_dot_q8_0_q8_0(const ember_block_q8_0 *w, const ember_block_q8_0 *x, int64_t n);
 
+/* The most tokens one matmul_rows call carries (ember_matmul slices longer runs). */
+#define EMBER_MATMUL_MAX_TOKENS 64
+
 typedef struct {
     const char *name;
     /* y[t, o] = sum_i W[o, i] * x[t, i] for t < n_tok: y (n_tok, n_out), x (n_tok, n_in).
@@ -56,7 +59,7 @@ typedef struct {
      * f32 rows are used as they are). act_prepare: prepares one token (n_in values). */
     size_t (*act_size)(ember_type type, int64_t n_in);
     void (*act_prepare)(ember_type type, const float *x, void *xa, int64_t n_in);
-    /* Rows [o0, o1) of y for every token; xa: prepared rows `xa_stride` bytes apart, or NULL.
+    /* Rows [o0, o1) of y for every token (n_tok <= EMBER_MATMUL_MAX_TOKENS); xa: prepared rows `xa_stride` bytes apart, or NULL.
      * Reads w->packed when set (o0 is then a multiple of 16). */
     void (*matmul_rows)(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                         int64_t n_tok, int64_t o0, int64_t o1);

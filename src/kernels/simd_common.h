@@ -7,7 +7,8 @@
  *    rounded down to a multiple of 16) goes to lane i % 16, in increasing i; the lanes are then
  *    summed by the tree below; elements n16..n-1 are added to that scalar one by one.
  *    AVX-512 holds the 16 lanes in one register, AVX2 in two (lanes 0-7, 8-15).
- *  - element-wise ops evaluate the same formula per element, vector lane or scalar tail alike. */
+ *  - element-wise ops evaluate the same formula per element, vector lane or scalar tail alike.
+ *  - Q8_0 products have their own order (q8_groups.h). */
 #ifndef EMBER_SIMD_COMMON_H
 #define EMBER_SIMD_COMMON_H
 

@@ -92,37 +92,62 @@ static void *bw_thread(void *arg) {
     return NULL;
 }
 
-/* Read bandwidth in GB/s (1e9 bytes): best of `rounds` passes over `mib` MiB with n_threads threads. */
-static double membw(int n_threads, size_t mib, int rounds) {
-    size_t n = mib * 1024 * 1024 / sizeof(uint64_t);
-    uint64_t *data = malloc(n * sizeof *data);
-    int nt = n_threads < 64 ? n_threads : 64;
-    if (!data) return 0;
-    for (size_t i = 0; i < n; i++) data[i] = i * 0x9e3779b97f4a7c15ull; /* touch every page */
-    pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
+/* A bandwidth probe: n_threads threads and their array, kept for `rounds` passes run on demand
+ * (between passes the threads sleep at a barrier, so the caller can run other work). */
+typedef struct {
+    uint64_t *data;
+    size_t n; /* values per thread */
+    int nt;
     pthread_t th[64];
     bw_slice sl[64];
-    for (int i = 0; i < nt; i++) {
-        sl[i] = (bw_slice){.data = data + n / (size_t)nt * (size_t)i, .n = n / (size_t)nt, .rounds = rounds, .bar = &bar};
-        pthread_create(&th[i], NULL, bw_thread, &sl[i]);
+    pthread_barrier_t bar;
+} bw_probe;
+
+static bool probe_start(bw_probe *p, int n_threads, size_t mib, int rounds) {
+    p->nt = n_threads < 64 ? n_threads : 64;
+    size_t total = mib * 1024 * 1024 / sizeof(uint64_t);
+    p->n = total / (size_t)p->nt;
+    p->data = malloc(total * sizeof *p->data);
+    if (!p->data) return false;
+    for (size_t i = 0; i < total; i++) p->data[i] = i * 0x9e3779b97f4a7c15ull; /* touch every page */
+    pthread_barrier_init(&p->bar, NULL, (unsigned)p->nt + 1);
+    for (int i = 0; i < p->nt; i++) {
+        p->sl[i] = (bw_slice){.data = p->data + p->n * (size_t)i, .n = p->n, .rounds = rounds, .bar = &p->bar};
+        pthread_create(&p->th[i], NULL, bw_thread, &p->sl[i]);
     }
+    return true;
+}
+
+/* One pass: GB/s (1e9 bytes) read by all threads together. */
+static double probe_pass(bw_probe *p) {
+    pthread_barrier_wait(&p->bar);
+    double t0 = now_s();
+    pthread_barrier_wait(&p->bar);
+    return (double)(p->n * (size_t)p->nt * sizeof *p->data) / (now_s() - t0) / 1e9;
+}
+
+/* After exactly `rounds` passes. */
+static void probe_stop(bw_probe *p) {
+    uint64_t sink = 0;
+    for (int i = 0; i < p->nt; i++) {
+        pthread_join(p->th[i], NULL);
+        sink += p->sl[i].sum;
+    }
+    pthread_barrier_destroy(&p->bar);
+    free(p->data);
+    if (sink == 42) fprintf(stderr, " "); /* keeps the sums alive */
+}
+
+/* Read bandwidth in GB/s: best of `rounds` passes over `mib` MiB with n_threads threads. */
+static double membw(int n_threads, size_t mib, int rounds) {
+    bw_probe p;
+    if (!probe_start(&p, n_threads, mib, rounds)) return 0;
     double best = 0;
     for (int r = 0; r < rounds; r++) {
-        pthread_barrier_wait(&bar);
-        double t0 = now_s();
-        pthread_barrier_wait(&bar);
-        double gbs = (double)(n / (size_t)nt * (size_t)nt * sizeof *data) / (now_s() - t0) / 1e9;
+        double gbs = probe_pass(&p);
         if (gbs > best) best = gbs;
     }
-    uint64_t sink = 0;
-    for (int i = 0; i < nt; i++) {
-        pthread_join(th[i], NULL);
-        sink += sl[i].sum;
-    }
-    pthread_barrier_destroy(&bar);
-    free(data);
-    if (sink == 42) fprintf(stderr, " "); /* keeps the sums alive */
+    probe_stop(&p);
     return best;
 }
 
@@ -219,8 +244,47 @@ int main(int argc, char **argv) {
     const double pre_med = median(pre, repeat), dec_med = median(dec, repeat);
     const double rss = peak_rss_mib(); /* before the bandwidth probe allocates its array */
     if (bw) gbs = membw(bw_threads, bw_mib, 10);
-    const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
     const double bytes = (double)ember_model_weight_bytes_per_token(m);
+    /* Paired: the machine's bandwidth can change within seconds (a shared host), so a decode
+     * median and a separate probe may see different states. Here each decoded token is timed
+     * right before one probe pass, and the share of the ceiling is taken per pair. */
+    const int n_pairs = bw ? gen_tokens * repeat : 0;
+    double pair_share = 0, pair_dec = 0, pair_bw = 0;
+    if (n_pairs > 0) {
+        bw_probe p;
+        double *share = malloc((size_t)n_pairs * sizeof(double)), *pd = malloc((size_t)n_pairs * sizeof(double)),
+               *pb = malloc((size_t)n_pairs * sizeof(double));
+        if (!share || !pd || !pb || !probe_start(&p, bw_threads, bw_mib, n_pairs)) {
+            fprintf(stderr, "bench-engine: out of memory for the paired bandwidth probe\n");
+            return 1;
+        }
+        int k = 0;
+        for (int r = 0; r < repeat && err.code == EMBER_OK; r++) {
+            ember_session_reset(s);
+            if (ember_session_prefill(s, ids, prompt_tokens, NULL, &err) != EMBER_OK) break;
+            for (int g = 0; g < gen_tokens; g++, k++) {
+                int32_t next = (int32_t)ember_argmax(ember_session_logits(s), info->n_vocab);
+                double a = now_s();
+                if (ember_session_decode(s, next, NULL, &err) != EMBER_OK) break;
+                pd[k] = 1.0 / (now_s() - a);
+                pb[k] = probe_pass(&p);
+                share[k] = pd[k] * bytes / (pb[k] * 1e9);
+            }
+        }
+        for (int rest = k; rest < n_pairs; rest++) probe_pass(&p); /* lets the probe threads finish */
+        probe_stop(&p);
+        if (err.code != EMBER_OK) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            return 1;
+        }
+        pair_share = median(share, n_pairs);
+        pair_dec = median(pd, n_pairs);
+        pair_bw = median(pb, n_pairs);
+        free(share);
+        free(pd);
+        free(pb);
+    }
+    const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
     if (json) {
         printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
                "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "
@@ -229,6 +293,9 @@ int main(int argc, char **argv) {
                model_path, info->kernels, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med, dec_med, pre_min,
                pre_max, dec_min, dec_max, load_s, rss, bytes / 1e6);
         if (bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", gbs, gbs * 1e9 / bytes);
+        if (n_pairs > 0)
+            printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
+                   n_pairs, pair_share, pair_dec, pair_bw);
         printf("}\n");
     } else {
         printf("model      %s (%s, %s)\n", model_path, info->family, info->dtype_summary);
@@ -242,6 +309,10 @@ int main(int argc, char **argv) {
         if (bw)
             printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, gbs * 1e9 / bytes,
                    100.0 * dec_med / (gbs * 1e9 / bytes));
+        if (n_pairs > 0)
+            printf("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
+                   "           one probe pass right after it (medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
+                   100.0 * pair_share, n_pairs, pair_dec, pair_bw);
     }
     free(ids);
     free(pre);

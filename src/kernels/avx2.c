@@ -100,14 +100,14 @@ static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
 /* Spans [s0, s1) of one 4-row group times T <= 2 tokens (q8g_kernel_fn): a 64-byte step is two
  * registers, rows 0-1 (lanes 0-7) and rows 2-3 (lanes 8-15). */
 EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, int64_t s0, int64_t s1,
-                           float *lanes) {
+                           float *lanes, bool first, float *y, int64_t n_out, int rows) {
     const size_t odx = q8g_off_dx(nb);
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     __m256 acc[2][2];
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++) {
-        acc[t][0] = _mm256_load_ps(lanes + 16 * t);
-        acc[t][1] = _mm256_load_ps(lanes + 16 * t + 8);
+        acc[t][0] = first ? _mm256_setzero_ps() : _mm256_load_ps(lanes + 16 * t);
+        acc[t][1] = first ? _mm256_setzero_ps() : _mm256_load_ps(lanes + 16 * t + 8);
     }
     for (int64_t s = s0; s < s1; s++, g += Q8G_SPAN_BYTES) {
 #pragma GCC unroll 2
@@ -139,18 +139,35 @@ EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, in
             }
         }
     }
+    if (!y) {
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            _mm256_store_ps(lanes + 16 * t, acc[t][0]);
+            _mm256_store_ps(lanes + 16 * t + 8, acc[t][1]);
+        }
+        return;
+    }
+    /* (p0 + p1) + (p2 + p3) in every 128-bit lane (one row each), as avx512.c */
 #pragma GCC unroll 2
     for (int t = 0; t < T; t++) {
-        _mm256_store_ps(lanes + 16 * t, acc[t][0]);
-        _mm256_store_ps(lanes + 16 * t + 8, acc[t][1]);
+        float out[4];
+        for (int hh = 0; hh < 2; hh++) {
+            const __m256 pairs = _mm256_add_ps(acc[t][hh], _mm256_permute_ps(acc[t][hh], 0xB1));
+            const __m256 sums = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0x4E));
+            out[2 * hh] = _mm256_cvtss_f32(sums);
+            out[2 * hh + 1] = _mm_cvtss_f32(_mm256_extractf128_ps(sums, 1));
+        }
+        for (int r = 0; r < rows; r++) y[t * n_out + r] = out[r];
     }
 }
 
-static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes) {
-    q8g_spans256(g, xs, 1, nb, s0, s1, lanes);
+static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,
+                            bool first, float *y, int64_t n_out, int rows) {
+    q8g_spans256(g, xs, 1, nb, s0, s1, lanes, first, y, n_out, rows);
 }
-static void q8g_kernel256_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes) {
-    q8g_spans256(g, xs, 2, nb, s0, s1, lanes);
+static void q8g_kernel256_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,
+                            bool first, float *y, int64_t n_out, int rows) {
+    q8g_spans256(g, xs, 2, nb, s0, s1, lanes, first, y, n_out, rows);
 }
 static const q8g_kernel_fn q8g_kernels256[2] = {q8g_kernel256_1, q8g_kernel256_2};
 

@@ -88,11 +88,11 @@ static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
  * (row, block) pairs of a quad of blocks; the activation side is the same 16 bytes for every row,
  * broadcast. Two integer chains per token (even and odd steps) hide vpdpbusd's latency. */
 EMBER_AI void q8g_spans512(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, int64_t s0, int64_t s1,
-                           float *lanes) {
+                           float *lanes, bool first, float *y, int64_t n_out, int rows) {
     const size_t odx = q8g_off_dx(nb), ocorr = q8g_off_corr(nb);
     __m512 acc[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) acc[t] = _mm512_load_ps(lanes + 16 * t);
+    for (int t = 0; t < T; t++) acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(lanes + 16 * t);
     for (int64_t s = s0; s < s1; s++, g += Q8G_SPAN_BYTES) {
         const __m512i scales = _mm512_load_si512(g);
 #pragma GCC unroll 2
@@ -124,14 +124,26 @@ EMBER_AI void q8g_spans512(const uint8_t *g, const uint8_t *const *xs, int T, in
             }
         }
     }
+    if (!y) {
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) _mm512_store_ps(lanes + 16 * t, acc[t]);
+        for (int t = 0; t < T; t++) _mm512_store_ps(lanes + 16 * t, acc[t]);
+        return;
+    }
+    /* (p0 + p1) + (p2 + p3) in every 128-bit lane (one row each), then lanes 0, 4, 8, 12 */
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const __m512 pairs = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], 0xB1));
+        const __m512 sums = _mm512_add_ps(pairs, _mm512_permute_ps(pairs, 0x4E));
+        const __m128 out = _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums));
+        if (rows == 4) _mm_storeu_ps(y + t * n_out, out);
+        else _mm_mask_storeu_ps(y + t * n_out, (__mmask8)((1u << rows) - 1), out);
+    }
 }
 
 #define Q8G_KERNEL(T)                                                                                              \
     static void q8g_kernel512_##T(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,  \
-                                  float *lanes) {                                                                  \
-        q8g_spans512(g, xs, T, nb, s0, s1, lanes);                                                                 \
+                                  float *lanes, bool first, float *y, int64_t n_out, int rows) {                   \
+        q8g_spans512(g, xs, T, nb, s0, s1, lanes, first, y, n_out, rows);                                          \
     }
 Q8G_KERNEL(1)
 Q8G_KERNEL(2)
@@ -259,13 +271,34 @@ EMBER_AI __m512 exp512(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
+/* Dot products of q with 4 keys at once: 4 independent chains (one key's chain is latency-bound),
+ * each key in exactly dot16's order. */
+EMBER_AI void dot16_x4(const float *q, const float *k, int64_t stride, int64_t n, float *out) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + r * stride + i), acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        float s = reduce512(acc[r]);
+        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], k[r * stride + i], s);
+        out[r] = s;
+    }
+}
+
 static void avx512_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
                              int64_t hd, float scale, float *scores, float *out) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n_keys; j++) {
-        scores[j] = dot16(q, k + j * kv_stride, hd) * scale;
-        mx = scores[j] > mx ? scores[j] : mx;
+    int64_t key = 0;
+    for (; key + 4 <= n_keys; key += 4) {
+        dot16_x4(q, k + key * kv_stride, kv_stride, hd, scores + key);
+        for (int r = 0; r < 4; r++) scores[key + r] *= scale;
     }
+    for (; key < n_keys; key++) scores[key] = dot16(q, k + key * kv_stride, hd) * scale;
+    float mx = -INFINITY;
+    for (key = 0; key < n_keys; key++) mx = scores[key] > mx ? scores[key] : mx;
     /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
     const __m512 vmx = _mm512_set1_ps(mx);
     const int64_t n16 = n_keys & ~(int64_t)15;
@@ -286,6 +319,19 @@ static void avx512_attn_head(const float *q, const float *k, const float *v, int
     /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
     const int64_t h16 = hd & ~(int64_t)15;
     int64_t d = 0;
+    for (; d + 128 <= h16; d += 128) { /* 8 independent chains per key step */
+        __m512 o[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) o[c] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *vj = v + j * kv_stride + d;
+            const __m512 p = _mm512_set1_ps(scores[j]);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), o[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) _mm512_storeu_ps(out + d + 16 * c, o[c]);
+    }
     for (; d + 64 <= h16; d += 64) {
         __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
         for (int64_t j = 0; j < n_keys; j++) {

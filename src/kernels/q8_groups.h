@@ -104,47 +104,45 @@ static void q8g_pack(const ember_matrix *w, void *dst) {
         q8g_pack_spans(w, row0, 0, ns, (uint8_t *)dst + (size_t)(row0 / 4) * q8g_group_bytes(nb));
 }
 
-/* The end of the order: lanes[r*4 + j] = p_j of row r. */
-EMBER_AI float q8g_finish(const float *lanes, int r) {
-    return (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
-}
-
-/* One span kernel call: spans [s0, s1) of a group (g points at span s0) times T tokens, adding into
- * lanes[t*16 + r*4 + j] (p_j of row r for token t), which it loads and stores. */
+/* One span kernel call: spans [s0, s1) of a group (g points at span s0) times T tokens. The 16
+ * partial sums of token t (lane r*4 + j = p_j of row r) start at +0 when `first`, else from
+ * lanes[t*16 ..]. With y set the call is the last one: it writes row r < rows of token t to
+ * y[t * n_out + r] ((p0 + p1) + (p2 + p3), the end of the order); otherwise it stores the partial
+ * sums back to lanes. */
 typedef void (*q8g_kernel_fn)(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,
-                              float *lanes);
+                              float *lanes, bool first, float *y, int64_t n_out, int rows);
 
 /* Rows [o0, o1) of y = x W^T for n_tok <= Q8G_MAX_TOKENS tokens (o0 a multiple of 4). kern[T-1]
- * takes T tokens, T <= t_max. Repacked weights are read in place; file-layout ones are repacked
- * Q8G_CHUNK_SPANS spans at a time into a stack buffer, so both run the same kernels. */
+ * takes T tokens, T <= t_max. Repacked weights are read in place in one call per token tile;
+ * file-layout ones are repacked Q8G_CHUNK_SPANS spans at a time into a stack buffer, so both run
+ * the same kernels. */
 static void q8g_rows(const q8g_kernel_fn *kern, int t_max, const ember_matrix *w, const void *xa, size_t xa_stride,
                      float *y, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t nb = w->n_in / EMBER_QK8_0, ns = q8g_spans(nb);
     const size_t gbytes = q8g_group_bytes(nb);
-    _Alignas(64) uint8_t buf[Q8G_CHUNK_SPANS * Q8G_SPAN_BYTES];
-    _Alignas(64) float lanes[Q8G_MAX_TOKENS * 16];
+    const uint8_t *xs[Q8G_MAX_TOKENS];
+    for (int64_t t = 0; t < n_tok; t++) xs[t] = (const uint8_t *)xa + (size_t)t * xa_stride;
     for (int64_t o = o0; o < o1; o += 4) {
-        memset(lanes, 0, (size_t)n_tok * 16 * sizeof(float));
-        for (int64_t s0 = 0, s1; s0 < ns; s0 = s1) {
-            const uint8_t *g;
-            if (w->packed) {
-                s1 = ns;
-                g = (const uint8_t *)w->packed + (size_t)(o / 4) * gbytes;
-            } else {
-                s1 = ns - s0 < Q8G_CHUNK_SPANS ? ns : s0 + Q8G_CHUNK_SPANS;
-                q8g_pack_spans(w, o, s0, s1, buf);
-                g = buf;
-            }
+        const int rows = o1 - o < 4 ? (int)(o1 - o) : 4;
+        if (w->packed) {
+            const uint8_t *g = (const uint8_t *)w->packed + (size_t)(o / 4) * gbytes;
             for (int64_t t = 0; t < n_tok; t += t_max) {
                 const int T = n_tok - t < t_max ? (int)(n_tok - t) : t_max;
-                const uint8_t *xs[4];
-                for (int k = 0; k < T; k++) xs[k] = (const uint8_t *)xa + (size_t)(t + k) * xa_stride;
-                kern[T - 1](g, xs, nb, s0, s1, lanes + t * 16);
+                kern[T - 1](g, xs + t, nb, 0, ns, NULL, true, y + t * w->n_out + o, w->n_out, rows);
+            }
+            continue;
+        }
+        _Alignas(64) uint8_t buf[Q8G_CHUNK_SPANS * Q8G_SPAN_BYTES];
+        _Alignas(64) float lanes[Q8G_MAX_TOKENS * 16];
+        for (int64_t s0 = 0, s1; s0 < ns; s0 = s1) {
+            s1 = ns - s0 < Q8G_CHUNK_SPANS ? ns : s0 + Q8G_CHUNK_SPANS;
+            q8g_pack_spans(w, o, s0, s1, buf);
+            for (int64_t t = 0; t < n_tok; t += t_max) {
+                const int T = n_tok - t < t_max ? (int)(n_tok - t) : t_max;
+                kern[T - 1](buf, xs + t, nb, s0, s1, lanes + t * 16, s0 == 0, s1 == ns ? y + t * w->n_out + o : NULL,
+                            w->n_out, rows);
             }
         }
-        const int rows = o1 - o < 4 ? (int)(o1 - o) : 4;
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int r = 0; r < rows; r++) y[t * w->n_out + o + r] = q8g_finish(lanes + t * 16, r);
     }
 }
 

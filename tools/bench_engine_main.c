@@ -250,6 +250,7 @@ int main(int argc, char **argv) {
      * right before one probe pass, and the share of the ceiling is taken per pair. */
     const int n_pairs = bw ? gen_tokens * repeat : 0;
     double pair_share = 0, pair_dec = 0, pair_bw = 0;
+    char *pair_list = NULL; /* JSON: [[decode tok/s, GB/s], ...] */
     if (n_pairs > 0) {
         bw_probe p;
         double *share = malloc((size_t)n_pairs * sizeof(double)), *pd = malloc((size_t)n_pairs * sizeof(double)),
@@ -277,6 +278,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench-engine: %s\n", err.msg);
             return 1;
         }
+        if (json) { /* the pairs themselves, in order (median() sorts) */
+            pair_list = malloc((size_t)n_pairs * 24 + 64);
+            if (pair_list) {
+                size_t len = 0;
+                for (int i = 0; i < n_pairs; i++)
+                    len += (size_t)sprintf(pair_list + len, "%s[%.2f, %.2f]", i ? ", " : "", pd[i], pb[i]);
+            }
+        }
         pair_share = median(share, n_pairs);
         pair_dec = median(pd, n_pairs);
         pair_bw = median(pb, n_pairs);
@@ -296,6 +305,7 @@ int main(int argc, char **argv) {
         if (n_pairs > 0)
             printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
                    n_pairs, pair_share, pair_dec, pair_bw);
+        if (pair_list) printf(", \"pair_values\": [%s]", pair_list);
         printf("}\n");
     } else {
         printf("model      %s (%s, %s)\n", model_path, info->family, info->dtype_summary);
@@ -314,6 +324,7 @@ int main(int argc, char **argv) {
                    "           one probe pass right after it (medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
                    100.0 * pair_share, n_pairs, pair_dec, pair_bw);
     }
+    free(pair_list);
     free(ids);
     free(pre);
     free(dec);

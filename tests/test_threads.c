@@ -67,10 +67,16 @@ int main(void) {
         ember_pool_free(p);
     }
 
-    /* chunk sizes: multiples of the grain, about 8 per thread, never 0 */
-    CHECK(ember_pool_chunk_size(1000, 16, 2) % 16 == 0 && ember_pool_chunk_size(1000, 16, 2) >= 16);
-    CHECK(ember_pool_chunk_size(5, 16, 4) == 16);
-    CHECK(ember_pool_chunk_size(3072, 16, 2) == 192);
+    /* the schedule: one long run per thread (7/8 of the items), then short grain-multiple chunks */
+    int64_t head, tail;
+    ember_pool_schedule(3072, 16, 2, &head, &tail);
+    CHECK(head == 1344 && tail == 96); /* 3072*7/8/2 = 1344; 3072/32 = 96 */
+    ember_pool_schedule(1000, 16, 2, &head, &tail);
+    CHECK(head % 16 == 0 && tail % 16 == 0 && head * 2 <= 1000 && tail >= 16);
+    ember_pool_schedule(5, 16, 4, &head, &tail);
+    CHECK(head == 0 && tail == 16);
+    ember_pool_schedule(16, 1, 2, &head, &tail); /* attention of one decoded token: 16 heads */
+    CHECK(head == 7 && tail == 1);
 
     /* a NULL pool runs on the caller */
     CHECK(run_and_check(NULL, 1, 100, 7));

@@ -15,8 +15,14 @@
 #define EMBER_POOL_SPIN_NS 300000L
 /* How long the caller spins on unfinished chunks before yielding its CPU between checks. */
 #define EMBER_POOL_WAIT_SPIN_NS 50000L
-/* Chunks per thread: enough that a preempted thread's share can be taken over. */
-#define EMBER_POOL_CHUNKS_PER_THREAD 8
+/* Scheduling: the first n_threads claims are one long run each, together 7/8 of the items; the
+ * rest goes out in short chunks (about 1/16 of a thread's share) to whoever is free. Long runs
+ * keep each thread on one sequential stream (every new stream costs the hardware prefetcher a
+ * ramp-up; decode measured 0.49 -> 0.57 of the bandwidth ceiling going from 8 chunks per thread
+ * to 1), the short tail still lets a thread absorb the end of a slower or preempted one's work. */
+#define EMBER_POOL_HEAD_SHARE_NUM 7
+#define EMBER_POOL_HEAD_SHARE_DEN 8
+#define EMBER_POOL_TAIL_PER_THREAD 16
 
 typedef struct {
     ember_pool *pool;
@@ -32,26 +38,27 @@ struct ember_pool {
     pthread_mutex_t mu;     /* guards sleeping */
     pthread_cond_t cv;
 
-    /* The current job. `claim` packs (job generation << 32 | next chunk): a worker claims a chunk
-     * with a compare-and-swap that fails once the job is over, so a worker that wakes up late never
-     * touches a newer job, and the caller waits only for claimed chunks, never for a thread the OS
-     * has not run yet. The fields are atomics because a late worker may read them while the next
+    /* The current job. `claim` packs (job generation << 32 | next unclaimed item): a worker claims
+     * a chunk with a compare-and-swap that fails once the job is over, so a worker that wakes up
+     * late never touches a newer job, and the caller waits only for claimed chunks, never for a
+     * thread the OS has not run yet. The fields are atomics because a late worker may read them while the next
      * job is being set up; it then fails its claim and ignores what it read. */
     _Atomic(ember_pool_fn) fn;
     _Atomic(void *) arg;
-    atomic_int_fast64_t n, chunk, n_chunks;
+    atomic_int_fast64_t n, head, tail;
     atomic_uint_fast64_t claim;
-    atomic_int_fast64_t done;  /* chunks of the current job finished */
+    atomic_int_fast64_t done;  /* items of the current job finished */
     atomic_uint_fast64_t gen;  /* bumped to wake workers; low 32 bits = the job generation */
     atomic_int sleepers;       /* workers waiting on cv */
     atomic_bool stop;
 };
 
-int64_t ember_pool_chunk_size(int64_t n, int64_t grain, int n_threads) {
+void ember_pool_schedule(int64_t n, int64_t grain, int n_threads, int64_t *head, int64_t *tail) {
     if (grain < 1) grain = 1;
-    int64_t want = (n + (int64_t)n_threads * EMBER_POOL_CHUNKS_PER_THREAD - 1) / ((int64_t)n_threads * EMBER_POOL_CHUNKS_PER_THREAD);
-    int64_t c = (want + grain - 1) / grain * grain;
-    return c < grain ? grain : c;
+    if (n_threads < 1) n_threads = 1;
+    *head = n * EMBER_POOL_HEAD_SHARE_NUM / EMBER_POOL_HEAD_SHARE_DEN / n_threads / grain * grain;
+    const int64_t want = n / ((int64_t)n_threads * EMBER_POOL_TAIL_PER_THREAD);
+    *tail = want <= grain ? grain : (want + grain - 1) / grain * grain;
 }
 
 /* Claims and runs chunks of job `g` until none are left or the job is over. */
@@ -59,17 +66,18 @@ static void run_chunks(ember_pool *p, uint32_t g, int tid) {
     for (;;) {
         uint_fast64_t cur = atomic_load_explicit(&p->claim, memory_order_acquire);
         if ((uint32_t)(cur >> 32) != g) return; /* another job now */
-        int64_t c = (int64_t)(uint32_t)cur;
-        if (c >= atomic_load_explicit(&p->n_chunks, memory_order_relaxed)) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_acq_rel, memory_order_relaxed))
+        const int64_t start = (int64_t)(uint32_t)cur, n = atomic_load_explicit(&p->n, memory_order_relaxed);
+        if (start >= n) return;
+        const int64_t head = atomic_load_explicit(&p->head, memory_order_relaxed);
+        const int64_t size = start < head * p->n_threads ? head : atomic_load_explicit(&p->tail, memory_order_relaxed);
+        const int64_t end = start + size < n ? start + size : n;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &cur, (uint_fast64_t)g << 32 | (uint64_t)end,
+                                                   memory_order_acq_rel, memory_order_relaxed))
             continue;
-        /* Chunk c of job g is ours; the job cannot finish (and its fields cannot change) before we
-         * report it done. */
-        const int64_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
-        const int64_t chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
-        const int64_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
-        atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), b, e, tid);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        /* [start, end) of job g is ours; the job cannot finish (and its fields cannot change)
+         * before we report it done. */
+        atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), start, end, tid);
+        atomic_fetch_add_explicit(&p->done, end - start, memory_order_release);
     }
 }
 
@@ -125,8 +133,8 @@ ember_status ember_pool_new(int n_threads, ember_pool **out, ember_error *err) {
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
     atomic_init(&p->n, 0);
-    atomic_init(&p->chunk, 1);
-    atomic_init(&p->n_chunks, 0);
+    atomic_init(&p->head, 0);
+    atomic_init(&p->tail, 1);
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->gen, 0);
@@ -181,19 +189,21 @@ int ember_pool_threads(const ember_pool *p) { return p ? p->n_threads : 1; }
 void ember_pool_for(ember_pool *p, int64_t n, int64_t grain, ember_pool_fn fn, void *arg) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
-    /* One thread, or too little work to split: the caller does it all. */
-    if (!p || p->n_threads == 1 || n <= grain) {
+    /* One thread, or too little work to split (or more items than a claim can name): the caller
+     * does it all. */
+    if (!p || p->n_threads == 1 || n <= grain || n >= (int64_t)UINT32_MAX) {
         fn(arg, 0, n, 0);
         return;
     }
     pthread_mutex_lock(&p->run_mu);
-    const int64_t chunk = ember_pool_chunk_size(n, grain, p->n_threads), n_chunks = (n + chunk - 1) / chunk;
+    int64_t head, tail;
+    ember_pool_schedule(n, grain, p->n_threads, &head, &tail);
     const uint32_t g = (uint32_t)atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n, n, memory_order_relaxed);
-    atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
-    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->head, head, memory_order_relaxed);
+    atomic_store_explicit(&p->tail, tail, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->claim, (uint_fast64_t)g << 32, memory_order_release); /* opens the job */
     atomic_fetch_add(&p->gen, 1); /* seq_cst: wakes spinners, and is ordered before reading sleepers */
@@ -206,7 +216,7 @@ void ember_pool_for(ember_pool *p, int64_t n, int64_t grain, ember_pool_fn fn, v
     /* Wait for chunks other threads claimed and are still running. */
     int64_t t0 = 0;
     unsigned spins = 0;
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n) {
         cpu_relax();
         if (++spins % 64 == 0) {
             int64_t t = now_ns();
@@ -214,7 +224,7 @@ void ember_pool_for(ember_pool *p, int64_t n, int64_t grain, ember_pool_fn fn, v
             else if (t - t0 > EMBER_POOL_WAIT_SPIN_NS) sched_yield(); /* a descheduled worker needs a CPU */
         }
     }
-    /* Close the job: a late worker's claim now fails. */
+    /* Close the job: a late worker's claim now fails (no item is left). */
     atomic_store_explicit(&p->claim, (uint_fast64_t)g << 32 | 0xffffffffu, memory_order_release);
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -147,24 +147,22 @@ static ember_status refuse_experts(binder *b) {
  * evaluation allocates), and the weights repacked into the kernel set's layout where it has one
  * (kernels/compute.c; the mapped source pages are then released). Embedding tables used only for
  * row lookups (token_embd when tied, per_layer_token_embd, position_embd) stay as mapped. */
+static ember_status prepare_matrix(ember_model *m, ember_matrix *w, ember_error *err) {
+    if (!w->data) return EMBER_OK;
+    ember_status st = ember_compute_reserve(m->compute, w->type, w->n_in, err);
+    return st != EMBER_OK ? st : ember_compute_pack(m->compute, w, true, err);
+}
+
+/* In the order a forward pass reads them: repacked copies are laid out in packing order. */
 static ember_status prepare_weights(ember_model *m, ember_error *err) {
-    ember_matrix *top[] = {&m->output, &m->ple_proj};
-    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (top[i]->data) {
-            TRY(ember_compute_reserve(m->compute, top[i]->type, top[i]->n_in, err));
-            TRY(ember_compute_pack(m->compute, top[i], true, err));
-        }
+    TRY(prepare_matrix(m, &m->ple_proj, err)); /* gemma4's per-layer input projection comes first */
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];
-        ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->w_gate, &L->w_up, &L->w_down,
+        ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                 &L->inp_gate, &L->proj};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if (mats[i]->data) {
-                TRY(ember_compute_reserve(m->compute, mats[i]->type, mats[i]->n_in, err));
-                TRY(ember_compute_pack(m->compute, mats[i], true, err));
-            }
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) TRY(prepare_matrix(m, mats[i], err));
     }
-    return EMBER_OK;
+    return prepare_matrix(m, &m->output, err);
 }
 
 ember_status ember_model_load(const ember_model_params *p, ember_model **out, ember_error *err) {

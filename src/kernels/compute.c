@@ -23,9 +23,11 @@ struct ember_compute {
     pthread_mutex_t mu; /* guards xa: one product at a time per model */
     uint8_t *xa;        /* (EMBER_ACT_CHUNK, act_size) prepared activations, grown during warm-up */
     size_t xa_cap;
-    void **packs;       /* (n_packs) repacked weight copies */
+    void **packs;       /* (n_packs) arena chunks holding the repacked weight copies */
     size_t *pack_sizes; /* (n_packs) */
     int64_t n_packs, cap_packs;
+    uint8_t *arena_next; /* free space at the end of the last chunk */
+    size_t arena_left;
     size_t packed_bytes;
     bool no_packing;    /* EMBER_WEIGHTS=mapped */
 };
@@ -121,12 +123,16 @@ static void pack_groups(void *arg, int64_t begin, int64_t end, int tid) {
     j->ops->pack(&sub, j->dst + (size_t)begin * j->group_bytes);
 }
 
-ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_source, ember_error *err) {
-    if (c->no_packing || !c->ops->pack || w->packed || !w->data) return EMBER_OK;
-    const size_t bytes = c->ops->pack_size(w);
-    if (bytes == 0) return EMBER_OK;
+/* Repacked weights live in large anonymous mappings ("arena chunks"), 2 MiB aligned with
+ * transparent huge pages requested, filled in the order the loader packs the matrices: consecutive
+ * products then read consecutive memory, and few TLB entries cover all of it. (One mapping per
+ * matrix left most small matrices, and the unaligned ends of the others, on 4 KiB pages.) */
+#define EMBER_ARENA_CHUNK ((size_t)256 << 20)
+#define EMBER_HUGE_PAGE ((size_t)2 << 20)
+
+static ember_status arena_chunk(ember_compute *c, size_t want, ember_error *err) {
     if (c->n_packs == c->cap_packs) {
-        int64_t cap = c->cap_packs ? 2 * c->cap_packs : 64;
+        int64_t cap = c->cap_packs ? 2 * c->cap_packs : 16;
         void **p = realloc(c->packs, (size_t)cap * sizeof *p);
         if (p) c->packs = p;
         size_t *q = p ? realloc(c->pack_sizes, (size_t)cap * sizeof *q) : NULL;
@@ -134,14 +140,37 @@ ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_
         if (!p || !q) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
         c->cap_packs = cap;
     }
-    /* An anonymous mapping: page-aligned, returned to the system on free, and eligible for
-     * transparent huge pages (fewer TLB misses while streaming the weights). */
-    void *dst = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (dst == MAP_FAILED)
-        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights", bytes);
+    const size_t size = (want + EMBER_HUGE_PAGE - 1) / EMBER_HUGE_PAGE * EMBER_HUGE_PAGE;
+    uint8_t *raw = mmap(NULL, size + EMBER_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
+                               size);
+    /* keep the 2 MiB aligned part, give back the rest */
+    uint8_t *start = (uint8_t *)(((uintptr_t)raw + EMBER_HUGE_PAGE - 1) & ~(uintptr_t)(EMBER_HUGE_PAGE - 1));
+    if (start > raw) munmap(raw, (size_t)(start - raw));
+    if (raw + size + EMBER_HUGE_PAGE > start + size) munmap(start + size, (size_t)(raw + size + EMBER_HUGE_PAGE - (start + size)));
 #ifdef MADV_HUGEPAGE
-    if (bytes >= ((size_t)2 << 20)) madvise(dst, bytes, MADV_HUGEPAGE);
+    madvise(start, size, MADV_HUGEPAGE);
 #endif
+    c->packs[c->n_packs] = start;
+    c->pack_sizes[c->n_packs++] = size;
+    c->arena_next = start;
+    c->arena_left = size;
+    return EMBER_OK;
+}
+
+ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_source, ember_error *err) {
+    if (c->no_packing || !c->ops->pack || w->packed || !w->data) return EMBER_OK;
+    const size_t bytes = c->ops->pack_size(w);
+    if (bytes == 0) return EMBER_OK;
+    const size_t reserved = (bytes + 4095) & ~(size_t)4095; /* page-aligned starts */
+    if (reserved > c->arena_left) {
+        ember_status st = arena_chunk(c, reserved > EMBER_ARENA_CHUNK ? reserved : EMBER_ARENA_CHUNK, err);
+        if (st != EMBER_OK) return st;
+    }
+    uint8_t *dst = c->arena_next;
+    c->arena_next += reserved;
+    c->arena_left -= reserved;
     /* Pack 4-row groups in parallel: the layout is one run per group, so a sub-matrix of whole
      * groups packs into its own slice. (The first touch of mapped pages dominates the cost.) */
     pack_job j = {.ops = c->ops, .w = w, .dst = dst};
@@ -149,8 +178,6 @@ ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_
     four.n_out = 4;
     j.group_bytes = c->ops->pack_size(&four);
     ember_pool_for(c->pool, (w->n_out + 3) / 4, 8, pack_groups, &j);
-    c->packs[c->n_packs] = dst;
-    c->pack_sizes[c->n_packs++] = bytes;
     c->packed_bytes += bytes;
     if (release_source) {
         /* Drop the source pages (whole pages inside the tensor only) from this process: the copy

@@ -264,6 +264,28 @@ EMBER_AI float dot16(const float *a, const float *b, int64_t n) {
 
 static float avx2_dot_f32(const float *a, const float *b, int64_t n) { return dot16(a, b, n); }
 
+/* Dot products of q with 4 keys at once: 4 independent chains, each key in exactly dot16's order. */
+EMBER_AI void dot16_x4(const float *q, const float *k, int64_t stride, int64_t n, float *out) {
+    __m256 lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            lo[r] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k + r * stride + i), lo[r]);
+            hi[r] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k + r * stride + i + 8), hi[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        float s = ember_reduce16(lo[r], hi[r]);
+        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], k[r * stride + i], s);
+        out[r] = s;
+    }
+}
+
 EMBER_AI __m256 exp256(__m256 x) {
     x = _mm256_max_ps(_mm256_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
     x = _mm256_min_ps(_mm256_set1_ps(EMBER_EXP_HI), x);
@@ -284,11 +306,14 @@ EMBER_AI __m256 exp256(__m256 x) {
 
 static void avx2_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
                            int64_t hd, float scale, float *scores, float *out) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n_keys; j++) {
-        scores[j] = dot16(q, k + j * kv_stride, hd) * scale;
-        mx = scores[j] > mx ? scores[j] : mx;
+    int64_t key = 0;
+    for (; key + 4 <= n_keys; key += 4) {
+        dot16_x4(q, k + key * kv_stride, kv_stride, hd, scores + key);
+        for (int r = 0; r < 4; r++) scores[key + r] *= scale;
     }
+    for (; key < n_keys; key++) scores[key] = dot16(q, k + key * kv_stride, hd) * scale;
+    float mx = -INFINITY;
+    for (key = 0; key < n_keys; key++) mx = scores[key] > mx ? scores[key] : mx;
     /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
     const __m256 vmx = _mm256_set1_ps(mx);
     const int64_t n16 = n_keys & ~(int64_t)15;
@@ -313,6 +338,19 @@ static void avx2_attn_head(const float *q, const float *k, const float *v, int64
     /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
     const int64_t h8 = hd & ~(int64_t)7;
     int64_t d = 0;
+    for (; d + 64 <= h8; d += 64) { /* 8 independent chains per key step */
+        __m256 o[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *vj = v + j * kv_stride + d;
+            const __m256 p = _mm256_set1_ps(scores[j]);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), o[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + d + 8 * c, o[c]);
+    }
     for (; d + 32 <= h8; d += 32) {
         __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
         for (int64_t j = 0; j < n_keys; j++) {

@@ -317,17 +317,3 @@ end)
 
 -- the tiny models made for this file
 teardown(function() require("helpers.fixtures").cleanup() end)
-
-describe("streamed text", function()
-  it("holds back only the bytes of an unfinished UTF-8 character", function()
-    local f = cli.utf8_complete_prefix
-    assert.equal(0, f(""))
-    assert.equal(3, f("abc"))
-    assert.equal(2, f("ab\xC3"))           -- lead of a 2-byte character, alone
-    assert.equal(4, f("ab\xC3\xA9"))       -- é complete
-    assert.equal(1, f("a\xE2\x82"))        -- 2 of the 3 bytes of €
-    assert.equal(4, f("a\xE2\x82\xAC"))    -- € complete
-    assert.equal(1, f("a\xF0\x9F\x98"))    -- 3 of the 4 bytes of an emoji
-    assert.equal(2, f("a\xA9"))             -- a stray continuation byte is printed as it is
-  end)
-end)

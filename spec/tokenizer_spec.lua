@@ -293,6 +293,57 @@ describe("streaming decode", function()
     st:close()
   end)
 
+  for _, fam in ipairs(FAMILIES) do
+    it(fam.name .. " (" .. fam.kind .. "): an exact stream adds up to decode, for any ids", function()
+      local tok, why = load(fam.kind, fam.rel)
+      if not tok then return pending(why) end
+      local function exact_all(ids)
+        local st, parts = tok:stream { exact = true }, {}
+        for _, id in ipairs(ids) do parts[#parts + 1] = st:push(id) end
+        parts[#parts + 1] = st:flush()
+        return table.concat(parts)
+      end
+      local text = "\u{1F680} (normal) \u{1780}\u{17B6}\u{1793} 我想在apple工作"
+      local ids = tok:encode(text)
+      assert.are.equal(tok:decode(ids), exact_all(ids))
+      -- random ids split characters anywhere and make byte runs that never form one; the
+      -- stream must still reproduce decode byte for byte
+      local rng = 12345
+      for _ = 1, 20 do
+        local rand = {}
+        for i = 1, 64 do
+          rng = (rng * 1103515245 + 12345) % 2147483648
+          rand[i] = rng % tok.vocab_size
+        end
+        assert.are.equal(tok:decode(rand), exact_all(rand))
+      end
+    end)
+  end
+
+  it("exact passes bytes that cannot finish through unchanged, and skips the BOS decode skips", function()
+    local tok, why = load("file", "tokenizers/gpt2/tokenizer.json")
+    if not tok then return pending(why) end
+    local st = tok:stream { exact = true }
+    local e2, ff = tok:find("\u{E2}"), tok:find("\u{FF}")
+    assert.are.equal("", st:push(e2))
+    assert.are.equal("\xE2\xFF", st:push(ff))
+    assert.are.equal("", st:push(e2))
+    assert.are.equal("\xE2A", st:push(tok:find("A")))
+    assert.are.equal("", st:push(e2))
+    assert.are.equal("\xE2", st:flush())
+    assert.has_error(function() tok:stream { exact = true, strip_space = true } end)
+    local spm = load("gguf", "tokenizers/llama-spm/vocab-only.gguf")
+    if spm then
+      local ids = spm:encode("Hello world")
+      assert.are.equal(1, ids[1])
+      local s2 = spm:stream { exact = true }
+      local out = {}
+      for _, id in ipairs(ids) do out[#out + 1] = s2:push(id) end
+      assert.are.equal("Hello world", table.concat(out) .. s2:flush())
+      assert.are.equal(spm:decode(ids), table.concat(out))
+    end
+  end)
+
   it("skip_special leaves control tokens out; strip_space drops the SentencePiece prefix", function()
     local tok, why = load("gguf", "tokenizers/llama-spm/vocab-only.gguf")
     if not tok then return pending(why) end

@@ -9,23 +9,6 @@ local selectors = require("ember.selectors")
 
 local M = {}
 
--- Length of the longest prefix of s that does not end inside an unfinished UTF-8 character
--- (a lead byte whose continuation bytes have not all arrived). Invalid bytes count as complete:
--- they are printed as they are, like the final text.
-local function utf8_complete_prefix(s)
-  local n = #s
-  for back = 0, math.min(3, n - 1) do
-    local b = s:byte(n - back)
-    if b < 0x80 then return n end -- ASCII: nothing pending
-    if b >= 0xC0 then -- a lead byte: how long its character must be
-      local need = b >= 0xF0 and 4 or b >= 0xE0 and 3 or 2
-      return back + 1 < need and n - back - 1 or n
-    end
-  end
-  return n
-end
-M.utf8_complete_prefix = utf8_complete_prefix
-
 -- ---- flags ---------------------------------------------------------------------------------------
 
 -- kind: "string" (any value), "path", "uint", "float", "bool" (no value), or a parse function.
@@ -442,19 +425,19 @@ local function run_generate(args, argv, io_)
   local outputs = {}
   if o["activation-stats"] then outputs.activation_stats = o["activation-stats"] end
 
-  -- Text is streamed as it is generated, byte for byte what the final text will be: each step
-  -- decodes the ids so far and prints what is new, holding back only the bytes of a UTF-8
-  -- character that is not complete yet. The end-of-sequence token is not text.
-  local ids, printed, eos = {}, 0, model.tokenizer and model.tokenizer.eos_id
+  -- Text is streamed as it is generated, byte for byte what the final text will be: an exact
+  -- detokenizer stream hands back each token's bytes as they complete characters, holding back
+  -- only an unfinished UTF-8 character (what is still held at the end is printed with the final
+  -- text). The end-of-sequence token is not text.
+  local printed, eos = 0, model.tokenizer and model.tokenizer.eos_id
+  local stream = model.tokenizer and model.tokenizer:stream { exact = true }
   local function on_token(id)
-    if not model.tokenizer or id == eos then return end
-    ids[#ids + 1] = id
-    local text = model:detokenize(ids)
-    local stop = utf8_complete_prefix(text)
-    if stop > printed then
-      io_.stdout:write(text:sub(printed + 1, stop))
+    if not stream or id == eos then return end
+    local chunk = stream:push(id)
+    if #chunk > 0 then
+      io_.stdout:write(chunk)
       if io_.stdout.flush then io_.stdout:flush() end
-      printed = stop
+      printed = printed + #chunk
     end
   end
   local result = require("ember.run").execute {

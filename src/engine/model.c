@@ -153,16 +153,21 @@ static ember_status prepare_matrix(ember_model *m, ember_matrix *w, ember_error 
     return st != EMBER_OK ? st : ember_compute_pack(m->compute, w, true, err);
 }
 
-/* In the order a forward pass reads them: repacked copies are laid out in packing order. */
+/* Repacked copies are laid out in packing order, which follows a decode step round the cycle: the
+ * output head (the end of one step, before the next step's layers), gemma4's per-layer input
+ * projection, then the layers. The output head goes first also because it is often the token
+ * embedding itself (tied): its source pages, touched by the copy, are released before the rest is
+ * packed, which keeps the peak resident size at about one copy of the weights. */
 static ember_status prepare_weights(ember_model *m, ember_error *err) {
-    TRY(prepare_matrix(m, &m->ple_proj, err)); /* gemma4's per-layer input projection comes first */
+    TRY(prepare_matrix(m, &m->output, err));
+    TRY(prepare_matrix(m, &m->ple_proj, err));
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];
         ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                 &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) TRY(prepare_matrix(m, mats[i], err));
     }
-    return prepare_matrix(m, &m->output, err);
+    return EMBER_OK;
 }
 
 ember_status ember_model_load(const ember_model_params *p, ember_model **out, ember_error *err) {

@@ -140,9 +140,17 @@ int32_t ember_tokenizer_find(const ember_tokenizer *t, const char *text, size_t 
 typedef struct ember_detok_stream ember_detok_stream;
 
 enum {
-    EMBER_DETOK_SKIP_SPECIAL = 1u,       /* control/unknown tokens contribute nothing */
-    EMBER_DETOK_STRIP_LEADING_SPACE = 2u /* drop one leading space of the first piece when the
-                                            tokenizer's prefix space put it there */
+    EMBER_DETOK_SKIP_SPECIAL = 1u,        /* control/unknown tokens contribute nothing */
+    EMBER_DETOK_STRIP_LEADING_SPACE = 2u, /* drop one leading space of the first piece when the
+                                             tokenizer's prefix space put it there */
+    EMBER_DETOK_AS_DECODE = 4u            /* the chunks plus the flush add up to
+                                             ember_tokenizer_decode of the same ids, byte for byte:
+                                             bytes that can never form a character pass through
+                                             unchanged (not U+FFFD), the BOS the tokenizer adds is
+                                             skipped when it is the first id, the first piece's
+                                             prefix space is dropped as decode drops it. Only an
+                                             unfinished character is held back. Other flags are
+                                             ignored. */
 };
 
 ember_status ember_detok_stream_new(const ember_tokenizer *t, unsigned flags, ember_detok_stream **out,
@@ -150,7 +158,8 @@ ember_status ember_detok_stream_new(const ember_tokenizer *t, unsigned flags, em
 /* text, len: the newly completed text (possibly empty); valid until the next call on s. */
 ember_status ember_detok_stream_push(ember_detok_stream *s, int32_t id, const char **text, size_t *len,
                                      ember_error *err);
-/* Ends the stream: whatever incomplete bytes are held come out as U+FFFD; the stream restarts. */
+/* Ends the stream: whatever incomplete bytes are held come out as U+FFFD (unchanged with
+ * EMBER_DETOK_AS_DECODE); the stream restarts. */
 void ember_detok_stream_flush(ember_detok_stream *s, const char **text, size_t *len);
 void ember_detok_stream_reset(ember_detok_stream *s);
 void ember_detok_stream_free(ember_detok_stream *s);

@@ -55,6 +55,7 @@ struct ember_detok_stream {
     const ember_tokenizer *t;
     unsigned flags;
     bool started;     /* a piece has been emitted since the start/flush */
+    bool any_id;      /* an id has been pushed since the start/flush */
     char *pending;    /* bytes of an incomplete character, at most 3 */
     size_t n_pending;
     char *out;        /* the chunk handed back by the last call */
@@ -74,7 +75,7 @@ ember_status ember_detok_stream_new(const ember_tokenizer *t, unsigned flags, em
         return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory for a detokenizer stream");
     }
     s->t = t;
-    s->flags = flags;
+    s->flags = flags & EMBER_DETOK_AS_DECODE ? EMBER_DETOK_AS_DECODE | EMBER_DETOK_STRIP_LEADING_SPACE : flags;
     *out = s;
     return EMBER_OK;
 }
@@ -91,6 +92,7 @@ void ember_detok_stream_free(ember_detok_stream *s)
 void ember_detok_stream_reset(ember_detok_stream *s)
 {
     s->started = false;
+    s->any_id = false;
     s->n_pending = 0;
 }
 
@@ -139,10 +141,12 @@ static bool out_reserve(ember_detok_stream *s, size_t n)
     return grow(&s->out, &s->cap_out, n);
 }
 
-/* Moves the complete characters of bytes[0..n) to s->out (at *o); invalid bytes become U+FFFD and
- * a valid but unfinished tail is kept in pending (unless final, then it becomes U+FFFD too). */
+/* Moves the complete characters of bytes[0..n) to s->out (at *o); invalid bytes become U+FFFD (or
+ * pass through unchanged with EMBER_DETOK_AS_DECODE) and a valid but unfinished tail is kept in
+ * pending (unless final: then it is treated as invalid). */
 static void emit_valid(ember_detok_stream *s, const unsigned char *bytes, size_t n, size_t *o, bool final)
 {
+    const bool raw = s->flags & EMBER_DETOK_AS_DECODE;
     size_t i = 0;
     while (i < n) {
         if (bytes[i] < 0x80) {
@@ -163,9 +167,15 @@ static void emit_valid(ember_detok_stream *s, const unsigned char *bytes, size_t
             s->n_pending = k;
             return;
         }
-        memcpy(s->out + *o, "\xEF\xBF\xBD", 3);
-        *o += 3;
-        i += k ? k : 1;
+        const size_t bad = k ? k : 1;
+        if (raw) {
+            memcpy(s->out + *o, bytes + i, bad);
+            *o += bad;
+        } else {
+            memcpy(s->out + *o, "\xEF\xBF\xBD", 3);
+            *o += 3;
+        }
+        i += bad;
     }
 }
 
@@ -177,6 +187,9 @@ ember_status ember_detok_stream_push(ember_detok_stream *s, int32_t id, const ch
     const ember_tokenizer *t = s->t;
     ember_status st = check_id(t, id, err);
     if (st != EMBER_OK) return st;
+    const bool first_id = !s->any_id;
+    s->any_id = true;
+    if ((s->flags & EMBER_DETOK_AS_DECODE) && first_id && t->cfg.add_bos && id == t->cfg.bos_id) return EMBER_OK;
     if ((s->flags & EMBER_DETOK_SKIP_SPECIAL) && ember_tokenizer_is_special(t, id)) return EMBER_OK;
     const char *p = t->piece + t->piece_off[id];
     size_t l = t->piece_len[id];

@@ -261,15 +261,23 @@ static lstream *check_stream(lua_State *L, int idx)
     return s;
 }
 
-/* tok:stream([{skip_special=false, strip_space=false}]) -> ember.DetokStream */
+/* tok:stream([{skip_special=false, strip_space=false, exact=false}]) -> ember.DetokStream
+ * exact: the chunks add up to tok:decode(ids) byte for byte (EMBER_DETOK_AS_DECODE; the other
+ * options may not be combined with it). */
 static int tok_stream(lua_State *L)
 {
-    static const char *const valid[] = { "skip_special", "strip_space", NULL };
+    static const char *const valid[] = { "skip_special", "strip_space", "exact", NULL };
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     int opts = opts_index(L, 2, "stream", valid);
     unsigned flags = 0;
     if (opt_bool(L, opts, "stream", "skip_special", 0)) flags |= EMBER_DETOK_SKIP_SPECIAL;
     if (opt_bool(L, opts, "stream", "strip_space", 0)) flags |= EMBER_DETOK_STRIP_LEADING_SPACE;
+    if (opt_bool(L, opts, "stream", "exact", 0)) {
+        if (flags)
+            return luaL_error(L, "stream: 'exact' reproduces decode and cannot be combined with 'skip_special' or "
+                                 "'strip_space'");
+        flags = EMBER_DETOK_AS_DECODE;
+    }
     lstream *s = lua_newuserdatauv(L, sizeof *s, 1); /* [tok, (opts), stream] */
     s->s = NULL;
     s->owner = lua_touserdata(L, 1);
@@ -295,7 +303,8 @@ static int stream_push(lua_State *L)
     return 1;
 }
 
-/* stream:flush() -> what was held back (an unfinished character becomes U+FFFD); restarts. */
+/* stream:flush() -> what was held back (an unfinished character becomes U+FFFD, or stays as it is
+ * with exact); restarts. */
 static int stream_flush(lua_State *L)
 {
     lstream *s = check_stream(L, 1);

@@ -243,11 +243,11 @@ static void test_q8_documented_order(ember_kernels k) {
     static const int64_t nbs[] = {1, 3, 4, 5, 8, 9, 17, 33, 96};
     int bad = 0, total = 0;
     for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++)
-        for (int pack = 0; pack < 2; pack++) {
-            const int64_t nb = nbs[bi], n_in = 32 * nb, n_out = 7, n_tok = 5;
+        for (int pack = 0; pack < 4; pack++) { /* packed or file layout; 5 tokens or 1 (decode) */
+            const int64_t nb = nbs[bi], n_in = 32 * nb, n_out = 7, n_tok = pack < 2 ? 5 : 1;
             void *buf;
             ember_matrix w = make_matrix(EMBER_TYPE_Q8_0, n_out, n_in, &buf);
-            if (pack) CHECK(ember_compute_pack(c, &w, false, &err) == EMBER_OK && w.packed != NULL);
+            if (pack % 2) CHECK(ember_compute_pack(c, &w, false, &err) == EMBER_OK && w.packed != NULL);
             float *x = random_vec(n_tok * n_in), *y = malloc((size_t)(n_tok * n_out) * sizeof(float));
             ember_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
             ember_matmul(c, &w, x, y, n_tok);

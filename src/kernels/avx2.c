@@ -207,7 +207,7 @@ static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t 
 static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                              int64_t n_tok, int64_t o0, int64_t o1) {
     if (w->type == EMBER_TYPE_Q8_0) {
-        q8g_rows(q8g_kernels256, 2, w, xa, xa_stride, y, n_tok, o0, o1);
+        q8g_rows(q8g_kernels256, 2, NULL, w, xa, xa_stride, y, n_tok, o0, o1);
         return;
     }
     const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;

@@ -140,6 +140,44 @@ EMBER_AI void q8g_spans512(const uint8_t *g, const uint8_t *const *xs, int T, in
     }
 }
 
+/* One file-layout row times one token (q8g_row_fn), for decoding with weights read in place: a
+ * quad of blocks is two registers of 2 blocks; each lane's 4 products (u8(w + 128) x s8 q) are
+ * summed per block in integers, the block's -128 * sum q added, then one conversion and one fused
+ * multiply-add per block into p[b % 4], as in the order. */
+EMBER_AI __m256i q8_block_quants(const uint8_t *row, int64_t b, int64_t nb) {
+    return b < nb ? _mm256_loadu_si256((const __m256i *)(row + b * sizeof(ember_block_q8_0) + 2))
+                  : _mm256_set1_epi8((char)0x80); /* padding: weight 0 once flipped below */
+}
+
+static float q8g_row512(const uint8_t *row, const uint8_t *xa, int64_t nb) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const uint8_t *plain = xa + q8g_off_plain(nb);
+    const int32_t *corr = (const int32_t *)(xa + q8g_off_corr(nb));
+    const float *dx = (const float *)(xa + q8g_off_dx(nb));
+    __m128 p = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 4) {
+        const __m512i w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b, nb)), q8_block_quants(row, b + 1, nb), 1);
+        const __m512i w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b + 2, nb)), q8_block_quants(row, b + 3, nb), 1);
+        const __m512i s01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w01, flip), _mm512_loadu_si512(plain + 32 * b));
+        const __m512i s23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w23, flip), _mm512_loadu_si512(plain + 32 * b + 64));
+        /* 8 lanes per block -> 4 (pairs), then within each 128-bit lane (one block) -> 1 */
+        __m512i u = _mm512_add_epi32(_mm512_permutex2var_epi32(s01, even, s23), _mm512_permutex2var_epi32(s01, odd, s23));
+        u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+        u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_CDAB));
+        const __m128i isum = _mm_add_epi32(_mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, u)),
+                                           _mm_loadu_si128((const __m128i *)(corr + b)));
+        uint16_t d[4] = {0, 0, 0, 0};
+        for (int j = 0; j < 4 && b + j < nb; j++) d[j] = ember_load_u16(row + (b + j) * sizeof(ember_block_q8_0));
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
+        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dw, _mm_loadu_ps(dx + b)), p);
+    }
+    float l[4];
+    _mm_storeu_ps(l, p);
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
 #define Q8G_KERNEL(T)                                                                                              \
     static void q8g_kernel512_##T(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,  \
                                   float *lanes, bool first, float *y, int64_t n_out, int rows) {                   \
@@ -193,7 +231,7 @@ static void avx512_act_prepare(ember_type type, const float *x, void *xa, int64_
 static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                                int64_t n_tok, int64_t o0, int64_t o1) {
     if (w->type == EMBER_TYPE_Q8_0) {
-        q8g_rows(q8g_kernels512, 4, w, xa, xa_stride, y, n_tok, o0, o1);
+        q8g_rows(q8g_kernels512, 4, q8g_row512, w, xa, xa_stride, y, n_tok, o0, o1);
         return;
     }
     const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;

@@ -27,7 +27,8 @@
  *                          entry j*4 + i = q of block 4Q + j, quant 4k + i (int8)
  *     [32 nb8, 36 nb8)     d_x per block as f32 (padding 0)
  *     [36 nb8, 40 nb8)     per block -128 * (sum of its 32 quants) as int32 (padding 0): the
- *                          start value that makes a u8(w + 128) x s8 dot product exact */
+ *                          start value that makes a u8(w + 128) x s8 dot product exact
+ *     [40 nb8, 72 nb8)     the quants again in block order (for reading file-layout rows) */
 #ifndef EMBER_Q8_GROUPS_H
 #define EMBER_Q8_GROUPS_H
 
@@ -44,8 +45,9 @@ EMBER_AI size_t q8g_group_bytes(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G
 
 EMBER_AI size_t q8g_off_dx(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 32; }
 EMBER_AI size_t q8g_off_corr(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 36; }
+EMBER_AI size_t q8g_off_plain(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 40; }
 EMBER_AI size_t q8g_act_size(int64_t n_in) {
-    return (size_t)q8g_spans(n_in / EMBER_QK8_0) * Q8G_SPAN_BLOCKS * 40;
+    return (size_t)q8g_spans(n_in / EMBER_QK8_0) * Q8G_SPAN_BLOCKS * 72;
 }
 
 /* Stores block b of a token's prepared activations: its 32 quants and its scale. */
@@ -57,6 +59,7 @@ EMBER_AI void q8g_act_block(uint8_t *xa, int64_t nb, int64_t b, const int8_t q[3
     const int32_t corr = -128 * sum;
     memcpy(xa + q8g_off_dx(nb) + 4 * b, &dx, 4);
     memcpy(xa + q8g_off_corr(nb) + 4 * b, &corr, 4);
+    memcpy(xa + q8g_off_plain(nb) + 32 * b, q, 32);
 }
 
 /* Zeros blocks nb .. nb8-1 (after the real blocks are stored). */
@@ -116,9 +119,17 @@ typedef void (*q8g_kernel_fn)(const uint8_t *g, const uint8_t *const *xs, int64_
  * takes T tokens, T <= t_max. Repacked weights are read in place in one call per token tile;
  * file-layout ones are repacked Q8G_CHUNK_SPANS spans at a time into a stack buffer, so both run
  * the same kernels. */
-static void q8g_rows(const q8g_kernel_fn *kern, int t_max, const ember_matrix *w, const void *xa, size_t xa_stride,
-                     float *y, int64_t n_tok, int64_t o0, int64_t o1) {
+/* One file-layout weight row times one prepared token, in the same order of operations (a set's
+ * faster path for decoding with unrepacked weights; NULL: repack on the fly instead). */
+typedef float (*q8g_row_fn)(const uint8_t *row, const uint8_t *xa, int64_t nb);
+
+static void q8g_rows(const q8g_kernel_fn *kern, int t_max, q8g_row_fn row_kernel, const ember_matrix *w,
+                     const void *xa, size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t nb = w->n_in / EMBER_QK8_0, ns = q8g_spans(nb);
+    if (!w->packed && n_tok == 1 && row_kernel) { /* rows one at a time: one sequential stream */
+        for (int64_t o = o0; o < o1; o++) y[o] = row_kernel((const uint8_t *)w->data + (size_t)o * w->row_bytes, xa, nb);
+        return;
+    }
     const size_t gbytes = q8g_group_bytes(nb);
     const uint8_t *xs[Q8G_MAX_TOKENS];
     for (int64_t t = 0; t < n_tok; t++) xs[t] = (const uint8_t *)xa + (size_t)t * xa_stride;

@@ -76,6 +76,8 @@ typedef struct {
     const char *kernels;       /* kernel set actually used */
     int n_threads;
     bool experimental;
+    size_t repacked_bytes;     /* weights copied into the kernel set's layout at load (0: all read
+                                  in place from the file mapping) */
 } ember_model_info;
 
 ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);

@@ -162,6 +162,20 @@ describe("ember.Model and ember.Session", function()
     assert.is_boolean(i.experimental)
     assert.is_string(i.dtype_summary)
     assert.is_truthy(tostring(model):find("ember.Model(llama", 1, true))
+    assert.are.equal(0, i.repacked_bytes) -- the reference reads the file layout
+  end)
+
+  it("reports the weights repacked at load by a SIMD set", function()
+    local fast = ember.load { model = model_path, kernels = "auto" }
+    if fast.info.kernels == "reference" then
+      fast:close()
+      return pending("no SIMD kernel set on this CPU")
+    end
+    -- every Q8_0 matrix, padded to whole 4-row groups and 8-block spans: at least the bytes of
+    -- the output head alone (n_vocab rows of hidden_size / 32 blocks of 34 bytes)
+    local i = fast.info
+    assert.is_true(i.repacked_bytes >= i.n_vocab * i.hidden_size // 32 * 34)
+    fast:close()
   end)
 
   it("refuses bad load options with clear messages", function()

@@ -298,9 +298,9 @@ int main(int argc, char **argv) {
         printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
                "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "
                "\"prefill_max\": %.2f, \"decode_min\": %.2f, \"decode_max\": %.2f, \"load_s\": %.3f, "
-               "\"peak_rss_mib\": %.1f, \"weight_mb_per_token\": %.1f",
+               "\"peak_rss_mib\": %.1f, \"repacked_mb\": %.1f, \"weight_mb_per_token\": %.1f",
                model_path, info->kernels, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med, dec_med, pre_min,
-               pre_max, dec_min, dec_max, load_s, rss, bytes / 1e6);
+               pre_max, dec_min, dec_max, load_s, rss, (double)info->repacked_bytes / 1e6, bytes / 1e6);
         if (bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", gbs, gbs * 1e9 / bytes);
         if (n_pairs > 0)
             printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
@@ -314,7 +314,8 @@ int main(int argc, char **argv) {
                pre_max, prompt_tokens);
         printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", dec_med, repeat, dec_min, dec_max,
                gen_tokens);
-        printf("load       %.3f s; peak RSS %.1f MiB\n", load_s, rss);
+        printf("load       %.3f s; peak RSS %.1f MiB; %.1f MB of weights repacked\n", load_s, rss,
+               (double)info->repacked_bytes / 1e6);
         printf("weights    %.1f MB read per decoded token\n", bytes / 1e6);
         if (bw)
             printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, gbs * 1e9 / bytes,

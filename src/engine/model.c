@@ -230,6 +230,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .kernels = ember_kernels_name(chosen),
         .n_threads = n_threads,
         .experimental = m->family == EMBER_FAMILY_QWEN2,
+        .repacked_bytes = ember_compute_packed_bytes(m->compute),
     };
     *out = m;
     return EMBER_OK;

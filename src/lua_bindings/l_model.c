@@ -68,6 +68,7 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     set_str(L, "dtype_summary", in->dtype_summary);
     set_str(L, "kernels", in->kernels);
     set_int(L, "threads", in->n_threads);
+    set_int(L, "repacked_bytes", (lua_Integer)in->repacked_bytes);
     lua_pushboolean(L, in->experimental);
     lua_setfield(L, -2, "experimental");
     set_str(L, "path", path);

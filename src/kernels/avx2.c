@@ -232,20 +232,7 @@ static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *
 }
 
 static void avx2_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    const size_t stride = avx2_act_size(w->type, w->n_in);
-    if (!stride) {
-        avx2_matmul_rows(w, x, NULL, 0, y, n_tok, 0, w->n_out);
-        return;
-    }
-    /* single-threaded convenience entry for tests (the engine uses ember_matmul): allocates */
-    uint8_t *xa = aligned_alloc(64, (stride * Q8G_MAX_TOKENS + 63) / 64 * 64);
-    if (!xa) abort();
-    for (int64_t t0 = 0; t0 < n_tok; t0 += Q8G_MAX_TOKENS) {
-        const int64_t nt = n_tok - t0 < Q8G_MAX_TOKENS ? n_tok - t0 : Q8G_MAX_TOKENS;
-        for (int64_t t = 0; t < nt; t++) q8_prepare(x + (t0 + t) * w->n_in, xa + (size_t)t * stride, w->n_in);
-        avx2_matmul_rows(w, NULL, xa, stride, y + t0 * w->n_out, nt, 0, w->n_out);
-    }
-    free(xa);
+    ember_simd_matmul_whole(avx2_matmul_rows, q8_prepare, avx2_act_size(w->type, w->n_in), w, x, y, n_tok);
 }
 
 /* ---- f32 vector ops ---- */

@@ -264,6 +264,28 @@ static void test_q8_documented_order(ember_kernels k) {
             free(y);
             free(buf);
         }
+    /* matmul_rows handed more tokens than its documented maximum still computes them all */
+    {
+        const int64_t n_in = 96, n_out = 8, n_tok = EMBER_MATMUL_MAX_TOKENS + 6;
+        void *buf;
+        ember_matrix w = make_matrix(EMBER_TYPE_Q8_0, n_out, n_in, &buf);
+        CHECK(ember_compute_pack(c, &w, false, &err) == EMBER_OK);
+        const ember_kernel_ops *ops = ember_compute_ops(c);
+        const size_t stride = ops->act_size(EMBER_TYPE_Q8_0, n_in);
+        float *x = random_vec(n_tok * n_in), *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)),
+              *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
+        uint8_t *xa = malloc(stride * (size_t)n_tok);
+        for (int64_t t = 0; t < n_tok; t++) ops->act_prepare(EMBER_TYPE_Q8_0, x + t * n_in, xa + (size_t)t * stride, n_in);
+        ops->matmul_rows(&w, x, xa, stride, ya, n_tok, 0, n_out);
+        ember_matmul(c, &w, x, yb, n_tok);
+        total++;
+        bad += !same_bits(ya, yb, n_tok * n_out);
+        free(xa);
+        free(x);
+        free(ya);
+        free(yb);
+        free(buf);
+    }
     CHECK_MSG(bad == 0, "%s: %d of %d q8_0 outputs differ from the documented order of operations", ember_kernels_name(k), bad, total);
     printf("  %-7s q8_0 documented order: %d outputs bit-identical to the scalar transcription\n", ember_kernels_name(k), total - bad);
     ember_compute_free(c);

@@ -125,6 +125,12 @@ typedef float (*q8g_row_fn)(const uint8_t *row, const uint8_t *xa, int64_t nb);
 
 static void q8g_rows(const q8g_kernel_fn *kern, int t_max, q8g_row_fn row_kernel, const ember_matrix *w,
                      const void *xa, size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
+    if (n_tok > Q8G_MAX_TOKENS) { /* callers slice longer runs; stay in bounds if one does not */
+        for (int64_t t0 = 0; t0 < n_tok; t0 += Q8G_MAX_TOKENS)
+            q8g_rows(kern, t_max, row_kernel, w, (const uint8_t *)xa + (size_t)t0 * xa_stride, xa_stride,
+                     y + t0 * w->n_out, n_tok - t0 < Q8G_MAX_TOKENS ? n_tok - t0 : Q8G_MAX_TOKENS, o0, o1);
+        return;
+    }
     const int64_t nb = w->n_in / EMBER_QK8_0, ns = q8g_spans(nb);
     if (!w->packed && n_tok == 1 && row_kernel) { /* rows one at a time: one sequential stream */
         for (int64_t o = o0; o < o1; o++) y[o] = row_kernel((const uint8_t *)w->data + (size_t)o * w->row_bytes, xa, nb);

@@ -149,4 +149,31 @@ function M.membw(threads, exe)
   return gbs
 end
 
+-- paired(model_path, opts [, exe]) -> { pairs, share, decode_tok_s, membw_gbs }: bench-engine run on
+-- the same model with --membw, which times every decoded token and one probe pass right after it
+-- and reports the median share of the ceiling over those pairs (docs/performance.md: the machine's
+-- bandwidth can change between a decode run and a separate probe). opts: threads, kernels,
+-- prompt_tokens, gen_tokens, repeat. Raises a message naming --membw on failure.
+function M.paired(model_path, opts, exe)
+  local why
+  if not exe then exe, why = M.bench_engine_path() end
+  if not exe then
+    error(string.format("--membw: the bandwidth probe '%s' was not found (build it: cmake --build build; "
+      .. "or set EMBER_BENCH_ENGINE)", why), 0)
+  end
+  local cmd = string.format("%s --model %s --membw --json --threads %d --kernels %s --prompt-tokens %d "
+    .. "--gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(exe), shell_quote(model_path), opts.threads,
+    opts.kernels or "auto", opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
+  local p = io.popen(cmd, "r")
+  local text = p and p:read("a") or ""
+  if p then p:close() end
+  local function num(key) return tonumber(text:match('"' .. key .. '":%s*([%d%.eE+-]+)')) end
+  local r = { pairs = num("pairs"), share = num("paired_share"), decode_tok_s = num("paired_decode_tok_s"),
+    membw_gbs = num("paired_membw_gbs") }
+  if not r.pairs or not r.share or not r.decode_tok_s or not r.membw_gbs then
+    error(string.format("--membw: '%s' gave no paired measurement (output: %q)", cmd, text:sub(1, 400)), 0)
+  end
+  return r
+end
+
 return M

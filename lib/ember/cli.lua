@@ -222,12 +222,16 @@ local function run_benchmark(args, io_)
     res = bench.run(model, opts)
   end
   local rss = mib(bench.peak_rss_kib()) -- before the probe (a separate process anyway)
-  local gbs, ceiling
+  local gbs, ceiling, paired
   if o.membw then
     gbs = bench.membw(res.threads, probe)
     ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
   end
   model:close()
+  if o.membw and res.gen_tokens > 0 then
+    paired = bench.paired(o.model, { threads = res.threads, kernels = res.kernels, prompt_tokens = res.prompt_tokens,
+      gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"] }, probe)
+  end
 
   if o.json then
     local json = require("ember.json")
@@ -239,7 +243,7 @@ local function run_benchmark(args, io_)
     local m = res.model
     local doc = json.ordered({ "model", "kernels", "threads", "prompt_tokens", "gen_tokens", "repeat", "warmup",
       "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs", "peak_rss_mib", "membw_gbs",
-      "decode_ceiling_tok_s", "hooks_ab" }, {
+      "decode_ceiling_tok_s", "paired", "hooks_ab" }, {
       model = json.ordered({ "path", "family", "name", "dtype", "n_layers", "hidden_size", "n_vocab",
         "weight_bytes_per_token" }, {
         path = m.path, family = m.family, name = m.name, dtype = m.dtype, n_layers = m.n_layers,
@@ -249,6 +253,7 @@ local function run_benchmark(args, io_)
       decode_tok_s = res.decode_tok_s, prefill_runs = json.array(ab and ab.a.prefill or res.prefill),
       decode_runs = json.array(ab and ab.a.decode or res.decode), peak_rss_mib = rss, membw_gbs = gbs,
       decode_ceiling_tok_s = ceiling,
+      paired = paired and json.ordered({ "pairs", "share", "decode_tok_s", "membw_gbs" }, paired) or nil,
       hooks_ab = ab and json.ordered({ "no_experiment", "name_only", "prefill_ratio", "decode_ratio" }, {
         no_experiment = side(ab.a), name_only = side(ab.b), prefill_ratio = ab.prefill_ratio,
         decode_ratio = ab.decode_ratio }) or nil,
@@ -277,6 +282,11 @@ local function run_benchmark(args, io_)
   if gbs then
     w:write(string.format("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, ceiling,
       100 * res.decode_tok_s / ceiling))
+  end
+  if paired then
+    w:write(string.format("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
+      .. "           one probe pass right after it (bench-engine; medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
+      100 * paired.share, paired.pairs, paired.decode_tok_s, paired.membw_gbs))
   end
   return 0
 end

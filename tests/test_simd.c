@@ -336,7 +336,7 @@ static void test_threads_identical(ember_kernels k) {
 }
 
 /* Weights repacked at load (ember_compute_pack) must give the unpacked kernels' results bit for
- * bit: odd block counts, partial 16-block groups, row counts not a multiple of 4, 1..9 tokens. */
+ * bit: odd block counts, partial 8-block spans, row counts not a multiple of 4, 1..9 tokens. */
 static void test_packed_identical(ember_kernels k) {
     ember_error err;
     ember_compute *c = new_compute(k, 2);

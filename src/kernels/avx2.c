@@ -161,6 +161,38 @@ EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, in
     }
 }
 
+/* One file-layout row times one token (q8g_row_fn), for decoding with weights read in place: per
+ * block the maddubs/madd lanes, three horizontal adds to the 4 block sums of a quad (exact
+ * integers), then one conversion and one fused multiply-add per block into p[b % 4]. */
+static float q8g_row256(const uint8_t *row, const uint8_t *xa, int64_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *plain = xa + q8g_off_plain(nb);
+    const float *dx = (const float *)(xa + q8g_off_dx(nb));
+    __m128 p = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 4) {
+        __m256i lanes[4];
+        uint16_t d[4] = {0, 0, 0, 0};
+        for (int j = 0; j < 4; j++) {
+            if (b + j >= nb) { /* padding: weight 0 */
+                lanes[j] = _mm256_setzero_si256();
+                continue;
+            }
+            const uint8_t *blk = row + (b + j) * sizeof(ember_block_q8_0);
+            d[j] = ember_load_u16(blk);
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(plain + 32 * (b + j)));
+            lanes[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), ones);
+        }
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
+        const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
+        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dw, _mm_loadu_ps(dx + b)), p);
+    }
+    float l[4];
+    _mm_storeu_ps(l, p);
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
 static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,
                             bool first, float *y, int64_t n_out, int rows) {
     q8g_spans256(g, xs, 1, nb, s0, s1, lanes, first, y, n_out, rows);
@@ -207,7 +239,7 @@ static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t 
 static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                              int64_t n_tok, int64_t o0, int64_t o1) {
     if (w->type == EMBER_TYPE_Q8_0) {
-        q8g_rows(q8g_kernels256, 2, NULL, w, xa, xa_stride, y, n_tok, o0, o1);
+        q8g_rows(q8g_kernels256, 2, q8g_row256, w, xa, xa_stride, y, n_tok, o0, o1);
         return;
     }
     const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;

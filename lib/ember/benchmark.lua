@@ -130,21 +130,30 @@ end
 
 local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
--- membw(threads [, exe]) -> GB/s (1e9 bytes per second) read with `threads` threads, measured by
--- `bench-engine --membw` (a 1 GiB array, best of 10 passes; docs/performance.md). Raises a
--- message naming --membw when the probe is missing or fails.
-function M.membw(threads, exe)
+-- Runs bench-engine with the arguments `fmt` formats (after the executable) and returns its output;
+-- raises a message naming --membw when the tool is missing.
+local function run_bench_engine(exe, fmt, ...)
   local why
   if not exe then exe, why = M.bench_engine_path() end
   if not exe then
     error(string.format("--membw: the bandwidth probe '%s' was not found (build it: cmake --build build; "
       .. "or set EMBER_BENCH_ENGINE)", why), 0)
   end
-  local cmd = string.format("%s --membw --threads %d --json", shell_quote(exe), threads)
+  local cmd = shell_quote(exe) .. " " .. string.format(fmt, ...)
   local p = io.popen(cmd, "r")
   local text = p and p:read("a") or ""
   if p then p:close() end
-  local gbs = tonumber(text:match('"membw_gbs":%s*([%d%.eE+-]+)'))
+  return text, cmd
+end
+
+local function json_number(text, key) return tonumber(text:match('"' .. key .. '":%s*([%d%.eE+-]+)')) end
+
+-- membw(threads [, exe]) -> GB/s (1e9 bytes per second) read with `threads` threads, measured by
+-- `bench-engine --membw` (a 1 GiB array, best of 10 passes; docs/performance.md). Raises a
+-- message naming --membw when the probe is missing or fails.
+function M.membw(threads, exe)
+  local text, cmd = run_bench_engine(exe, "--membw --threads %d --json", threads)
+  local gbs = json_number(text, "membw_gbs")
   if not gbs or gbs <= 0 then error(string.format("--membw: '%s' gave no bandwidth (output: %q)", cmd, text), 0) end
   return gbs
 end
@@ -155,21 +164,11 @@ end
 -- bandwidth can change between a decode run and a separate probe). opts: threads, kernels,
 -- prompt_tokens, gen_tokens, repeat. Raises a message naming --membw on failure.
 function M.paired(model_path, opts, exe)
-  local why
-  if not exe then exe, why = M.bench_engine_path() end
-  if not exe then
-    error(string.format("--membw: the bandwidth probe '%s' was not found (build it: cmake --build build; "
-      .. "or set EMBER_BENCH_ENGINE)", why), 0)
-  end
-  local cmd = string.format("%s --model %s --membw --json --threads %d --kernels %s --prompt-tokens %d "
-    .. "--gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(exe), shell_quote(model_path), opts.threads,
-    opts.kernels or "auto", opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
-  local p = io.popen(cmd, "r")
-  local text = p and p:read("a") or ""
-  if p then p:close() end
-  local function num(key) return tonumber(text:match('"' .. key .. '":%s*([%d%.eE+-]+)')) end
-  local r = { pairs = num("pairs"), share = num("paired_share"), decode_tok_s = num("paired_decode_tok_s"),
-    membw_gbs = num("paired_membw_gbs") }
+  local text, cmd = run_bench_engine(exe, "--model %s --membw --json --threads %d --kernels %s --prompt-tokens %d "
+    .. "--gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(model_path), opts.threads, opts.kernels or "auto",
+    opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
+  local r = { pairs = json_number(text, "pairs"), share = json_number(text, "paired_share"),
+    decode_tok_s = json_number(text, "paired_decode_tok_s"), membw_gbs = json_number(text, "paired_membw_gbs") }
   if not r.pairs or not r.share or not r.decode_tok_s or not r.membw_gbs then
     error(string.format("--membw: '%s' gave no paired measurement (output: %q)", cmd, text:sub(1, 400)), 0)
   end

@@ -171,26 +171,21 @@ static float q8g_row256(const uint8_t *row, const uint8_t *xa, int64_t nb) {
     __m128 p = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b += 4) {
         __m256i lanes[4];
-        uint16_t d[4] = {0, 0, 0, 0};
         for (int j = 0; j < 4; j++) {
             if (b + j >= nb) { /* padding: weight 0 */
                 lanes[j] = _mm256_setzero_si256();
                 continue;
             }
             const uint8_t *blk = row + (b + j) * sizeof(ember_block_q8_0);
-            d[j] = ember_load_u16(blk);
             const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
             const __m256i q = _mm256_loadu_si256((const __m256i *)(plain + 32 * (b + j)));
             lanes[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), ones);
         }
         const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
         const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
-        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dw, _mm_loadu_ps(dx + b)), p);
+        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(q8g_row_scales4(row, b, nb), _mm_loadu_ps(dx + b)), p);
     }
-    float l[4];
-    _mm_storeu_ps(l, p);
-    return (l[0] + l[1]) + (l[2] + l[3]);
+    return q8g_row_finish(p);
 }
 
 static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,

@@ -168,14 +168,9 @@ static float q8g_row512(const uint8_t *row, const uint8_t *xa, int64_t nb) {
         u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_CDAB));
         const __m128i isum = _mm_add_epi32(_mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, u)),
                                            _mm_loadu_si128((const __m128i *)(corr + b)));
-        uint16_t d[4] = {0, 0, 0, 0};
-        for (int j = 0; j < 4 && b + j < nb; j++) d[j] = ember_load_u16(row + (b + j) * sizeof(ember_block_q8_0));
-        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
-        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dw, _mm_loadu_ps(dx + b)), p);
+        p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(q8g_row_scales4(row, b, nb), _mm_loadu_ps(dx + b)), p);
     }
-    float l[4];
-    _mm_storeu_ps(l, p);
-    return (l[0] + l[1]) + (l[2] + l[3]);
+    return q8g_row_finish(p);
 }
 
 #define Q8G_KERNEL(T)                                                                                              \

@@ -71,9 +71,9 @@ EMBER_AI void q8g_act_pad(uint8_t *xa, int64_t nb) {
 /* Spans [s0, s1) of the 4-row group starting at row0 of a file-layout Q8_0 matrix, into dst. */
 static void q8g_pack_spans(const ember_matrix *w, int64_t row0, int64_t s0, int64_t s1, uint8_t *dst) {
     const int64_t nb = w->n_in / EMBER_QK8_0;
-    memset(dst, 0, (size_t)(s1 - s0) * Q8G_SPAN_BYTES);
     for (int64_t s = s0; s < s1; s++, dst += Q8G_SPAN_BYTES) {
         uint16_t *scales = (uint16_t *)dst;
+        memset(dst, 0, 64);                          /* scale 0 for missing rows and blocks */
         memset(dst + 64, 0x80, Q8G_SPAN_BYTES - 64); /* u8 128 = weight 0 */
         for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes;
@@ -105,6 +105,20 @@ static void q8g_pack(const ember_matrix *w, void *dst) {
     const int64_t nb = w->n_in / EMBER_QK8_0, ns = q8g_spans(nb);
     for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
         q8g_pack_spans(w, row0, 0, ns, (uint8_t *)dst + (size_t)(row0 / 4) * q8g_group_bytes(nb));
+}
+
+/* For the row kernels (one file-layout row, one token): d_w of blocks b..b+3 as f32 (0 past nb),
+ * and the end of the order from the 4 partial sums. */
+EMBER_AI __m128 q8g_row_scales4(const uint8_t *row, int64_t b, int64_t nb) {
+    uint16_t d[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 4 && b + j < nb; j++) d[j] = ember_load_u16(row + (b + j) * sizeof(ember_block_q8_0));
+    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)d));
+}
+
+EMBER_AI float q8g_row_finish(__m128 p) {
+    float l[4];
+    _mm_storeu_ps(l, p);
+    return (l[0] + l[1]) + (l[2] + l[3]);
 }
 
 /* One span kernel call: spans [s0, s1) of a group (g points at span s0) times T tokens. The 16

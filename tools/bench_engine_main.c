@@ -138,15 +138,21 @@ static void probe_stop(bw_probe *p) {
     if (sink == 42) fprintf(stderr, " "); /* keeps the sums alive */
 }
 
+/* The best of `passes` passes of a started probe, in GB/s. */
+static double probe_best(bw_probe *p, int passes) {
+    double best = 0;
+    for (int r = 0; r < passes; r++) {
+        double gbs = probe_pass(p);
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
 /* Read bandwidth in GB/s: best of `rounds` passes over `mib` MiB with n_threads threads. */
 static double membw(int n_threads, size_t mib, int rounds) {
     bw_probe p;
     if (!probe_start(&p, n_threads, mib, rounds)) return 0;
-    double best = 0;
-    for (int r = 0; r < rounds; r++) {
-        double gbs = probe_pass(&p);
-        if (gbs > best) best = gbs;
-    }
+    double best = probe_best(&p, rounds);
     probe_stop(&p);
     return best;
 }
@@ -243,19 +249,21 @@ int main(int argc, char **argv) {
     }
     const double pre_med = median(pre, repeat), dec_med = median(dec, repeat);
     const double rss = peak_rss_mib(); /* before the bandwidth probe allocates its array */
-    if (bw) gbs = membw(bw_threads, bw_mib, 10);
     const double bytes = (double)ember_model_weight_bytes_per_token(m);
     /* Paired: the machine's bandwidth can change within seconds (a shared host), so a decode
      * median and a separate probe may see different states. Here each decoded token is timed
-     * right before one probe pass, and the share of the ceiling is taken per pair. */
+     * right before one probe pass, and the share of the ceiling is taken per pair. One probe (one
+     * array) serves the best-of-10 figure and then the pairs. */
     const int n_pairs = bw ? gen_tokens * repeat : 0;
     double pair_share = 0, pair_dec = 0, pair_bw = 0;
     char *pair_list = NULL; /* JSON: [[decode tok/s, GB/s], ...] */
+    bw_probe p;
+    const bool probing = bw && probe_start(&p, bw_threads, bw_mib, 10 + n_pairs);
+    if (probing) gbs = probe_best(&p, 10);
     if (n_pairs > 0) {
-        bw_probe p;
         double *share = malloc((size_t)n_pairs * sizeof(double)), *pd = malloc((size_t)n_pairs * sizeof(double)),
                *pb = malloc((size_t)n_pairs * sizeof(double));
-        if (!share || !pd || !pb || !probe_start(&p, bw_threads, bw_mib, n_pairs)) {
+        if (!share || !pd || !pb || !probing) {
             fprintf(stderr, "bench-engine: out of memory for the paired bandwidth probe\n");
             return 1;
         }
@@ -273,7 +281,6 @@ int main(int argc, char **argv) {
             }
         }
         for (int rest = k; rest < n_pairs; rest++) probe_pass(&p); /* lets the probe threads finish */
-        probe_stop(&p);
         if (err.code != EMBER_OK) {
             fprintf(stderr, "bench-engine: %s\n", err.msg);
             return 1;
@@ -293,6 +300,7 @@ int main(int argc, char **argv) {
         free(pd);
         free(pb);
     }
+    if (probing) probe_stop(&p);
     const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
     if (json) {
         printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "

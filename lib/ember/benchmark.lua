@@ -148,31 +148,23 @@ end
 
 local function json_number(text, key) return tonumber(text:match('"' .. key .. '":%s*([%d%.eE+-]+)')) end
 
--- membw(threads [, exe]) -> GB/s (1e9 bytes per second) read with `threads` threads, measured by
--- `bench-engine --membw` (a 1 GiB array, best of 10 passes; docs/performance.md). Raises a
--- message naming --membw when the probe is missing or fails.
-function M.membw(threads, exe)
-  local text, cmd = run_bench_engine(exe, "--membw --threads %d --json", threads)
-  local gbs = json_number(text, "membw_gbs")
-  if not gbs or gbs <= 0 then error(string.format("--membw: '%s' gave no bandwidth (output: %q)", cmd, text), 0) end
-  return gbs
-end
-
--- paired(model_path, opts [, exe]) -> { pairs, share, decode_tok_s, membw_gbs }: bench-engine run on
+-- paired(model_path, opts [, exe]) -> { pairs, share, decode_tok_s, membw_gbs }, best: bench-engine run on
 -- the same model with --membw, which times every decoded token and one probe pass right after it
 -- and reports the median share of the ceiling over those pairs (docs/performance.md: the machine's
 -- bandwidth can change between a decode run and a separate probe). opts: threads, kernels,
--- prompt_tokens, gen_tokens, repeat. Raises a message naming --membw on failure.
+-- prompt_tokens, gen_tokens, repeat. best: that run's best-of-10 probe in GB/s (a 1 GiB array,
+-- docs/performance.md). Raises a message naming --membw on failure.
 function M.paired(model_path, opts, exe)
   local text, cmd = run_bench_engine(exe, "--model %s --membw --json --threads %d --kernels %s --prompt-tokens %d "
     .. "--gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(model_path), opts.threads, opts.kernels or "auto",
     opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
   local r = { pairs = json_number(text, "pairs"), share = json_number(text, "paired_share"),
     decode_tok_s = json_number(text, "paired_decode_tok_s"), membw_gbs = json_number(text, "paired_membw_gbs") }
-  if not r.pairs or not r.share or not r.decode_tok_s or not r.membw_gbs then
+  local best = json_number(text, "membw_gbs")
+  if not r.pairs or not r.share or not r.decode_tok_s or not r.membw_gbs or not best or best <= 0 then
     error(string.format("--membw: '%s' gave no paired measurement (output: %q)", cmd, text:sub(1, 400)), 0)
   end
-  return r
+  return r, best
 end
 
 return M

@@ -222,15 +222,12 @@ local function run_benchmark(args, io_)
     res = bench.run(model, opts)
   end
   local rss = mib(bench.peak_rss_kib()) -- before the probe (a separate process anyway)
-  local gbs, ceiling, paired
-  if o.membw then
-    gbs = bench.membw(res.threads, probe)
-    ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
-  end
   model:close()
-  if o.membw and res.gen_tokens > 0 then
-    paired = bench.paired(o.model, { threads = res.threads, kernels = res.kernels, prompt_tokens = res.prompt_tokens,
-      gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"] }, probe)
+  local gbs, ceiling, paired
+  if o.membw then -- one bench-engine run: the best-of-10 probe and the paired measurement
+    paired, gbs = bench.paired(o.model, { threads = res.threads, kernels = res.kernels,
+      prompt_tokens = res.prompt_tokens, gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"] }, probe)
+    ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
   end
 
   if o.json then

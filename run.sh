@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — the project's two entry points on a fresh Debian 12 machine:
-#   ./run.sh main   install dependencies, build, run the main workflow on the default tiny model
-#   ./run.sh test   install dependencies, build (plain and ASan+UBSan), run every test (ctest + busted)
+#   ./run.sh main [FLAGS]  install dependencies, build, run the main workflow (default: the tiny
+#                          model made on first use in ~/.cache/ember; FLAGS go to the workflow)
+#   ./run.sh test          install dependencies, build (plain and ASan+UBSan), run every test
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +28,7 @@ build() { # build DIR [cmake args...]
   cmake --build "$dir" -j"$(nproc)" >/dev/null
 }
 
+# The tiny model the specs and C tests look for in the build tree.
 default_model() {
   mkdir -p build/models
   local m=build/models/tiny-llama-q8_0.gguf
@@ -60,13 +62,10 @@ case "${1:-}" in
   main)
     install_deps
     build build
-    model=$(default_model)
     shift
-    if [ -f scripts/workflows/capture_patch_restore.lua ]; then
-      exec build/ember-lua scripts/workflows/capture_patch_restore.lua --model "$model" "$@"
-    else
-      exec build/ember-lua scripts/workflows/generate.lua --model "$model" "$@"
-    fi
+    # with no --model the workflow makes and uses the default tiny model in the user's cache
+    # ($XDG_CACHE_HOME/ember, else ~/.cache/ember); every flag given here is passed on unchanged
+    exec build/ember-lua scripts/workflows/capture_patch_restore.lua "$@"
     ;;
   test)
     install_deps

@@ -5,6 +5,7 @@
 local artifact = require("ember.artifact")
 local compare = require("ember.compare")
 local cjson = require("cjson")
+local ember = require("ember")
 local H = require("helpers.artifacts")
 
 -- make(sections_patch, values, records_patch) -> artifact table as artifact.read returns it
@@ -141,7 +142,8 @@ end)
 
 describe("compare metrics", function()
   local function rec(values, shape)
-    return { shape = shape or { 1, #values }, data = H.f32(values) }
+    shape = shape or { 1, #values }
+    return { shape = shape, tensor = ember.tensor(shape[1], shape[2], values) }
   end
 
   it("measure |a - b| by max, mean and RMS, and L2 and relative L2 of the difference", function()
@@ -179,7 +181,7 @@ describe("compare metrics", function()
     assert.is_true(m.max_abs_diff ~= m.max_abs_diff)
   end)
 
-  it("handle tensors longer than one unpack chunk", function()
+  it("find one differing value among many", function()
     local a, b = {}, {}
     for i = 1, 10000 do a[i] = i % 7; b[i] = i % 7 end
     b[9999] = b[9999] + 2
@@ -189,7 +191,44 @@ describe("compare metrics", function()
   end)
 
   it("take the lowest token id on top-1 ties, as greedy sampling does", function()
-    assert.same({ 1, 2 }, compare.row_argmax(H.f32({ 0, 9, 2, 9, 1, 3, 8, 8 }), 2, 4))
+    assert.same({ 1, 2 }, ember.tensor(2, 4, { 0, 9, 2, 9, 1, 3, 8, 8 }):top1())
+  end)
+
+  it("never let NaN win top-1, and give an all-NaN row no id", function()
+    local nan = 0 / 0
+    local top = ember.tensor(3, 3, { nan, 1, 2, 5, nan, -1, nan, nan, nan }):top1()
+    assert.equal(2, top[1])
+    assert.equal(0, top[2])
+    assert.is_nil(top[3])
+  end)
+
+  it("refuse tensors of different shapes", function()
+    local ok, err = pcall(function() return ember.tensor(2, 2):compare(ember.tensor(1, 4)) end)
+    assert.is_false(ok)
+    assert.matches("compare: shape mismatch: [2, 2] vs [1, 4]", err, 1, true)
+  end)
+
+  it("measure as the definitions in docs/artifacts.md, summed in double precision", function()
+    -- independent oracle: the definitions written out over the f32 values (H.f32 rounds as the core does)
+    local a, b = {}, {}
+    for i = 1, 257 do a[i] = math.sin(i) * 3; b[i] = a[i] + ((i % 5 == 0) and 1e-3 * i or 0) end
+    local fa = H.unpack_f32(H.f32(a))
+    local fb = H.unpack_f32(H.f32(b))
+    local max_d, sum_d, sum_d2, dot, na2, nb2 = 0, 0, 0, 0, 0, 0
+    for i = 1, #fa do
+      local d = math.abs(fa[i] - fb[i])
+      max_d = math.max(max_d, d)
+      sum_d, sum_d2 = sum_d + d, sum_d2 + d * d
+      dot, na2, nb2 = dot + fa[i] * fb[i], na2 + fa[i] * fa[i], nb2 + fb[i] * fb[i]
+    end
+    local m = compare.metrics(rec(a), rec(b))
+    assert.equal(max_d, m.max_abs_diff)
+    assert.equal(sum_d / #fa, m.mean_abs_diff)
+    assert.equal(math.sqrt(sum_d2 / #fa), m.rms_abs_diff)
+    assert.equal(math.sqrt(sum_d2), m.l2)
+    assert.equal(math.sqrt(sum_d2) / math.sqrt(na2), m.rel_l2)
+    assert.equal(dot / (math.sqrt(na2) * math.sqrt(nb2)), m.cosine)
+    assert.equal(51, m.differing_elements)
   end)
 end)
 

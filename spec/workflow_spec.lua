@@ -314,7 +314,7 @@ describe("activation patch failures", function()
     local recs = {}
     for _, r in ipairs(a.records) do
       recs[#recs + 1] = { stage = r.stage, layer = r.layer, phase = r.phase, start_position = r.start_position,
-        shape = { r.shape[1], r.shape[2] }, data = r.data }
+        shape = { r.shape[1], r.shape[2] }, data = r.tensor:bytes() }
     end
     if edit then edit(recs) end
     local m = a.manifest

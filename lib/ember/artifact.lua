@@ -102,8 +102,8 @@ end
 -- write(dir, sections, records): sections are the manifest's provenance tables (model, tokenizer,
 -- prompt, input_ids, generated_ids, settings, execution, experiment, capture, argv,
 -- created_at_unix, tool); records are { stage, layer, phase, start_position, shape = {r, c},
--- data = little-endian f32 bytes [, sha256] }. The directory appears complete or not at all;
--- an existing `dir` is never overwritten.
+-- tensor = an ember.Tensor of that shape | data = its little-endian f32 bytes [, sha256] }.
+-- The directory appears complete or not at all; an existing `dir` is never overwritten.
 function M.write(dir, sections, records)
   local where = "artifact '" .. dir .. "'"
   if fs.exists(dir) then
@@ -122,15 +122,17 @@ function M.write(dir, sections, records)
   for i, r in ipairs(records) do
     local rw = where .. " record " .. (i - 1)
     check_record_fields(r, rw)
-    if type(r.data) ~= "string" or #r.data ~= r.shape[1] * r.shape[2] * 4 then
+    local data = r.data
+    if data == nil and r.tensor ~= nil then data = r.tensor:bytes() end
+    if type(data) ~= "string" or #data ~= r.shape[1] * r.shape[2] * 4 then
       error(rw .. ": data must be " .. (r.shape[1] * r.shape[2] * 4) .. " bytes of f32", 0)
     end
-    local digest = sha256(r.data)
+    local digest = sha256(data)
     if r.sha256 and r.sha256 ~= digest then
       error(rw .. " (" .. M.record_label(r) .. "): sha256 of the data does not match the recorded sha256", 0)
     end
     local name = tensor_name(i, r)
-    tensors[i] = { name = name, shape = r.shape, data = r.data }
+    tensors[i] = { name = name, shape = r.shape, data = data }
     index[i] = json.ordered(RECORD_KEYS, {
       index = i - 1, name = name, stage = r.stage, layer = r.layer == nil and json.null or r.layer,
       phase = r.phase, start_position = r.start_position,
@@ -168,8 +170,8 @@ local function major_of(version)
 end
 
 -- read(dir) -> { dir, manifest, records = { {index, stage, layer, phase, start_position, shape,
--- sha256, data} } }. Verifies the schema, every record's sha256 against its bytes and the tensor
--- file's sha256; raises "artifact 'DIR': ..." naming the first problem.
+-- sha256, tensor} } }, tensor an ember.Tensor. Verifies the schema, every record's sha256 against
+-- its bytes and the tensor file's sha256; raises "artifact 'DIR': ..." naming the first problem.
 function M.read(dir)
   local where = "artifact '" .. dir .. "'"
   if not fs.is_dir(dir) then error(where .. ": not a directory", 0) end
@@ -217,7 +219,7 @@ function M.read(dir)
       error(string.format("%s: sha256 mismatch (manifest %s, tensor bytes %s): the tensor file is corrupted",
         rw, tostring(r.sha256), digest), 0)
     end
-    r.data = t.data
+    r.tensor = require("ember").tensor_from_bytes(t.data, r.shape[1], r.shape[2])
     r.rows, r.cols = r.shape[1], r.shape[2]
     records[#records + 1] = r
   end

@@ -7,6 +7,8 @@
 -- prompt_tokens pseudo-random ids (a fixed seed, so every run and every machine sees the same
 -- prompt). Speeds are generate's own timings of the engine calls (out.stats).
 
+local fs = require("ember.fs")
+
 local M = {}
 
 -- median(list) -> the median (mean of the middle two for an even count); the list is not changed.
@@ -31,12 +33,9 @@ end
 
 -- peak_rss_kib() -> the process's peak resident size (VmHWM of /proc/self/status) in KiB, or nil.
 function M.peak_rss_kib()
-  local f = io.open("/proc/self/status", "r")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  local kib = text:match("VmHWM:%s*(%d+)%s*kB")
-  return kib and tonumber(kib)
+  local ok, text = pcall(fs.read, "/proc/self/status")
+  local kib = ok and text:match("VmHWM:%s*(%d+)%s*kB")
+  return kib and tonumber(kib) or nil
 end
 
 -- One generate run -> prefill tok/s, decode tok/s.
@@ -71,21 +70,30 @@ local function model_fields(model)
   }
 end
 
--- run(model, { prompt_tokens = 52, gen_tokens = 32, repeat = 5, warmup = 1 }) -> result
--- result = { prefill_tok_s, decode_tok_s (medians), prefill = {...}, decode = {...} (every repeat),
---            kernels, threads, prompt_tokens, gen_tokens, repeat, warmup, model = {...} }
-function M.run(model, opts)
+-- What run and hooks_ab share: the checked options, the prompt, the unreported warm-up runs, and
+-- the fields every result carries (filled into `res`).
+local function prologue(model, opts)
   local o = defaults(opts or {})
   check_counts(o)
   local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
   for _ = 1, o.warmup do run_once(model, ids, o.gen_tokens) end
+  local function result(res)
+    res.kernels, res.threads, res.model = model.info.kernels, model.info.threads, model_fields(model)
+    res.prompt_tokens, res.gen_tokens, res["repeat"], res.warmup = o.prompt_tokens, o.gen_tokens, o["repeat"],
+      o.warmup
+    return res
+  end
+  return o, ids, result
+end
+
+-- run(model, { prompt_tokens = 52, gen_tokens = 32, repeat = 5, warmup = 1 }) -> result
+-- result = { prefill_tok_s, decode_tok_s (medians), prefill = {...}, decode = {...} (every repeat),
+--            kernels, threads, prompt_tokens, gen_tokens, repeat, warmup, model = {...} }
+function M.run(model, opts)
+  local o, ids, result = prologue(model, opts)
   local pre, dec = {}, {}
   for r = 1, o["repeat"] do pre[r], dec[r] = run_once(model, ids, o.gen_tokens) end
-  return {
-    prefill_tok_s = M.median(pre), decode_tok_s = M.median(dec), prefill = pre, decode = dec,
-    kernels = model.info.kernels, threads = model.info.threads, prompt_tokens = o.prompt_tokens,
-    gen_tokens = o.gen_tokens, ["repeat"] = o["repeat"], warmup = o.warmup, model = model_fields(model),
-  }
+  return result { prefill_tok_s = M.median(pre), decode_tok_s = M.median(dec), prefill = pre, decode = dec }
 end
 
 -- hooks_ab(model, opts) -> result: A = no experiment, B = an experiment with only `name`, run
@@ -93,10 +101,7 @@ end
 -- alike. result = { a = { prefill_tok_s, decode_tok_s, prefill, decode }, b = { ... },
 --                   prefill_ratio = B/A, decode_ratio = B/A, kernels, threads, ... , model }
 function M.hooks_ab(model, opts)
-  local o = defaults(opts or {})
-  check_counts(o)
-  local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
-  for _ = 1, o.warmup do run_once(model, ids, o.gen_tokens) end
+  local o, ids, result = prologue(model, opts)
   local a, b = { prefill = {}, decode = {} }, { prefill = {}, decode = {} }
   for r = 1, o["repeat"] do
     a.prefill[r], a.decode[r] = run_once(model, ids, o.gen_tokens, nil)
@@ -105,11 +110,8 @@ function M.hooks_ab(model, opts)
   for _, side in ipairs({ a, b }) do
     side.prefill_tok_s, side.decode_tok_s = M.median(side.prefill), M.median(side.decode)
   end
-  return {
-    a = a, b = b, prefill_ratio = b.prefill_tok_s / a.prefill_tok_s, decode_ratio = b.decode_tok_s / a.decode_tok_s,
-    kernels = model.info.kernels, threads = model.info.threads, prompt_tokens = o.prompt_tokens,
-    gen_tokens = o.gen_tokens, ["repeat"] = o["repeat"], warmup = o.warmup, model = model_fields(model),
-  }
+  return result { a = a, b = b, prefill_ratio = b.prefill_tok_s / a.prefill_tok_s,
+    decode_ratio = b.decode_tok_s / a.decode_tok_s }
 end
 
 -- bench_engine_path() -> the bench-engine beside the running interpreter (the build directory of
@@ -118,17 +120,18 @@ function M.bench_engine_path()
   local env = os.getenv("EMBER_BENCH_ENGINE")
   local path = env and env ~= "" and env
   if not path then
-    local interp = arg and arg[-1]
+    -- the interpreter is arg's lowest index (options such as `-m ember.cli` sit between)
+    local first = 0
+    while type(arg) == "table" and arg[first - 1] ~= nil do first = first - 1 end
+    local interp = first < 0 and arg[first]
     local dir = interp and interp:match("^(.*)/[^/]*$") or "."
     path = dir .. "/bench-engine"
   end
-  local f = io.open(path, "rb")
-  if not f then return nil, path end
-  f:close()
+  if not fs.exists(path) then return nil, path end
   return path
 end
 
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local shell_quote = fs.shell_quote
 
 -- Runs bench-engine with the arguments `fmt` formats (after the executable) and returns its output;
 -- raises a message naming --membw when the tool is missing.

@@ -1,26 +1,15 @@
--- ember.builtin — finds and instantiates the experiment files shipped in scripts/experiments/
--- (activation_stats.lua, zero_layer_output.lua, ...) for the CLI and the workflows.
--- Must not hold experiment logic: the files themselves are the reference implementations.
+-- ember.builtin — makes experiments: the built-in ones by name (lib/ember/experiments/, shipped
+-- inside the library) and user experiment files by path, for the CLI and the workflows.
+-- Must not hold experiment logic, and must not look for files beyond the path it is given.
 
 local M = {}
 
--- path(rel) -> an existing path for `rel` (e.g. "scripts/experiments/x.lua"), searched in
--- $EMBER_HOME, then the source tree this library was loaded from, then the current directory.
-function M.path(rel)
-  local candidates = {}
-  local home = os.getenv("EMBER_HOME")
-  if home and home ~= "" then candidates[#candidates + 1] = home .. "/" .. rel end
-  local me = package.searchpath("ember.builtin", package.path)
-  if me then
-    local root = me:match("^(.*)/lib/ember/builtin%.lua$")
-    if root then candidates[#candidates + 1] = (root == "" and "." or root) .. "/" .. rel end
+-- check(made, where) -> made, when it is an experiment table with a name; raises naming `where`.
+local function check(made, where)
+  if type(made) ~= "table" or type(made.name) ~= "string" or made.name == "" then
+    error(where .. " must return an experiment table with a name, or a function that makes one", 0)
   end
-  candidates[#candidates + 1] = rel
-  for _, c in ipairs(candidates) do
-    local f = io.open(c, "rb")
-    if f then f:close(); return c end
-  end
-  error("cannot find " .. rel .. " (set EMBER_HOME to the ember source tree)", 0)
+  return made
 end
 
 -- load(path, args) -> the experiment an experiment file makes: the file returns a factory
@@ -35,15 +24,14 @@ function M.load(path, args)
     -- errors raised inside the file already carry "path:line:"
     error(msg:find(path, 1, true) == 1 and msg or (path .. ": " .. msg), 0)
   end
-  if type(made) ~= "table" or type(made.name) ~= "string" or made.name == "" then
-    error(path .. " must return an experiment table with a name, or a function that makes one", 0)
-  end
-  return made
+  return check(made, path)
 end
 
--- experiment(file, args) -> the experiment made by scripts/experiments/<file>'s factory.
-function M.experiment(file, args)
-  return M.load(M.path("scripts/experiments/" .. file), args)
+-- experiment(name, args) -> the experiment made by the built-in ember.experiments.<name>
+-- ("activation_stats", "zero_layer_output").
+function M.experiment(name, args)
+  local factory = require("ember.experiments." .. name)
+  return check(factory(args), "ember.experiments." .. name)
 end
 
 return M

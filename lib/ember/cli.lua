@@ -5,24 +5,16 @@
 -- Exit codes: 0 success; 1 the run or comparison failed (hook failure, unreadable artifact,
 -- --require not met); 2 usage error (unknown/malformed flag, bad value, out-of-range layer).
 
+local flags = require("ember.flags")
 local selectors = require("ember.selectors")
 
 local M = {}
 
--- ---- flags ---------------------------------------------------------------------------------------
+-- ---- flags (the grammar is ember.flags'; the lists are this command's) ---------------------------
 
--- kind: "string" (any value), "path", "uint", "float", "bool" (no value), or a parse function.
-local function kernels_value(s)
-  return selectors.parse_choice(s, { "auto", "reference", "avx2", "avx512" }, "kernel set")
-end
 local function zero_value(s) return selectors.parse_layer_stage(s, "zero") end
 local function patch_value(s) return selectors.parse_layer_stage(s, "patch") end
-local function positive(s)
-  local n, err = selectors.parse_uint(s)
-  if n == nil then return nil, err end
-  if n < 1 then return nil, "expected a positive integer, got '" .. s .. "'" end
-  return n
-end
+local positive = flags.positive
 
 M.FLAGS = {
   { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
@@ -35,7 +27,7 @@ M.FLAGS = {
   { "top-p", "float", "P", "nucleus sampling threshold (1 = off)" },
   { "seed", "uint", "N", "sampling seed (default 0)" },
   { "threads", "uint", "N", "worker threads (default: all cores)" },
-  { "kernels", kernels_value, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
@@ -53,8 +45,7 @@ M.FLAGS = {
   { "help", "bool", nil, "show this help" },
   { "version", "bool", nil, "show the version" },
 }
-local FLAG = {}
-for _, f in ipairs(M.FLAGS) do FLAG[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] } end
+local FLAG = flags.spec(M.FLAGS)
 
 -- `ember benchmark`
 M.BENCH_FLAGS_LIST = {
@@ -62,7 +53,7 @@ M.BENCH_FLAGS_LIST = {
   { "prompt-tokens", positive, "N", "prompt length in tokens (default 52)" },
   { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
   { "threads", positive, "N", "worker threads (default: all cores)" },
-  { "kernels", kernels_value, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
   { "warmup", "uint", "W", "unreported runs first (default 1)" },
   { "json", "bool", nil, "print one JSON object" },
@@ -70,95 +61,34 @@ M.BENCH_FLAGS_LIST = {
   { "hooks-ab", "bool", nil, "interleave no experiment (A) with a name-only experiment (B); report both" },
   { "help", "bool", nil, "show this help" },
 }
-M.BENCH_FLAGS = {}
-for _, f in ipairs(M.BENCH_FLAGS_LIST) do
-  M.BENCH_FLAGS[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] }
-end
+M.BENCH_FLAGS = flags.spec(M.BENCH_FLAGS_LIST)
 
-M.COMPARE_FLAGS = {
-  json = { name = "json", kind = "bool" },
-  require = { name = "require", kind = selectors.parse_class },
-}
+M.COMPARE_FLAGS = flags.spec({ { "json", "bool" }, { "require", selectors.parse_class } })
 
--- Usage errors are raised as tables so main() can tell them (exit 2) from run failures (exit 1).
-local UsageError = {}
-UsageError.__tostring = function(e) return e.msg end
-local function usage_error(msg, ...)
-  error(setmetatable({ msg = string.format(msg, ...) }, UsageError), 0)
-end
-M.usage_error = usage_error
-function M.is_usage_error(e) return getmetatable(e) == UsageError end
-
-local function convert(flag, value)
-  local kind = flag.kind
-  if kind == "string" then return value end
-  if kind == "path" then
-    if value == "" then usage_error("--%s: expected a path, got an empty string", flag.name) end
-    return value
-  end
-  local parse = kind
-  if kind == "uint" then parse = selectors.parse_uint
-  elseif kind == "float" then parse = selectors.parse_float end
-  local v, err = parse(value)
-  if v == nil then usage_error("--%s: %s", flag.name, err) end
-  return v
-end
-
--- parse_flags(args, first, spec) -> opts, positionals. Raises UsageError naming the flag.
-function M.parse_flags(args, first, spec)
-  local opts, positionals = {}, {}
-  local i = first
-  while i <= #args do
-    local tok = args[i]
-    local name, value = selectors.parse_flag(tok)
-    if name == false then usage_error("%s", value) end
-    if name == nil then
-      positionals[#positionals + 1] = tok
-    else
-      local flag = spec[name]
-      if not flag then usage_error("unknown flag '--%s'", name) end
-      if opts[name] ~= nil then usage_error("flag '--%s' given more than once", name) end
-      if flag.kind == "bool" then
-        if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end
-        opts[name] = true
-      else
-        if value == nil then
-          i = i + 1
-          value = args[i]
-          local next_name = value and selectors.parse_flag(value)
-          if value == nil or (next_name and spec[next_name]) then
-            usage_error("flag '--%s' needs a value (%s)", name, flag.meta or "VALUE")
-          end
-        end
-        opts[name] = convert(flag, value)
-      end
-    end
-    i = i + 1
-  end
-  return opts, positionals
-end
+local usage_error = flags.usage_error
 
 function M.usage()
-  local lines = {
+  return flags.usage({
     "usage: ember --model FILE.gguf --prompt TEXT [options]",
     "       ember compare-artifacts DIR_A DIR_B [--json] [--require CLASS]",
     "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
     "",
     "options:",
-  }
-  for _, f in ipairs(M.FLAGS) do
-    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
-    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
-  end
-  lines[#lines + 1] = ""
-  lines[#lines + 1] = "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints"
-  lines[#lines + 1] = "  per-record metrics and a class: " .. table.concat(selectors.CLASSES, " > ")
-  lines[#lines + 1] = "  --json            machine-readable result"
-  lines[#lines + 1] = "  --require CLASS   exit 0 only for CLASS or a stricter class"
-  lines[#lines + 1] = ""
-  lines[#lines + 1] = "Generated text goes to stdout, notices to stderr. Exit: 0 ok, 1 failure, 2 usage error."
-  lines[#lines + 1] = "Every run with an experiment writes a run manifest (--run-manifest, default ember-run.json)."
-  return table.concat(lines, "\n") .. "\n"
+  }, M.FLAGS, {
+    "",
+    "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints",
+    "  per-record metrics and a class: " .. table.concat(selectors.CLASSES, " > "),
+    "  --json            machine-readable result",
+    "  --require CLASS   exit 0 only for CLASS or a stricter class",
+    "",
+    "Generated text goes to stdout, notices to stderr. Exit: 0 ok, 1 failure, 2 usage error.",
+    "Every run with an experiment writes a run manifest (--run-manifest, default ember-run.json).",
+  })
+end
+
+function M.bench_usage()
+  return flags.usage({ "usage: ember benchmark --model FILE.gguf [options]", "", "options:" }, M.BENCH_FLAGS_LIST,
+    { "", "Prefill and decode tok/s are medians of the repeats (greedy, end-of-sequence ignored)." })
 end
 
 -- ---- subcommands -----------------------------------------------------------------------------------
@@ -168,34 +98,19 @@ local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = 
 local EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
   "activation-patch" }
 
-function M.bench_usage()
-  local lines = { "usage: ember benchmark --model FILE.gguf [options]", "", "options:" }
-  for _, f in ipairs(M.BENCH_FLAGS_LIST) do
-    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
-    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
-  end
-  lines[#lines + 1] = ""
-  lines[#lines + 1] = "Prefill and decode tok/s are medians of the repeats (greedy, end-of-sequence ignored)."
-  return table.concat(lines, "\n") .. "\n"
-end
-
-local function refuse_experiments(args, first, what)
-  for i = first, #args do
-    local name = selectors.parse_flag(args[i])
-    for _, k in ipairs(EXPERIMENT_FLAGS) do
-      if name == k then
-        usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
-          .. "is not defined for it", what, k)
-      end
-    end
+-- refuse_experiments(what, flag): `what` runs without experiments; flag is the experiment flag given.
+local function refuse_experiments(what, flag)
+  if flag then
+    usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
+      .. "is not defined for it", what, flag)
   end
 end
 
 local function mib(kib) return kib and kib / 1024 or nil end
 
 local function run_benchmark(args, io_)
-  refuse_experiments(args, 2, "benchmark")
-  local o, pos = M.parse_flags(args, 2, M.BENCH_FLAGS)
+  refuse_experiments("benchmark", flags.present(args, 2, EXPERIMENT_FLAGS))
+  local o, pos = flags.parse(args, 2, M.BENCH_FLAGS)
   if o.help then io_.stdout:write(M.bench_usage()); return 0 end
   if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
   if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
@@ -290,7 +205,7 @@ end
 
 local function run_compare(args, io_)
   local spec = M.COMPARE_FLAGS
-  local opts, pos = M.parse_flags(args, 2, spec)
+  local opts, pos = flags.parse(args, 2, spec)
   if #pos ~= 2 then usage_error("compare-artifacts needs two artifact directories, got %d", #pos) end
   local compare = require("ember.compare")
   local res = compare.compare_dirs(pos[1], pos[2])
@@ -332,7 +247,7 @@ local function check_layer(flag, layer, info)
 end
 
 local function run_generate(args, argv, io_)
-  local o, pos = M.parse_flags(args, 1, FLAG)
+  local o, pos = flags.parse(args, 1, FLAG)
   if o.help then io_.stdout:write(M.usage()); return 0 end
   if o.version then
     io_.stdout:write("ember " .. require("ember").version .. "\n")
@@ -341,10 +256,7 @@ local function run_generate(args, argv, io_)
   if #pos > 0 then
     if REFUSED_WITH_EXPERIMENTS[pos[1]] then
       for _, k in ipairs(EXPERIMENT_FLAGS) do
-        if o[k] ~= nil then
-          usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
-            .. "is not defined for it", pos[1], k)
-        end
+        if o[k] ~= nil then refuse_experiments(pos[1], k) end
       end
       if pos[1] == "benchmark" then
         usage_error("'benchmark' must be the first argument: ember benchmark --model FILE.gguf [options]")
@@ -409,7 +321,7 @@ local function run_generate(args, argv, io_)
   local stats_exp
   if o["zero-layer-output"] then
     local z = o["zero-layer-output"]
-    experiments[#experiments + 1] = require("ember.builtin").experiment("zero_layer_output.lua",
+    experiments[#experiments + 1] = require("ember.builtin").experiment("zero_layer_output",
       { target = string.format("%d:%s", z.layer, z.short), notice = notice })
     exp_args = string.format("%d:%s", z.layer, z.short)
   elseif o["activation-patch"] then
@@ -422,7 +334,7 @@ local function run_generate(args, argv, io_)
     experiments[#experiments + 1] = user_exp
   end
   if o["activation-stats"] then
-    stats_exp = require("ember.builtin").experiment("activation_stats.lua", { output = o["activation-stats"] })
+    stats_exp = require("ember.builtin").experiment("activation_stats", { output = o["activation-stats"] })
     experiments[#experiments + 1] = stats_exp
   end
 
@@ -495,7 +407,7 @@ function M.main(arg, io_)
     return run_generate(args, argv, io_)
   end)
   if ok then return code end
-  if getmetatable(code) == UsageError then
+  if flags.is_usage_error(code) then
     io_.stderr:write("ember: " .. code.msg .. "\nTry 'ember --help' for the list of flags.\n")
     return 2
   end
@@ -503,8 +415,9 @@ function M.main(arg, io_)
   return 1
 end
 
--- Run as a script (tools/ember does `ember-lua lib/ember/cli.lua ARGS`): then `...` holds the
--- command-line arguments rather than the module name given by require, and arg[0] is this file.
+-- Run as a script (`ember-lua lib/ember/cli.lua ARGS`; tools/ember runs `ember-lua -m ember.cli`):
+-- then `...` holds the command-line arguments rather than the module name given by require, and
+-- arg[0] is this file.
 if ... ~= "ember.cli" and type(arg) == "table" and type(arg[0]) == "string" and arg[0]:match("cli%.lua$") then
   os.exit(M.main(arg))
 end

@@ -96,85 +96,12 @@ end
 
 -- ---- per-record metrics --------------------------------------------------------------------------
 
-local CHUNK = 4096
-
--- string.unpack returns at most as many values as the C stack allows, so tensors are read in
--- chunks; each chunk is read twice, as floats for the arithmetic and as u32 for bit equality.
-local function chunk_formats(m)
-  return "<" .. string.rep("f", m), "<" .. string.rep("I4", m)
-end
-
--- Top-1 token id (0-based column) per row; lowest id on ties, NaN never wins (as greedy sampling).
-local function row_argmax(data, rows, cols)
-  local out = {}
-  for r = 0, rows - 1 do
-    local best, best_v = nil, nil
-    local c = 0
-    while c < cols do
-      local m = math.min(CHUNK, cols - c)
-      local v = { string.unpack("<" .. string.rep("f", m), data, (r * cols + c) * 4 + 1) }
-      for j = 1, m do
-        local x = v[j]
-        if x == x and (best_v == nil or x > best_v) then best, best_v = c + j - 1, x end
-      end
-      c = c + m
-    end
-    out[r + 1] = best
-  end
-  return out
-end
-M.row_argmax = row_argmax
-
--- metrics(a, b) for two records of equal shape: bitwise equality and the SPEC §6.3 measures.
--- max/mean/RMS are of |a - b|; l2 = ||a - b||; rel_l2 = ||a - b|| / ||a||; cosine of a and b.
--- Undefined values (cosine with a zero vector, rel_l2 with ||a|| = 0 and a difference) are nil.
+-- metrics(a, b) for two records of equal shape (their `tensor`s): bitwise equality and the SPEC §6.3
+-- measures, computed by the core (t:compare). max/mean/RMS are of |a - b|; l2 = ||a - b||;
+-- rel_l2 = ||a - b|| / ||a||; cosine of a and b. Undefined values (cosine with a zero vector,
+-- rel_l2 with ||a|| = 0 and a difference) are nil.
 function M.metrics(ra, rb)
-  local n = ra.shape[1] * ra.shape[2]
-  if ra.data == rb.data then
-    -- identical bits: nothing to measure (and a restored run is mostly this case, so comparing a
-    -- large model's artifacts stays fast)
-    return { bitwise_equal = true, elements = n, differing_elements = 0, max_abs_diff = 0.0, mean_abs_diff = 0.0,
-      rms_abs_diff = 0.0, l2 = 0.0, rel_l2 = 0.0, cosine = 1.0 }
-  end
-  local m = { bitwise_equal = false, elements = n }
-  local max_d, sum_d, sum_d2, dot, na2, nb2, differing = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0
-  local da, db, abs = ra.data, rb.data, math.abs
-  local i = 0
-  while i < n do
-    local m = math.min(CHUNK, n - i)
-    local ff, fi = chunk_formats(m)
-    local va, vb = { string.unpack(ff, da, i * 4 + 1) }, { string.unpack(ff, db, i * 4 + 1) }
-    local ia, ib = { string.unpack(fi, da, i * 4 + 1) }, { string.unpack(fi, db, i * 4 + 1) }
-    for j = 1, m do
-      local x, y = va[j], vb[j]
-      local d = abs(x - y)
-      if d > max_d or d ~= d then max_d = d end
-      sum_d = sum_d + d
-      sum_d2 = sum_d2 + d * d
-      dot = dot + x * y
-      na2 = na2 + x * x
-      nb2 = nb2 + y * y
-      if ia[j] ~= ib[j] then differing = differing + 1 end
-    end
-    i = i + m
-  end
-  m.differing_elements = differing
-  m.max_abs_diff = max_d
-  m.mean_abs_diff = sum_d / n
-  m.rms_abs_diff = math.sqrt(sum_d2 / n)
-  m.l2 = math.sqrt(sum_d2)
-  local na, nb = math.sqrt(na2), math.sqrt(nb2)
-  if na > 0 and nb > 0 then
-    m.cosine = dot / (na * nb)
-  elseif na == 0 and nb == 0 then
-    m.cosine = 1.0 -- two zero vectors point the same (no) way; they are also equal
-  end
-  if na > 0 then
-    m.rel_l2 = m.l2 / na
-  elseif m.l2 == 0 then
-    m.rel_l2 = 0.0
-  end
-  return m
+  return ra.tensor:compare(rb.tensor)
 end
 
 -- ---- alignment and classes -----------------------------------------------------------------------
@@ -246,8 +173,9 @@ function M.compare(a, b)
         end
         if ra.stage == "after_logits" then
           logits_aligned = logits_aligned + 1
-          row.top1_a = row_argmax(ra.data, ra.shape[1], ra.shape[2])
-          row.top1_b = row_argmax(rb.data, rb.shape[1], rb.shape[2])
+          -- top-1 token id per row: lowest id on ties, NaN never wins (as greedy sampling)
+          row.top1_a = ra.tensor:top1()
+          row.top1_b = rb.tensor:top1()
           row.top1_equal = same_ids(row.top1_a, row.top1_b)
           if not row.top1_equal then top1_all = false end
         end

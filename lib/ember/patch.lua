@@ -2,8 +2,8 @@
 -- Must not guess: every evaluation of the target resolves to exactly one source record, and a
 -- source record that is never applied fails the run.
 --
--- Everything that allocates happens in patch.experiment() (setup): source tensors are built once
--- with ember.tensor_from_bytes and looked up by phase and start position, so the hook itself only
+-- Everything that allocates happens in patch.experiment() (setup): source tensors come from
+-- artifact.read as ember.Tensors and are looked up by phase and start position, so the hook only
 -- reads context fields, compares integers and calls view:copy_from.
 
 local artifact = require("ember.artifact")
@@ -38,7 +38,6 @@ function M.experiment(opts)
   -- phase -> start_position -> entry; built once, read by the hook
   local by_phase = { prefill = {}, decode = {} }
   local entries = {}
-  local ember = require("ember")
   for _, r in ipairs(src.records) do
     if r.stage == stage and r.layer == L then
       local slot = by_phase[r.phase]
@@ -51,8 +50,7 @@ function M.experiment(opts)
         fail("width mismatch: source record %d (%s) has %d columns, the model's hidden size is %d",
           r.index, artifact.record_label(r), r.shape[2], info.hidden_size)
       end
-      local e = { record = r, rows = r.shape[1], applied = 0,
-        tensor = ember.tensor_from_bytes(r.data, r.shape[1], r.shape[2]) }
+      local e = { record = r, rows = r.shape[1], applied = 0, tensor = r.tensor }
       slot[r.start_position] = e
       entries[#entries + 1] = e
     end

@@ -70,7 +70,7 @@ function M.capture_patch_restore(opts)
   report.runs.A = session("A", {}, "")
 
   -- B: the MLP output of layer L zeroed, same capture
-  local zero = require("ember.builtin").experiment("zero_layer_output.lua",
+  local zero = require("ember.builtin").experiment("zero_layer_output",
     { target = L .. ":mlp", notice = function() end })
   report.runs.B = session("B", { zero }, L .. ":mlp")
   report.zero_interventions = zero.stats.interventions

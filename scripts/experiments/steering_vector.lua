@@ -41,9 +41,7 @@ return function(args)
       if dim >= hidden then error(string.format("steering-vector: dim %d is out of range (0-%d)", dim, hidden - 1), 0) end
       for i = 1, hidden do direction[i] = (i == dim + 1) and scale or 0.0 end
     else
-      local f = assert(io.open(kv.vector, "rb"), "steering-vector: cannot open " .. tostring(kv.vector))
-      local bytes = f:read("a")
-      f:close()
+      local bytes = require("ember.fs").read(kv.vector, "steering-vector: vector file '" .. kv.vector .. "'")
       if #bytes ~= hidden * 4 then
         error(string.format("steering-vector: %s holds %d bytes, expected %d (hidden size %d as f32)",
           kv.vector, #bytes, hidden * 4, hidden), 0)

@@ -5,35 +5,29 @@
 --     [--tokenizer T.json] [--temperature T] [--top-k K] [--top-p P] [--seed N] [--kernels SET]
 --     [--threads N]
 
-local cli = require("ember.cli")
-local selectors = require("ember.selectors")
+local flags = require("ember.flags")
 
 local FLAGS = {
-  model = { name = "model", kind = "path", meta = "FILE.gguf" },
-  tokenizer = { name = "tokenizer", kind = "path", meta = "FILE" },
-  arch = { name = "arch", kind = "string", meta = "ARCH" },
-  prompt = { name = "prompt", kind = "string", meta = "TEXT" },
-  ["max-tokens"] = { name = "max-tokens", kind = "uint", meta = "N" },
-  temperature = { name = "temperature", kind = "float", meta = "T" },
-  ["top-k"] = { name = "top-k", kind = "uint", meta = "K" },
-  ["top-p"] = { name = "top-p", kind = "float", meta = "P" },
-  seed = { name = "seed", kind = "uint", meta = "N" },
-  kernels = { name = "kernels", kind = function(s)
-    return selectors.parse_choice(s, { "auto", "reference", "avx2", "avx512" }, "kernel set")
-  end, meta = "SET" },
-  threads = { name = "threads", kind = "uint", meta = "N" },
-  stats = { name = "stats", kind = "bool" },
-  help = { name = "help", kind = "bool" },
+  { "model", "path", "FILE.gguf" },
+  { "tokenizer", "path", "FILE" },
+  { "arch", "string", "ARCH" },
+  { "prompt", "string", "TEXT" },
+  { "max-tokens", "uint", "N" },
+  { "temperature", "float", "T" },
+  { "top-k", "uint", "K" },
+  { "top-p", "float", "P" },
+  { "seed", "uint", "N" },
+  { "kernels", flags.kernels, "SET" },
+  { "threads", "uint", "N" },
+  { "stats", "bool" },
+  { "help", "bool" },
 }
 
 local USAGE = "usage: generate.lua --model M.gguf [--prompt TEXT] [--max-tokens N] [--tokenizer T.json]\n"
   .. "                   [--temperature T] [--top-k K] [--top-p P] [--seed N] [--kernels SET] [--threads N] [--stats]\n"
 
-local function main(args)
-  local ok, o = pcall(cli.parse_flags, args, 1, FLAGS)
-  if not ok then io.stderr:write("generate: ", tostring(o), "\n", USAGE); return 2 end
-  if o.help then io.stdout:write(USAGE); return 0 end
-  if not o.model then io.stderr:write("generate: --model is required\n", USAGE); return 2 end
+local function main(o)
+  if not o.model then flags.usage_error("--model is required") end
   local ember = require("ember")
   local model = ember.load { model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels,
     threads = o.threads }
@@ -49,6 +43,4 @@ local function main(args)
   return 0
 end
 
-local ok, code = pcall(main, arg)
-if not ok then io.stderr:write("generate: ", tostring(code), "\n"); code = 1 end
-os.exit(code)
+os.exit(flags.script("generate", FLAGS, USAGE, main, arg))

@@ -207,6 +207,90 @@ static int t_argmax(lua_State *L) {
     return 1;
 }
 
+/* ---- comparison (for lib/ember/compare.lua; the measures are defined in docs/artifacts.md) ------- */
+
+static void set_num(lua_State *L, const char *key, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, key);
+}
+
+/* a:compare(b) -> { bitwise_equal, elements, differing_elements, max_abs_diff, mean_abs_diff,
+ * rms_abs_diff, l2, rel_l2, cosine } for two tensors of the same shape. The sums run in double,
+ * element by element in row-major order (this file is built with -ffp-contract=off: no fused
+ * multiply-adds), so the figures are the same on every machine. max/mean/RMS are of |a - b|;
+ * l2 = ||a - b||; rel_l2 = ||a - b|| / ||a||; a NaN difference makes max_abs_diff NaN. Undefined
+ * values (cosine against a zero vector, rel_l2 with ||a|| = 0 and a difference) are absent. */
+static int t_compare(lua_State *L) {
+    tref a = to_tref(L, 1), b = to_tref(L, 2);
+    if (a.rows != b.rows || a.cols != b.cols)
+        return luaL_error(L, "compare: shape mismatch: [%I, %I] vs [%I, %I]", (lua_Integer)a.rows,
+                          (lua_Integer)a.cols, (lua_Integer)b.rows, (lua_Integer)b.cols);
+    int64_t n = a.rows * a.cols;
+    lua_createtable(L, 0, 9);
+    lua_pushinteger(L, n);
+    lua_setfield(L, -2, "elements");
+    if (memcmp(a.data, b.data, (size_t)n * sizeof(float)) == 0) {
+        /* identical bits: nothing to measure (a restored run is mostly this case) */
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "bitwise_equal");
+        lua_pushinteger(L, 0);
+        lua_setfield(L, -2, "differing_elements");
+        const char *zeros[] = {"max_abs_diff", "mean_abs_diff", "rms_abs_diff", "l2", "rel_l2"};
+        for (size_t i = 0; i < sizeof zeros / sizeof zeros[0]; i++) set_num(L, zeros[i], 0.0);
+        set_num(L, "cosine", 1.0);
+        return 1;
+    }
+    double max_d = 0, sum_d = 0, sum_d2 = 0, dot = 0, na2 = 0, nb2 = 0;
+    int64_t differing = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = a.data[i], y = b.data[i];
+        double d = fabs(x - y);
+        if (d > max_d || isnan(d)) max_d = d;
+        sum_d += d;
+        sum_d2 += d * d;
+        dot += x * y;
+        na2 += x * x;
+        nb2 += y * y;
+        uint32_t ua, ub; /* bit equality: -0 and 0 differ, a NaN equals only the same NaN */
+        memcpy(&ua, &a.data[i], sizeof ua);
+        memcpy(&ub, &b.data[i], sizeof ub);
+        differing += ua != ub;
+    }
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "bitwise_equal");
+    lua_pushinteger(L, differing);
+    lua_setfield(L, -2, "differing_elements");
+    double l2 = sqrt(sum_d2), na = sqrt(na2), nb = sqrt(nb2);
+    set_num(L, "max_abs_diff", max_d);
+    set_num(L, "mean_abs_diff", sum_d / (double)n);
+    set_num(L, "rms_abs_diff", sqrt(sum_d2 / (double)n));
+    set_num(L, "l2", l2);
+    if (na > 0 && nb > 0) set_num(L, "cosine", dot / (na * nb));
+    else if (na == 0 && nb == 0) set_num(L, "cosine", 1.0); /* two zero vectors point the same (no) way */
+    if (na > 0) set_num(L, "rel_l2", l2 / na);
+    else if (l2 == 0) set_num(L, "rel_l2", 0.0);
+    return 1;
+}
+
+/* t:top1() -> { id, ... }: per row the 0-based column of the largest value (a token id when the
+ * rows are logits); the lowest column on ties, and NaN never wins, as greedy sampling. A row
+ * that is all NaN has no entry. */
+static int t_top1(lua_State *L) {
+    tref t = to_tref(L, 1);
+    if (t.rows > INT32_MAX) return luaL_error(L, "top1: tensor has %I rows, too many for a Lua table", (lua_Integer)t.rows);
+    lua_createtable(L, (int)t.rows, 0);
+    for (int64_t r = 0; r < t.rows; r++) {
+        const float *row = t.data + r * t.cols;
+        int64_t best = -1;
+        for (int64_t c = 0; c < t.cols; c++)
+            if (!isnan(row[c]) && (best < 0 || row[c] > row[best])) best = c;
+        if (best < 0) continue;
+        lua_pushinteger(L, best);
+        lua_rawseti(L, -2, (lua_Integer)r + 1);
+    }
+    return 1;
+}
+
 static int t_clone(lua_State *L) {
     tref t = to_tref(L, 1);
     ember_lua_tensor *c = ember_lua_push_tensor(L, t.rows, t.cols);
@@ -404,7 +488,7 @@ static const luaL_Reg shared_methods[] = {
     {"row", t_row},           {"values", t_values},     {"bytes", t_bytes},       {"l2_norm", t_l2_norm},
     {"abs_max", t_abs_max},   {"fingerprint", t_fingerprint}, {"sha256", t_sha256}, {"argmax", t_argmax},
     {"clone", t_clone},       {"zero", t_zero},         {"scale", t_scale},       {"add", t_add},
-    {"copy_from", t_copy_from}, {NULL, NULL},
+    {"copy_from", t_copy_from}, {"compare", t_compare}, {"top1", t_top1}, {NULL, NULL},
 };
 
 static const luaL_Reg view_only[] = {{"expired", v_expired}, {NULL, NULL}};

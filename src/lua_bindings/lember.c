@@ -1,6 +1,7 @@
 /* lember.c — the Lua module `ember.core`: module table, small module functions (version, cpu,
  * sha256) and the helpers every binding file shares. Holds no engine state of its own. */
 #include "lbind.h"
+#include "l_tiny_model.h"
 
 #include <string.h>
 #include <time.h>
@@ -243,6 +244,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_context(L, module);
     ember_lua_open_model(L, module);
     ember_lua_open_session(L, module);
+    ember_lua_open_tiny_model(L, module);
 #ifdef EMBER_HAVE_LUA_TOKENIZER
     ember_lua_open_tokenizer(L, module);
     lua_pushboolean(L, 1);

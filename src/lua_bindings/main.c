@@ -1,7 +1,9 @@
-/* main.c — ember-lua: the Lua 5.4 interpreter with ember built in. Takes the standard `lua`
- * options, runs scripts under lua_pcall with a traceback, and with no script opens the REPL
- * (lib/ember/repl.lua) over GNU readline. Only the terminal glue is C; the REPL logic is Lua. */
+/* main.c — ember-lua: the Lua 5.4 interpreter with ember built in, its Lua library included
+ * (lib_embed.h). Takes the standard `lua` options plus `-m mod`, runs scripts under lua_pcall with
+ * a traceback, and with no script opens the REPL (lib/ember/repl.lua) over GNU readline. Only the
+ * terminal glue is C; the REPL logic is Lua. */
 #include "lbind.h"
+#include "lib_embed.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -14,10 +16,6 @@
 #include <lualib.h>
 #include <readline/history.h>
 #include <readline/readline.h>
-
-#ifndef EMBER_LIB_DIR
-#define EMBER_LIB_DIR "lib"
-#endif
 
 int luaopen_lpeg(lua_State *L);
 int luaopen_cjson(lua_State *L);
@@ -122,9 +120,10 @@ static int dolibrary(lua_State *L, char *spec) {
 
 /* ---- arguments, like lua.c ---------------------------------------------------------------------- */
 
-enum { HAS_ERROR = 1, HAS_I = 2, HAS_V = 4, HAS_E = 8, HAS_BIG_E = 16 };
+enum { HAS_ERROR = 1, HAS_I = 2, HAS_V = 4, HAS_E = 8, HAS_BIG_E = 16, HAS_M = 32 };
 
-/* Scans options; returns flags and sets *first to the index of the script (or argc). */
+/* Scans options; returns flags and sets *first to the index of the script (or argc). With -m mod,
+ * *first is the index of mod, which then stands where a script would. */
 static int collectargs(char **argv, int *first) {
     int args = 0, i;
     for (i = 1; argv[i] != NULL; i++) {
@@ -143,6 +142,10 @@ static int collectargs(char **argv, int *first) {
         case 'W':
             if (argv[i][2] != '\0') return HAS_ERROR;
             break;
+        case 'm': /* -m mod: like python -m, the module's main(arg) is the script */
+            if (argv[i][2] != '\0' || argv[i + 1] == NULL || argv[i + 1][0] == '-') return HAS_ERROR;
+            *first = i + 1;
+            return args | HAS_M;
         case 'i': args |= HAS_I; /* fall through: -i implies -v */
         /* fall through */
         case 'v':
@@ -188,6 +191,30 @@ static void createargtable(lua_State *L, char **argv, int argc, int script) {
     lua_setglobal(L, "arg");
 }
 
+/* Exit status of `-m mod`: what mod.main(arg) returned. */
+static int module_status = EXIT_SUCCESS;
+
+/* -m mod: require(mod).main(arg) -> exit status (an integer; anything else counts as 0). */
+static int handle_module(lua_State *L, const char *mod) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, mod);
+    int status = docall(L, 1, 1); /* [module] */
+    if (status != LUA_OK) return report(L, status);
+    if (lua_getfield(L, -1, "main") != LUA_TFUNCTION) { /* [module, main] */
+        lua_pop(L, 2);
+        l_message(progname, lua_pushfstring(L, "module '%s' has no main function", mod));
+        lua_pop(L, 1);
+        return LUA_ERRRUN;
+    }
+    lua_remove(L, -2);
+    lua_getglobal(L, "arg"); /* [main, arg] */
+    status = docall(L, 1, 1);
+    if (status != LUA_OK) return report(L, status);
+    module_status = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return LUA_OK;
+}
+
 static int handle_script(lua_State *L, char **argv) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
@@ -206,11 +233,12 @@ static int handle_script(lua_State *L, char **argv) {
 
 /* ---- package set-up ----------------------------------------------------------------------------- */
 
-/* package.path: the project's lib/ first; no "./"-relative entries, so a script's directory cannot
- * shadow ember's modules. */
-static void setup_paths(lua_State *L, bool ignore_env) {
+/* package.path: $EMBER_LIB first when set (a development tree's lib/ overrides the embedded
+ * copy); no "./"-relative entries, so a script's directory cannot shadow ember's modules.
+ * Returns whether EMBER_LIB is in use. */
+static bool setup_paths(lua_State *L, bool ignore_env) {
     const char *lib = ignore_env ? NULL : getenv("EMBER_LIB");
-    if (!lib || !*lib) lib = EMBER_LIB_DIR;
+    if (lib && !*lib) lib = NULL;
     lua_getglobal(L, "package"); /* [package] */
     const char *fields[] = {"path", "cpath"};
     for (int f = 0; f < 2; f++) {
@@ -218,7 +246,7 @@ static void setup_paths(lua_State *L, bool ignore_env) {
         const char *old = lua_tostring(L, -1);
         luaL_Buffer b;
         luaL_buffinit(L, &b);
-        if (f == 0) {
+        if (f == 0 && lib) {
             luaL_addstring(&b, lib);
             luaL_addstring(&b, "/?.lua;");
             luaL_addstring(&b, lib);
@@ -240,9 +268,23 @@ static void setup_paths(lua_State *L, bool ignore_env) {
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
+    return lib != NULL;
 }
 
-static void preload(lua_State *L) {
+/* package.preload loader of one embedded module; upvalue 1: its index in ember_lib_modules.
+ * Called by require as loader(name, ":preload:"); the chunk gets (name, chunk name) as a file
+ * loaded by the standard searcher gets (name, path). [name, extra] */
+static int load_embedded(lua_State *L) {
+    const ember_lib_module *m = &ember_lib_modules[lua_tointeger(L, lua_upvalueindex(1))];
+    if (luaL_loadbuffer(L, (const char *)m->src, m->len, m->chunk) != LUA_OK) return lua_error(L);
+    lua_pushstring(L, m->name);
+    lua_pushstring(L, m->chunk + 1); /* without the '@' */
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* The C modules always; the Lua library unless EMBER_LIB points at a tree of it. */
+static void preload(lua_State *L, bool with_library) {
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* [preload] */
     lua_pushcfunction(L, luaopen_ember_core);
     lua_setfield(L, -2, "ember.core");
@@ -250,6 +292,11 @@ static void preload(lua_State *L) {
     lua_setfield(L, -2, "lpeg");
     lua_pushcfunction(L, luaopen_cjson);
     lua_setfield(L, -2, "cjson");
+    for (lua_Integer i = 0; with_library && ember_lib_modules[i].name; i++) {
+        lua_pushinteger(L, i);
+        lua_pushcclosure(L, load_embedded, 1);
+        lua_setfield(L, -2, ember_lib_modules[i].name);
+    }
     lua_pop(L, 1);
 }
 
@@ -418,7 +465,7 @@ static int run_repl(lua_State *L) {
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static void print_usage(const char *badoption) {
-    if (badoption[1] == 'e' || badoption[1] == 'l') fprintf(stderr, "%s: '%s' needs argument\n", progname, badoption);
+    if (badoption[1] == 'e' || badoption[1] == 'l' || badoption[1] == 'm') fprintf(stderr, "%s: '%s' needs argument\n", progname, badoption);
     else fprintf(stderr, "%s: unrecognized option '%s'\n", progname, badoption);
     fprintf(stderr,
             "usage: %s [options] [script [args]]\n"
@@ -427,8 +474,9 @@ static void print_usage(const char *badoption) {
             "  -i        enter interactive mode after executing 'script'\n"
             "  -l mod    require library 'mod' into global 'mod'\n"
             "  -l g=mod  require library 'mod' into global 'g'\n"
+            "  -m mod    run require('mod').main(arg) with the remaining arguments; its result is the exit status\n"
             "  -v        show version information\n"
-            "  -E        ignore environment variables (EMBER_LIB)\n"
+            "  -E        ignore environment variables (EMBER_LIB: a lib/ directory used instead of the built-in library)\n"
             "  -W        turn warnings on\n"
             "  --        stop handling options\n"
             "  -         stop handling options and execute stdin\n"
@@ -448,13 +496,17 @@ static int pmain(lua_State *L) {
     }
     luaL_checkversion(L);
     luaL_openlibs(L);
-    preload(L);
-    setup_paths(L, args & HAS_BIG_E);
+    preload(L, !setup_paths(L, args & HAS_BIG_E));
     createargtable(L, argv, argc, script);
     lua_gc(L, LUA_GCRESTART);
     lua_gc(L, LUA_GCGEN, 0, 0);
     if (args & HAS_V) printf("ember-lua %s (%s)\n", EMBER_VERSION, LUA_RELEASE);
     if (!runargs(L, argv, script)) return 0;
+    if (args & HAS_M) {
+        if (handle_module(L, argv[script]) != LUA_OK) return 0;
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     if (script < argc && handle_script(L, argv + script) != LUA_OK) return 0;
     if (args & HAS_I) {
         if (run_repl(L) != LUA_OK) return 0;
@@ -484,5 +536,5 @@ int main(int argc, char **argv) {
     int ok = lua_toboolean(L, -1);
     report(L, status);
     lua_close(L);
-    return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
+    return (ok && status == LUA_OK) ? module_status : EXIT_FAILURE;
 }

@@ -1,0 +1,145 @@
+-- ember.flags — the one flag grammar of ember's commands (the `ember` CLI and the workflow scripts):
+-- `--name VALUE`, `--name=VALUE`, boolean `--name`, each flag at most once, values converted by
+-- kind, and usage errors that name the flag. Must not know any command's flags or run anything.
+--
+-- A flag list is { { name, kind, META, help }, ... }; kind is "string" (any value), "path"
+-- (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil, message.
+
+local selectors = require("ember.selectors")
+
+local M = {}
+
+-- ---- value kinds shared by several commands -----------------------------------------------------
+
+M.KERNEL_SETS = { "auto", "reference", "avx2", "avx512" }
+
+function M.kernels(s) return selectors.parse_choice(s, M.KERNEL_SETS, "kernel set") end
+
+function M.positive(s)
+  local n, err = selectors.parse_uint(s)
+  if n == nil then return nil, err end
+  if n < 1 then return nil, "expected a positive integer, got '" .. s .. "'" end
+  return n
+end
+
+-- ---- usage errors -------------------------------------------------------------------------------
+
+-- Raised as tables so a command can tell them (exit 2) from run failures (exit 1).
+local UsageError = {}
+UsageError.__tostring = function(e) return e.msg end
+
+function M.usage_error(msg, ...)
+  error(setmetatable({ msg = string.format(msg, ...) }, UsageError), 0)
+end
+local usage_error = M.usage_error
+
+function M.is_usage_error(e) return getmetatable(e) == UsageError end
+
+-- ---- parsing ------------------------------------------------------------------------------------
+
+-- spec(list) -> name -> { name, kind, meta, help }, the form parse() looks flags up in.
+function M.spec(list)
+  local spec = {}
+  for _, f in ipairs(list) do spec[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] } end
+  return spec
+end
+
+local function convert(flag, value)
+  local kind = flag.kind
+  if kind == "string" then return value end
+  if kind == "path" then
+    if value == "" then usage_error("--%s: expected a path, got an empty string", flag.name) end
+    return value
+  end
+  local parse = kind
+  if kind == "uint" then parse = selectors.parse_uint
+  elseif kind == "float" then parse = selectors.parse_float end
+  local v, err = parse(value)
+  if v == nil then usage_error("--%s: %s", flag.name, err) end
+  return v
+end
+
+-- parse(args, first, spec) -> opts, positionals: args[first..] against spec (from M.spec).
+-- Raises a usage error naming the flag.
+function M.parse(args, first, spec)
+  local opts, positionals = {}, {}
+  local i = first
+  while i <= #args do
+    local tok = args[i]
+    local name, value = selectors.parse_flag(tok)
+    if name == false then usage_error("%s", value) end
+    if name == nil then
+      positionals[#positionals + 1] = tok
+    else
+      local flag = spec[name]
+      if not flag then usage_error("unknown flag '--%s'", name) end
+      if opts[name] ~= nil then usage_error("flag '--%s' given more than once", name) end
+      if flag.kind == "bool" then
+        if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end
+        opts[name] = true
+      else
+        if value == nil then
+          i = i + 1
+          value = args[i]
+          local next_name = value and selectors.parse_flag(value)
+          if value == nil or (next_name and spec[next_name]) then
+            usage_error("flag '--%s' needs a value (%s)", name, flag.meta or "VALUE")
+          end
+        end
+        opts[name] = convert(flag, value)
+      end
+    end
+    i = i + 1
+  end
+  return opts, positionals
+end
+
+-- present(args, first, names) -> the first of `names` given as a flag in args[first..], or nil.
+-- For refusing flags before the rest of the command line is parsed.
+function M.present(args, first, names)
+  for i = first, #args do
+    local name = selectors.parse_flag(args[i])
+    for _, k in ipairs(names) do
+      if name == k then return k end
+    end
+  end
+  return nil
+end
+
+-- ---- help text ----------------------------------------------------------------------------------
+
+-- usage(head, list, tail) -> head lines, one line per flag of list ("  --name META   help"),
+-- then tail lines; newline-terminated.
+function M.usage(head, list, tail)
+  local lines = {}
+  for _, l in ipairs(head) do lines[#lines + 1] = l end
+  for _, f in ipairs(list) do
+    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
+    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
+  end
+  for _, l in ipairs(tail or {}) do lines[#lines + 1] = l end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- ---- scripts ------------------------------------------------------------------------------------
+
+-- script(name, list, usage, body, args) -> exit code, for a command-line script: parses args with
+-- list; --help prints usage (exit 0); a usage error prints "name: message" and usage (exit 2);
+-- body(opts, positionals) returns the exit code (default 0), and an error it raises prints
+-- "name: message" (exit 1). Scripts end with os.exit(flags.script(...)).
+function M.script(name, list, usage, body, args)
+  local ok, code = pcall(function()
+    local o, pos = M.parse(args or {}, 1, M.spec(list))
+    if o.help then io.stdout:write(usage); return 0 end
+    return body(o, pos) or 0
+  end)
+  if ok then return code end
+  if M.is_usage_error(code) then
+    io.stderr:write(name, ": ", code.msg, "\n", usage)
+    return 2
+  end
+  io.stderr:write(name, ": ", tostring(code), "\n")
+  return 1
+end
+
+return M

@@ -1,0 +1,164 @@
+-- The library as shipped: lib/ember embedded in ember-lua (served by package.preload, EMBER_LIB
+-- overriding it), `ember-lua -m`, the built-in experiments under ember.experiments, ember.flags,
+-- and the default tiny model made on first use in the cache directory.
+
+local F = require("helpers.fixtures")
+local H = require("helpers.artifacts")
+local flags = require("ember.flags")
+
+local lua_bin = F.build .. "/ember-lua"
+
+-- sh(cmd) -> output (stdout and stderr), exit code
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local text = p:read("a")
+  p:close()
+  local rc = tonumber(text:match("rc=(%d+)\n$"))
+  return text:gsub("rc=%d+\n$", ""), rc
+end
+
+local function need_ember_lua()
+  if not F.exists(lua_bin) then pending("missing " .. lua_bin .. " (build the project first)") end
+  return F.exists(lua_bin)
+end
+
+-- The module names lib/ember's files give require, found by listing the tree (not by asking ember).
+local function library_modules()
+  local p = io.popen("cd lib && find ember -name '*.lua' | sort")
+  local names = {}
+  for line in p:lines() do
+    names[#names + 1] = (line:gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", "."))
+  end
+  p:close()
+  return names
+end
+
+describe("ember-lua's embedded library", function()
+  after_each(H.cleanup)
+
+  it("serves every lib/ember module through package.preload, from any directory", function()
+    if not need_ember_lua() then return end
+    local from_root = "B=$(cd " .. H.shell_quote(F.build) .. " && pwd) && cd / && env -u EMBER_LIB \"$B/ember-lua\" -e "
+    local names = library_modules()
+    assert.is_true(#names > 10)
+    local out, rc = sh("printf '%s\\n' " .. table.concat(names, " ") .. " | (" .. from_root .. H.shell_quote(
+      "for line in io.lines() do io.write(line, '=', tostring(package.preload[line] ~= nil), '\\n') end") .. ")")
+    assert.equal(0, rc, out)
+    for _, n in ipairs(names) do assert.matches(n .. "=true\n", out, 1, true) end
+    -- and the modules load from there: the path holds no lib directory
+    out, rc = sh(from_root .. H.shell_quote(
+      "require('ember.cli'); io.write(package.path:find('lib/?.lua', 1, true) and 'path' or 'no-path')"))
+    assert.equal(0, rc, out)
+    assert.equal("no-path", out)
+  end)
+
+  it("lets EMBER_LIB point at a development tree, which then wins over the embedded copy", function()
+    if not need_ember_lua() then return end
+    local dir = H.tmpdir()
+    assert(os.execute("mkdir -p " .. H.shell_quote(dir .. "/ember")))
+    H.write(dir .. "/ember/cli.lua", "return { main = function(arg) io.write('dev tree ', arg[1]) return 3 end }\n")
+    local out, rc = sh("EMBER_LIB=" .. H.shell_quote(dir) .. " " .. H.shell_quote(lua_bin) .. " -m ember.cli x")
+    assert.equal("dev tree x", out)
+    assert.equal(3, rc) -- -m: main's result is the exit status
+    out, rc = sh("EMBER_LIB=" .. H.shell_quote(dir) .. " " .. H.shell_quote(lua_bin) .. " -E -m ember.cli --version")
+    assert.equal(0, rc, out)
+    assert.equal("ember " .. require("ember").version .. "\n", out) -- -E: the embedded library
+  end)
+
+  it("refuses -m without a module, or a module without main", function()
+    if not need_ember_lua() then return end
+    local out, rc = sh(H.shell_quote(lua_bin) .. " -m")
+    assert.equal(1, rc)
+    assert.matches("'-m' needs argument", out, 1, true)
+    out, rc = sh(H.shell_quote(lua_bin) .. " -m ember.json")
+    assert.equal(1, rc)
+    assert.matches("module 'ember.json' has no main function", out, 1, true)
+  end)
+end)
+
+describe("built-in experiments", function()
+  it("are modules of the library, and scripts/experiments/ files make the same experiments", function()
+    local builtin = require("ember.builtin")
+    local z = builtin.experiment("zero_layer_output", { target = "3:attention", notice = function() end })
+    assert.equal("zero-layer-output", z.name)
+    assert.equal(3, z.target.layer)
+    local from_file = builtin.load("scripts/experiments/zero_layer_output.lua", "3:attention")
+    assert.equal(z.name, from_file.name)
+    assert.same(z.target, from_file.target)
+    assert.equal("activation-stats", builtin.experiment("activation_stats", {}).name)
+    assert.has_error(function() builtin.experiment("no_such_experiment") end)
+  end)
+end)
+
+describe("ember.flags", function()
+  local list = { { "model", "path", "FILE" }, { "n", flags.positive, "N" }, { "json", "bool" } }
+
+  it("parses --name VALUE, --name=VALUE and booleans, and names the flag in usage errors", function()
+    local o, pos = flags.parse({ "--model", "m.gguf", "x", "--n=3", "--json" }, 1, flags.spec(list))
+    assert.same({ model = "m.gguf", n = 3, json = true }, o)
+    assert.same({ "x" }, pos)
+    local cases = {
+      { { "--n", "0" }, "--n: expected a positive integer, got '0'" },
+      { { "--model", "a", "--model", "b" }, "flag '--model' given more than once" },
+      { { "--json=1" }, "flag '--json' takes no value (got '1')" },
+      { { "--model" }, "flag '--model' needs a value (FILE)" },
+      { { "--nope" }, "unknown flag '--nope'" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(flags.parse, c[1], 1, flags.spec(list))
+      assert.is_false(ok)
+      assert.is_true(flags.is_usage_error(err))
+      assert.equal(c[2], tostring(err))
+    end
+  end)
+
+  it("finds refused flags before parsing, and formats one help line per flag", function()
+    assert.equal("json", flags.present({ "x", "--json", "--model=m" }, 1, { "json", "model" }))
+    assert.is_nil(flags.present({ "--json" }, 2, { "json" }))
+    local text = flags.usage({ "usage: x" }, { { "model", "path", "FILE", "the model" } }, { "end" })
+    assert.equal("usage: x\n  " .. string.format("%-32s %s", "--model FILE", "the model") .. "\nend\n", text)
+  end)
+end)
+
+describe("the default model", function()
+  after_each(H.cleanup)
+
+  -- runs `ember.default_model.path()` under stock lua5.4 with the given environment prefix
+  local function default_path(env)
+    return sh(env .. " LUA_PATH=" .. H.shell_quote(package.path) .. " LUA_CPATH=" .. H.shell_quote(package.cpath)
+      .. " lua5.4 -e " .. H.shell_quote("io.write(require('ember.default_model').path())"))
+  end
+
+  it("is made on first use in $XDG_CACHE_HOME/ember, the same bytes make-tiny-model writes", function()
+    local cache = H.tmpdir()
+    local out, rc = default_path("XDG_CACHE_HOME=" .. H.shell_quote(cache))
+    assert.equal(0, rc, out)
+    assert.equal(cache .. "/ember/tiny-llama-q8_0.gguf", out)
+    local tool = F.build .. "/make-tiny-model"
+    if not F.exists(tool) then return pending("missing " .. tool .. " to compare with") end
+    local expected = cache .. "/expected.gguf"
+    assert(os.execute(H.shell_quote(tool) .. " --family llama --dtype q8_0 --seed 7 --out " .. H.shell_quote(expected)
+      .. " >/dev/null"))
+    assert.equal(H.read(expected), H.read(out))
+    -- a second use finds it and leaves it alone
+    local again = default_path("XDG_CACHE_HOME=" .. H.shell_quote(cache))
+    assert.equal(out, again)
+  end)
+
+  it("falls back to ~/.cache/ember without XDG_CACHE_HOME (or with a relative one)", function()
+    local home = H.tmpdir()
+    for _, env in ipairs({ "env -u XDG_CACHE_HOME", "XDG_CACHE_HOME=relative/dir" }) do
+      local out, rc = default_path(env .. " HOME=" .. H.shell_quote(home))
+      assert.equal(0, rc, out)
+      assert.equal(home .. "/.cache/ember/tiny-llama-q8_0.gguf", out)
+    end
+  end)
+
+  it("says what is wrong when the cache directory cannot be made", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/file", "not a directory")
+    local out, rc = default_path("XDG_CACHE_HOME=" .. H.shell_quote(dir .. "/file"))
+    assert.equal(1, rc)
+    assert.matches("default model: cannot create '" .. dir .. "/file/ember'", out, 1, true)
+  end)
+end)

@@ -1,0 +1,66 @@
+#!/bin/sh
+# install_test.sh — ember installed into a temporary prefix runs from anywhere: `cmake --install`,
+# the prefix copied elsewhere, and from / with HOME, XDG_CACHE_HOME and TMPDIR pointing at fresh
+# directories (EMBER_LIB, LUA_PATH, LUA_CPATH unset), the workflow with no flags must report the
+# criterion holding and make the default model in $XDG_CACHE_HOME/ember. Removes what it made.
+#
+# usage: install_test.sh BUILD_DIR SOURCE_DIR   (ctest passes both)
+set -u
+build=$1
+src=$2
+fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ember-install-test.XXXXXX") || fail "mktemp"
+trap 'rm -rf "$work"' EXIT INT TERM
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; fail "cmake --install"; }
+
+# Run from a copy, so nothing can reach back into the install location either.
+cp -R "$work/prefix" "$work/moved" || fail "copy of the prefix"
+P=$work/moved
+for f in bin/ember-lua bin/ember lib/lua/5.4/ember/core.so share/ember/scripts/workflows/capture_patch_restore.lua \
+         share/ember/scripts/experiments/activation_stats.lua share/lua/5.4/ember/cli.lua; do
+  [ -e "$P/$f" ] || fail "$f is not installed"
+done
+
+# No absolute path of the source tree or the build directory is compiled into the binaries.
+for bin in "$P/bin/ember-lua" "$P/lib/lua/5.4/ember/core.so"; do
+  for dir in "$src" "$(cd "$build" && pwd)"; do
+    if grep -q -F -- "$dir" "$bin"; then fail "$bin contains the path '$dir'"; fi
+  done
+done
+
+mkdir -p "$work/home" "$work/cache" "$work/tmp"
+run() { # run CMD... from / with a clean environment
+  (cd / && env -u EMBER_LIB -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 -u EMBER_LUA \
+     HOME="$work/home" XDG_CACHE_HOME="$work/cache" TMPDIR="$work/tmp" "$@")
+}
+
+out=$(run "$P/bin/ember-lua" "$P/share/ember/scripts/workflows/capture_patch_restore.lua" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "the workflow exited with $rc"
+echo "$out" | grep -q "^restoration criterion: HOLDS$" || fail "the workflow did not print 'restoration criterion: HOLDS'"
+[ -s "$work/cache/ember/tiny-llama-q8_0.gguf" ] || fail "no default model in \$XDG_CACHE_HOME/ember"
+[ ! -e "$work/home/.cache" ] || fail "the default model went to ~/.cache although XDG_CACHE_HOME is set"
+# the generator run by ember-lua writes the same bytes as make-tiny-model (when this build has it)
+if [ -x "$build/make-tiny-model" ]; then
+  "$build/make-tiny-model" --family llama --dtype q8_0 --seed 7 --out "$work/expected.gguf" || fail "make-tiny-model"
+  cmp -s "$work/expected.gguf" "$work/cache/ember/tiny-llama-q8_0.gguf" ||
+    fail "the default model differs from make-tiny-model --family llama --dtype q8_0 --seed 7"
+fi
+
+# The launcher finds the ember-lua beside it; an experiment file of share/ember/scripts runs.
+v=$(run "$P/bin/ember" --version) || fail "bin/ember --version"
+[ "$v" = "ember $(run "$P/bin/ember-lua" -e 'io.write(require("ember").version)')" ] || fail "bin/ember --version said '$v'"
+run "$P/bin/ember" --model "$work/cache/ember/tiny-llama-q8_0.gguf" --prompt "Hello" --max-tokens 2 \
+  --experiment "$P/share/ember/scripts/experiments/zero_layer_output.lua" --experiment-args 1:mlp \
+  --run-manifest "$work/tmp/run.json" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "bin/ember --experiment"; }
+grep -q "MODIFIED by experiment 'zero-layer-output'" "$work/err" || fail "the experiment file did not run"
+
+# Stock lua5.4 with the installed core module and library files.
+if command -v lua5.4 >/dev/null 2>&1; then
+  got=$(run env LUA_PATH="$P/share/lua/5.4/?.lua;$P/share/lua/5.4/?/init.lua;;" LUA_CPATH="$P/lib/lua/5.4/?.so;;" \
+        lua5.4 -e 'io.write(require("ember").version)') || fail "lua5.4 with the installed module"
+  [ "ember $got" = "$v" ] || fail "lua5.4 saw version '$got'"
+fi
+echo "install_test: ok"

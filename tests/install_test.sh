@@ -41,9 +41,26 @@ run() { # run CMD... from / with a clean environment
      HOME="$work/home" XDG_CACHE_HOME="$work/cache" TMPDIR="$work/tmp" "$@")
 }
 
-out=$(run "$P/bin/ember-lua" "$P/share/ember/scripts/workflows/capture_patch_restore.lua" 2>&1)
+# The workflow, with no flags. Under strace (when the machine has it and allows it) every file the
+# run touches is recorded, and none may lie in the source tree or the build directory (not in a
+# sanitizer build: LeakSanitizer refuses to run under ptrace).
+trace=
+if [ "$sanitize" != ON ] && command -v strace >/dev/null 2>&1 && strace -f -qq -o /dev/null true 2>/dev/null; then
+  trace=$work/trace.txt
+  out=$(run strace -f -qq -e trace=%file -o "$trace" "$P/bin/ember-lua" \
+        "$P/share/ember/scripts/workflows/capture_patch_restore.lua" 2>&1)
+else
+  echo "install_test: strace not available (or a sanitizer build): not tracing which files the run opens"
+  out=$(run "$P/bin/ember-lua" "$P/share/ember/scripts/workflows/capture_patch_restore.lua" 2>&1)
+fi
 rc=$?
 echo "$out"
+if [ -n "$trace" ]; then
+  [ -s "$trace" ] || fail "strace wrote no trace"
+  for dir in "$src" "$(cd "$build" && pwd)"; do
+    if grep -F -- "\"$dir" "$trace" >&2; then fail "the installed ember touched files under '$dir'"; fi
+  done
+fi
 [ $rc -eq 0 ] || fail "the workflow exited with $rc"
 echo "$out" | grep -q "^restoration criterion: HOLDS$" || fail "the workflow did not print 'restoration criterion: HOLDS'"
 [ -s "$work/cache/ember/tiny-llama-q8_0.gguf" ] || fail "no default model in \$XDG_CACHE_HOME/ember"
@@ -58,6 +75,8 @@ fi
 # The launcher finds the ember-lua beside it; an experiment file of share/ember/scripts runs.
 v=$(run "$P/bin/ember" --version) || fail "bin/ember --version"
 [ "$v" = "ember $(run "$P/bin/ember-lua" -e 'io.write(require("ember").version)')" ] || fail "bin/ember --version said '$v'"
+mkdir -p "$work/links" && ln -s "$P/bin/ember" "$work/links/ember" || fail "ln -s"
+[ "$(run "$work/links/ember" --version)" = "$v" ] || fail "bin/ember called through a symbolic link"
 run "$P/bin/ember" --model "$work/cache/ember/tiny-llama-q8_0.gguf" --prompt "Hello" --max-tokens 2 \
   --experiment "$P/share/ember/scripts/experiments/zero_layer_output.lua" --experiment-args 1:mlp \
   --run-manifest "$work/tmp/run.json" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "bin/ember --experiment"; }

@@ -14,7 +14,10 @@ fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ember-install-test.XXXXXX") || fail "mktemp"
 trap 'rm -rf "$work"' EXIT INT TERM
-cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; fail "cmake --install"; }
+if ! "${CMAKE:-cmake}" --install "$build" --prefix "$work/prefix" >"$work/install.log" 2>&1; then
+  cat "$work/install.log" >&2
+  fail "cmake --install"
+fi
 
 # Run from a copy, so nothing can reach back into the install location either.
 cp -R "$work/prefix" "$work/moved" || fail "copy of the prefix"
@@ -62,7 +65,7 @@ if [ -n "$trace" ]; then
   done
 fi
 [ $rc -eq 0 ] || fail "the workflow exited with $rc"
-echo "$out" | grep -q "^restoration criterion: HOLDS$" || fail "the workflow did not print 'restoration criterion: HOLDS'"
+echo "$out" | grep -q "^restoration criterion: HOLDS$" || fail "the workflow did not report the criterion holding"
 [ -s "$work/cache/ember/tiny-llama-q8_0.gguf" ] || fail "no default model in \$XDG_CACHE_HOME/ember"
 [ ! -e "$work/home/.cache" ] || fail "the default model went to ~/.cache although XDG_CACHE_HOME is set"
 # the generator run by ember-lua writes the same bytes as make-tiny-model (when this build has it)
@@ -74,12 +77,13 @@ fi
 
 # The launcher finds the ember-lua beside it; an experiment file of share/ember/scripts runs.
 v=$(run "$P/bin/ember" --version) || fail "bin/ember --version"
-[ "$v" = "ember $(run "$P/bin/ember-lua" -e 'io.write(require("ember").version)')" ] || fail "bin/ember --version said '$v'"
+want="ember $(run "$P/bin/ember-lua" -e 'io.write(require("ember").version)')"
+[ "$v" = "$want" ] || fail "bin/ember --version said '$v'"
 mkdir -p "$work/links" && ln -s "$P/bin/ember" "$work/links/ember" || fail "ln -s"
 [ "$(run "$work/links/ember" --version)" = "$v" ] || fail "bin/ember called through a symbolic link"
 run "$P/bin/ember" --model "$work/cache/ember/tiny-llama-q8_0.gguf" --prompt "Hello" --max-tokens 2 \
   --experiment "$P/share/ember/scripts/experiments/zero_layer_output.lua" --experiment-args 1:mlp \
-  --run-manifest "$work/tmp/run.json" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "bin/ember --experiment"; }
+  --run-manifest "$work/tmp/run.json" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "ember --experiment"; }
 grep -q "MODIFIED by experiment 'zero-layer-output'" "$work/err" || fail "the experiment file did not run"
 
 # Stock lua5.4 with the installed core module and library files (an ASan core.so cannot be loaded

@@ -277,7 +277,8 @@ static int t_compare(lua_State *L) {
  * that is all NaN has no entry. */
 static int t_top1(lua_State *L) {
     tref t = to_tref(L, 1);
-    if (t.rows > INT32_MAX) return luaL_error(L, "top1: tensor has %I rows, too many for a Lua table", (lua_Integer)t.rows);
+    if (t.rows > INT32_MAX)
+        return luaL_error(L, "top1: tensor has %I rows, too many for a Lua table", (lua_Integer)t.rows);
     lua_createtable(L, (int)t.rows, 0);
     for (int64_t r = 0; r < t.rows; r++) {
         const float *row = t.data + r * t.cols;

@@ -465,7 +465,8 @@ static int run_repl(lua_State *L) {
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static void print_usage(const char *badoption) {
-    if (badoption[1] == 'e' || badoption[1] == 'l' || badoption[1] == 'm') fprintf(stderr, "%s: '%s' needs argument\n", progname, badoption);
+    if (badoption[1] == 'e' || badoption[1] == 'l' || badoption[1] == 'm')
+        fprintf(stderr, "%s: '%s' needs argument\n", progname, badoption);
     else fprintf(stderr, "%s: unrecognized option '%s'\n", progname, badoption);
     fprintf(stderr,
             "usage: %s [options] [script [args]]\n"
@@ -476,7 +477,7 @@ static void print_usage(const char *badoption) {
             "  -l g=mod  require library 'mod' into global 'g'\n"
             "  -m mod    run require('mod').main(arg) with the remaining arguments; its result is the exit status\n"
             "  -v        show version information\n"
-            "  -E        ignore environment variables (EMBER_LIB: a lib/ directory used instead of the built-in library)\n"
+            "  -E        ignore environment variables (EMBER_LIB: a lib/ used instead of the built-in one)\n"
             "  -W        turn warnings on\n"
             "  --        stop handling options\n"
             "  -         stop handling options and execute stdin\n"

@@ -1,6 +1,6 @@
 -- ember.capture — records live tensors for explicitly selected (stage, layer, phase, position)
 -- records during a generation and writes them as an activation artifact (SPEC §6.1).
--- Must not change any value it sees: it reads views (bytes + sha256) and never writes them.
+-- Must not change any value it sees: it reads views (a copy + sha256) and never writes them.
 --
 -- Selection rules: layer filters apply to the four per-layer stages only (before_logits and
 -- after_logits are captured whenever their stage is selected); prefill records cover the whole
@@ -104,7 +104,7 @@ function M.experiment(cfg)
       local shape = view:shape()
       self.records[#self.records + 1] = {
         stage = stage, layer = layer, phase = ctx.phase, start_position = ctx.start_position,
-        shape = { shape[1], shape[2] }, data = view:bytes(), sha256 = view:sha256(),
+        shape = { shape[1], shape[2] }, tensor = view:clone(), sha256 = view:sha256(),
       }
       self.stats.records = #self.records
     end

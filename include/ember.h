@@ -104,7 +104,11 @@ typedef enum {
     EMBER_STAGE_COUNT
 } ember_stage;
 
-const char *ember_stage_name(ember_stage s); /* "before_layer", ... */
+/* The stage's hook name ("before_layer", ...), NULL outside 0..EMBER_STAGE_COUNT-1. The one list
+ * of stage names: the bindings and lib/ember read it from here. */
+const char *ember_stage_name(ember_stage s);
+/* EMBER_STAGE_COUNT, for callers that iterate the stages without the enum (e.g. across a build). */
+int ember_stage_count(void);
 
 typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
 

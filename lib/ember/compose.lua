@@ -4,50 +4,26 @@
 -- Order is the contract: interventions first, observers after, so that a capture or statistics
 -- member sees the value the rest of the network will see (e.g. the zeroed MLP output in run B).
 
+local core = require("ember.core")
+
 local M = {}
 
-M.HOOKS = {
-  "on_model_loaded", "before_prefill", "before_layer", "after_attention", "after_mlp", "after_layer",
-  "before_logits", "after_logits", "on_generation_complete",
-}
-
-local HOOK_SET = {}
-for _, h in ipairs(M.HOOKS) do HOOK_SET[h] = true end
-
-local function distance(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
+-- Every hook of a generation in call order; the names come from the core (the engine's stages
+-- plus the lifecycle hooks), never from a list of our own.
+M.HOOKS = {}
+for i, h in ipairs(core.hooks) do M.HOOKS[i] = h end
 
 -- A member's misspelt hook (after_mpl) would be invisible behind the composite, which only
--- forwards real hook names; so the composite refuses it, as the runtime does for one experiment.
+-- forwards real hook names; so each member gets the runtime's own attach-time checks (name,
+-- misspelt hooks through the __index chain, callables). Returns { hook = callable }.
 function M.check_hook_names(e)
-  for k, v in pairs(e) do
-    if type(k) == "string" and type(v) == "function" and not HOOK_SET[k]
-      and (k:match("^before_") or k:match("^after_") or k:match("^on_")) then
-      local best, best_d = nil, math.huge
-      for _, h in ipairs(M.HOOKS) do
-        local d = distance(k, h)
-        if d < best_d then best, best_d = h, d end
-      end
-      error(string.format("experiment '%s': '%s' is not a hook name (did you mean '%s'?)", e.name, k, best), 0)
-    end
-  end
+  return core.check_experiment(e, "compose")
 end
 
 -- compose(list) -> experiment. One member is returned unchanged; the composite is named
 -- "a+b+..." so a hook failure names every participant, and keeps them in `members`.
 function M.compose(list)
-  local members = {}
+  local members, defs = {}, {}
   for _, e in ipairs(list) do
     if e then members[#members + 1] = e end
   end
@@ -56,7 +32,7 @@ function M.compose(list)
     if type(e) ~= "table" or type(e.name) ~= "string" or e.name == "" then
       error("compose: experiment " .. i .. " has no name", 2)
     end
-    M.check_hook_names(e)
+    defs[i] = M.check_hook_names(e)
   end
   if #members == 1 then return members[1] end
   local names = {}
@@ -64,9 +40,10 @@ function M.compose(list)
   local exp = { name = table.concat(names, "+"), members = members }
   for _, hook in ipairs(M.HOOKS) do
     local fns, selves = {}, {}
-    for _, e in ipairs(members) do
-      if type(e[hook]) == "function" then
-        fns[#fns + 1] = e[hook]
+    for i, e in ipairs(members) do
+      local f = defs[i][hook] -- a function or any callable, inherited ones included
+      if f ~= nil then
+        fns[#fns + 1] = f
         selves[#selves + 1] = e
       end
     end

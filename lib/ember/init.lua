@@ -5,8 +5,13 @@
 local core = require("ember.core")
 
 local M = {}
-for k, v in pairs(core) do M[k] = v end
+for k, v in pairs(core) do
+  if k ~= "internal" then M[k] = v end -- core.internal: building blocks of lib/ember, not API
+end
 M.core = core
+
+-- model:generate{...} is written in Lua on the core's primitives (lib/ember/generate.lua)
+core.classes.Model.__methods.generate = require("ember.generate").generate
 
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")

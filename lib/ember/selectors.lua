@@ -7,13 +7,20 @@
 -- ("4:mlpx", "3,") is an error and never silently ignored.
 
 local lpeg = require("lpeg")
+local core = require("ember.core")
 local P, R, S, C, Ct = lpeg.P, lpeg.R, lpeg.S, lpeg.C, lpeg.Ct
 
 local M = {}
 
--- The six tensor stages in execution order (SPEC §4.1) and the four that belong to a layer.
-M.STAGES = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
-M.LAYER_STAGES = { "before_layer", "after_attention", "after_mlp", "after_layer" }
+-- The tensor stages in execution order (SPEC §4.1) and those that belong to a layer: the
+-- engine's list (ember_stage_name), exported by the core; copied so callers may not alter it.
+local function list_of(names)
+  local t = {}
+  for i, n in ipairs(names) do t[i] = n end
+  return t
+end
+M.STAGES = list_of(core.stages)
+M.LAYER_STAGES = list_of(core.layer_stages)
 M.PHASES = { "prefill", "decode" }
 -- zero-layer-output's short names: the attention or MLP contribution, or the finished layer.
 M.ZERO_STAGES = { attention = "after_attention", mlp = "after_mlp", layer = "after_layer" }

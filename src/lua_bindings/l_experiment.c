@@ -1,35 +1,61 @@
 /* l_experiment.c — the adapter between an experiment table (Lua hook methods) and the engine's C
- * hook table, plus ember.Context (read-only hook contexts). Wires only the methods a table defines;
- * never lets a Lua error unwind through engine frames: every call into Lua from a hook is one
- * lua_pcall, and failures travel back as EMBER_ERR_HOOK. */
-#include "lbind.h"
+ * hook table, plus ember.Context (read-only hook contexts), the hook-name lists exported to Lua
+ * and the typo checker. Wires only the methods a table defines; never lets a Lua error unwind
+ * through engine frames: every call into Lua from a hook is one lua_pcall, and failures travel
+ * back as EMBER_ERR_HOOK. A hook call allocates nothing: contexts and views are made once per
+ * hook slot and re-armed on every call. */
+#include "l_experiment.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Hook names indexed by ember_stage, then ember_lua_hook. */
-static const char *const hook_names[EMBER_HOOK_COUNT + 1] = {
-    "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits",
-    "on_model_loaded", "before_prefill", "on_generation_complete", NULL,
-};
+#include "l_model.h"
+#include "l_tensor.h"
 
-/* Slots of the anchor table: the Lua values a runner needs, reachable from the registry. */
+/* The lifecycle hooks of a generation, indexed by ember_lua_hook - EMBER_STAGE_COUNT. The tensor
+ * hooks are the engine's stages and take their names from ember_stage_name. */
+static const char *const lifecycle_names[EMBER_HOOK_COUNT - EMBER_STAGE_COUNT] = {
+    "on_model_loaded", "before_prefill", "on_generation_complete"};
+
+static const char *hook_name(int h) {
+    return h < EMBER_STAGE_COUNT ? ember_stage_name((ember_stage)h) : lifecycle_names[h - EMBER_STAGE_COUNT];
+}
+
+/* Every hook name, NULL-terminated, for ember_lua_closest. */
+static void hook_name_list(const char *out[EMBER_HOOK_COUNT + 1]) {
+    for (int h = 0; h < EMBER_HOOK_COUNT; h++) out[h] = hook_name(h);
+    out[EMBER_HOOK_COUNT] = NULL;
+}
+
+/* The four stages inside a layer come before the logits stages (include/ember.h). */
+static bool is_layer_stage(int h) { return h < EMBER_STAGE_BEFORE_LOGITS; }
+
+/* Slots of the anchor table: the Lua values a runner needs, reachable from the registry. Every
+ * slot exists from the start (false when empty), so storing into one never allocates. */
 enum {
     SLOT_EXP = 1,   /* the experiment table (self of every method) */
     SLOT_NAME,      /* its name */
     SLOT_MODEL_CTX, /* the model context, built once */
-    SLOT_VIEW,      /* the view of the call in progress: keeps it alive until it is expired */
     SLOT_ERR,       /* the failing hook's error message */
+    SLOT_VIEWS,     /* one root view per (stage, layer) slot, made on first use; see view_slot */
     SLOT_FN,        /* SLOT_FN + hook: the method, or false */
-    SLOT_COUNT = SLOT_FN + EMBER_HOOK_COUNT - 1
+    SLOT_CTX = SLOT_FN + EMBER_HOOK_COUNT, /* SLOT_CTX + hook: that hook's context, or false */
+    SLOT_COUNT = SLOT_CTX + EMBER_HOOK_COUNT - 1
 };
 
+/* Counters a generation context reports. */
+typedef struct {
+    int64_t prompt_tokens, generated_tokens, decode_count;
+} gen_counts;
+
 struct ember_lua_runner {
-    lua_State *L;
+    lua_State *L;          /* the thread evaluations run on (set for each evaluation) */
     int anchor_ref;        /* registry reference to the anchor table */
     ember_hooks hooks;     /* on_tensor set only for stages the experiment defines */
     bool has_tensor_hooks;
     bool defined[EMBER_HOOK_COUNT];
+    int64_t n_layers;      /* sizes the view slots */
+    int depth;             /* hook calls in progress: a nested call gets its own context and view */
     bool modified;         /* a view was written during this run */
     bool failed;
     int fail_hook;
@@ -37,21 +63,22 @@ struct ember_lua_runner {
     int64_t fail_layer;
 };
 
-static int runner_gc(lua_State *L);
-
 /* ---- contexts ---------------------------------------------------------------------------------- */
 
 typedef enum { CTX_MODEL, CTX_EXEC, CTX_LAYER, CTX_GEN } ctx_kind;
 
 /* A copy of what the engine reported, so a context never points at engine memory. The user
- * value is the model info table (CTX_MODEL) or the model context (the others). */
+ * value is the model info table (CTX_MODEL) or the model context (the others). A hook's context
+ * is reused: it describes the latest call of its hook. */
 typedef struct {
     ctx_kind kind;
     int hook; /* the hook this context was made for; -1 for the model context */
     ember_eval_ctx ev;
-    ember_lua_gen_counts counts;
+    gen_counts counts;
 } ctx_ud;
 
+/* Strings a context hands out, kept in ctx_index's upvalue so reading a field never creates one. */
+enum { STR_PREFILL = 1, STR_DECODE, STR_DISABLED, STR_ENABLED, STR_KIND = 10, STR_HOOK = 20 };
 static const char *const ctx_kind_names[] = {"model", "execution", "layer", "generation"};
 
 static ctx_ud *push_ctx(lua_State *L, ctx_kind kind, int hook) {
@@ -90,15 +117,18 @@ static int model_field(lua_State *L, const char *k) {
     return 1;
 }
 
+static void push_str(lua_State *L, int which) { lua_rawgeti(L, lua_upvalueindex(1), which); }
+
+/* upvalue 1: the strings table (STR_*). [ctx, key] */
 static int ctx_index(lua_State *L) {
     ctx_ud *c = luaL_checkudata(L, 1, EMBER_LUA_CONTEXT);
-    const char *k = lua_tostring(L, 2);
-    if (!k || lua_type(L, 2) != LUA_TSTRING) {
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+    if (!k) {
         lua_pushnil(L);
         return 1;
     }
     if (strcmp(k, "kind") == 0) {
-        lua_pushstring(L, ctx_kind_names[c->kind]);
+        push_str(L, STR_KIND + (int)c->kind);
         return 1;
     }
     if (strcmp(k, "model") == 0) {
@@ -108,11 +138,11 @@ static int ctx_index(lua_State *L) {
     }
     if (c->kind == CTX_MODEL) return model_field(L, k);
     if (strcmp(k, "hook") == 0) {
-        lua_pushstring(L, hook_names[c->hook]);
+        push_str(L, STR_HOOK + c->hook);
         return 1;
     }
     if (strcmp(k, "tracing") == 0) {
-        lua_pushstring(L, c->ev.tracing ? "enabled" : "disabled");
+        push_str(L, c->ev.tracing ? STR_ENABLED : STR_DISABLED);
         return 1;
     }
     if (c->kind == CTX_GEN) {
@@ -122,11 +152,11 @@ static int ctx_index(lua_State *L) {
         else lua_pushnil(L);
         return 1;
     }
-    if (strcmp(k, "phase") == 0) lua_pushstring(L, c->ev.phase == EMBER_PHASE_PREFILL ? "prefill" : "decode");
+    if (strcmp(k, "phase") == 0) push_str(L, c->ev.phase == EMBER_PHASE_PREFILL ? STR_PREFILL : STR_DECODE);
     else if (strcmp(k, "start_position") == 0) lua_pushinteger(L, c->ev.start_position);
     else if (strcmp(k, "input_token_count") == 0) lua_pushinteger(L, c->ev.input_token_count);
     else if (strcmp(k, "sequence_length") == 0) lua_pushinteger(L, c->ev.sequence_length);
-    else if (strcmp(k, "stage") == 0 && c->hook < EMBER_STAGE_COUNT) lua_pushstring(L, hook_names[c->hook]);
+    else if (strcmp(k, "stage") == 0 && c->hook < EMBER_STAGE_COUNT) push_str(L, STR_HOOK + c->hook);
     else if (strcmp(k, "layer_index") == 0 && c->kind == CTX_LAYER) lua_pushinteger(L, c->ev.layer_index);
     else if (strcmp(k, "token_position") == 0) lua_pushcfunction(L, ctx_token_position);
     else lua_pushnil(L);
@@ -155,23 +185,38 @@ static int ctx_tostring(lua_State *L) {
     } else {
         char layer[40] = "";
         if (c->kind == CTX_LAYER) snprintf(layer, sizeof layer, ", layer_index=%lld", (long long)c->ev.layer_index);
-        lua_pushfstring(L, "ember.Context(%s: phase=%s, start_position=%I, input_token_count=%I%s)", hook_names[c->hook],
+        lua_pushfstring(L, "ember.Context(%s: phase=%s, start_position=%I, input_token_count=%I%s)", hook_name(c->hook),
                         c->ev.phase == EMBER_PHASE_PREFILL ? "prefill" : "decode", (lua_Integer)c->ev.start_position,
                         (lua_Integer)c->ev.input_token_count, layer);
     }
     return 1;
 }
 
-void ember_lua_open_context(lua_State *L, int module) {
-    static const luaL_Reg meta[] = {
-        {"__index", ctx_index}, {"__newindex", ctx_newindex}, {"__tostring", ctx_tostring}, {NULL, NULL}};
+static void open_context(lua_State *L) {
+    static const luaL_Reg meta[] = {{"__newindex", ctx_newindex}, {"__tostring", ctx_tostring}, {NULL, NULL}};
     static const char *const fields[] = {
         "kind", "model", "hook", "stage", "phase", "start_position", "input_token_count", "sequence_length",
         "tracing", "layer_index", "family", "architecture", "n_layers", "hidden_size", "n_vocab", "id",
         "prompt_token_count", "generated_token_count", "decode_count", NULL};
-    (void)module;
     luaL_newmetatable(L, EMBER_LUA_CONTEXT); /* [mt] */
     luaL_setfuncs(L, meta, 0);
+    lua_newtable(L); /* [mt, strings] */
+    static const struct { int at; const char *s; } strs[] = {
+        {STR_PREFILL, "prefill"}, {STR_DECODE, "decode"}, {STR_DISABLED, "disabled"}, {STR_ENABLED, "enabled"}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        lua_pushstring(L, strs[i].s);
+        lua_rawseti(L, -2, strs[i].at);
+    }
+    for (int i = 0; i < 4; i++) {
+        lua_pushstring(L, ctx_kind_names[i]);
+        lua_rawseti(L, -2, STR_KIND + i);
+    }
+    for (int h = 0; h < EMBER_HOOK_COUNT; h++) {
+        lua_pushstring(L, hook_name(h));
+        lua_rawseti(L, -2, STR_HOOK + h);
+    }
+    lua_pushcclosure(L, ctx_index, 1); /* [mt, __index] */
+    lua_setfield(L, -2, "__index");
     lua_newtable(L);
     lua_pushcfunction(L, ctx_token_position);
     lua_setfield(L, -2, "token_position");
@@ -184,11 +229,6 @@ void ember_lua_open_context(lua_State *L, int module) {
     }
     lua_setfield(L, -2, "__fields");
     lua_pop(L, 1);
-
-    luaL_newmetatable(L, EMBER_LUA_RUNNER); /* [mt] */
-    lua_pushcfunction(L, runner_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
 }
 
 /* ---- calling hooks ----------------------------------------------------------------------------- */
@@ -196,10 +236,10 @@ void ember_lua_open_context(lua_State *L, int module) {
 typedef struct {
     ember_lua_runner *r;
     int hook;
-    const ember_eval_ctx *ev;           /* tensor hooks and before_prefill */
-    ember_view *view;                   /* tensor hooks */
-    const ember_lua_gen_counts *counts; /* on_generation_complete */
-    ember_lua_view *v;                  /* the view made for this call, expired afterwards */
+    const ember_eval_ctx *ev;  /* tensor hooks and before_prefill */
+    ember_view *view;          /* tensor hooks */
+    const gen_counts *counts;  /* on_generation_complete */
+    ember_lua_view *v;         /* the view armed for this call, expired afterwards */
 } hook_call;
 
 /* Message handler: turns any error value into a string (no traceback: the failure message format
@@ -211,33 +251,76 @@ static int hook_msgh(lua_State *L) {
     return 1;
 }
 
-/* Runs under lua_pcall: builds the context (and view) and calls the method. [call] */
-static int hook_trampoline(lua_State *L) {
-    hook_call *c = lua_touserdata(L, 1);
-    ember_lua_runner *r = c->r;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, r->anchor_ref); /* [call, anchor] */
-    lua_rawgeti(L, 2, SLOT_FN + c->hook);             /* [call, anchor, fn] */
-    lua_rawgeti(L, 2, SLOT_EXP);                      /* [call, anchor, fn, exp] */
-    int nargs = 2;
-    if (c->hook == EMBER_HOOK_ON_MODEL_LOADED) {
-        lua_rawgeti(L, 2, SLOT_MODEL_CTX);
-    } else if (c->hook == EMBER_HOOK_ON_GENERATION_COMPLETE) {
-        ctx_ud *x = push_ctx(L, CTX_GEN, c->hook);
-        x->counts = *c->counts;
+/* Index in the SLOT_VIEWS table of the view of (stage, layer): the per-layer stages first, layer
+ * by layer, then the logits stages; 0 when there is no slot (a layer outside the model). */
+static lua_Integer view_slot(const ember_lua_runner *r, int stage, int64_t layer) {
+    if (is_layer_stage(stage))
+        return layer >= 0 && layer < r->n_layers ? (lua_Integer)(stage * r->n_layers + layer) + 1 : 0;
+    return (lua_Integer)(EMBER_STAGE_BEFORE_LOGITS * r->n_layers + (stage - EMBER_STAGE_BEFORE_LOGITS)) + 1;
+}
+
+static lua_Integer n_view_slots(int64_t n_layers) {
+    return (lua_Integer)(EMBER_STAGE_BEFORE_LOGITS * n_layers + (EMBER_STAGE_COUNT - EMBER_STAGE_BEFORE_LOGITS));
+}
+
+/* Pushes the context of c's hook, filled for this call: the hook's own (made on first use) or,
+ * inside a nested call of the same runner, a fresh one so the outer call's stays intact. [anchor at 2] */
+static void push_call_ctx(lua_State *L, hook_call *c) {
+    ctx_ud *x = NULL;
+    bool reuse = c->r->depth == 1;
+    if (reuse && lua_rawgeti(L, 2, SLOT_CTX + c->hook) == LUA_TUSERDATA) {
+        x = lua_touserdata(L, -1);
+    } else {
+        if (reuse) lua_pop(L, 1);
+        bool gen = c->hook == EMBER_HOOK_ON_GENERATION_COMPLETE;
+        x = push_ctx(L, gen ? CTX_GEN : is_layer_stage(c->hook) ? CTX_LAYER : CTX_EXEC, c->hook);
         lua_rawgeti(L, 2, SLOT_MODEL_CTX);
         lua_setiuservalue(L, -2, 1);
-    } else {
-        bool per_layer = c->hook < EMBER_STAGE_BEFORE_LOGITS;
-        ctx_ud *x = push_ctx(L, per_layer ? CTX_LAYER : CTX_EXEC, c->hook);
-        x->ev = *c->ev;
-        if (!per_layer) x->ev.layer_index = -1;
-        lua_rawgeti(L, 2, SLOT_MODEL_CTX);
-        lua_setiuservalue(L, -2, 1); /* [call, anchor, fn, exp, ctx] */
+        if (reuse) {
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, 2, SLOT_CTX + c->hook);
+        }
     }
+    if (c->counts) x->counts = *c->counts;
+    if (c->ev) {
+        x->ev = *c->ev;
+        if (!is_layer_stage(c->hook)) x->ev.layer_index = -1;
+    }
+}
+
+/* Pushes the view of this tensor hook call, armed over the engine's buffer: the slot's own root
+ * view (made on first use), or a fresh one when there is no slot or the call is nested. */
+static void push_call_view(lua_State *L, hook_call *c) {
+    ember_lua_runner *r = c->r;
+    lua_Integer slot = r->depth == 1 ? view_slot(r, c->hook, c->ev->layer_index) : 0;
+    if (slot > 0) {
+        lua_rawgeti(L, 2, SLOT_VIEWS); /* [.., views] */
+        if (lua_rawgeti(L, -1, slot) == LUA_TUSERDATA) { /* [.., views, view] */
+            c->v = lua_touserdata(L, -1);
+            ember_lua_arm_view(c->v, c->view->data, c->view->rows, c->view->cols);
+        } else {
+            lua_pop(L, 1);
+            c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &r->modified);
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, -3, slot);
+        }
+        lua_remove(L, -2); /* [.., view] */
+        return;
+    }
+    c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &r->modified);
+}
+
+/* Runs under lua_pcall: pushes the method, self, the context (and view) and calls. [call] */
+static int hook_trampoline(lua_State *L) {
+    hook_call *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->r->anchor_ref); /* [call, anchor] */
+    lua_rawgeti(L, 2, SLOT_FN + c->hook);                /* [call, anchor, fn] */
+    lua_rawgeti(L, 2, SLOT_EXP);                         /* [call, anchor, fn, exp] */
+    int nargs = 2;
+    if (c->hook == EMBER_HOOK_ON_MODEL_LOADED) lua_rawgeti(L, 2, SLOT_MODEL_CTX);
+    else push_call_ctx(L, c); /* [call, anchor, fn, exp, ctx] */
     if (c->hook < EMBER_STAGE_COUNT) {
-        c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &r->modified);
-        lua_pushvalue(L, -1);
-        lua_rawseti(L, 2, SLOT_VIEW); /* [call, anchor, fn, exp, ctx, view] */
+        push_call_view(L, c); /* [call, anchor, fn, exp, ctx, view] */
         nargs = 3;
     }
     lua_call(L, nargs, 0);
@@ -254,8 +337,10 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
     lua_pushcfunction(L, hook_msgh);
     lua_pushcfunction(L, hook_trampoline);
     lua_pushlightuserdata(L, c);
+    r->depth++;
     int st = lua_pcall(L, 1, 0, base + 1);
-    if (c->v) ember_lua_expire_view(c->v); /* still reachable through SLOT_VIEW */
+    r->depth--;
+    if (c->v) ember_lua_expire_view(c->v); /* still reachable through its slot (or garbage) */
     if (st == LUA_OK) {
         lua_settop(L, base);
         return EMBER_OK;
@@ -270,7 +355,7 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
     const char *msg = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "(error object is not a string)";
     if (err) {
         err->code = EMBER_ERR_HOOK;
-        snprintf(err->msg, sizeof err->msg, "%s failed: %s", hook_names[c->hook], msg);
+        snprintf(err->msg, sizeof err->msg, "%s failed: %s", hook_name(c->hook), msg);
     }
     lua_settop(L, base);
     return EMBER_ERR_HOOK;
@@ -282,16 +367,10 @@ static ember_status tensor_hook(void *user, ember_stage stage, const ember_eval_
     return invoke(user, &c, err);
 }
 
-ember_status ember_lua_runner_lifecycle(lua_State *L, ember_lua_runner *r, ember_lua_hook hook,
-                                        const ember_eval_ctx *ev, const ember_lua_gen_counts *counts) {
-    if (!r->defined[hook]) return EMBER_OK;
+const ember_hooks *ember_lua_runner_hooks(lua_State *L, ember_lua_runner *r) {
     r->L = L;
-    hook_call c = {.r = r, .hook = (int)hook, .ev = hook == EMBER_HOOK_BEFORE_PREFILL ? ev : NULL, .counts = counts};
-    ember_error err;
-    return invoke(r, &c, &err);
+    return r->has_tensor_hooks ? &r->hooks : NULL;
 }
-
-const ember_hooks *ember_lua_runner_hooks(ember_lua_runner *r) { return r->has_tensor_hooks ? &r->hooks : NULL; }
 bool ember_lua_runner_modified(const ember_lua_runner *r) { return r->modified; }
 bool ember_lua_runner_failed(const ember_lua_runner *r) { return r->failed; }
 
@@ -302,23 +381,80 @@ int ember_lua_runner_raise(lua_State *L, ember_lua_runner *r) {
     const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(error object is not a string)";
     int h = r->fail_hook;
     bool has_phase = h < EMBER_STAGE_COUNT || h == EMBER_HOOK_BEFORE_PREFILL;
-    bool has_layer = h < EMBER_STAGE_BEFORE_LOGITS;
     const char *phase = r->fail_phase == EMBER_PHASE_PREFILL ? "prefill" : "decode";
-    if (has_layer)
+    if (is_layer_stage(h))
         lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s, layer=%I): %s", lua_tostring(L, -2),
-                        hook_names[h], phase, (lua_Integer)r->fail_layer, msg);
+                        hook_name(h), phase, (lua_Integer)r->fail_layer, msg);
     else if (has_phase)
-        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s): %s", lua_tostring(L, -2), hook_names[h], phase, msg);
+        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s): %s", lua_tostring(L, -2), hook_name(h), phase, msg);
     else
-        lua_pushfstring(L, "experiment '%s' failed in %s: %s", lua_tostring(L, -2), hook_names[h], msg);
+        lua_pushfstring(L, "experiment '%s' failed in %s: %s", lua_tostring(L, -2), hook_name(h), msg);
     return lua_error(L);
 }
 
-/* ---- attaching --------------------------------------------------------------------------------- */
+/* ---- the runner's Lua face: lifecycle calls (generate.lua drives them) -------------------------- */
+
+ember_lua_runner *ember_lua_check_runner(lua_State *L, int i) { return luaL_checkudata(L, i, EMBER_LUA_RUNNER); }
+
+/* Calls a lifecycle hook if the experiment defines it; raises the experiment's failure. */
+static int lifecycle(lua_State *L, ember_lua_runner *r, hook_call *c) {
+    if (!r->defined[c->hook]) return 0;
+    r->L = L;
+    ember_error err;
+    if (invoke(r, c, &err) != EMBER_OK) return ember_lua_runner_raise(L, r);
+    return 0;
+}
+
+/* runner:on_model_loaded() */
+static int r_on_model_loaded(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    hook_call c = {.r = r, .hook = EMBER_HOOK_ON_MODEL_LOADED};
+    return lifecycle(L, r, &c);
+}
+
+/* runner:before_prefill(n_prompt [, start_position = 0]) */
+static int r_before_prefill(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    lua_Integer n = luaL_checkinteger(L, 2), start = luaL_optinteger(L, 3, 0);
+    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .start_position = start, .input_token_count = n,
+                         .sequence_length = start + n, .layer_index = -1};
+    hook_call c = {.r = r, .hook = EMBER_HOOK_BEFORE_PREFILL, .ev = &ev};
+    return lifecycle(L, r, &c);
+}
+
+/* runner:on_generation_complete(prompt_tokens, generated_tokens, decode_count) */
+static int r_on_generation_complete(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    gen_counts n = {.prompt_tokens = luaL_checkinteger(L, 2), .generated_tokens = luaL_checkinteger(L, 3),
+                    .decode_count = luaL_checkinteger(L, 4)};
+    hook_call c = {.r = r, .hook = EMBER_HOOK_ON_GENERATION_COMPLETE, .counts = &n};
+    return lifecycle(L, r, &c);
+}
+
+static int r_get_modified(lua_State *L) {
+    lua_pushboolean(L, ember_lua_check_runner(L, 1)->modified);
+    return 1;
+}
+
+static int r_get_name(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->anchor_ref);
+    lua_rawgeti(L, -1, SLOT_NAME);
+    return 1;
+}
+
+static int runner_gc(lua_State *L) {
+    ember_lua_runner *r = luaL_checkudata(L, 1, EMBER_LUA_RUNNER);
+    if (r->anchor_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, r->anchor_ref);
+    r->anchor_ref = LUA_NOREF;
+    return 0;
+}
+
+/* ---- attaching: the typo checker and the hook table -------------------------------------------- */
 
 static bool is_hook_name(const char *k) {
-    for (int i = 0; hook_names[i]; i++)
-        if (strcmp(k, hook_names[i]) == 0) return true;
+    for (int h = 0; h < EMBER_HOOK_COUNT; h++)
+        if (strcmp(k, hook_name(h)) == 0) return true;
     return false;
 }
 
@@ -326,7 +462,15 @@ static bool looks_like_hook(const char *k) {
     return strncmp(k, "before_", 7) == 0 || strncmp(k, "after_", 6) == 0 || strncmp(k, "on_", 3) == 0;
 }
 
-/* A function named like a hook but not one (after_mpl) would silently never run: refuse it.
+/* A function, or a value whose metatable has __call. Leaves the stack as it was. */
+static bool is_callable(lua_State *L, int i) {
+    if (lua_isfunction(L, i)) return true;
+    if (luaL_getmetafield(L, i, "__call") == LUA_TNIL) return false;
+    lua_pop(L, 1);
+    return true;
+}
+
+/* A callable named like a hook but not one (after_mpl) would silently never run: refuse it.
  * Looks at the table and at the tables its metatables' __index chain leads to (class style). */
 static void check_typos(lua_State *L, int exp, const char *name, const char *fname) {
     lua_pushvalue(L, exp); /* [t] */
@@ -334,11 +478,14 @@ static void check_typos(lua_State *L, int exp, const char *name, const char *fna
         int t = lua_gettop(L);
         lua_pushnil(L);
         while (lua_next(L, t)) { /* [t, k, v] */
-            if (lua_type(L, -2) == LUA_TSTRING && lua_isfunction(L, -1)) {
+            if (lua_type(L, -2) == LUA_TSTRING && is_callable(L, -1)) {
                 const char *k = lua_tostring(L, -2);
-                if (looks_like_hook(k) && !is_hook_name(k))
+                if (looks_like_hook(k) && !is_hook_name(k)) {
+                    const char *names[EMBER_HOOK_COUNT + 1];
+                    hook_name_list(names);
                     luaL_error(L, "%s: experiment '%s' defines '%s', which is not a hook (did you mean '%s'?)", fname,
-                               name, k, ember_lua_closest(k, hook_names));
+                               name, k, ember_lua_closest(k, names));
+                }
             }
             lua_pop(L, 1);
         }
@@ -350,40 +497,70 @@ static void check_typos(lua_State *L, int exp, const char *name, const char *fna
     lua_pop(L, 1);
 }
 
-static int runner_gc(lua_State *L) {
-    ember_lua_runner *r = luaL_checkudata(L, 1, EMBER_LUA_RUNNER);
-    if (r->anchor_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, r->anchor_ref);
-    r->anchor_ref = LUA_NOREF;
-    return 0;
-}
-
-ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_idx, const char *fname) {
-    exp_idx = lua_absindex(L, exp_idx);
-    model_idx = lua_absindex(L, model_idx);
-    if (!lua_istable(L, exp_idx))
+/* Checks the experiment table at exp (a table, a non-empty name, no misspelt hook) and pushes its
+ * name. Raises "bad argument to '<fname>' (...)" / "<fname>: experiment '<name>' ..." otherwise. */
+static const char *check_experiment(lua_State *L, int exp, const char *fname) {
+    if (!lua_istable(L, exp))
         luaL_error(L, "bad argument to '%s' (experiment must be a table with a 'name' string, got %s)", fname,
-                   luaL_typename(L, exp_idx));
-    lua_getfield(L, exp_idx, "name"); /* [name] */
+                   luaL_typename(L, exp));
+    lua_getfield(L, exp, "name"); /* [name] */
     size_t name_len = 0;
     const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &name_len) : NULL;
     if (!name || name_len == 0)
         luaL_error(L, "bad argument to '%s' (experiment needs a non-empty 'name' string, got %s)", fname,
                    luaL_typename(L, -1));
-    check_typos(L, exp_idx, name, fname);
+    check_typos(L, exp, name, fname);
+    return name;
+}
+
+/* Pushes exp[hook h] (inherited methods count) and returns true when the experiment defines it;
+ * a defined hook that is not callable raises. Pushes nothing when it is absent. */
+static bool push_hook(lua_State *L, int exp, int h, const char *name, const char *fname) {
+    if (lua_getfield(L, exp, hook_name(h)) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return false;
+    }
+    if (!is_callable(L, -1))
+        luaL_error(L, "%s: experiment '%s': hook '%s' must be a function, got %s", fname, name, hook_name(h),
+                   luaL_typename(L, -1));
+    return true;
+}
+
+/* core.check_experiment(exp [, fname = "check_experiment"]) -> { hook = callable, ... }
+ * The attach-time checks of one experiment, for code that forwards hooks itself (compose). */
+static int l_check_experiment(lua_State *L) {
+    const char *fname = luaL_optstring(L, 2, "check_experiment");
+    lua_settop(L, 2);
+    const char *name = check_experiment(L, 1, fname); /* [exp, fname, name] */
+    lua_createtable(L, 0, EMBER_HOOK_COUNT);          /* [exp, fname, name, hooks] */
+    for (int h = 0; h < EMBER_HOOK_COUNT; h++)
+        if (push_hook(L, 1, h, name, fname)) lua_setfield(L, -2, hook_name(h));
+    return 1;
+}
+
+ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_idx, const char *fname) {
+    exp_idx = lua_absindex(L, exp_idx);
+    model_idx = lua_absindex(L, model_idx);
+    const char *name = check_experiment(L, exp_idx, fname); /* [name] */
     int name_idx = lua_gettop(L);
+    ember_lua_push_model_info(L, model_idx); /* [name, info] */
+    lua_getfield(L, -1, "n_layers");
+    int64_t n_layers = lua_tointeger(L, -1);
+    lua_pop(L, 1);
 
     /* Everything is checked; now build. The runner userdata is GC-managed, so a raise below leaks
      * nothing (its __gc drops the anchor reference once it holds one). */
-    ember_lua_runner *r = lua_newuserdatauv(L, sizeof *r, 0); /* [name, runner] */
+    ember_lua_runner *r = lua_newuserdatauv(L, sizeof *r, 0); /* [name, info, runner] */
     memset(r, 0, sizeof *r);
     r->anchor_ref = LUA_NOREF;
     r->L = L;
     r->hooks.user = r;
+    r->n_layers = n_layers > 0 ? n_layers : 0;
     luaL_setmetatable(L, EMBER_LUA_RUNNER);
 
-    lua_createtable(L, SLOT_COUNT, 0); /* [name, runner, anchor] */
+    lua_createtable(L, SLOT_COUNT, 0); /* [name, info, runner, anchor] */
     for (int i = 1; i <= SLOT_COUNT; i++) {
-        lua_pushboolean(L, 0); /* every slot exists, so later rawseti never allocates */
+        lua_pushboolean(L, 0);
         lua_rawseti(L, -2, i);
     }
     lua_pushvalue(L, exp_idx);
@@ -391,24 +568,19 @@ ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_i
     lua_pushvalue(L, name_idx);
     lua_rawseti(L, -2, SLOT_NAME);
     push_ctx(L, CTX_MODEL, -1);
-    ember_lua_push_model_info(L, model_idx);
+    lua_pushvalue(L, name_idx + 1);
     lua_setiuservalue(L, -2, 1);
     lua_rawseti(L, -2, SLOT_MODEL_CTX);
+    lua_Integer n_slots = n_view_slots(r->n_layers);
+    lua_createtable(L, (int)n_slots, 0); /* the view slots, all present so filling one never allocates */
+    for (lua_Integer i = 1; i <= n_slots; i++) {
+        lua_pushboolean(L, 0);
+        lua_rawseti(L, -2, i);
+    }
+    lua_rawseti(L, -2, SLOT_VIEWS);
 
     for (int h = 0; h < EMBER_HOOK_COUNT; h++) {
-        int t = lua_getfield(L, exp_idx, hook_names[h]); /* [.., anchor, fn] */
-        if (t == LUA_TNIL) {
-            lua_pop(L, 1);
-            continue;
-        }
-        bool callable = t == LUA_TFUNCTION;
-        if (!callable && luaL_getmetafield(L, -1, "__call") != LUA_TNIL) {
-            lua_pop(L, 1);
-            callable = true;
-        }
-        if (!callable)
-            luaL_error(L, "%s: experiment '%s': hook '%s' must be a function, got %s", fname, name, hook_names[h],
-                       luaL_typename(L, -1));
+        if (!push_hook(L, exp_idx, h, name, fname)) continue; /* [.., anchor, fn] */
         lua_rawseti(L, -2, SLOT_FN + h);
         r->defined[h] = true;
         if (h < EMBER_STAGE_COUNT) {
@@ -416,7 +588,65 @@ ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_i
             r->has_tensor_hooks = true;
         }
     }
-    r->anchor_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* [name, runner] */
-    lua_remove(L, name_idx);                        /* [runner] */
+    r->anchor_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* [name, info, runner] */
+    lua_replace(L, name_idx);                       /* [runner, info] */
+    lua_pop(L, 1);                                  /* [runner] */
     return r;
+}
+
+/* core.internal.attach(exp, model [, fname = "attach"]) -> ember.ExperimentRunner */
+static int l_attach(lua_State *L) {
+    const char *fname = luaL_optstring(L, 3, "attach");
+    luaL_checkudata(L, 2, EMBER_LUA_MODEL);
+    ember_lua_runner_attach(L, 1, 2, fname);
+    return 1;
+}
+
+/* ---- the name lists ------------------------------------------------------------------------------ */
+
+/* Pushes an ordered list of names that is also a set: t[i] = name and t[name] = i. */
+static void push_name_list(lua_State *L, const char *const *names, int n) {
+    lua_createtable(L, n, n);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, i + 1);
+        lua_pushinteger(L, i + 1);
+        lua_setfield(L, -2, names[i]);
+    }
+}
+
+void ember_lua_open_experiment(lua_State *L, int module) {
+    open_context(L);
+    static const luaL_Reg methods[] = {{"on_model_loaded", r_on_model_loaded},
+                                       {"before_prefill", r_before_prefill},
+                                       {"on_generation_complete", r_on_generation_complete},
+                                       {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", runner_gc}, {NULL, NULL}};
+    static const luaL_Reg getters[] = {{"modified", r_get_modified}, {"name", r_get_name}, {NULL, NULL}};
+    ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
+    lua_pop(L, 1);
+
+    /* core.stages (the engine's, in execution order), core.layer_stages (those inside a layer) and
+     * core.hooks (every hook of a generation, in the order they are first called). */
+    const char *names[EMBER_HOOK_COUNT];
+    int n_stages = EMBER_STAGE_COUNT, n_layer = 0;
+    for (int s = 0; s < n_stages; s++) names[s] = ember_stage_name((ember_stage)s);
+    push_name_list(L, names, n_stages);
+    lua_setfield(L, module, "stages");
+    for (int s = 0; s < n_stages; s++)
+        if (is_layer_stage(s)) n_layer++;
+    push_name_list(L, names, n_layer);
+    lua_setfield(L, module, "layer_stages");
+    int n = 0;
+    names[n++] = hook_name(EMBER_HOOK_ON_MODEL_LOADED);
+    names[n++] = hook_name(EMBER_HOOK_BEFORE_PREFILL);
+    for (int s = 0; s < n_stages; s++) names[n++] = hook_name(s);
+    names[n++] = hook_name(EMBER_HOOK_ON_GENERATION_COMPLETE);
+    push_name_list(L, names, n);
+    lua_setfield(L, module, "hooks");
+
+    lua_pushcfunction(L, l_check_experiment);
+    lua_setfield(L, module, "check_experiment");
+    static const luaL_Reg internal[] = {{"attach", l_attach}, {NULL, NULL}};
+    ember_lua_set_internal(L, module, internal);
 }

@@ -1,17 +1,13 @@
-/* l_model.c — ember.Model: ember.load, model.info, the model's tokenizer, sessions, close.
+/* l_model.c — ember.Model: ember.load, model.info, the model's tokenizer, sessions, close
+ * (model:generate is Lua: lib/ember/generate.lua, added to the class by lib/ember/init.lua).
  * The userdata starts closed and opens only once the engine model exists; sessions point into the
  * engine model, so it is freed only when it is closed and no session is left. */
-#include "lbind.h"
+#include "l_model.h"
 
 #include <string.h>
 
-#if defined(__has_include)
-#if __has_include("l_tokenizer.h")
+#include "l_session.h"
 #include "l_tokenizer.h"
-#include "tokenizer.h"
-#define EMBER_HAVE_LUA_TOKENIZER 1
-#endif
-#endif
 
 /* User values of a model userdata. */
 enum {
@@ -124,7 +120,6 @@ static void push_tokenizer(lua_State *L, int idx, ember_lua_model *lm) {
         return;
     }
     lua_pop(L, 1);
-#ifdef EMBER_HAVE_LUA_TOKENIZER
     ember_tokenizer *t = NULL;
     ember_error err = {0};
     if (ember_tokenizer_from_gguf(ember_model_gguf(lm->m), &t, &err) == EMBER_OK) {
@@ -134,10 +129,6 @@ static void push_tokenizer(lua_State *L, int idx, ember_lua_model *lm) {
         return;
     }
     lua_pushstring(L, err.msg);
-#else
-    (void)lm;
-    lua_pushliteral(L, "this build of ember has no tokenizer support");
-#endif
     lua_setiuservalue(L, idx, UV_NO_TOKENIZER_WHY);
     lua_pushboolean(L, 0);
     lua_setiuservalue(L, idx, UV_TOKENIZER);
@@ -151,11 +142,6 @@ static int m_get_tokenizer(lua_State *L) {
     return 1;
 }
 
-void ember_lua_model_push_tokenizer(lua_State *L, int idx) {
-    ember_lua_model *lm = ember_lua_check_model(L, idx);
-    push_tokenizer(L, idx, lm);
-}
-
 void ember_lua_model_need_tokenizer(lua_State *L, int idx, const char *fname) {
     ember_lua_model *lm = ember_lua_check_model(L, idx);
     push_tokenizer(L, idx, lm);
@@ -163,6 +149,13 @@ void ember_lua_model_need_tokenizer(lua_State *L, int idx, const char *fname) {
     lua_getiuservalue(L, idx, UV_NO_TOKENIZER_WHY);
     luaL_error(L, "%s: the model has no tokenizer (%s); pass tokenizer= to ember.load", fname,
                lua_isstring(L, -1) ? lua_tostring(L, -1) : "none attached");
+}
+
+/* core.internal.need_tokenizer(model, fname) -> the model's tokenizer, or raises naming fname. */
+static int l_need_tokenizer(lua_State *L) {
+    const char *fname = luaL_checkstring(L, 2);
+    ember_lua_model_need_tokenizer(L, 1, fname);
+    return 1;
 }
 
 /* model:set_tokenizer(tok): any object with encode/decode methods (ember.Tokenizer normally). */
@@ -255,9 +248,8 @@ static int m_tostring(lua_State *L) {
 
 void ember_lua_open_model(lua_State *L, int module) {
     static const luaL_Reg methods[] = {
-        {"session", m_session},       {"generate", ember_lua_generate}, {"tokenize", m_tokenize},
-        {"detokenize", m_detokenize}, {"set_tokenizer", m_set_tokenizer}, {"close", m_close},
-        {NULL, NULL}};
+        {"session", m_session},       {"tokenize", m_tokenize}, {"detokenize", m_detokenize},
+        {"set_tokenizer", m_set_tokenizer}, {"close", m_close}, {NULL, NULL}};
     static const luaL_Reg meta[] = {
         {"__gc", m_close}, {"__close", m_close}, {"__tostring", m_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
@@ -266,4 +258,6 @@ void ember_lua_open_model(lua_State *L, int module) {
     lua_pop(L, 1);
     lua_pushcfunction(L, l_load);
     lua_setfield(L, module, "load");
+    static const luaL_Reg internal[] = {{"need_tokenizer", l_need_tokenizer}, {NULL, NULL}};
+    ember_lua_set_internal(L, module, internal);
 }

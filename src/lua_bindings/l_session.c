@@ -1,9 +1,13 @@
-/* l_session.c — ember.Session (a KV cache over one model: prefill, decode, reset) and
- * model:generate, which runs prefill + sampled decode with an optional experiment attached.
- * C resources live in GC-managed userdata marked to-be-closed, so a raise never leaks them. */
-#include "lbind.h"
+/* l_session.c — ember.Session (a KV cache over one model: prefill, decode, reset) and the one
+ * evaluation primitive generation is built on (lib/ember/generate.lua holds the policy).
+ * Never loops over tokens and never calls back into Lua except through an experiment's hooks. */
+#include "l_session.h"
 
 #include <string.h>
+
+#include "l_experiment.h"
+#include "l_sampler.h"
+#include "l_tensor.h"
 
 #define SESSION_CLOSED_MSG "attempt to use a closed session"
 
@@ -107,7 +111,7 @@ static int s_prefill(lua_State *L) {
     ember_lua_runner *r = eval_runner(L, 3, "prefill");
     ember_error err = {0};
     ls->busy = true;
-    ember_status st = ember_session_prefill(ls->s, ids, n, r ? ember_lua_runner_hooks(r) : NULL, &err);
+    ember_status st = ember_session_prefill(ls->s, ids, n, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
     ls->busy = false;
     if (st != EMBER_OK) return eval_error(L, r, "prefill", &err);
     push_logits(L, ls->s, n_vocab);
@@ -126,7 +130,7 @@ static int s_decode(lua_State *L) {
     ember_lua_runner *r = eval_runner(L, 3, "decode");
     ember_error err = {0};
     ls->busy = true;
-    ember_status st = ember_session_decode(ls->s, (int32_t)id, r ? ember_lua_runner_hooks(r) : NULL, &err);
+    ember_status st = ember_session_decode(ls->s, (int32_t)id, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
     ls->busy = false;
     if (st != EMBER_OK) return eval_error(L, r, "decode", &err);
     push_logits(L, ls->s, n_vocab);
@@ -194,271 +198,97 @@ static int s_tostring(lua_State *L) {
     return 1;
 }
 
-/* ---- generation -------------------------------------------------------------------------------- */
+/* ---- the building blocks of generate (lib/ember/generate.lua) ----------------------------------- */
 
-typedef struct {
-    lua_Integer max_tokens, top_k, n_ctx;
-    lua_Number temperature, top_p;
-    lua_Integer seed;
-    lua_Integer eos; /* -1: no stop id */
-    bool all_logits;
-} gen_opts;
-
-static void sampler_free(void *p) { ember_sampler_free(p); }
-
-static void read_gen_opts(lua_State *L, gen_opts *o) {
-    static const char *const valid[] = {"ids", "prompt", "bos", "max_tokens", "temperature", "top_k", "top_p", "seed",
-                                        "experiment", "on_token", "context", "eos", "all_logits", NULL};
-    const char *f = "generate";
-    ember_lua_check_options(L, 2, f, valid);
-    o->max_tokens = ember_lua_opt_int_field(L, 2, f, "max_tokens", 16);
-    o->temperature = ember_lua_opt_num_field(L, 2, f, "temperature", 0);
-    o->top_k = ember_lua_opt_int_field(L, 2, f, "top_k", 0);
-    o->top_p = ember_lua_opt_num_field(L, 2, f, "top_p", 1);
-    o->seed = ember_lua_opt_int_field(L, 2, f, "seed", 0);
-    o->n_ctx = ember_lua_opt_int_field(L, 2, f, "context", 0);
-    if (o->max_tokens < 0) luaL_error(L, "bad argument to 'generate' (max_tokens must be >= 0, got %I)", o->max_tokens);
-    if (!(o->temperature >= 0))
-        luaL_error(L, "bad argument to 'generate' (temperature must be >= 0, got %f)", o->temperature);
-    if (o->top_k < 0) luaL_error(L, "bad argument to 'generate' (top_k must be >= 0, got %I)", o->top_k);
-    if (!(o->top_p > 0 && o->top_p <= 1))
-        luaL_error(L, "bad argument to 'generate' (top_p must be in (0, 1], got %f)", o->top_p);
-    if (o->n_ctx < 0) luaL_error(L, "bad argument to 'generate' (context must be >= 0, got %I)", o->n_ctx);
-    lua_getfield(L, 2, "all_logits");
-    o->all_logits = lua_toboolean(L, -1);
-    lua_getfield(L, 2, "on_token");
-    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1) && luaL_getmetafield(L, -1, "__call") == LUA_TNIL)
-        luaL_error(L, "bad argument to 'generate' (on_token must be a function, got %s)", luaL_typename(L, -1));
-    lua_pop(L, 2);
+/* core.internal.session(model, n_ctx, fname) -> Session; errors name fname. */
+static int l_new_session(lua_State *L) {
+    lua_Integer n_ctx = luaL_checkinteger(L, 2);
+    const char *fname = luaL_checkstring(L, 3);
+    ember_lua_new_session(L, 1, n_ctx, fname);
+    return 1;
 }
 
-/* Pushes the prompt ids table: ids= as given, or prompt= through the model's tokenizer. */
-static void push_prompt_ids(lua_State *L) {
-    int has_ids = lua_getfield(L, 2, "ids") != LUA_TNIL;
-    int has_prompt = lua_getfield(L, 2, "prompt") != LUA_TNIL; /* [ids, prompt] */
-    if (has_ids == has_prompt)
-        luaL_error(L, "bad argument to 'generate' (give exactly one of ids= (token ids) or prompt= (text))");
-    if (has_ids) {
-        lua_pop(L, 1);
-        return;
-    }
-    if (lua_type(L, -1) != LUA_TSTRING)
-        luaL_error(L, "bad argument to 'generate' (prompt must be a string, got %s)", luaL_typename(L, -1));
-    ember_lua_model_need_tokenizer(L, 1, "generate"); /* [nil, prompt, tok] */
-    lua_getfield(L, -1, "encode");                    /* [nil, prompt, tok, encode] */
-    lua_insert(L, -2);                                /* [nil, prompt, encode, tok] */
-    lua_pushvalue(L, -3);                             /* [nil, prompt, encode, tok, prompt] */
-    if (lua_getfield(L, 2, "bos") != LUA_TNIL) {      /* {bos = ...} only when the caller chose */
-        lua_createtable(L, 0, 1);
-        lua_insert(L, -2);
-        lua_setfield(L, -2, "bos");
-        lua_call(L, 3, 1);
-    } else {
-        lua_pop(L, 1);
-        lua_call(L, 2, 1);
-    }                    /* [nil, prompt, ids] */
-    lua_replace(L, -3); /* [ids, prompt] */
-    lua_pop(L, 1);
-}
-
-/* Calls tok:<method>(arg) if the model has a tokenizer, else pushes nil. [.., arg] -> [.., result] */
-static void tok_call(lua_State *L, int tok, const char *method) {
-    if (lua_isnil(L, tok)) {
-        lua_pop(L, 1);
-        lua_pushnil(L);
-        return;
-    }
-    lua_getfield(L, tok, method); /* [arg, fn] */
-    lua_insert(L, -2);            /* [fn, arg] */
-    lua_pushvalue(L, tok);
-    lua_insert(L, -2); /* [fn, tok, arg] */
-    lua_call(L, 2, 1);
-}
-
-static void set_num(lua_State *L, const char *k, double v) {
-    lua_pushnumber(L, v);
-    lua_setfield(L, -2, k);
-}
-
-/* model:generate{ids= | prompt=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
- *                experiment=, on_token=, context=, eos=, all_logits=} -> out table
- * N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
- * once, so every hook sees every token; the generation context reports both counts. */
-int ember_lua_generate(lua_State *L) {
-    ember_lua_model *lm = ember_lua_check_model(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lua_settop(L, 2);
-    gen_opts o;
-    read_gen_opts(L, &o);
-    const int64_t n_vocab = ember_model_get_info(lm->m)->n_vocab;
-
-    push_prompt_ids(L); /* 3: prompt ids table */
-    int64_t n_prompt;
-    int32_t *ids = read_ids(L, 3, n_vocab, "generate", "ids", &n_prompt); /* 4: id buffer */
-    ember_lua_model_push_tokenizer(L, 1); /* 5: tokenizer or nil */
-    const int tok = 5;
-    /* eos: explicit id, false for none, default the tokenizer's */
-    o.eos = -1;
-    int eos_t = lua_getfield(L, 2, "eos");
-    if (eos_t == LUA_TNUMBER) {
-        o.eos = ember_lua_opt_int_field(L, 2, "generate", "eos", -1);
-    } else if (eos_t == LUA_TNIL && !lua_isnil(L, tok)) {
-        lua_getfield(L, tok, "eos_id");
-        if (lua_isinteger(L, -1)) o.eos = lua_tointeger(L, -1);
-        lua_pop(L, 1);
-    } else if (eos_t != LUA_TNIL && !(eos_t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
-        return luaL_error(L, "bad argument to 'generate' (eos must be a token id or false, got %s)", luaL_typename(L, -1));
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, 2, "on_token"); /* 6: on_token or nil */
-    const int on_token = 6;
-
-    /* Session and sampler are closed when this function returns or raises. */
-    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : n_prompt + (o.max_tokens > 0 ? o.max_tokens : 1);
-    ember_lua_session *ls = ember_lua_new_session(L, 1, n_ctx, "generate"); /* 7 */
-    lua_toclose(L, 7);
-    void **sampler = ember_lua_box(L, sampler_free); /* 8 */
-    lua_toclose(L, 8);
-    ember_sampler_params sp = {.temperature = (float)o.temperature, .top_k = (int)o.top_k, .top_p = (float)o.top_p,
-                               .seed = (uint64_t)o.seed};
-    ember_error err = {0};
-    if (ember_sampler_new(&sp, n_vocab, (ember_sampler **)sampler, &err) != EMBER_OK)
-        return luaL_error(L, "generate: %s", err.msg);
-
-    ember_lua_runner *r = NULL; /* 9: runner or nil */
-    if (lua_getfield(L, 2, "experiment") != LUA_TNIL) {
-        int exp = lua_gettop(L);
-        r = ember_lua_runner_attach(L, exp, 1, "generate");
-        lua_remove(L, exp);
-    }
-    const ember_hooks *hooks = r ? ember_lua_runner_hooks(r) : NULL;
-    lua_newtable(L); /* 10: generated ids */
-    lua_newtable(L); /* 11: all logits (when asked) */
-    const int out_ids = 10, all = 11, stream = 12;
-    /* 12: the tokenizer's streaming detokenizer, so on_token gets whole UTF-8 characters */
-    if (!lua_isnil(L, on_token) && !lua_isnil(L, tok) && lua_getfield(L, tok, "stream") != LUA_TNIL) {
-        lua_pushvalue(L, tok);
-        lua_call(L, 1, 1);
-    } else {
-        lua_settop(L, 11);
-        lua_pushnil(L);
-    }
-
-    ember_lua_gen_counts counts = {.prompt_tokens = n_prompt};
-    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .input_token_count = n_prompt, .sequence_length = n_prompt,
-                         .layer_index = -1};
-    if (r && (ember_lua_runner_lifecycle(L, r, EMBER_HOOK_ON_MODEL_LOADED, NULL, NULL) != EMBER_OK ||
-              ember_lua_runner_lifecycle(L, r, EMBER_HOOK_BEFORE_PREFILL, &ev, NULL) != EMBER_OK))
-        return ember_lua_runner_raise(L, r);
-
-    double t0 = ember_lua_now_ms();
-    ls->busy = true;
-    ember_status st = ember_session_prefill(ls->s, ids, n_prompt, hooks, &err);
-    ls->busy = false;
-    double prefill_ms = ember_lua_now_ms() - t0, decode_ms = 0;
-    if (st != EMBER_OK) return eval_error(L, r, "generate", &err);
-
-    const char *stop = "max_tokens";
-    for (lua_Integer k = 0; k < o.max_tokens; k++) {
-        /* Ctrl-C in ember-lua: stop between tokens. The host has also armed a Lua hook, which
-         * raises "interrupted" as soon as this function returns; raising here as well would
-         * make that hook fire inside the error handler. */
-        if (ember_lua_interrupted) {
-            ember_lua_interrupted = 0;
-            stop = "interrupted";
-            break;
-        }
-        const float *logits = ember_session_logits(ls->s);
-        if (o.all_logits) {
-            push_logits(L, ls->s, n_vocab);
-            lua_rawseti(L, all, k + 1);
-        }
-        int32_t id = ember_sampler_sample(*sampler, logits);
-        lua_pushinteger(L, id);
-        lua_rawseti(L, out_ids, k + 1);
-        counts.generated_tokens++;
-        if (!lua_isnil(L, on_token)) {
-            lua_pushvalue(L, on_token);
-            lua_pushinteger(L, id);
-            if (!lua_isnil(L, stream)) { /* the piece's text: stream:push(id) */
-                lua_getfield(L, stream, "push");
-                lua_pushvalue(L, stream);
-                lua_pushinteger(L, id);
-                lua_call(L, 2, 1);
-            } else { /* tok:decode{id}, or nil without a tokenizer */
-                lua_createtable(L, 1, 0);
-                lua_pushinteger(L, id);
-                lua_rawseti(L, -2, 1);
-                tok_call(L, tok, "decode");
-            }
-            lua_call(L, 2, 1);
-            bool go_on = !(lua_isboolean(L, -1) && !lua_toboolean(L, -1));
-            lua_pop(L, 1);
-            if (!go_on) {
-                stop = "callback";
-                break;
-            }
-        }
-        /* Every generated token is evaluated once (SPEC §4.1: one decode evaluation per generated
-         * token), the last one and an end-of-sequence token included, so hooks and captures see
-         * the activations of every token the run produced. */
-        t0 = ember_lua_now_ms();
-        ls->busy = true;
-        st = ember_session_decode(ls->s, id, hooks, &err);
-        ls->busy = false;
-        decode_ms += ember_lua_now_ms() - t0;
-        if (st != EMBER_OK) return eval_error(L, r, "generate", &err);
-        counts.decode_count++;
-        if (id == o.eos) {
-            stop = "eos";
-            break;
-        }
-    }
-    bool completed = strcmp(stop, "interrupted") != 0; /* an interrupted run is not a completed one */
-    if (r && completed && ember_lua_runner_lifecycle(L, r, EMBER_HOOK_ON_GENERATION_COMPLETE, NULL, &counts) != EMBER_OK)
-        return ember_lua_runner_raise(L, r);
-
-    lua_createtable(L, 0, 10); /* the result */
-    lua_createtable(L, (int)n_prompt, 0); /* a copy of what ran, not the caller's table */
-    for (int64_t i = 0; i < n_prompt; i++) {
+/* core.internal.check_ids(ids, n_vocab, fname) -> a copy of ids, every entry an integer id inside
+ * the vocabulary; raises naming fname otherwise. */
+static int l_check_ids(lua_State *L) {
+    lua_Integer n_vocab = luaL_checkinteger(L, 2);
+    const char *fname = luaL_checkstring(L, 3);
+    int64_t n;
+    int32_t *ids = read_ids(L, 1, n_vocab, fname, "ids", &n); /* [ids, n_vocab, fname, buffer] */
+    lua_createtable(L, (int)n, 0);
+    for (int64_t i = 0; i < n; i++) {
         lua_pushinteger(L, ids[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_setfield(L, -2, "prompt_ids");
-    lua_pushvalue(L, out_ids);
-    lua_setfield(L, -2, "ids");
-    /* text: the generated ids without a final stop token */
-    lua_Integer n_text = (lua_Integer)counts.generated_tokens - (strcmp(stop, "eos") == 0);
-    lua_createtable(L, (int)n_text, 0);
-    for (lua_Integer i = 1; i <= n_text; i++) {
-        lua_rawgeti(L, out_ids, i);
-        lua_rawseti(L, -2, i);
+    return 1;
+}
+
+/* core.internal.evaluate(session, input, runner|nil, sampler|nil, fname) -> id, ms
+ * One evaluation, the one C call a generated token costs: input is a table of ids (prefill) or
+ * one id (decode); runner's tensor hooks run; then, with a sampler, the next id is drawn from the
+ * new logits (false instead when the host's interrupt flag was raised meanwhile: the caller stops
+ * between tokens). ms is the evaluation's own time. Unlike s:decode it does not refuse a session
+ * whose model was closed meanwhile: the session keeps the engine model alive, and a generation
+ * finishes what it started even if a hook closes the model. */
+static int l_evaluate(lua_State *L) {
+    const char *fname = luaL_checkstring(L, 5);
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
+    if (ls->busy)
+        return luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)",
+                          fname);
+    ember_lua_runner *r = lua_isnil(L, 3) ? NULL : ember_lua_check_runner(L, 3);
+    ember_sampler *smp = lua_isnil(L, 4) ? NULL : ember_lua_check_sampler(L, 4, NULL);
+    const int64_t n_vocab = ember_model_get_info(ember_session_model(ls->s))->n_vocab;
+    const ember_hooks *hooks = r ? ember_lua_runner_hooks(L, r) : NULL;
+    ember_error err = {0};
+    ember_status st;
+    double t0;
+    if (lua_type(L, 2) == LUA_TNUMBER) {
+        int isint;
+        lua_Integer id = lua_tointegerx(L, 2, &isint);
+        if (!isint || id < 0 || id >= n_vocab)
+            return luaL_error(L, "bad argument to '%s' (token id %s is outside the vocabulary 0..%I)", fname,
+                              luaL_tolstring(L, 2, NULL), (lua_Integer)n_vocab - 1);
+        ls->busy = true;
+        t0 = ember_lua_now_ms();
+        st = ember_session_decode(ls->s, (int32_t)id, hooks, &err);
+    } else {
+        int64_t n;
+        int32_t *ids = read_ids(L, 2, n_vocab, fname, "ids", &n);
+        ls->busy = true;
+        t0 = ember_lua_now_ms();
+        st = ember_session_prefill(ls->s, ids, n, hooks, &err);
     }
-    tok_call(L, tok, "decode");
-    lua_setfield(L, -2, "text");
-    lua_pushboolean(L, r && ember_lua_runner_modified(r));
-    lua_setfield(L, -2, "modified");
-    lua_pushstring(L, stop);
-    lua_setfield(L, -2, "stop");
-    push_logits(L, ls->s, n_vocab);
-    lua_setfield(L, -2, "logits");
-    if (o.all_logits) {
-        lua_pushvalue(L, all);
-        lua_setfield(L, -2, "all_logits");
+    double ms = ember_lua_now_ms() - t0;
+    ls->busy = false;
+    if (st != EMBER_OK) {
+        if (r && ember_lua_runner_failed(r)) return ember_lua_runner_raise(L, r);
+        /* no position: it would name generate.lua, not the code that asked for the generation */
+        lua_pushfstring(L, "%s: %s", fname, err.msg);
+        return lua_error(L);
     }
-    lua_createtable(L, 0, 8);
-    set_num(L, "prefill_ms", prefill_ms);
-    set_num(L, "decode_ms", decode_ms);
-    set_num(L, "prefill_tok_s", prefill_ms > 0 ? (double)n_prompt * 1e3 / prefill_ms : 0);
-    set_num(L, "decode_tok_s", decode_ms > 0 ? (double)counts.decode_count * 1e3 / decode_ms : 0);
-    lua_pushinteger(L, counts.prompt_tokens);
-    lua_setfield(L, -2, "prompt_tokens");
-    lua_pushinteger(L, counts.generated_tokens);
-    lua_setfield(L, -2, "generated_tokens");
-    lua_pushinteger(L, counts.decode_count);
-    lua_setfield(L, -2, "decode_count");
-    lua_setfield(L, -2, "stats");
-    return 1; /* slots 7 and 8 are closed on return: KV cache and sampler freed now */
+    if (!smp) {
+        lua_pushnil(L);
+    } else if (ember_lua_interrupted) {
+        /* ember-lua has also armed a Lua hook that raises "interrupted" as soon as Lua runs again;
+         * raising here as well would make that hook fire inside the error handler. */
+        ember_lua_interrupted = 0;
+        lua_pushboolean(L, 0);
+    } else {
+        lua_pushinteger(L, ember_sampler_sample(smp, ember_session_logits(ls->s)));
+    }
+    lua_pushnumber(L, ms);
+    return 2;
+}
+
+/* core.internal.logits(session) -> the current logits (a copy) or nil; like evaluate, works
+ * while the session is open even if its model was closed meanwhile. */
+static int l_logits(lua_State *L) {
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
+    push_logits(L, ls->s, ember_model_get_info(ember_session_model(ls->s))->n_vocab);
+    return 1;
 }
 
 void ember_lua_open_session(lua_State *L, int module) {
@@ -469,7 +299,10 @@ void ember_lua_open_session(lua_State *L, int module) {
     static const luaL_Reg getters[] = {{"position", s_get_position}, {"context", s_get_context},
                                        {"model", s_get_model},       {"closed", s_get_closed},
                                        {NULL, NULL}};
-    (void)module;
+    static const luaL_Reg internal[] = {
+        {"session", l_new_session}, {"check_ids", l_check_ids}, {"evaluate", l_evaluate}, {"logits", l_logits},
+        {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_SESSION, methods, meta, getters);
     lua_pop(L, 1);
+    ember_lua_set_internal(L, module, internal);
 }

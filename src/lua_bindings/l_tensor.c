@@ -1,7 +1,8 @@
 /* l_tensor.c — ember.Tensor (owned f32 [rows, cols]) and ember.TensorView (borrowed engine memory).
  * A view must never touch its memory after the hook call that received it: every access checks
- * the root view's `alive` flag first, and an expired view raises instead of reading. */
-#include "lbind.h"
+ * that the view is alive (its root armed, and for a row the root's call the row was made in), and
+ * an expired view raises instead of reading. */
+#include "l_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +16,10 @@
 
 /* Largest tensor ember.tensor() makes: 2^32 values (16 GiB). Bigger is surely a mistake. */
 #define MAX_ELEMENTS ((int64_t)1 << 32)
+
+/* A root view is usable between its arm and its expiry; a sub-view only within the call of the
+ * root that made it (the root's epoch has not moved on since). */
+static bool view_alive(const ember_lua_view *v) { return v->root->alive && v->epoch == v->root->epoch; }
 
 /* What both types share: a pointer, a shape, and (for views) where writes are recorded. */
 typedef struct {
@@ -37,7 +42,7 @@ static tref to_tref(lua_State *L, int i) {
         luaL_typeerror(L, i, "ember.Tensor or ember.TensorView");
         return t; /* not reached */
     }
-    if (!v->root->alive) luaL_error(L, EXPIRED_MSG);
+    if (!view_alive(v)) luaL_error(L, EXPIRED_MSG);
     t.data = v->data;
     t.rows = v->rows;
     t.cols = v->cols;
@@ -67,15 +72,31 @@ ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int
     v->rows = rows;
     v->cols = cols;
     v->alive = true;
+    v->epoch = 0;
     v->modified = modified;
     v->root = v;
     luaL_setmetatable(L, EMBER_LUA_VIEW);
     return v;
 }
 
+void ember_lua_arm_view(ember_lua_view *v, float *data, int64_t rows, int64_t cols) {
+    v->data = data;
+    v->rows = rows;
+    v->cols = cols;
+    v->epoch++; /* rows taken from the previous call stay expired */
+    v->alive = true;
+}
+
 void ember_lua_expire_view(ember_lua_view *v) {
     v->alive = false;
     v->data = NULL; /* belt and braces: nothing can reach the engine buffer any more */
+}
+
+const float *ember_lua_check_values(lua_State *L, int i, int64_t *rows, int64_t *cols) {
+    tref t = to_tref(L, i);
+    *rows = t.rows;
+    *cols = t.cols;
+    return t.data;
 }
 
 /* ---- argument helpers -------------------------------------------------------------------------- */
@@ -308,6 +329,7 @@ static int t_row(lua_State *L) {
         ember_lua_view *root = t.view->root;
         ember_lua_view *v = ember_lua_push_view(L, src, 1, t.cols, root->modified); /* [self, r, sub] */
         v->root = root;
+        v->epoch = root->epoch;
         lua_getiuservalue(L, 1, 1); /* the parent's root, or nil when the parent is the root */
         if (lua_isnil(L, -1)) {
             lua_pop(L, 1);
@@ -389,14 +411,14 @@ static int t_copy_from(lua_State *L) {
 /* v:expired() -> bool: lets code check a view it kept without provoking the error. */
 static int v_expired(lua_State *L) {
     ember_lua_view *v = luaL_checkudata(L, 1, EMBER_LUA_VIEW);
-    lua_pushboolean(L, !v->root->alive);
+    lua_pushboolean(L, !view_alive(v));
     return 1;
 }
 
 /* "ember.Tensor[1, 8192] f32 {0.1, -2, 3.5, ..., 0.25} l2=12.5" */
 static int t_tostring(lua_State *L) {
     ember_lua_view *v = luaL_testudata(L, 1, EMBER_LUA_VIEW);
-    if (v && !v->root->alive) {
+    if (v && !view_alive(v)) {
         lua_pushliteral(L, "ember.TensorView (expired)");
         return 1;
     }

@@ -1,17 +1,17 @@
 /* lember.c — the Lua module `ember.core`: module table, small module functions (version, cpu,
  * sha256) and the helpers every binding file shares. Holds no engine state of its own. */
 #include "lbind.h"
-#include "l_tiny_model.h"
 
 #include <string.h>
 #include <time.h>
 
-#if defined(__has_include)
-#if __has_include("l_tokenizer.h")
+#include "l_experiment.h"
+#include "l_model.h"
+#include "l_sampler.h"
+#include "l_session.h"
+#include "l_tensor.h"
+#include "l_tiny_model.h"
 #include "l_tokenizer.h"
-#define EMBER_HAVE_LUA_TOKENIZER 1
-#endif
-#endif
 
 volatile sig_atomic_t ember_lua_interrupted = 0;
 
@@ -44,6 +44,17 @@ void ember_lua_new_class(lua_State *L, const char *tname, const luaL_Reg *method
     lua_setfield(L, -4, "__getters");
     lua_pushcclosure(L, class_index, 2); /* [mt, __index] */
     lua_setfield(L, -2, "__index");      /* [mt] */
+}
+
+void ember_lua_set_internal(lua_State *L, int module, const luaL_Reg *fns) {
+    if (lua_getfield(L, module, "internal") != LUA_TTABLE) { /* [internal|nil] */
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, module, "internal");
+    }
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
 }
 
 /* ---- option tables ----------------------------------------------------------------------------- */
@@ -170,6 +181,43 @@ double ember_lua_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* ---- the option helpers for Lua code (core.internal) ------------------------------------------ */
+
+/* core.internal.check_options(opts, fname, { valid names... }): ember_lua_check_options. */
+static int l_check_options(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    const char *fname = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    const char *valid[64];
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 3);
+    if (n > 63) return luaL_error(L, "check_options: at most 63 valid names, got %I", n);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 3, i); /* the strings stay alive in the list at index 3 */
+        valid[i - 1] = lua_tostring(L, -1);
+        if (!valid[i - 1]) return luaL_error(L, "check_options: valid name %I is not a string", i);
+        lua_pop(L, 1);
+    }
+    valid[n] = NULL;
+    ember_lua_check_options(L, 1, fname, valid);
+    return 0;
+}
+
+/* core.internal.opt_int(opts, fname, key, default) and opt_num: the option readers C uses, so a
+ * Lua caller accepts and refuses exactly what a C one does, with the same message. */
+static int l_opt_int(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_pushinteger(L, ember_lua_opt_int_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+                                               luaL_checkinteger(L, 4)));
+    return 1;
+}
+
+static int l_opt_num(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_pushnumber(L, ember_lua_opt_num_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
+                                              luaL_checknumber(L, 4)));
+    return 1;
+}
+
 /* ---- module functions -------------------------------------------------------------------------- */
 
 /* ember.cpu() -> { avx2 = bool, ..., kernels = best set this CPU supports } */
@@ -241,24 +289,24 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     lua_pop(L, 1); /* [core] */
 
     ember_lua_open_tensor(L, module);
-    ember_lua_open_context(L, module);
+    ember_lua_open_experiment(L, module);
     ember_lua_open_model(L, module);
     ember_lua_open_session(L, module);
     ember_lua_open_tiny_model(L, module);
-#ifdef EMBER_HAVE_LUA_TOKENIZER
+    ember_lua_open_sampler(L, module);
     ember_lua_open_tokenizer(L, module);
     lua_pushboolean(L, 1);
-#else
-    lua_pushboolean(L, 0);
-#endif
     lua_setfield(L, module, "has_tokenizer");
+    static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},
+                                        {NULL, NULL}};
+    ember_lua_set_internal(L, module, internal);
 
     /* The class metatables, so lib/ember can add Lua-side methods and getters, and the REPL can
      * list what a userdata offers. */
     lua_newtable(L); /* [core, classes] */
     const char *classes[][2] = {{"Model", EMBER_LUA_MODEL},   {"Session", EMBER_LUA_SESSION},
                                 {"Tensor", EMBER_LUA_TENSOR}, {"TensorView", EMBER_LUA_VIEW},
-                                {"Context", EMBER_LUA_CONTEXT}};
+                                {"Context", EMBER_LUA_CONTEXT}, {"Sampler", EMBER_LUA_SAMPLER}};
     for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
         luaL_getmetatable(L, classes[i][1]);
         lua_setfield(L, -2, classes[i][0]);

@@ -1,0 +1,17 @@
+/* stages.c — the one list of hook stage names, in execution order within an evaluation. Every
+ * other copy (the bindings, lib/ember) asks this file; it must not know what a stage carries. */
+#include "ember.h"
+
+#include <stddef.h>
+
+static const char *const stage_names[EMBER_STAGE_COUNT] = {
+    [EMBER_STAGE_BEFORE_LAYER] = "before_layer",   [EMBER_STAGE_AFTER_ATTENTION] = "after_attention",
+    [EMBER_STAGE_AFTER_MLP] = "after_mlp",         [EMBER_STAGE_AFTER_LAYER] = "after_layer",
+    [EMBER_STAGE_BEFORE_LOGITS] = "before_logits", [EMBER_STAGE_AFTER_LOGITS] = "after_logits",
+};
+
+const char *ember_stage_name(ember_stage s) {
+    return (unsigned)s < EMBER_STAGE_COUNT ? stage_names[s] : NULL;
+}
+
+int ember_stage_count(void) { return EMBER_STAGE_COUNT; }

@@ -1,0 +1,44 @@
+/* l_tensor.h — what other binding files use of ember.Tensor (owned f32) and ember.TensorView
+ * (borrowed engine memory that expires): the layouts, constructors, and the arm/expire pair. */
+#ifndef EMBER_L_TENSOR_H
+#define EMBER_L_TENSOR_H
+
+#include "lbind.h"
+
+#define EMBER_LUA_TENSOR "ember.Tensor"
+#define EMBER_LUA_VIEW "ember.TensorView"
+
+/* Owned tensor: the values live inside the userdata, so Lua's GC owns everything. */
+typedef struct {
+    int64_t rows, cols;
+    float data[]; /* (rows, cols) row-major */
+} ember_lua_tensor;
+
+/* Borrowed view over engine memory, valid only while the hook call that received it runs.
+ * A hook's view (a root) is reused from call to call: expired when its hook returns, re-armed
+ * over the next call's buffer. A row of a view is a sub-view that remembers its root and the
+ * root's epoch at creation, so it expires with that call and never comes back to life. */
+typedef struct ember_lua_view {
+    float *data; /* (rows, cols) row-major, not owned; NULL while expired */
+    int64_t rows, cols;
+    bool alive;                  /* meaningful on the root only */
+    uint64_t epoch;              /* root: bumped by every arm; sub-view: the root's at creation */
+    bool *modified;              /* the run's mutation flag; touched only while alive */
+    struct ember_lua_view *root; /* itself for a hook's view */
+} ember_lua_view;
+
+void ember_lua_open_tensor(lua_State *L, int module);
+/* Pushes a new owned tensor with uninitialised values (rows, cols >= 1, checked by the caller). */
+ember_lua_tensor *ember_lua_push_tensor(lua_State *L, int64_t rows, int64_t cols);
+/* Pushes a new root view over data (armed); writes through it set *modified. */
+ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int64_t cols, bool *modified);
+/* Points an existing root view at a new buffer and makes it usable again; sub-views made before
+ * stay expired. Allocates nothing. */
+void ember_lua_arm_view(ember_lua_view *v, float *data, int64_t rows, int64_t cols);
+/* After this, every use of the view (and of its rows) raises. Never touches the data. */
+void ember_lua_expire_view(ember_lua_view *v);
+/* The values of the Tensor or live TensorView at index i (raises for anything else or an
+ * expired view); the pointer is valid until Lua code runs again. */
+const float *ember_lua_check_values(lua_State *L, int i, int64_t *rows, int64_t *cols);
+
+#endif

@@ -61,7 +61,7 @@ static const char *const lua_loop_src =
     "local evaluate, count = I.evaluate, alloc_count\n"
     "local id = evaluate(s, { 1, 2, 3, 4 }, r, smp, 'test')\n"
     "local c0, mark = calls, 0\n"
-    "for k = 1, " "100" " do\n"
+    "for k = 1, 100 do\n"
     "  if k == 51 then mark = count() end\n"
     "  id = evaluate(s, id, r, smp, 'test')\n"
     "end\n"

@@ -7,52 +7,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The kernels' public types (weight types, errors) and kernel-set choice: the one layer below. */
+#include "cpu.h"
+#include "types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define EMBER_VERSION "0.1.0"
 
-/* ---- errors ---------------------------------------------------------------------------------- */
-
-typedef enum {
-    EMBER_OK = 0,
-    EMBER_ERR_IO,          /* a file could not be opened, mapped or read */
-    EMBER_ERR_FORMAT,      /* a file is malformed (truncated, absurd count, bad magic, ...) */
-    EMBER_ERR_UNSUPPORTED, /* well-formed but not supported (tensor type, family, ...) */
-    EMBER_ERR_ARG,         /* a caller passed a bad argument */
-    EMBER_ERR_NOMEM,       /* an allocation failed */
-    EMBER_ERR_CONTEXT,     /* the session's context is full */
-    EMBER_ERR_HOOK,        /* a hook reported failure; the message is the hook's */
-} ember_status;
-
-/* Caller-owned error: the message names the function/file/field and what was wrong. */
-typedef struct {
-    ember_status code;
-    char msg[1024];
-} ember_error;
+/* ---- errors ----------------------------------------------------------------------------------
+ * ember_status and ember_error (a status plus a message in a caller-owned slot) are defined at the
+ * bottom of ember, in the kernels' types.h, so every layer reports failures the same way. */
 
 /* Fills err (if not NULL) and returns code. */
 ember_status ember_error_set(ember_error *err, ember_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- kernels --------------------------------------------------------------------------------- */
-
-typedef enum {
-    EMBER_KERNELS_AUTO = 0,
-    EMBER_KERNELS_REFERENCE,
-    EMBER_KERNELS_AVX2,
-    EMBER_KERNELS_AVX512,
-} ember_kernels;
-
-typedef struct {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
-} ember_cpu_features;
-
-const ember_cpu_features *ember_cpu(void);
-const char *ember_kernels_name(ember_kernels k);
-/* Parses "auto" | "reference" | "avx2" | "avx512"; returns false for anything else. */
-bool ember_kernels_parse(const char *s, ember_kernels *out);
+/* ---- kernels ---------------------------------------------------------------------------------
+ * The kernel sets, CPU features, ember_kernels_best() and the EMBER_KERNELS parser: see cpu.h. */
 
 /* ---- models ---------------------------------------------------------------------------------- */
 
@@ -125,6 +99,8 @@ typedef struct {
     int64_t input_token_count;
     int64_t sequence_length;   /* start_position + input_token_count */
     int64_t layer_index;
+    /* Reserved for a tracing mode that does not exist yet: every forward pass zero-initialises the
+     * context, so it is always false ("disabled"); hooks may read it but nothing sets it. */
     bool tracing;
 } ember_eval_ctx;
 

@@ -2,6 +2,7 @@
  * error budget per type; avx2 against avx512 bit for bit; the threaded product identical for 1, 2
  * and 3 threads. Correctness only: speed is measured by bench-engine, never here. */
 #include "kernels.h"
+#include "test_matmul.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -130,8 +131,8 @@ static void test_matmul_type(const ember_kernel_ops *ops, ember_type type) {
                 float *x = random_vec(n_tok * n_in);
                 float *y = calloc((size_t)(n_tok * n_out), sizeof(float));
                 float *ref = calloc((size_t)(n_tok * n_out), sizeof(float));
-                ops->matmul(&w, x, y, n_tok);
-                ember_kernels_reference.matmul(&w, x, ref, n_tok);
+                test_matmul(ops, &w, x, y, n_tok);
+                test_matmul(&ember_kernels_reference, &w, x, ref, n_tok);
                 pool_add(&vs_ref, y, ref, n_tok * n_out);
                 if (type == EMBER_TYPE_Q8_0) {
                     float *oracle = calloc((size_t)(n_tok * n_out), sizeof(float));
@@ -191,7 +192,7 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
             default: x[i] = i % 3 == 0 ? 0.0f : -0.0f; break; /* zero blocks */
             }
         }
-        ops->matmul(&w, x, y, 1);
+        test_matmul(ops, &w, x, y, 1);
         ember_quantize_row_q8_0(x, q, n);
         for (int64_t o = 0; o < n; o++) {
             float want = ember_f16_to_f32(q[o / 32].d) * (float)q[o / 32].qs[o % 32];
@@ -205,14 +206,14 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
     float r[256];
     for (int64_t i = 0; i < n; i++) x[i] = gaussian();
     x[40] = NAN;
-    ops->matmul(&w, x, y, 1);
-    ember_kernels_reference.matmul(&w, x, r, 1);
+    test_matmul(ops, &w, x, y, 1);
+    test_matmul(&ember_kernels_reference, &w, x, r, 1);
     int agree = 0;
     for (int64_t o = 0; o < n; o++) agree += !isfinite(y[o]) && !isfinite(r[o]);
     x[40] = 1.0f;
     x[200] = INFINITY;
-    ops->matmul(&w, x, y, 1);
-    ember_kernels_reference.matmul(&w, x, r, 1);
+    test_matmul(ops, &w, x, y, 1);
+    test_matmul(&ember_kernels_reference, &w, x, r, 1);
     for (int64_t o = 0; o < n; o++) agree += !isfinite(y[o]) && !isfinite(r[o]);
     CHECK_MSG(agree == 2 * n, "%s: non-finite activations must give non-finite outputs like the reference (%d of %d)", ops->name, agree,
               (int)(2 * n));
@@ -278,13 +279,13 @@ static void test_q8_documented_order(ember_kernels k) {
         void *buf;
         ember_matrix w = make_matrix(EMBER_TYPE_Q8_0, n_out, n_in, &buf);
         CHECK(ember_compute_pack(c, &w, false, &err) == EMBER_OK);
-        const ember_kernel_ops *ops = ember_compute_ops(c);
-        const size_t stride = ops->act_size(EMBER_TYPE_Q8_0, n_in);
+        const ember_type_kernels *mm = ember_kernels_mm(ember_compute_ops(c), EMBER_TYPE_Q8_0);
+        const size_t stride = mm->act_size(n_in);
         float *x = random_vec(n_tok * n_in), *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)),
               *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
         uint8_t *xa = malloc(stride * (size_t)n_tok);
-        for (int64_t t = 0; t < n_tok; t++) ops->act_prepare(EMBER_TYPE_Q8_0, x + t * n_in, xa + (size_t)t * stride, n_in);
-        ops->matmul_rows(&w, x, xa, stride, ya, n_tok, 0, n_out);
+        for (int64_t t = 0; t < n_tok; t++) mm->act_prepare(x + t * n_in, xa + (size_t)t * stride, n_in);
+        mm->rows(&w, x, xa, stride, ya, n_tok, 0, n_out);
         ember_matmul(c, &w, x, yb, n_tok);
         total++;
         bad += !same_bits(ya, yb, n_tok * n_out);
@@ -322,7 +323,7 @@ static void test_threads_identical(ember_kernels k) {
                 y[i] = malloc((size_t)(n_tok * n_out) * sizeof(float));
                 ember_matmul(c[i], &w, x, y[i], n_tok);
             }
-            ember_compute_ops(c[0])->matmul(&w, x, single, n_tok);
+            test_matmul(ember_compute_ops(c[0]), &w, x, single, n_tok);
             CHECK_MSG(same_bits(y[0], y[1], n_tok * n_out) && same_bits(y[0], y[2], n_tok * n_out) &&
                           same_bits(y[0], single, n_tok * n_out),
                       "%s %s %lldx%lld x %lld tokens: 1/2/3 threads and the single-threaded entry must agree bit for bit",
@@ -357,7 +358,7 @@ static void test_packed_identical(ember_kernels k) {
             for (int64_t n_tok = 1; n_tok <= 9; n_tok += 2) {
                 float *x = random_vec(n_tok * n_in);
                 float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)), *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
-                ops->matmul(&w, x, ya, n_tok);
+                test_matmul(ops, &w, x, ya, n_tok);
                 ember_matmul(c, &wp, x, yb, n_tok);
                 total++;
                 bad += !same_bits(ya, yb, n_tok * n_out);
@@ -598,8 +599,8 @@ static void test_cross_isa(void) {
                     ember_matrix w = make_matrix(types[ti], n_out, n_in, &buf);
                     float *x = random_vec(n_tok * n_in);
                     float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)), *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
-                    a->matmul(&w, x, ya, n_tok);
-                    b->matmul(&w, x, yb, n_tok);
+                    test_matmul(a, &w, x, ya, n_tok);
+                    test_matmul(b, &w, x, yb, n_tok);
                     total++;
                     if (!same_bits(ya, yb, n_tok * n_out)) bad++;
                     free(buf);
@@ -617,8 +618,8 @@ static void test_cross_isa(void) {
                 ember_matrix w = make_matrix(types[ti], n_out, n_in, &buf);
                 float *x = random_vec(n_tok * n_in);
                 float ya[13 * 5], yb[13 * 5];
-                a->matmul(&w, x, ya, n_tok);
-                b->matmul(&w, x, yb, n_tok);
+                test_matmul(a, &w, x, ya, n_tok);
+                test_matmul(b, &w, x, yb, n_tok);
                 total++;
                 if (!same_bits(ya, yb, n_tok * n_out)) bad++;
                 free(buf);

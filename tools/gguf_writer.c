@@ -411,6 +411,9 @@ ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name
             }
         }
         break;
+    default:
+        free(data);
+        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': no encoder for type %s", name, ember_type_name(type));
     }
     return push_tensor(w, name, type, n_dims, ne, data, size);
 }

@@ -311,8 +311,8 @@ static uint32_t file_type(ember_type t) {
     case EMBER_TYPE_F16: return 1;
     case EMBER_TYPE_Q8_0: return 7;
     case EMBER_TYPE_BF16: return 32;
+    default: return 0; /* the writer refuses the other types */
     }
-    return 0;
 }
 
 /* general.* and the size keys every family has, in llama.cpp's order. */

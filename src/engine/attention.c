@@ -5,39 +5,14 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
-    const ember_model *m;
-    const ember_layer *L;
-    float scale;
-    int64_t window, pos0, n;
-    float *scores; /* (n_threads, pos0 + n) */
-    const float *q, *kc, *vc;
-    float *att;
-} attention_job;
-
-/* Items are (head, token) pairs in head-major order, so a thread's contiguous share is whole heads
- * over every token: equal causal work per thread. Each head runs ops->attn_head on its own. */
-static void attention_items(void *arg, int64_t begin, int64_t end, int tid) {
-    const attention_job *j = arg;
-    const ember_model *m = j->m;
-    const ember_layer *L = j->L;
-    const int64_t hd = L->head_dim, group = m->n_head / L->n_head_kv;
-    float *scores = j->scores + tid * (j->pos0 + j->n);
-    for (int64_t it = begin; it < end; it++) {
-        const int64_t h = it / j->n, t = it % j->n, p = j->pos0 + t;
-        const int64_t first = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-        const int64_t kvh = h / group; /* grouped-query attention: query heads share a KV head */
-        m->ops->attn_head(j->q + (t * m->n_head + h) * hd, j->kc + first * L->kv_dim + kvh * hd,
-                          j->vc + first * L->kv_dim + kvh * hd, L->kv_dim, p + 1 - first, hd, j->scale, scores,
-                          j->att + (t * m->n_head + h) * hd);
-    }
-}
-
+/* The layer's shapes for the kernels' threaded attention (kernels/compute.c splits the heads over
+ * the model's threads). */
 void ember_attention(const ember_model *m, const ember_layer *L, float scale, int64_t window, float *scores,
                      const float *q, const float *kc, const float *vc, float *att, int64_t pos0, int64_t n) {
-    attention_job j = {.m = m, .L = L, .scale = scale, .window = window, .pos0 = pos0, .n = n, .scores = scores,
-                       .q = q, .kc = kc, .vc = vc, .att = att};
-    ember_pool_for(ember_compute_pool(m->compute), n * m->n_head, 1, attention_items, &j);
+    const ember_attention_args a = {.q = q, .k = kc, .v = vc, .out = att, .scores = scores, .scores_stride = pos0 + n,
+                                    .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim,
+                                    .kv_stride = L->kv_dim, .pos0 = pos0, .n = n, .window = window, .scale = scale};
+    ember_compute_attention(m->compute, &a);
 }
 
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width) {

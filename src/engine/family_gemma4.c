@@ -27,7 +27,7 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
         ember_matrix tok_row = m->ple_tok_embd;
         tok_row.data = src;
         tok_row.n_out = 1;
-        ember_matrix_row_f32(&tok_row, 0, tmp);
+        m->ops->get_row(&tok_row, 0, tmp);
         for (int64_t i = 0; i < width; i++) row[i] = (row[i] + tmp[i] * tok_scale) * mix;
     }
 }
@@ -59,7 +59,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
     const float emb_scale = sqrtf((float)d);
     for (int64_t t = 0; t < n; t++) {
-        ember_matrix_row_f32(&m->tok_embd, ids[t], w->x + t * d);
+        ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
         for (int64_t i = 0; i < d; i++) w->x[t * d + i] *= emb_scale;
     }
     if (ple > 0) per_layer_inputs(m, ids, w->x, w->ple, w->ple_row, n);
@@ -105,9 +105,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if (ple > 0) {
             ember_matmul(m->compute, &L->inp_gate, w->x, w->ple_gate, n);
             for (int64_t t = 0; t < n; t++)
-                for (int64_t i = 0; i < ple; i++)
-                    w->ple_gate[t * ple + i] =
-                        ember_gelu_tanh(w->ple_gate[t * ple + i]) * w->ple[t * m->n_layer * ple + l * ple + i];
+                ops->gelu_mul_ref(w->ple_gate + t * ple, w->ple + t * m->n_layer * ple + l * ple, ple);
             ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
             rmsnorm_rows(ops, w->mlp, L->post_norm, n, d, eps);
             ember_add_into(w->x, w->mlp, n * d);

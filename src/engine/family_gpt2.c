@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void layernorm_rows(float *y, const float *x, const float *w, const float *b, int64_t n, int64_t d,
-                           float eps) {
-    for (int64_t t = 0; t < n; t++) ember_layernorm(y + t * d, x + t * d, w, b, d, eps);
+static void layernorm_rows(const ember_kernel_ops *ops, float *y, const float *x, const float *w, const float *b,
+                           int64_t n, int64_t d, float eps) {
+    for (int64_t t = 0; t < n; t++) ops->layernorm(y + t * d, x + t * d, w, b, d, eps);
 }
 
 ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -26,8 +26,8 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
                                (long long)(pos0 + n - 1), (long long)m->n_ctx_train);
 
     for (int64_t t = 0; t < n; t++) {
-        ember_matrix_row_f32(&m->tok_embd, ids[t], w->x + t * d);
-        ember_matrix_row_f32(&m->pos_embd, pos0 + t, w->xn);
+        ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
+        ops->get_row(&m->pos_embd, pos0 + t, w->xn);
         ember_add_into(w->x + t * d, w->xn, d);
     }
 
@@ -35,7 +35,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         const ember_layer *L = &m->layers[l];
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
-        layernorm_rows(w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
+        layernorm_rows(ops, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
         ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
         ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
         for (int64_t t = 0; t < n; t++) { /* split the fused rows [q | k | v] */
@@ -49,7 +49,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
 
-        layernorm_rows(w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
+        layernorm_rows(ops, w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
         ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
         ops->gelu_mul(w->up, NULL, n * L->n_ff);
@@ -60,7 +60,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    ember_layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
+    ops->layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
     return ember_logits_head(s, hooks, &ctx, err);
 }
 

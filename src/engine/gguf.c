@@ -133,34 +133,11 @@ static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out,
     return fail(r, "truncated value");
 }
 
-const char *ember_type_name(uint32_t t) {
-    static const char *names[] = {
-        [0] = "f32", [1] = "f16", [2] = "q4_0", [3] = "q4_1", [6] = "q5_0", [7] = "q5_1", [8] = "q8_0",
-        [9] = "q8_1", [10] = "q2_K", [11] = "q3_K", [12] = "q4_K", [13] = "q5_K", [14] = "q6_K",
-        [15] = "q8_K", [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s",
-        [20] = "iq4_nl", [21] = "iq3_s", [22] = "iq2_s", [23] = "iq4_xs", [24] = "i8", [25] = "i16",
-        [26] = "i32", [27] = "i64", [28] = "f64", [29] = "iq1_m", [30] = "bf16", [34] = "tq1_0",
-        [35] = "tq2_0", [39] = "mxfp4",
-    };
-    if (t < sizeof names / sizeof names[0] && names[t]) return names[t];
-    return "unknown";
-}
-
-size_t ember_type_row_size(ember_type t, int64_t n) {
-    if (n < 0) return 0;
-    switch (t) {
-    case EMBER_TYPE_F32: return (size_t)n * 4;
-    case EMBER_TYPE_F16:
-    case EMBER_TYPE_BF16: return (size_t)n * 2;
-    case EMBER_TYPE_Q8_0:
-        if (n % EMBER_QK8_0) return 0;
-        return (size_t)(n / EMBER_QK8_0) * sizeof(ember_block_q8_0);
-    }
-    return 0;
-}
-
+/* A type ember can read (its traits have a to_float); whether a kernel set multiplies by it is
+ * checked when the model's matrices are prepared. */
 static bool type_supported(uint32_t t) {
-    return t == EMBER_TYPE_F32 || t == EMBER_TYPE_F16 || t == EMBER_TYPE_BF16 || t == EMBER_TYPE_Q8_0;
+    const ember_type_traits *tr = ember_type_traits_get(t);
+    return tr && tr->to_float;
 }
 
 static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) {

@@ -17,6 +17,7 @@
 #define EMBER_GGUF_H
 
 #include "ember.h"
+#include "ember_internal.h"
 
 typedef enum {
     GGUF_TYPE_UINT8 = 0,
@@ -35,24 +36,8 @@ typedef enum {
     GGUF_TYPE_COUNT
 } gguf_value_type;
 
-/* Tensor element types ember computes with (ggml's numbering). */
-typedef enum {
-    EMBER_TYPE_F32 = 0,
-    EMBER_TYPE_F16 = 1,
-    EMBER_TYPE_Q8_0 = 8,
-    EMBER_TYPE_BF16 = 30,
-} ember_type;
-
-#define EMBER_QK8_0 32
-typedef struct {
-    uint16_t d;               /* f16 scale */
-    int8_t qs[EMBER_QK8_0];   /* value = d * qs[i] */
-} ember_block_q8_0;
-_Static_assert(sizeof(ember_block_q8_0) == 34, "q8_0 block is 34 bytes");
-
-const char *ember_type_name(uint32_t ggml_type); /* also names types ember refuses */
-/* Bytes of one row of n elements of a supported type; 0 if n does not fit the block size. */
-size_t ember_type_row_size(ember_type t, int64_t n);
+/* Tensor element types (ember_type, GGUF's numbering), their blocks, names and row sizes are the
+ * kernels' (kernels/types.h, reached through ember.h). */
 
 typedef struct {
     const char *ptr; /* not NUL-terminated: points into the mapping */
@@ -104,9 +89,8 @@ struct ember_gguf {
     uint64_t data_offset;
 };
 
-/* Maps and validates the file. Any malformation is an error naming the file and the problem. */
-ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err);
-void ember_gguf_close(ember_gguf *g);
+/* ember_gguf_open / ember_gguf_close are declared in ember_internal.h (the bindings open files
+ * for the embedded tokenizer). */
 /* Asks the kernel to start reading the tensor data ahead (first-touch page faults on a mapping are
  * slow on virtual machines); a hint only: failure changes nothing. */
 void ember_gguf_advise_willneed(const ember_gguf *g);

@@ -84,8 +84,9 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
         *out = t->data;
         return EMBER_OK;
     }
-    if (t->type == EMBER_TYPE_Q8_0)
-        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "tensor '%s' is a vector stored as q8_0", name);
+    if (ember_type_traits_get(t->type)->block_size != 1) /* a quantized vector: ember keeps norms exact */
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "tensor '%s' is a vector stored as %s", name,
+                         ember_type_name((uint32_t)t->type));
     ember_model *m = b->m;
     if (m->n_owned == m->cap_owned) {
         int64_t cap = m->cap_owned ? 2 * m->cap_owned : 16;
@@ -96,8 +97,7 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
     }
     float *copy = malloc((size_t)n * sizeof *copy);
     if (!copy) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
-    ember_matrix row = {.type = t->type, .data = t->data, .n_in = n, .n_out = 1, .row_bytes = t->size};
-    ember_matrix_row_f32(&row, 0, copy);
+    ember_type_traits_get(t->type)->to_float(t->data, copy, n); /* exact: f16/bf16 to f32 */
     m->owned[m->n_owned++] = copy;
     *out = copy;
     return EMBER_OK;

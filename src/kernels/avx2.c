@@ -10,15 +10,21 @@
 
 /* ---- f32 / f16 / bf16 weights: f32 activations ---- */
 
-EMBER_AI __m256 load_w8(ember_type type, const uint8_t *row, int64_t i) {
-    if (type == EMBER_TYPE_F32) return _mm256_loadu_ps((const float *)(row + 4 * i));
-    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
-    if (type == EMBER_TYPE_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16: high half */
+/* The 8-wide loaders of the float types (exact conversions to f32). */
+static inline __m256 load8_f32(const uint8_t *row, int64_t i) { return _mm256_loadu_ps((const float *)(row + 4 * i)); }
+static inline __m256 load8_f16(const uint8_t *row, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
 }
+static inline __m256 load8_bf16(const uint8_t *row, int64_t i) { /* bf16: the high half of an f32 */
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i))), 16));
+}
+typedef __m256 (*load8_fn)(const uint8_t *row, int64_t i);
+typedef float (*load1_fn)(const uint8_t *row, int64_t i);
 
-EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const float *const *xs, int R, int T, int64_t n,
-                         float *out) {
+/* out[r*T + t] = row r . token t over n values, in the common order; load/load1 are the type's
+ * loaders (constants at every call, so each instance is compiled for its type). */
+EMBER_AI void float_tile(load8_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R, int T,
+                         int64_t n, float *out) {
     __m256 acc[4][2][2]; /* [row][token][lanes 0-7 | 8-15] */
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -34,7 +40,7 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m256 w0 = load_w8(type, rows[r], i), w1 = load_w8(type, rows[r], i + 8);
+            __m256 w0 = load(rows[r], i), w1 = load(rows[r], i + 8);
 #pragma GCC unroll 2
             for (int t = 0; t < T; t++) {
                 acc[r][t][0] = _mm256_fmadd_ps(w0, xv[t][0], acc[r][t][0]);
@@ -47,7 +53,7 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
             float s = ember_reduce16(acc[r][t][0], acc[r][t][1]);
-            for (int64_t i = n16; i < n; i++) s = fmaf(ember_weight_f(type, rows[r], i), xs[t][i], s);
+            for (int64_t i = n16; i < n; i++) s = fmaf(load1(rows[r], i), xs[t][i], s);
             out[r * T + t] = s;
         }
 }
@@ -204,13 +210,13 @@ typedef void (*tile_fn)(const uint8_t *const *rows, const float *const *xs, int6
 
 #define TILE_INSTANCES(R, T)                                                                                       \
     static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(EMBER_TYPE_F32, rows, xs, R, T, n, out);                                                        \
+        float_tile(load8_f32, ember_weight_f32, rows, xs, R, T, n, out);                                           \
     }                                                                                                              \
     static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(EMBER_TYPE_F16, rows, xs, R, T, n, out);                                                        \
+        float_tile(load8_f16, ember_weight_f16, rows, xs, R, T, n, out);                                           \
     }                                                                                                              \
     static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {       \
-        float_tile(EMBER_TYPE_BF16, rows, xs, R, T, n, out);                                                       \
+        float_tile(load8_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                         \
     }
 TILE_INSTANCES(4, 1)
 TILE_INSTANCES(2, 2)
@@ -218,26 +224,14 @@ TILE_INSTANCES(2, 1)
 TILE_INSTANCES(1, 2)
 TILE_INSTANCES(1, 1)
 
-/* [type][shape]: 0 = 4x1, 1 = 2x2, 2 = 2x1, 3 = 1x2, 4 = 1x1 */
-static const tile_fn tiles[3][5] = {
-    {f32_4x1, f32_2x2, f32_2x1, f32_1x2, f32_1x1},
-    {f16_4x1, f16_2x2, f16_2x1, f16_1x2, f16_1x1},
-    {bf16_4x1, bf16_2x2, bf16_2x1, bf16_1x2, bf16_1x1},
-};
+/* One float type's tiles by shape: 0 = 4x1, 1 = 2x2, 2 = 2x1, 3 = 1x2, 4 = 1x1 */
+static const tile_fn tiles_f32[5] = {f32_4x1, f32_2x2, f32_2x1, f32_1x2, f32_1x1};
+static const tile_fn tiles_f16[5] = {f16_4x1, f16_2x2, f16_2x1, f16_1x2, f16_1x1};
+static const tile_fn tiles_bf16[5] = {bf16_4x1, bf16_2x2, bf16_2x1, bf16_1x2, bf16_1x1};
 
-static size_t avx2_act_size(ember_type type, int64_t n_in) { return type == EMBER_TYPE_Q8_0 ? q8g_act_size(n_in) : 0; }
-
-static void avx2_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
-    if (type == EMBER_TYPE_Q8_0) q8_prepare(x, xa, n_in);
-}
-
-static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                             int64_t n_tok, int64_t o0, int64_t o1) {
-    if (w->type == EMBER_TYPE_Q8_0) {
-        q8g_rows(q8g_kernels256, 2, q8g_row256, w, xa, xa_stride, y, n_tok, o0, o1);
-        return;
-    }
-    const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;
+/* The row loop of the float products: 4 rows x 1 token for a single token, else 2 x 2 tiles. */
+EMBER_AI void float_rows(const tile_fn *tiles, const ember_matrix *w, const float *x, float *y, int64_t n_tok,
+                         int64_t o0, int64_t o1) {
     const int r_main = n_tok == 1 ? 4 : 2;
     for (int64_t o = o0; o < o1;) {
         const int R = o1 - o >= r_main ? r_main : o1 - o >= 2 && r_main == 2 ? 2 : 1;
@@ -249,7 +243,7 @@ static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *
             for (int k = 0; k < T; k++) xs[k] = x + (t + k) * w->n_in;
             const int shape = R == 4 ? 0 : R == 2 ? (T == 2 ? 1 : 2) : (T == 2 ? 3 : 4);
             float out[4];
-            tiles[ti][shape](rows, xs, w->n_in, out);
+            tiles[shape](rows, xs, w->n_in, out);
             for (int r = 0; r < R; r++)
                 for (int k = 0; k < T; k++) y[(t + k) * w->n_out + o + r] = out[r * T + k];
             if (R == 4) break; /* single token */
@@ -258,8 +252,28 @@ static void avx2_matmul_rows(const ember_matrix *w, const float *x, const void *
     }
 }
 
-static void avx2_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    ember_simd_matmul_whole(avx2_matmul_rows, q8_prepare, avx2_act_size(w->type, w->n_in), w, x, y, n_tok);
+static void rows_f32(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                     int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_f32, w, x, y, n_tok, o0, o1);
+}
+static void rows_f16(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                     int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_f16, w, x, y, n_tok, o0, o1);
+}
+static void rows_bf16(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                      int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_bf16, w, x, y, n_tok, o0, o1);
+}
+
+static size_t q8_act_size(int64_t n_in) { return q8g_act_size(n_in); }
+static void q8_act_prepare(const float *x, void *xa, int64_t n_in) { q8_prepare(x, xa, n_in); }
+static void rows_q8_0(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                      int64_t o0, int64_t o1) {
+    (void)x;
+    q8g_rows(q8g_kernels256, 2, q8g_row256, w, xa, xa_stride, y, n_tok, o0, o1);
 }
 
 /* ---- f32 vector ops ---- */
@@ -439,16 +453,20 @@ static void avx2_gelu_mul(float *g, const float *u, int64_t n) {
 
 const ember_kernel_ops ember_kernels_avx2 = {
     .name = "avx2",
-    .matmul = avx2_matmul,
+    .mm = {
+        [EMBER_TYPE_F32] = {.rows = rows_f32},
+        [EMBER_TYPE_F16] = {.rows = rows_f16},
+        [EMBER_TYPE_BF16] = {.rows = rows_bf16},
+        [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
+                             .pack_size = q8g_pack_size, .pack = q8g_pack},
+    },
     .dot_f32 = avx2_dot_f32,
-    .act_size = avx2_act_size,
-    .act_prepare = avx2_act_prepare,
-    .matmul_rows = avx2_matmul_rows,
     .attn_head = avx2_attn_head,
     .rmsnorm = avx2_rmsnorm,
+    .layernorm = ember_layernorm,
     .silu_mul = avx2_silu_mul,
     .gelu_mul = avx2_gelu_mul,
+    .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ember_rope_heads_fast,
-    .pack_size = q8g_pack_size,
-    .pack = q8g_pack,
+    .get_row = ember_matrix_get_row,
 };

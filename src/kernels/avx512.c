@@ -10,20 +10,25 @@
 
 /* ---- f32 / f16 / bf16 weights: f32 activations, one fused multiply-add per element ---- */
 
-EMBER_AI __m512 load_w16(ember_type type, const uint8_t *row, int64_t i) {
-    if (type == EMBER_TYPE_F32) return _mm512_loadu_ps(row + 4 * i);
-    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
-    if (type == EMBER_TYPE_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: high half */
+/* The 16-wide loaders of the float types (exact conversions to f32). */
+static inline __m512 load16_f32(const uint8_t *row, int64_t i) { return _mm512_loadu_ps(row + 4 * i); }
+static inline __m512 load16_f16(const uint8_t *row, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
 }
+static inline __m512 load16_bf16(const uint8_t *row, int64_t i) { /* bf16: the high half of an f32 */
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * i))), 16));
+}
+typedef __m512 (*load16_fn)(const uint8_t *row, int64_t i);
+typedef float (*load1_fn)(const uint8_t *row, int64_t i);
 
 EMBER_AI float reduce512(__m512 a) {
     return ember_reduce16(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
 }
 
-/* out[r*T + t] = row r . token t over n values, in the common order. */
-EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const float *const *xs, int R, int T, int64_t n,
-                         float *out) {
+/* out[r*T + t] = row r . token t over n values, in the common order; load/load1 are the type's
+ * loaders (constants at every call, so each instance is compiled for its type). */
+EMBER_AI void float_tile(load16_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R, int T,
+                         int64_t n, float *out) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -36,7 +41,7 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
         for (int t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(xs[t] + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m512 wv = load_w16(type, rows[r], i);
+            __m512 wv = load(rows[r], i);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
         }
@@ -46,7 +51,7 @@ EMBER_AI void float_tile(ember_type type, const uint8_t *const *rows, const floa
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             float s = reduce512(acc[r][t]);
-            for (int64_t i = n16; i < n; i++) s = fmaf(ember_weight_f(type, rows[r], i), xs[t][i], s);
+            for (int64_t i = n16; i < n; i++) s = fmaf(load1(rows[r], i), xs[t][i], s);
             out[r * T + t] = s;
         }
 }
@@ -191,13 +196,13 @@ typedef void (*tile_fn)(const uint8_t *const *rows, const float *const *xs, int6
 
 #define TILE_INSTANCES(R, T)                                                                                       \
     static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(EMBER_TYPE_F32, rows, xs, R, T, n, out);                                                        \
+        float_tile(load16_f32, ember_weight_f32, rows, xs, R, T, n, out);                                          \
     }                                                                                                              \
     static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(EMBER_TYPE_F16, rows, xs, R, T, n, out);                                                        \
+        float_tile(load16_f16, ember_weight_f16, rows, xs, R, T, n, out);                                          \
     }                                                                                                              \
     static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {       \
-        float_tile(EMBER_TYPE_BF16, rows, xs, R, T, n, out);                                                       \
+        float_tile(load16_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                        \
     }
 TILE_INSTANCES(4, 4)
 TILE_INSTANCES(4, 3)
@@ -208,31 +213,17 @@ TILE_INSTANCES(1, 3)
 TILE_INSTANCES(1, 2)
 TILE_INSTANCES(1, 1)
 
-/* [type][R == 4 ? 0 : 1][T - 1] */
-static const tile_fn tiles[3][2][4] = {
-    {{f32_4x1, f32_4x2, f32_4x3, f32_4x4}, {f32_1x1, f32_1x2, f32_1x3, f32_1x4}},
-    {{f16_4x1, f16_4x2, f16_4x3, f16_4x4}, {f16_1x1, f16_1x2, f16_1x3, f16_1x4}},
-    {{bf16_4x1, bf16_4x2, bf16_4x3, bf16_4x4}, {bf16_1x1, bf16_1x2, bf16_1x3, bf16_1x4}},
-};
+/* One float type's tiles: [R == 4 ? 0 : 1][T - 1] */
+static const tile_fn tiles_f32[2][4] = {{f32_4x1, f32_4x2, f32_4x3, f32_4x4}, {f32_1x1, f32_1x2, f32_1x3, f32_1x4}};
+static const tile_fn tiles_f16[2][4] = {{f16_4x1, f16_4x2, f16_4x3, f16_4x4}, {f16_1x1, f16_1x2, f16_1x3, f16_1x4}};
+static const tile_fn tiles_bf16[2][4] = {{bf16_4x1, bf16_4x2, bf16_4x3, bf16_4x4},
+                                         {bf16_1x1, bf16_1x2, bf16_1x3, bf16_1x4}};
 
-static size_t avx512_act_size(ember_type type, int64_t n_in) {
-    return type == EMBER_TYPE_Q8_0 ? q8g_act_size(n_in) : 0;
-}
-
-static void avx512_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
-    if (type == EMBER_TYPE_Q8_0) q8_prepare(x, xa, n_in);
-}
-
-static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                               int64_t n_tok, int64_t o0, int64_t o1) {
-    if (w->type == EMBER_TYPE_Q8_0) {
-        q8g_rows(q8g_kernels512, 4, q8g_row512, w, xa, xa_stride, y, n_tok, o0, o1);
-        return;
-    }
-    const int ti = w->type == EMBER_TYPE_F32 ? 0 : w->type == EMBER_TYPE_F16 ? 1 : 2;
-    /* A single token reads each weight once: rows go one at a time, in memory order (several rows
-     * interleaved are several streams, which the hardware prefetcher follows worse); with several
-     * tokens a tile's 4 rows are reused from cache. */
+/* The row loop of the float products. A single token reads each weight once: rows go one at a
+ * time, in memory order (several rows interleaved are several streams, which the hardware
+ * prefetcher follows worse); with several tokens a tile's 4 rows are reused from cache. */
+EMBER_AI void float_rows(const tile_fn (*tiles)[4], const ember_matrix *w, const float *x, float *y, int64_t n_tok,
+                         int64_t o0, int64_t o1) {
     const int r_main = n_tok == 1 ? 1 : 4;
     for (int64_t o = o0; o < o1;) {
         const int R = o1 - o >= r_main ? r_main : 1;
@@ -243,7 +234,7 @@ static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void
             const float *xs[4];
             for (int k = 0; k < T; k++) xs[k] = x + (t + k) * w->n_in;
             float out[16];
-            tiles[ti][R == 4 ? 0 : 1][T - 1](rows, xs, w->n_in, out);
+            tiles[R == 4 ? 0 : 1][T - 1](rows, xs, w->n_in, out);
             for (int r = 0; r < R; r++)
                 for (int k = 0; k < T; k++) y[(t + k) * w->n_out + o + r] = out[r * T + k];
         }
@@ -251,8 +242,28 @@ static void avx512_matmul_rows(const ember_matrix *w, const float *x, const void
     }
 }
 
-static void avx512_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    ember_simd_matmul_whole(avx512_matmul_rows, q8_prepare, avx512_act_size(w->type, w->n_in), w, x, y, n_tok);
+static void rows_f32(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                     int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_f32, w, x, y, n_tok, o0, o1);
+}
+static void rows_f16(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                     int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_f16, w, x, y, n_tok, o0, o1);
+}
+static void rows_bf16(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                      int64_t o0, int64_t o1) {
+    (void)xa, (void)xa_stride;
+    float_rows(tiles_bf16, w, x, y, n_tok, o0, o1);
+}
+
+static size_t q8_act_size(int64_t n_in) { return q8g_act_size(n_in); }
+static void q8_act_prepare(const float *x, void *xa, int64_t n_in) { q8_prepare(x, xa, n_in); }
+static void rows_q8_0(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
+                      int64_t o0, int64_t o1) {
+    (void)x;
+    q8g_rows(q8g_kernels512, 4, q8g_row512, w, xa, xa_stride, y, n_tok, o0, o1);
 }
 
 /* ---- f32 vector ops ---- */
@@ -425,16 +436,20 @@ static void avx512_gelu_mul(float *g, const float *u, int64_t n) {
 
 const ember_kernel_ops ember_kernels_avx512 = {
     .name = "avx512",
-    .matmul = avx512_matmul,
+    .mm = {
+        [EMBER_TYPE_F32] = {.rows = rows_f32},
+        [EMBER_TYPE_F16] = {.rows = rows_f16},
+        [EMBER_TYPE_BF16] = {.rows = rows_bf16},
+        [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
+                             .pack_size = q8g_pack_size, .pack = q8g_pack},
+    },
     .dot_f32 = avx512_dot_f32,
-    .act_size = avx512_act_size,
-    .act_prepare = avx512_act_prepare,
-    .matmul_rows = avx512_matmul_rows,
     .attn_head = avx512_attn_head,
     .rmsnorm = avx512_rmsnorm,
+    .layernorm = ember_layernorm,
     .silu_mul = avx512_silu_mul,
     .gelu_mul = avx512_gelu_mul,
+    .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ember_rope_heads_fast,
-    .pack_size = q8g_pack_size,
-    .pack = q8g_pack,
+    .get_row = ember_matrix_get_row,
 };

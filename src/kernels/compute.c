@@ -32,44 +32,20 @@ struct ember_compute {
     bool no_packing;    /* EMBER_WEIGHTS=mapped */
 };
 
-static void missing_features(ember_kernels k, char *buf, size_t cap) {
-    const ember_cpu_features *f = ember_cpu();
-    struct { bool have; const char *name; bool avx512_only; } need[] = {
-        {f->avx2, "avx2", false}, {f->fma, "fma", false}, {f->f16c, "f16c", false},
-        {f->avx512f, "avx512f", true}, {f->avx512bw, "avx512bw", true}, {f->avx512vl, "avx512vl", true},
-        {f->avx512vnni, "avx512vnni", true},
-    };
-    buf[0] = '\0';
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-        if (need[i].have || (need[i].avx512_only && k != EMBER_KERNELS_AVX512)) continue;
-        if (buf[0]) strncat(buf, " ", cap - strlen(buf) - 1);
-        strncat(buf, need[i].name, cap - strlen(buf) - 1);
-    }
-}
-
 ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute **out, ember_error *err) {
     *out = NULL;
-    const char *env = getenv("EMBER_KERNELS");
-    ember_kernels parsed;
-    if (want == EMBER_KERNELS_AUTO && env && env[0] && !ember_kernels_parse(env, &parsed))
-        return ember_error_set(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of auto, reference, avx2, avx512", env);
     ember_kernels chosen;
-    const ember_kernel_ops *ops = ember_kernels_select(want, &chosen);
-    if (!ops) {
-        char missing[128];
-        missing_features(chosen, missing, sizeof missing);
-        return ember_error_set(err, EMBER_ERR_UNSUPPORTED,
-                               "kernels '%s' were requested but this CPU/OS lacks %s (use 'auto' or 'reference')",
-                               ember_kernels_name(chosen), missing);
-    }
+    const ember_kernel_ops *ops;
+    ember_status st = ember_kernels_resolve(want, &chosen, &ops, err);
+    if (st != EMBER_OK) return st;
     ember_compute *c = calloc(1, sizeof *c);
-    if (!c) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
+    if (!c) return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
     c->ops = ops;
     c->kernels = chosen;
     const char *wenv = getenv("EMBER_WEIGHTS");
     c->no_packing = wenv && strcmp(wenv, "mapped") == 0;
     pthread_mutex_init(&c->mu, NULL);
-    ember_status st = ember_pool_new(n_threads < 1 ? 1 : n_threads, &c->pool, err);
+    st = ember_pool_new(n_threads < 1 ? 1 : n_threads, &c->pool, err);
     if (st != EMBER_OK) {
         ember_compute_free(c);
         return st;
@@ -93,22 +69,29 @@ static ember_status grow(ember_compute *c, size_t need, ember_error *err) {
     if (need <= c->xa_cap) return EMBER_OK;
     uint8_t *p = realloc(c->xa, need);
     if (!p)
-        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
+        return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
                                need);
     c->xa = p;
     c->xa_cap = need;
     return EMBER_OK;
 }
 
+/* Bytes of one prepared token for products with mm (0: the f32 rows are used as they are). */
+static size_t act_stride(const ember_type_kernels *mm, int64_t n_in) { return mm->act_size ? mm->act_size(n_in) : 0; }
+
 ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_in, ember_error *err) {
+    const ember_type_kernels *mm = ember_kernels_mm(c->ops, type);
+    if (!mm)
+        return ember_kernel_error(err, EMBER_ERR_UNSUPPORTED, "kernels '%s' have no matrix product for weights of type %s",
+                                  c->ops->name, ember_type_name((uint32_t)type));
     pthread_mutex_lock(&c->mu);
-    ember_status st = grow(c, c->ops->act_size(type, n_in) * EMBER_ACT_CHUNK, err);
+    ember_status st = grow(c, act_stride(mm, n_in) * EMBER_ACT_CHUNK, err);
     pthread_mutex_unlock(&c->mu);
     return st;
 }
 
 typedef struct {
-    const ember_kernel_ops *ops;
+    const ember_type_kernels *mm;
     const ember_matrix *w;
     uint8_t *dst;
     size_t group_bytes;
@@ -120,7 +103,7 @@ static void pack_groups(void *arg, int64_t begin, int64_t end, int tid) {
     ember_matrix sub = *j->w;
     sub.data = (const uint8_t *)j->w->data + (size_t)(4 * begin) * j->w->row_bytes;
     sub.n_out = (4 * end < j->w->n_out ? 4 * end : j->w->n_out) - 4 * begin;
-    j->ops->pack(&sub, j->dst + (size_t)begin * j->group_bytes);
+    j->mm->pack(&sub, j->dst + (size_t)begin * j->group_bytes);
 }
 
 /* Repacked weights live in large anonymous mappings ("arena chunks"), 2 MiB aligned with
@@ -137,13 +120,13 @@ static ember_status arena_chunk(ember_compute *c, size_t want, ember_error *err)
         if (p) c->packs = p;
         size_t *q = p ? realloc(c->pack_sizes, (size_t)cap * sizeof *q) : NULL;
         if (q) c->pack_sizes = q;
-        if (!p || !q) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
+        if (!p || !q) return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
         c->cap_packs = cap;
     }
     const size_t size = (want + EMBER_HUGE_PAGE - 1) / EMBER_HUGE_PAGE * EMBER_HUGE_PAGE;
     uint8_t *raw = mmap(NULL, size + EMBER_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
-        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
+        return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
                                size);
     /* keep the 2 MiB aligned part, give back the rest */
     uint8_t *start = (uint8_t *)(((uintptr_t)raw + EMBER_HUGE_PAGE - 1) & ~(uintptr_t)(EMBER_HUGE_PAGE - 1));
@@ -160,8 +143,9 @@ static ember_status arena_chunk(ember_compute *c, size_t want, ember_error *err)
 }
 
 ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_source, ember_error *err) {
-    if (c->no_packing || !c->ops->pack || w->packed || !w->data) return EMBER_OK;
-    const size_t bytes = c->ops->pack_size(w);
+    const ember_type_kernels *mm = ember_kernels_mm(c->ops, w->type);
+    if (c->no_packing || !mm || !mm->pack || w->packed || !w->data) return EMBER_OK;
+    const size_t bytes = mm->pack_size(w);
     if (bytes == 0) return EMBER_OK;
     const size_t reserved = (bytes + 4095) & ~(size_t)4095; /* page-aligned starts */
     if (reserved > c->arena_left) {
@@ -173,10 +157,10 @@ ember_status ember_compute_pack(ember_compute *c, ember_matrix *w, bool release_
     c->arena_left -= reserved;
     /* Pack 4-row groups in parallel: the layout is one run per group, so a sub-matrix of whole
      * groups packs into its own slice. (The first touch of mapped pages dominates the cost.) */
-    pack_job j = {.ops = c->ops, .w = w, .dst = dst};
+    pack_job j = {.mm = mm, .w = w, .dst = dst};
     ember_matrix four = *w;
     four.n_out = 4;
-    j.group_bytes = c->ops->pack_size(&four);
+    j.group_bytes = mm->pack_size(&four);
     ember_pool_for(c->pool, (w->n_out + 3) / 4, 8, pack_groups, &j);
     c->packed_bytes += bytes;
     if (release_source) {
@@ -197,10 +181,9 @@ size_t ember_compute_packed_bytes(const ember_compute *c) { return c->packed_byt
 const ember_kernel_ops *ember_compute_ops(const ember_compute *c) { return c->ops; }
 ember_kernels ember_compute_kernels(const ember_compute *c) { return c->kernels; }
 int ember_compute_threads(const ember_compute *c) { return ember_pool_threads(c->pool); }
-ember_pool *ember_compute_pool(ember_compute *c) { return c->pool; }
 
 typedef struct {
-    const ember_kernel_ops *ops;
+    const ember_type_kernels *mm;
     const ember_matrix *w;
     const float *x; /* (n_tok, n_in) */
     uint8_t *xa;    /* (n_tok, xa_stride) or NULL */
@@ -213,20 +196,20 @@ static void prepare_tokens(void *arg, int64_t begin, int64_t end, int tid) {
     (void)tid;
     matmul_job *j = arg;
     for (int64_t t = begin; t < end; t++)
-        j->ops->act_prepare(j->w->type, j->x + t * j->w->n_in, j->xa + (size_t)t * j->xa_stride, j->w->n_in);
+        j->mm->act_prepare(j->x + t * j->w->n_in, j->xa + (size_t)t * j->xa_stride, j->w->n_in);
 }
 
 static void product_rows(void *arg, int64_t begin, int64_t end, int tid) {
     (void)tid;
     matmul_job *j = arg;
-    j->ops->matmul_rows(j->w, j->x, j->xa, j->xa_stride, j->y, j->n_tok, begin, end);
+    j->mm->rows(j->w, j->x, j->xa, j->xa_stride, j->y, j->n_tok, begin, end);
 }
 
 /* Several matrices sharing one input: their output rows are laid end to end, each matrix's
  * segment starting at a multiple of EMBER_ROW_GRAIN (so every local o0 a chunk produces is one
  * too), and one pool job covers them all. */
 typedef struct {
-    const ember_kernel_ops *ops;
+    const ember_type_kernels *mm; /* the one type's product */
     int n;
     const ember_matrix *const *w;
     float *const *y;
@@ -246,27 +229,36 @@ static void multi_rows(void *arg, int64_t begin, int64_t end, int tid) {
         if (o0 < 0) o0 = 0;
         if (o1 > w->n_out) o1 = w->n_out;
         if (o0 >= o1) continue;
-        j->ops->matmul_rows(w, j->x + j->t0 * w->n_in, j->xa, j->xa_stride, j->y[i] + j->t0 * w->n_out, j->n_tok, o0, o1);
+        j->mm->rows(w, j->x + j->t0 * w->n_in, j->xa, j->xa_stride, j->y[i] + j->t0 * w->n_out, j->n_tok, o0, o1);
     }
+}
+
+/* Failing here cannot be reported from inside a forward pass; both are ember bugs (the loader
+ * calls ember_compute_reserve for every matrix, which checks the type and sizes the scratch). */
+static void die(const char *what) {
+    fprintf(stderr, "ember: %s\n", what);
+    abort();
+}
+
+static const ember_type_kernels *product_for(const ember_compute *c, const ember_matrix *w) {
+    const ember_type_kernels *mm = ember_kernels_mm(c->ops, w->type);
+    if (!mm) die("a matrix product with a weight type the kernel set has no product for (ember_compute_reserve was skipped)");
+    return mm;
 }
 
 static void ensure_scratch(ember_compute *c, size_t stride) {
     if (stride * EMBER_ACT_CHUNK > c->xa_cap) {
-        /* Only when the caller skipped ember_compute_reserve for this width (tests do): grow once.
-         * Failing here cannot be reported from inside a forward pass; it is an ember bug. */
+        /* Only when the caller skipped ember_compute_reserve for this width (tests do): grow once. */
         ember_error e;
-        if (grow(c, stride * EMBER_ACT_CHUNK, &e) != EMBER_OK) {
-            fprintf(stderr, "ember: %s\n", e.msg);
-            abort();
-        }
+        if (grow(c, stride * EMBER_ACT_CHUNK, &e) != EMBER_OK) die(e.msg);
     }
 }
 
 void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    const ember_kernel_ops *ops = c->ops;
-    const size_t stride = ops->act_size(w->type, w->n_in);
+    const ember_type_kernels *mm = product_for(c, w);
+    const size_t stride = act_stride(mm, w->n_in);
     if (stride == 0) {
-        matmul_job j = {.ops = ops, .w = w, .x = x, .y = y, .n_tok = n_tok};
+        matmul_job j = {.mm = mm, .w = w, .x = x, .y = y, .n_tok = n_tok};
         ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
         return;
     }
@@ -274,7 +266,7 @@ void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float
     ensure_scratch(c, stride);
     for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
         const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
-        matmul_job j = {.ops = ops, .w = w, .x = x + t0 * w->n_in, .xa = c->xa, .xa_stride = stride,
+        matmul_job j = {.mm = mm, .w = w, .x = x + t0 * w->n_in, .xa = c->xa, .xa_stride = stride,
                         .y = y + t0 * w->n_out, .n_tok = nt};
         ember_pool_for(c->pool, nt, 4, prepare_tokens, &j);
         ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
@@ -285,8 +277,6 @@ void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float
 void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], const float *x, float *const y[],
                         int64_t n_tok) {
     if (n <= 0) return;
-    const ember_kernel_ops *ops = c->ops;
-    const size_t stride = ops->act_size(w[0]->type, w[0]->n_in);
     bool shared = n <= EMBER_MATMUL_MULTI_MAX;
     for (int i = 1; i < n && shared; i++)
         shared = w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
@@ -294,11 +284,13 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
         for (int i = 0; i < n; i++) ember_matmul(c, w[i], x, y[i], n_tok);
         return;
     }
+    const ember_type_kernels *mm = product_for(c, w[0]);
+    const size_t stride = act_stride(mm, w[0]->n_in);
     int64_t start[EMBER_MATMUL_MULTI_MAX + 1];
     start[0] = 0;
     for (int i = 0; i < n; i++)
         start[i + 1] = start[i] + (w[i]->n_out + EMBER_ROW_GRAIN - 1) / EMBER_ROW_GRAIN * EMBER_ROW_GRAIN;
-    multi_job j = {.ops = ops, .n = n, .w = w, .y = y, .start = start, .x = x, .xa_stride = stride};
+    multi_job j = {.mm = mm, .n = n, .w = w, .y = y, .start = start, .x = x, .xa_stride = stride};
     if (stride == 0) {
         j.n_tok = n_tok;
         ember_pool_for(c->pool, start[n], EMBER_ROW_GRAIN, multi_rows, &j);
@@ -309,11 +301,38 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
     j.xa = c->xa;
     for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
         const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
-        matmul_job p = {.ops = ops, .w = w[0], .x = x + t0 * w[0]->n_in, .xa = c->xa, .xa_stride = stride, .n_tok = nt};
+        matmul_job p = {.mm = mm, .w = w[0], .x = x + t0 * w[0]->n_in, .xa = c->xa, .xa_stride = stride, .n_tok = nt};
         ember_pool_for(c->pool, nt, 4, prepare_tokens, &p);
         j.t0 = t0;
         j.n_tok = nt;
         ember_pool_for(c->pool, start[n], EMBER_ROW_GRAIN, multi_rows, &j);
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct {
+    const ember_kernel_ops *ops;
+    const ember_attention_args *a;
+} attention_job;
+
+/* Items are (head, token) pairs in head-major order, so a thread's contiguous share is whole heads
+ * over every token: equal causal work per thread. Each head runs ops->attn_head on its own. */
+static void attention_items(void *arg, int64_t begin, int64_t end, int tid) {
+    const attention_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd, group = a->n_head / a->n_head_kv;
+    float *scores = a->scores + tid * a->scores_stride;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t h = it / a->n, t = it % a->n, p = a->pos0 + t;
+        const int64_t first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        const int64_t kvh = h / group; /* grouped-query attention: query heads share a KV head */
+        j->ops->attn_head(a->q + (t * a->n_head + h) * hd, a->k + first * a->kv_stride + kvh * hd,
+                          a->v + first * a->kv_stride + kvh * hd, a->kv_stride, p + 1 - first, hd, a->scale, scores,
+                          a->out + (t * a->n_head + h) * hd);
+    }
+}
+
+void ember_compute_attention(ember_compute *c, const ember_attention_args *a) {
+    attention_job j = {.ops = c->ops, .a = a};
+    ember_pool_for(c->pool, a->n * a->n_head, 1, attention_items, &j);
 }

@@ -96,7 +96,6 @@ static void q8g_pack_spans(const ember_matrix *w, int64_t row0, int64_t s0, int6
 }
 
 static size_t q8g_pack_size(const ember_matrix *w) {
-    if (w->type != EMBER_TYPE_Q8_0) return 0;
     return (size_t)((w->n_out + 3) / 4) * q8g_group_bytes(w->n_in / EMBER_QK8_0);
 }
 

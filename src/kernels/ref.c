@@ -58,27 +58,8 @@ uint16_t ember_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
-void ember_matrix_row_f32(const ember_matrix *m, int64_t r, float *out) {
-    const uint8_t *row = (const uint8_t *)m->data + (size_t)r * m->row_bytes;
-    switch (m->type) {
-    case EMBER_TYPE_F32: memcpy(out, row, (size_t)m->n_in * 4); break;
-    case EMBER_TYPE_F16:
-    case EMBER_TYPE_BF16:
-        for (int64_t i = 0; i < m->n_in; i++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * i, 2);
-            out[i] = m->type == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
-        }
-        break;
-    case EMBER_TYPE_Q8_0:
-        for (int64_t b = 0; b < m->n_in / EMBER_QK8_0; b++) {
-            ember_block_q8_0 blk;
-            memcpy(&blk, row + (size_t)b * sizeof blk, sizeof blk);
-            float d = ember_f16_to_f32(blk.d);
-            for (int j = 0; j < EMBER_QK8_0; j++) out[b * EMBER_QK8_0 + j] = d * (float)blk.qs[j];
-        }
-        break;
-    }
+void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out) {
+    ember_type_traits_get(m->type)->to_float((const uint8_t *)m->data + (size_t)r * m->row_bytes, out, m->n_in);
 }
 
 static float ref_dot_f32(const float *a, const float *b, int64_t n) {
@@ -87,57 +68,36 @@ static float ref_dot_f32(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* One weight element as f32; the reference reads weights element by element, in place. */
-static inline float weight_at(const ember_matrix *m, const uint8_t *row, int64_t i) {
-    uint16_t h;
-    switch (m->type) {
-    case EMBER_TYPE_F32: {
-        float f;
-        memcpy(&f, row + 4 * i, 4);
-        return f;
-    }
-    case EMBER_TYPE_F16: memcpy(&h, row + 2 * i, 2); return ember_f16_to_f32(h);
-    case EMBER_TYPE_BF16: memcpy(&h, row + 2 * i, 2); return ember_bf16_to_f32(h);
-    case EMBER_TYPE_Q8_0: {
-        const uint8_t *blk = row + (size_t)(i / EMBER_QK8_0) * sizeof(ember_block_q8_0);
-        memcpy(&h, blk, 2);
-        return ember_f16_to_f32(h) * (float)(int8_t)blk[2 + i % EMBER_QK8_0];
-    }
-    }
-    return 0.0f;
-}
+/* Values of a weight row dequantized at a time (a multiple of every block size). */
+#define REF_CHUNK 256
 
-/* Rows [o0, o1) of y = x W^T; the reference uses the f32 activations as they are. */
-static void ref_matmul_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                            int64_t n_tok, int64_t o0, int64_t o1) {
+/* Rows [o0, o1) of y = x W^T for any type with a to_float: the weights are read as f32 exactly
+ * (a chunk of a row at a time, shared by the tokens) and multiplied with the f32 activations as
+ * they are; each output is s += w_i * x_i in increasing i. */
+static void ref_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                     int64_t n_tok, int64_t o0, int64_t o1) {
     (void)xa;
     (void)xa_stride;
+    const ember_type_traits *tr = ember_type_traits_get(w->type);
+    float wv[REF_CHUNK], s[EMBER_MATMUL_MAX_TOKENS];
     for (int64_t o = o0; o < o1; o++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const float *xt = x + t * w->n_in;
-            float s = 0.0f;
-            for (int64_t i = 0; i < w->n_in; i++) s += weight_at(w, row, i) * xt[i];
-            y[t * w->n_out + o] = s;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_MATMUL_MAX_TOKENS) {
+            const int64_t nt = n_tok - t0 < EMBER_MATMUL_MAX_TOKENS ? n_tok - t0 : EMBER_MATMUL_MAX_TOKENS;
+            for (int64_t t = 0; t < nt; t++) s[t] = 0.0f;
+            for (int64_t i0 = 0; i0 < w->n_in; i0 += REF_CHUNK) {
+                const int64_t len = w->n_in - i0 < REF_CHUNK ? w->n_in - i0 : REF_CHUNK;
+                tr->to_float(row + (size_t)(i0 / tr->block_size) * tr->block_bytes, wv, len);
+                for (int64_t t = 0; t < nt; t++) {
+                    const float *xt = x + (t0 + t) * w->n_in + i0;
+                    float acc = s[t];
+                    for (int64_t i = 0; i < len; i++) acc += wv[i] * xt[i];
+                    s[t] = acc;
+                }
+            }
+            for (int64_t t = 0; t < nt; t++) y[(t0 + t) * w->n_out + o] = s[t];
         }
     }
-}
-
-static void ref_matmul(const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
-    ref_matmul_rows(w, x, NULL, 0, y, n_tok, 0, w->n_out);
-}
-
-static size_t ref_act_size(ember_type type, int64_t n_in) {
-    (void)type;
-    (void)n_in;
-    return 0;
-}
-
-static void ref_act_prepare(ember_type type, const float *x, void *xa, int64_t n_in) {
-    (void)type;
-    (void)x;
-    (void)xa;
-    (void)n_in;
 }
 
 /* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
@@ -164,23 +124,33 @@ static void ref_gelu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = ember_gelu_tanh(g[i]) * u[i];
 }
 
+void ember_gelu_mul_ref(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = ember_gelu_tanh(g[i]) * u[i];
+}
+
 static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, float base, bool neox,
                            const float *freq_factors) {
     for (int64_t h = 0; h < n_heads; h++) ember_rope(x + h * hd, n_rot, pos, base, neox, freq_factors);
 }
 
+/* Every type with a to_float gets the same reference product (add a line per new type). */
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
-    .matmul = ref_matmul,
+    .mm = {
+        [EMBER_TYPE_F32] = {.rows = ref_rows},
+        [EMBER_TYPE_F16] = {.rows = ref_rows},
+        [EMBER_TYPE_BF16] = {.rows = ref_rows},
+        [EMBER_TYPE_Q8_0] = {.rows = ref_rows},
+    },
     .dot_f32 = ref_dot_f32,
-    .act_size = ref_act_size,
-    .act_prepare = ref_act_prepare,
-    .matmul_rows = ref_matmul_rows,
     .attn_head = ref_attn_head,
     .rmsnorm = ember_rmsnorm,
+    .layernorm = ember_layernorm,
     .silu_mul = ref_silu_mul,
     .gelu_mul = ref_gelu_mul,
+    .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ref_rope_heads,
+    .get_row = ember_matrix_get_row,
 };
 
 /* ---- Q8_0 activation quantization and the quantized dot: the oracle for the SIMD sets ---- */

@@ -40,41 +40,19 @@ EMBER_AI uint16_t ember_load_u16(const uint8_t *p) {
 /* f16 -> f32 through F16C (exact, like ember_f16_to_f32). */
 EMBER_AI float ember_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Weight i of a float-typed row as f32 (exact conversion). */
-EMBER_AI float ember_weight_f(ember_type type, const uint8_t *row, int64_t i) {
-    if (type == EMBER_TYPE_F32) {
-        float f;
-        memcpy(&f, row + 4 * i, 4);
-        return f;
-    }
-    uint16_t h = ember_load_u16(row + 2 * i);
-    if (type == EMBER_TYPE_F16) return ember_h2f(h);
-    uint32_t bits = (uint32_t)h << 16;
+/* Weight i of an f32 / f16 / bf16 row as f32 (exact conversions): the scalar tails of the float
+ * products. One loader per type; the products take theirs as a compile-time argument. */
+EMBER_AI float ember_weight_f32(const uint8_t *row, int64_t i) {
+    float f;
+    memcpy(&f, row + 4 * i, 4);
+    return f;
+}
+EMBER_AI float ember_weight_f16(const uint8_t *row, int64_t i) { return ember_h2f(ember_load_u16(row + 2 * i)); }
+EMBER_AI float ember_weight_bf16(const uint8_t *row, int64_t i) {
+    uint32_t bits = (uint32_t)ember_load_u16(row + 2 * i) << 16;
     float f;
     memcpy(&f, &bits, 4);
     return f;
-}
-
-/* A set's single-threaded `matmul` (the tests' convenience entry; the engine uses ember_matmul):
- * prepares the activations (stride bytes per token; 0: the f32 rows are used as they are) in
- * slices of EMBER_MATMUL_MAX_TOKENS and runs the set's matmul_rows over all rows. Allocates. */
-typedef void (*ember_rows_fn)(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                              int64_t n_tok, int64_t o0, int64_t o1);
-static inline void ember_simd_matmul_whole(ember_rows_fn rows, void (*prepare)(const float *, uint8_t *, int64_t),
-                                           size_t stride, const ember_matrix *w, const float *x, float *y,
-                                           int64_t n_tok) {
-    if (!stride) {
-        rows(w, x, NULL, 0, y, n_tok, 0, w->n_out);
-        return;
-    }
-    uint8_t *xa = aligned_alloc(64, (stride * EMBER_MATMUL_MAX_TOKENS + 63) / 64 * 64);
-    if (!xa) abort();
-    for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_MATMUL_MAX_TOKENS) {
-        const int64_t nt = n_tok - t0 < EMBER_MATMUL_MAX_TOKENS ? n_tok - t0 : EMBER_MATMUL_MAX_TOKENS;
-        for (int64_t t = 0; t < nt; t++) prepare(x + (t0 + t) * w->n_in, xa + (size_t)t * stride, w->n_in);
-        rows(w, NULL, xa, stride, y + t0 * w->n_out, nt, 0, w->n_out);
-    }
-    free(xa);
 }
 
 /* ---- exp and friends: vector lanes and scalar tails follow these exact steps ----

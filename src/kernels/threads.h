@@ -13,7 +13,7 @@
 #ifndef EMBER_THREADS_H
 #define EMBER_THREADS_H
 
-#include "ember.h"
+#include "types.h"
 
 typedef struct ember_pool ember_pool;
 

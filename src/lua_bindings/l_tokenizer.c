@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "ember_internal.h"
 #include "lbind.h"
 
 #define CLOSED_MSG "attempt to use a closed tokenizer"

@@ -6,7 +6,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "tokenizer.h"
+#include "ember_internal.h"
 
 #define EMBER_LUA_TOKENIZER "ember.Tokenizer"
 #define EMBER_LUA_DETOK "ember.DetokStream"

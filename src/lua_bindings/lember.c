@@ -233,12 +233,11 @@ static int l_cpu(lua_State *L) {
         lua_pushboolean(L, flags[i].on);
         lua_setfield(L, -2, flags[i].name);
     }
-    /* "avx512" summarises the subset the AVX-512 kernels are compiled for (see CMakeLists.txt). */
-    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl;
-    lua_pushboolean(L, avx512);
+    /* "avx512": whether the avx512 kernel set can run (its full requirement, VNNI included);
+     * "kernels": the set `auto` picks, from the one owner of that rule. */
+    lua_pushboolean(L, ember_kernels_supported(EMBER_KERNELS_AVX512));
     lua_setfield(L, -2, "avx512");
-    bool avx2 = f->avx2 && f->fma && f->f16c;
-    lua_pushstring(L, avx512 ? "avx512" : avx2 ? "avx2" : "reference");
+    lua_pushstring(L, ember_kernels_name(ember_kernels_best()));
     lua_setfield(L, -2, "kernels");
     return 1;
 }

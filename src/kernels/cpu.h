@@ -1,0 +1,49 @@
+/* cpu.h — which kernel sets this CPU can run: the CPU features, the set names, the one parser of
+ * EMBER_KERNELS and the one answer to "the best set" (dispatch.c). Public through include/ember.h.
+ * Every caller that needs the best set (auto, ember.cpu().kernels, the CLI) asks
+ * ember_kernels_best(): there is no second copy of the rule. */
+#ifndef EMBER_CPU_H
+#define EMBER_CPU_H
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    EMBER_KERNELS_AUTO = 0,
+    EMBER_KERNELS_REFERENCE,
+    EMBER_KERNELS_AVX2,
+    EMBER_KERNELS_AVX512,
+} ember_kernels;
+
+typedef struct {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+} ember_cpu_features;
+
+/* The features of this CPU and OS (CPUID plus XCR0). For tests, EMBER_CPU_FEATURES (a comma list
+ * of the field names, or "none") replaces the detected set by its intersection with it: a test
+ * can take features away, never add one the CPU lacks, so an injected set is always runnable. */
+const ember_cpu_features *ember_cpu(void);
+const char *ember_kernels_name(ember_kernels k);
+/* Parses "auto" | "reference" | "avx2" | "avx512"; returns false for anything else. */
+bool ember_kernels_parse(const char *s, ember_kernels *out);
+/* EMBER_KERNELS from the environment: unset or empty -> AUTO; a value that is not a set name is
+ * an EMBER_ERR_ARG error naming the variable. The one place the variable is read. */
+ember_status ember_kernels_env(ember_kernels *out, ember_error *err);
+
+/* Whether features f can run set k (auto and reference: always). */
+bool ember_kernels_supported_for(ember_kernels k, const ember_cpu_features *f);
+bool ember_kernels_supported(ember_kernels k); /* on this CPU */
+/* The best set features f can run: avx512, else avx2, else reference. */
+ember_kernels ember_kernels_best_for(const ember_cpu_features *f);
+/* The best set this CPU can run: what `auto` resolves to without EMBER_KERNELS. */
+ember_kernels ember_kernels_best(void);
+/* The CPU features set k needs that f lacks, space separated ("" when none). */
+void ember_kernels_missing(ember_kernels k, const ember_cpu_features *f, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* type_traits.c — the one table of what ember knows about each weight type: name, block geometry,
+ * how to read a row as f32, which activation type its products want and how to quantize into it.
+ * The kernel sets' product tables (ref.c, avx2.c, avx512.c) are indexed by the same type ids. */
+#include "kernels.h"
+
+#include <string.h>
+
+static void f32_to_float(const void *row, float *out, int64_t n) { memcpy(out, row, (size_t)n * sizeof(float)); }
+
+static void f16_to_float(const void *row, float *out, int64_t n) {
+    const uint8_t *p = row;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        out[i] = ember_f16_to_f32(h);
+    }
+}
+
+static void bf16_to_float(const void *row, float *out, int64_t n) {
+    const uint8_t *p = row;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        out[i] = ember_bf16_to_f32(h);
+    }
+}
+
+static void q8_0_to_float(const void *row, float *out, int64_t n) {
+    const uint8_t *p = row;
+    for (int64_t b = 0; b < n / EMBER_QK8_0; b++) {
+        ember_block_q8_0 blk;
+        memcpy(&blk, p + (size_t)b * sizeof blk, sizeof blk);
+        const float d = ember_f16_to_f32(blk.d);
+        for (int j = 0; j < EMBER_QK8_0; j++) out[b * EMBER_QK8_0 + j] = d * (float)blk.qs[j];
+    }
+}
+
+static void q8_0_from_float(const float *x, void *y, int64_t n) { ember_quantize_row_q8_0(x, y, n); }
+
+/* Types with a block size and no kernels yet carry their geometry (so sizes and names are right
+ * and a file holding them is refused with a clear message) and to_float = NULL until implemented
+ * (see docs/kernels.md, "Adding a weight type"). */
+static const ember_type_traits traits[EMBER_TYPE_COUNT] = {
+    [EMBER_TYPE_F32] = {.name = "f32", .block_size = 1, .block_bytes = 4, .to_float = f32_to_float,
+                        .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_F16] = {.name = "f16", .block_size = 1, .block_bytes = 2, .to_float = f16_to_float,
+                        .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_BF16] = {.name = "bf16", .block_size = 1, .block_bytes = 2, .to_float = bf16_to_float,
+                         .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q8_0] = {.name = "q8_0", .block_size = EMBER_QK8_0, .block_bytes = sizeof(ember_block_q8_0),
+                         .to_float = q8_0_to_float, .vec_dot_type = EMBER_TYPE_Q8_0,
+                         .from_float = q8_0_from_float, .matmul = true},
+    [EMBER_TYPE_Q4_0] = {.name = "q4_0", .block_size = 32, .block_bytes = 18},
+    [EMBER_TYPE_Q4_1] = {.name = "q4_1", .block_size = 32, .block_bytes = 20},
+    [EMBER_TYPE_Q5_0] = {.name = "q5_0", .block_size = 32, .block_bytes = 22},
+    [EMBER_TYPE_Q5_1] = {.name = "q5_1", .block_size = 32, .block_bytes = 24},
+    [EMBER_TYPE_Q8_1] = {.name = "q8_1", .block_size = 32, .block_bytes = 36},
+    [EMBER_TYPE_Q2_K] = {.name = "q2_K", .block_size = 256, .block_bytes = 84},
+    [EMBER_TYPE_Q3_K] = {.name = "q3_K", .block_size = 256, .block_bytes = 110},
+    [EMBER_TYPE_Q4_K] = {.name = "q4_K", .block_size = 256, .block_bytes = 144},
+    [EMBER_TYPE_Q5_K] = {.name = "q5_K", .block_size = 256, .block_bytes = 176},
+    [EMBER_TYPE_Q6_K] = {.name = "q6_K", .block_size = 256, .block_bytes = 210},
+    [EMBER_TYPE_Q8_K] = {.name = "q8_K", .block_size = 256, .block_bytes = 292},
+};
+
+const ember_type_traits *ember_type_traits_get(uint32_t type) {
+    return type < EMBER_TYPE_COUNT && traits[type].name ? &traits[type] : NULL;
+}
+
+const char *ember_type_name(uint32_t type) {
+    /* GGUF ids ember has no traits for, named so refusals can say what a file holds */
+    static const char *other[EMBER_TYPE_COUNT] = {
+        [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s", [20] = "iq4_nl", [21] = "iq3_s",
+        [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",      [25] = "i16",   [26] = "i32",    [27] = "i64",
+        [28] = "f64",     [29] = "iq1_m",  [34] = "tq1_0",   [35] = "tq2_0", [39] = "mxfp4",
+    };
+    const ember_type_traits *t = ember_type_traits_get(type);
+    if (t) return t->name;
+    if (type < EMBER_TYPE_COUNT && other[type]) return other[type];
+    return "unknown";
+}
+
+bool ember_type_nbytes(ember_type t, int64_t n_elements, size_t *out) {
+    const ember_type_traits *tr = ember_type_traits_get((uint32_t)t);
+    if (!tr || n_elements < 0 || n_elements % tr->block_size) return false;
+    const uint64_t blocks = (uint64_t)(n_elements / tr->block_size);
+    if (blocks > SIZE_MAX / tr->block_bytes) return false;
+    *out = (size_t)blocks * tr->block_bytes;
+    return true;
+}
+
+size_t ember_type_row_size(ember_type t, int64_t n) {
+    size_t bytes;
+    return ember_type_nbytes(t, n, &bytes) ? bytes : 0;
+}

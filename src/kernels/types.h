@@ -1,0 +1,105 @@
+/* types.h — the bottom of ember: weight types (GGUF's numbering), their block structs, the per-type
+ * traits, row-size arithmetic, and the error slot every layer fills. Includes nothing of ember.
+ *
+ * Everything above (kernels, engine, bindings) takes its type knowledge from here: adding a weight
+ * type is an enum value + a traits entry (type_traits.c) + its kernels (docs/kernels.md). */
+#ifndef EMBER_TYPES_H
+#define EMBER_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors: a status plus a message in a caller-owned slot ------------------------------------
+ * Defined here (the bottom) so the kernels can report failures without reaching up into the
+ * engine; the engine, the bindings and the C API use the same slot (include/ember.h). */
+typedef enum {
+    EMBER_OK = 0,
+    EMBER_ERR_IO,          /* a file could not be opened, mapped or read */
+    EMBER_ERR_FORMAT,      /* a file is malformed (truncated, absurd count, bad magic, ...) */
+    EMBER_ERR_UNSUPPORTED, /* well-formed but not supported (tensor type, family, ...) */
+    EMBER_ERR_ARG,         /* a caller passed a bad argument */
+    EMBER_ERR_NOMEM,       /* an allocation failed */
+    EMBER_ERR_CONTEXT,     /* the session's context is full */
+    EMBER_ERR_HOOK,        /* a hook reported failure; the message is the hook's */
+} ember_status;
+
+/* Caller-owned error: the message names the function/file/field and what was wrong. */
+typedef struct {
+    ember_status code;
+    char msg[1024];
+} ember_error;
+
+/* The kernels' own way to fill an ember_error (kernels/kernel_error.c): the engine has
+ * ember_error_set (engine/error.c), which the kernels must not call. Returns code. */
+ember_status ember_kernel_error(ember_error *err, ember_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- weight types -------------------------------------------------------------------------------
+ * The values are GGUF's (ggml's) type ids, as stored in a file's tensor table. Naming a type here
+ * does not make it usable: ember_type_traits_get() says what ember can do with it. */
+typedef enum {
+    EMBER_TYPE_F32 = 0,
+    EMBER_TYPE_F16 = 1,
+    EMBER_TYPE_Q4_0 = 2,
+    EMBER_TYPE_Q4_1 = 3,
+    EMBER_TYPE_Q5_0 = 6,
+    EMBER_TYPE_Q5_1 = 7,
+    EMBER_TYPE_Q8_0 = 8,
+    EMBER_TYPE_Q8_1 = 9,
+    EMBER_TYPE_Q2_K = 10,
+    EMBER_TYPE_Q3_K = 11,
+    EMBER_TYPE_Q4_K = 12,
+    EMBER_TYPE_Q5_K = 13,
+    EMBER_TYPE_Q6_K = 14,
+    EMBER_TYPE_Q8_K = 15,
+    EMBER_TYPE_BF16 = 30,
+} ember_type;
+/* One past the largest GGUF id ember knows a name for; tables indexed by type have this many
+ * entries (a macro, not an enum value, so switches over ember_type need no case for it). */
+#define EMBER_TYPE_COUNT 40
+
+/* ---- blocks ------------------------------------------------------------------------------------ */
+#define EMBER_QK8_0 32
+typedef struct {
+    uint16_t d;             /* f16 scale */
+    int8_t qs[EMBER_QK8_0]; /* value = d * qs[i] */
+} ember_block_q8_0;
+_Static_assert(sizeof(ember_block_q8_0) == 34, "q8_0 block is 34 bytes");
+
+/* ---- traits: one entry per type (type_traits.c) ------------------------------------------------ */
+typedef struct {
+    const char *name;     /* "q8_0" */
+    int64_t block_size;   /* values per block (1 for f32/f16/bf16) */
+    size_t block_bytes;   /* bytes per block */
+    /* Row of n values (n a multiple of block_size) as f32, exactly as stored. NULL: ember cannot
+     * read this type yet (a file holding it is refused). */
+    void (*to_float)(const void *row, float *out, int64_t n);
+    /* The activation type a dot product with these weights wants, and how to quantize f32
+     * activations into it (the oracle form; the SIMD sets may lay the result out their own way).
+     * vec_dot_type F32 with from_float NULL: products use the f32 activations as they are. */
+    ember_type vec_dot_type;
+    void (*from_float)(const float *x, void *y, int64_t n);
+    /* Whether matrix products with weights of this type exist (on every kernel set). */
+    bool matmul;
+} ember_type_traits;
+
+/* The traits of a type id as read from a file, or NULL when ember knows nothing of it. */
+const ember_type_traits *ember_type_traits_get(uint32_t type);
+/* A name for any GGUF type id, including ones ember refuses ("unknown" when it has none). */
+const char *ember_type_name(uint32_t type);
+/* Bytes of n_elements values of type t: false when t is unknown, n_elements is negative or not a
+ * multiple of the block size, or the size does not fit a size_t. The one overflow-checked
+ * conversion from element counts to bytes. */
+bool ember_type_nbytes(ember_type t, int64_t n_elements, size_t *out);
+/* Bytes of one row of n values; 0 when ember_type_nbytes fails. */
+size_t ember_type_row_size(ember_type t, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

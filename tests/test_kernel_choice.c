@@ -1,0 +1,122 @@
+/* test_kernel_choice.c — the one rule for which kernel sets a CPU runs (cpu.h) on simulated CPU
+ * features, the strict EMBER_KERNELS parser, and the traits table's size arithmetic. The
+ * expectations are written out by hand from the sets' compile flags (CMakeLists.txt). */
+#include "kernels.h"
+#include "test_support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *label;
+    ember_cpu_features f;
+    ember_kernels best;
+    const char *avx2_missing, *avx512_missing;
+} combo;
+
+static const combo combos[] = {
+    {"none", {0}, EMBER_KERNELS_REFERENCE, "avx2 fma f16c", "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni"},
+    {"avx2 without fma", {.avx2 = true, .f16c = true}, EMBER_KERNELS_REFERENCE, "fma",
+     "fma avx512f avx512bw avx512vl avx512vnni"},
+    {"avx2+fma+f16c", {.avx2 = true, .fma = true, .f16c = true}, EMBER_KERNELS_AVX2, "",
+     "avx512f avx512bw avx512vl avx512vnni"},
+    {"avx512 without vnni",
+     {.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true, .avx512vl = true, .avx512bf16 = true},
+     EMBER_KERNELS_AVX2, "", "avx512vnni"},
+    {"avx512 without f16c",
+     {.avx2 = true, .fma = true, .avx512f = true, .avx512bw = true, .avx512vl = true, .avx512vnni = true},
+     EMBER_KERNELS_REFERENCE, "f16c", "f16c"},
+    {"full avx512",
+     {.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true, .avx512vl = true,
+      .avx512vnni = true, .avx512bf16 = true},
+     EMBER_KERNELS_AVX512, "", ""},
+};
+
+static void test_best(void) {
+    for (size_t i = 0; i < sizeof combos / sizeof combos[0]; i++) {
+        const combo *c = &combos[i];
+        const ember_kernels best = ember_kernels_best_for(&c->f);
+        CHECK_MSG(best == c->best, "%s: best is %s, expected %s", c->label, ember_kernels_name(best),
+                  ember_kernels_name(c->best));
+        /* best is the most capable set that is supported: every set up to it runs, none after */
+        const ember_kernels order[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
+        bool past = false;
+        for (int k = 0; k < 3; k++) {
+            CHECK_MSG(ember_kernels_supported_for(order[k], &c->f) == !past, "%s: %s supported = %d", c->label,
+                      ember_kernels_name(order[k]), !past);
+            if (order[k] == best) past = true;
+        }
+        CHECK(ember_kernels_supported_for(EMBER_KERNELS_AUTO, &c->f));
+        char buf[128];
+        ember_kernels_missing(EMBER_KERNELS_AVX2, &c->f, buf, sizeof buf);
+        CHECK_MSG(strcmp(buf, c->avx2_missing) == 0, "%s: avx2 lacks '%s', expected '%s'", c->label, buf, c->avx2_missing);
+        ember_kernels_missing(EMBER_KERNELS_AVX512, &c->f, buf, sizeof buf);
+        CHECK_MSG(strcmp(buf, c->avx512_missing) == 0, "%s: avx512 lacks '%s', expected '%s'", c->label, buf,
+                  c->avx512_missing);
+    }
+    /* this machine: auto (without EMBER_KERNELS) resolves to the best set */
+    unsetenv("EMBER_KERNELS");
+    ember_kernels chosen;
+    const ember_kernel_ops *ops = ember_kernels_select(EMBER_KERNELS_AUTO, &chosen);
+    CHECK(ops != NULL && chosen == ember_kernels_best() && strcmp(ops->name, ember_kernels_name(chosen)) == 0);
+}
+
+static void test_env(void) {
+    ember_kernels k;
+    ember_error err = {0};
+    unsetenv("EMBER_KERNELS");
+    CHECK(ember_kernels_env(&k, &err) == EMBER_OK && k == EMBER_KERNELS_AUTO);
+    setenv("EMBER_KERNELS", "", 1);
+    CHECK(ember_kernels_env(&k, &err) == EMBER_OK && k == EMBER_KERNELS_AUTO);
+    setenv("EMBER_KERNELS", "reference", 1);
+    CHECK(ember_kernels_env(&k, &err) == EMBER_OK && k == EMBER_KERNELS_REFERENCE);
+    const ember_kernel_ops *ops;
+    CHECK(ember_kernels_resolve(EMBER_KERNELS_AUTO, &k, &ops, &err) == EMBER_OK && k == EMBER_KERNELS_REFERENCE);
+    const char *bad[] = {"AVX2", "avx", "fast", " reference"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("EMBER_KERNELS", bad[i], 1);
+        memset(&err, 0, sizeof err);
+        CHECK_MSG(ember_kernels_env(&k, &err) == EMBER_ERR_ARG && strstr(err.msg, "EMBER_KERNELS"),
+                  "EMBER_KERNELS='%s' must be an error naming the variable: %.300s", bad[i], err.msg);
+        memset(&err, 0, sizeof err);
+        ember_compute *c = NULL;
+        CHECK_MSG(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_ERR_ARG && !c && strstr(err.msg, "EMBER_KERNELS"),
+                  "ember_compute_new with EMBER_KERNELS='%s': %.300s", bad[i], err.msg);
+    }
+    unsetenv("EMBER_KERNELS");
+}
+
+static void test_sizes(void) {
+    size_t b = 0;
+    CHECK(ember_type_nbytes(EMBER_TYPE_Q8_0, 64, &b) && b == 68);
+    CHECK(ember_type_nbytes(EMBER_TYPE_BF16, 3, &b) && b == 6);
+    CHECK(ember_type_nbytes(EMBER_TYPE_Q6_K, 512, &b) && b == 420);
+    CHECK(!ember_type_nbytes(EMBER_TYPE_Q8_0, 33, &b));        /* not a whole block */
+    CHECK(!ember_type_nbytes(EMBER_TYPE_F32, -4, &b));
+    CHECK(!ember_type_nbytes(EMBER_TYPE_F32, INT64_MAX, &b));  /* 4 * INT64_MAX bytes overflow */
+    CHECK(!ember_type_nbytes((ember_type)16, 32, &b));         /* iq2_xxs: named, no traits */
+    CHECK(ember_type_row_size(EMBER_TYPE_F16, 10) == 20 && ember_type_row_size(EMBER_TYPE_Q8_0, 31) == 0);
+    CHECK(strcmp(ember_type_name(EMBER_TYPE_Q4_K), "q4_K") == 0 && strcmp(ember_type_name(16), "iq2_xxs") == 0 &&
+          strcmp(ember_type_name(1000), "unknown") == 0);
+    CHECK(ember_type_traits_get(1000) == NULL && ember_type_traits_get(EMBER_TYPE_COUNT) == NULL);
+    /* every type a set multiplies by has traits that say so and a to_float; no set has a product
+     * for a type the traits call unsupported */
+    const ember_kernel_ops *sets[] = {&ember_kernels_reference, &ember_kernels_avx2, &ember_kernels_avx512};
+    for (int s = 0; s < 3; s++)
+        for (uint32_t t = 0; t < EMBER_TYPE_COUNT; t++) {
+            const ember_type_traits *tr = ember_type_traits_get(t);
+            if (ember_kernels_mm(sets[s], (ember_type)t))
+                CHECK_MSG(tr && tr->matmul && tr->to_float, "%s has a product for %s without traits", sets[s]->name,
+                          ember_type_name(t));
+            else if (s == 0)
+                CHECK_MSG(!tr || !tr->matmul, "traits say %s multiplies but the reference has no product",
+                          ember_type_name(t));
+        }
+}
+
+int main(void) {
+    test_best();
+    test_env();
+    test_sizes();
+    return ember_test_finish();
+}

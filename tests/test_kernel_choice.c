@@ -114,7 +114,26 @@ static void test_sizes(void) {
         }
 }
 
+/* A weight type a set has no product for is an explicit error at reserve time, on every set. */
+static void test_unsupported_product(void) {
+    const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
+    for (int s = 0; s < 3; s++) {
+        if (!ember_kernels_supported(sets[s])) continue;
+        ember_compute *c = NULL;
+        ember_error err = {0};
+        CHECK(ember_compute_new(sets[s], 1, &c, &err) == EMBER_OK);
+        CHECK(ember_compute_reserve(c, EMBER_TYPE_Q8_0, 64, &err) == EMBER_OK);
+        memset(&err, 0, sizeof err);
+        CHECK_MSG(ember_compute_reserve(c, EMBER_TYPE_Q4_0, 64, &err) == EMBER_ERR_UNSUPPORTED && strstr(err.msg, "q4_0") &&
+                      strstr(err.msg, ember_kernels_name(sets[s])),
+                  "%s: reserve for q4_0: %.300s", ember_kernels_name(sets[s]), err.msg);
+        CHECK(ember_compute_reserve(c, (ember_type)1000, 64, &err) == EMBER_ERR_UNSUPPORTED);
+        ember_compute_free(c);
+    }
+}
+
 int main(void) {
+    test_unsupported_product();
     test_best();
     test_env();
     test_sizes();

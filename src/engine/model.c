@@ -150,6 +150,11 @@ static ember_status refuse_experts(binder *b) {
 static ember_status prepare_matrix(ember_model *m, ember_matrix *w, ember_error *err) {
     if (!w->data) return EMBER_OK;
     ember_status st = ember_compute_reserve(m->compute, w->type, w->n_in, err);
+    if (st == EMBER_ERR_UNSUPPORTED) { /* the kernels' message names the set and type; add the file */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ember_error_set(err, st, "%s: %s", m->gguf->path, msg);
+    }
     return st != EMBER_OK ? st : ember_compute_pack(m->compute, w, true, err);
 }
 

@@ -1,6 +1,6 @@
-/* compute.c — a model's compute context (kernel table, thread pool, activation scratch) and the
- * threaded matrix product. Must not hold model knowledge or change what a kernel computes: it
- * only decides which thread computes which output rows. */
+/* compute.c — a model's compute context (kernel table, thread pool, activation scratch), the
+ * threaded matrix products and the threaded attention. Must not hold model knowledge or change
+ * what a kernel computes: it only decides which thread computes which output rows or heads. */
 #include "kernels.h"
 
 #include <pthread.h>

@@ -63,13 +63,102 @@ typedef enum {
  * entries (a macro, not an enum value, so switches over ember_type need no case for it). */
 #define EMBER_TYPE_COUNT 40
 
-/* ---- blocks ------------------------------------------------------------------------------------ */
+/* ---- blocks ---------------------------------------------------------------------------------------
+ * The on-disk layout of each quantized type's block (GGUF's, little-endian; f16 fields as raw
+ * uint16_t). Sizes are checked here and everything else takes them from sizeof. Only Q8_0 has
+ * kernels so far; the others are here so their traits, sizes and future kernels share one
+ * definition. */
 #define EMBER_QK8_0 32
 typedef struct {
     uint16_t d;             /* f16 scale */
     int8_t qs[EMBER_QK8_0]; /* value = d * qs[i] */
 } ember_block_q8_0;
 _Static_assert(sizeof(ember_block_q8_0) == 34, "q8_0 block is 34 bytes");
+
+#define EMBER_QK4_0 32
+typedef struct {
+    uint16_t d;                 /* f16 scale */
+    uint8_t qs[EMBER_QK4_0 / 2]; /* 4-bit quants, two per byte */
+} ember_block_q4_0;
+_Static_assert(sizeof(ember_block_q4_0) == 18, "q4_0 block is 18 bytes");
+
+#define EMBER_QK4_1 32
+typedef struct {
+    uint16_t d, m;               /* f16 scale and minimum */
+    uint8_t qs[EMBER_QK4_1 / 2];
+} ember_block_q4_1;
+_Static_assert(sizeof(ember_block_q4_1) == 20, "q4_1 block is 20 bytes");
+
+#define EMBER_QK5_0 32
+typedef struct {
+    uint16_t d;                  /* f16 scale */
+    uint8_t qh[4];               /* the fifth bit of each quant */
+    uint8_t qs[EMBER_QK5_0 / 2]; /* the low 4 bits, two per byte */
+} ember_block_q5_0;
+_Static_assert(sizeof(ember_block_q5_0) == 22, "q5_0 block is 22 bytes");
+
+#define EMBER_QK5_1 32
+typedef struct {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[EMBER_QK5_1 / 2];
+} ember_block_q5_1;
+_Static_assert(sizeof(ember_block_q5_1) == 24, "q5_1 block is 24 bytes");
+
+#define EMBER_QK8_1 32
+typedef struct {
+    uint16_t d, s; /* f16 scale and d * sum(qs) */
+    int8_t qs[EMBER_QK8_1];
+} ember_block_q8_1;
+_Static_assert(sizeof(ember_block_q8_1) == 36, "q8_1 block is 36 bytes");
+
+/* K quants: super-blocks of 256 values in 16 or 8 sub-blocks with quantized sub-block scales. */
+#define EMBER_QK_K 256
+#define EMBER_K_SCALE_SIZE 12
+typedef struct {
+    uint8_t scales[EMBER_QK_K / 16]; /* 4-bit scale and 4-bit minimum per sub-block of 16 */
+    uint8_t qs[EMBER_QK_K / 4];      /* 2-bit quants */
+    uint16_t d, dmin;                /* f16 super-block scales */
+} ember_block_q2_K;
+_Static_assert(sizeof(ember_block_q2_K) == 84, "q2_K block is 84 bytes");
+
+typedef struct {
+    uint8_t hmask[EMBER_QK_K / 8]; /* the high bit of each quant */
+    uint8_t qs[EMBER_QK_K / 4];    /* the low 2 bits */
+    uint8_t scales[EMBER_K_SCALE_SIZE];
+    uint16_t d;
+} ember_block_q3_K;
+_Static_assert(sizeof(ember_block_q3_K) == 110, "q3_K block is 110 bytes");
+
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[EMBER_K_SCALE_SIZE]; /* 6-bit scales and minimums of 8 sub-blocks of 32 */
+    uint8_t qs[EMBER_QK_K / 2];         /* 4-bit quants */
+} ember_block_q4_K;
+_Static_assert(sizeof(ember_block_q4_K) == 144, "q4_K block is 144 bytes");
+
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[EMBER_K_SCALE_SIZE];
+    uint8_t qh[EMBER_QK_K / 8]; /* the fifth bit */
+    uint8_t qs[EMBER_QK_K / 2]; /* the low 4 bits */
+} ember_block_q5_K;
+_Static_assert(sizeof(ember_block_q5_K) == 176, "q5_K block is 176 bytes");
+
+typedef struct {
+    uint8_t ql[EMBER_QK_K / 2];      /* the low 4 bits */
+    uint8_t qh[EMBER_QK_K / 4];      /* the high 2 bits */
+    int8_t scales[EMBER_QK_K / 16];  /* 8-bit scale per sub-block of 16 */
+    uint16_t d;
+} ember_block_q6_K;
+_Static_assert(sizeof(ember_block_q6_K) == 210, "q6_K block is 210 bytes");
+
+typedef struct {
+    float d;                          /* f32 scale: the activation type of the K-quant products */
+    int8_t qs[EMBER_QK_K];
+    int16_t bsums[EMBER_QK_K / 16];   /* sums of each group of 16 quants */
+} ember_block_q8_K;
+_Static_assert(sizeof(ember_block_q8_K) == 292, "q8_K block is 292 bytes");
 
 /* ---- traits: one entry per type (type_traits.c) ------------------------------------------------ */
 typedef struct {

@@ -14,7 +14,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -140,6 +141,20 @@ static bool type_supported(uint32_t t) {
     return tr && tr->to_float;
 }
 
+/* "f32, f16, q8_0 and bf16": the types type_supported accepts, from the traits table. */
+static void supported_list(char *buf, size_t cap) {
+    uint32_t ids[EMBER_TYPE_COUNT];
+    int n = 0;
+    for (uint32_t t = 0; t < EMBER_TYPE_COUNT; t++)
+        if (type_supported(t)) ids[n++] = t;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *sep = i == 0 ? "" : i == n - 1 ? " and " : ", ";
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", sep, ember_type_name(ids[i]));
+    }
+}
+
 static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) {
     gguf_str name;
     if (!rd_str(r, &name)) return fail(r, "truncated tensor name");
@@ -166,10 +181,12 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) 
     }
     uint32_t type;
     if (!rd_u32(r, &type) || !rd_u64(r, &t->offset)) return fail(r, "truncated tensor info");
-    if (!type_supported(type))
-        return ember_error_set(r->err, EMBER_ERR_UNSUPPORTED,
-                               "%s: tensor '%s' has type %s (%u); ember supports f32, f16, bf16 and q8_0",
-                               r->path, t->name, ember_type_name(type), type);
+    if (!type_supported(type)) {
+        char list[256];
+        supported_list(list, sizeof list);
+        return ember_error_set(r->err, EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (%u); ember supports %s",
+                               r->path, t->name, ember_type_name(type), type, list);
+    }
     t->type = (ember_type)type;
     size_t row = ember_type_row_size(t->type, t->ne[0]);
     if (row == 0)

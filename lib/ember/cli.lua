@@ -41,6 +41,7 @@ M.FLAGS = {
   { "capture-omit-prompt", "bool", nil, "store only the prompt's sha256, not its text" },
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
+  { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "run-manifest", "path", "FILE.json", "where to write the run manifest (default ember-run.json)" },
   { "help", "bool", nil, "show this help" },
   { "version", "bool", nil, "show the version" },
@@ -72,6 +73,8 @@ function M.usage()
     "usage: ember --model FILE.gguf --prompt TEXT [options]",
     "       ember compare-artifacts DIR_A DIR_B [--json] [--require CLASS]",
     "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
+    "       ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR   (ember sweep --help)",
+    "       ember compare-models A.gguf B.gguf --prompt TEXT --out DIR   (ember compare-models --help)",
     "",
     "options:",
   }, M.FLAGS, {
@@ -231,6 +234,7 @@ local function check_combinations(o)
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
+  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
   for _, k in ipairs({ "capture-layers", "capture-stages", "capture-phase", "capture-positions",
     "capture-max-records", "capture-omit-prompt" }) do
     if o[k] ~= nil and o["capture-activations"] == nil then usage_error("--%s needs --capture-activations DIR", k) end
@@ -328,8 +332,12 @@ local function run_generate(args, argv, io_)
     local patch = require("ember.patch")
     experiments[#experiments + 1] = patch.experiment {
       source = o["activation-patch"], target = o["patch-target"], model = model,
+      positions = o["patch-positions"] ~= "all" and o["patch-positions"] or nil,
     }
     exp_args = string.format("%s %d:%s", o["activation-patch"], o["patch-target"].layer, o["patch-target"].stage)
+    if experiments[#experiments].positions then
+      exp_args = exp_args .. " positions=" .. table.concat(experiments[#experiments].positions, ",")
+    end
   elseif user_exp then
     experiments[#experiments + 1] = user_exp
   end
@@ -404,6 +412,8 @@ function M.main(arg, io_)
   local ok, code = pcall(function()
     if args[1] == "compare-artifacts" then return run_compare(args, io_) end
     if args[1] == "benchmark" then return run_benchmark(args, io_) end
+    if args[1] == "sweep" then return require("ember.sweep_cli").main(args, io_) end
+    if args[1] == "compare-models" then return require("ember.compare_models_cli").main(args, io_) end
     return run_generate(args, argv, io_)
   end)
   if ok then return code end

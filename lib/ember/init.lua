@@ -45,6 +45,10 @@ function M.load(opts)
   return model
 end
 
+-- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
+-- -> the causal sweep's result (lib/ember/sweep.lua, docs/sweeps.md)
+function M.sweep(opts) return require("ember.sweep").run(opts) end
+
 -- ember.load_experiment(path [, args]) -> experiment table
 -- An experiment file returns a factory `function(args) return exp end` (or the table itself).
 function M.load_experiment(path, args)

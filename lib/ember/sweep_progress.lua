@@ -1,0 +1,62 @@
+-- ember.sweep_progress — progress of a long sweep on stderr: cells done / total, rate and ETA.
+-- Must not slow the sweep or clutter logs: on a terminal one line is rewritten in place (at most a
+-- few times a second); elsewhere nothing is printed until the final summary line.
+
+local store = require("ember.sweep_store")
+
+local M = {}
+
+-- Is file descriptor 2 a terminal? Plain Lua cannot ask; the shell's `test -t` can, and the shell
+-- inherits our stderr.
+function M.stderr_is_tty()
+  return os.execute("test -t 2") == true
+end
+
+local function duration(s)
+  if s ~= s or s == math.huge then return "?" end
+  if s < 60 then return string.format("%.0fs", s) end
+  if s < 3600 then return string.format("%dm%02ds", s // 60, math.floor(s % 60)) end
+  return string.format("%dh%02dm", s // 3600, math.floor((s % 3600) / 60))
+end
+
+-- new{ stream = io.stderr, mode = "auto"|"tty"|"summary"|"none", label = "sweep" } -> reporter
+-- with :start(total, already_done), :step(), :finish(ok). "auto" picks tty or summary.
+function M.new(opts)
+  opts = opts or {}
+  local mode = opts.mode or "auto"
+  if mode == "auto" then mode = M.stderr_is_tty() and "tty" or "summary" end
+  local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep", lines = 0 }
+  function r:start(total, done)
+    self.total, self.resumed, self.done, self.t0, self.last = total, done or 0, done or 0, store.now(), -1
+  end
+  function r:line()
+    local dt = store.now() - self.t0
+    local new = self.done - self.resumed
+    local rate = dt > 0 and new / dt or 0
+    local eta = rate > 0 and (self.total - self.done) / rate or math.huge
+    return string.format("%s: %d/%d cells (%.0f%%), %.1f cells/s, ETA %s", self.label, self.done, self.total,
+      self.total > 0 and 100 * self.done / self.total or 100, rate, duration(eta))
+  end
+  function r:step()
+    self.done = self.done + 1
+    if self.mode ~= "tty" then return end
+    local t = store.now()
+    if t - self.last < 0.2 and self.done < self.total then return end
+    self.last = t
+    self.stream:write("\r\27[K", self:line())
+    self.lines = self.lines + 1
+    if self.stream.flush then self.stream:flush() end
+  end
+  function r:finish(ok)
+    if self.mode == "none" then return end
+    if self.mode == "tty" then self.stream:write("\r\27[K") end
+    local dt = store.now() - self.t0
+    local new = self.done - self.resumed
+    self.stream:write(string.format("%s: %s %d/%d cells (%d computed, %d resumed) in %.1fs%s\n", self.label,
+      ok and "done," or "stopped at", self.done, self.total, new, self.resumed, dt,
+      dt > 0 and new > 0 and string.format(", %.1f cells/s", new / dt) or ""))
+  end
+  return r
+end
+
+return M

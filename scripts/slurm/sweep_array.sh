@@ -1,0 +1,77 @@
+#!/bin/sh
+# scripts/slurm/sweep_array.sh — runs an `ember sweep` as a Slurm job array (one shard per task)
+# followed by a merge job. Must stay a thin launcher: the sweep, sharding and merge are ember's.
+#
+# usage: sweep_array.sh --shards N --out DIR [--wait] [--sbatch-args "ARGS"] -- SWEEP_FLAGS...
+#   Task i runs `ember sweep SWEEP_FLAGS --shard i/N --out DIR.shards/i`; the merge job (started
+#   only when every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1`.
+#   A rerun resumes: each shard keeps the cells it already has. --wait blocks until the merge job
+#   ends and exits with its status. EMBER names the ember command (default: this tree's
+#   build/ember, else `ember` on PATH); it must be reachable from the compute nodes.
+set -eu
+
+usage() { sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+die() { echo "sweep_array.sh: $*" >&2; exit 2; }
+
+shards= out= wait= extra=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --shards) [ $# -ge 2 ] || die "--shards needs a value"; shards=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+    --wait) wait=1; shift ;;
+    --sbatch-args) [ $# -ge 2 ] || die "--sbatch-args needs a value"; extra=$2; shift 2 ;;
+    --help|-h) usage ;;
+    --) shift; break ;;
+    *) die "unknown argument '$1' (sweep flags go after --)" ;;
+  esac
+done
+case $shards in ''|*[!0-9]*|0) die "--shards N must be a positive integer (got '$shards')" ;; esac
+[ -n "$out" ] || die "--out DIR is required"
+[ $# -gt 0 ] || die "no sweep flags after -- (at least --model, --clean, --corrupted)"
+for a in "$@"; do
+  case $a in --out|--out=*|--shard|--shard=*|--jobs|--jobs=*) die "'$a' is set by the launcher; leave it out" ;; esac
+done
+command -v sbatch >/dev/null 2>&1 || die "sbatch not found (is this a Slurm submit host?)"
+
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -z "${EMBER:-}" ]; then
+  if [ -x "$here/../../build/ember" ]; then EMBER=$(cd "$here/../../build" && pwd)/ember; else EMBER=ember; fi
+fi
+case $out in /*) ;; *) out=$(pwd)/$out ;; esac
+base=$out.shards
+mkdir -p "$base"
+
+# The task script: its arguments are the sweep flags, the shard comes from the array index.
+task=$base/task.sh
+cat >"$task" <<TASK
+#!/bin/sh
+exec $EMBER sweep "\$@" --shard "\${SLURM_ARRAY_TASK_ID}/$shards" --out "$base/\${SLURM_ARRAY_TASK_ID}" --progress summary
+TASK
+merge=$base/merge.sh
+{
+  echo "#!/bin/sh"
+  printf 'exec %s sweep merge "%s"' "$EMBER" "$out"
+  i=0
+  while [ $i -lt "$shards" ]; do printf ' "%s/%d"' "$base" $i; i=$((i + 1)); done
+  echo
+} >"$merge"
+chmod +x "$task" "$merge"
+
+# shellcheck disable=SC2086 # --sbatch-args is a list of words on purpose
+array=$(sbatch --parsable $extra --job-name=ember-sweep --array=0-$((shards - 1)) \
+  --output="$base/slurm-%A_%a.log" "$task" "$@")
+array=${array%%;*}
+echo "sweep_array.sh: submitted array job $array ($shards tasks), shards in $base"
+# the merge runs only if every task succeeded; otherwise Slurm cancels it instead of leaving it pending
+# shellcheck disable=SC2086
+merge_id=$(sbatch --parsable $extra ${wait:+--wait} --job-name=ember-sweep-merge \
+  --dependency=afterok:"$array" --kill-on-invalid-dep=yes --output="$base/slurm-merge-%j.log" "$merge") || {
+  echo "sweep_array.sh: the merge job did not succeed; see $base/slurm-*.log" >&2
+  exit 1
+}
+merge_id=${merge_id%%;*}
+if [ -n "$wait" ]; then
+  echo "sweep_array.sh: merge job $merge_id finished: $out"
+else
+  echo "sweep_array.sh: submitted merge job $merge_id -> $out"
+fi

@@ -1,0 +1,148 @@
+-- ember compare-models on the F32 and Q8_0 parity fixtures of one family and seed (they share their
+-- unquantized weights): a per-layer divergence table, patching after_logits from A makes B's
+-- logits A's exactly, and the last layer's after_layer recovers more than layer 0's.
+
+local cjson = require("cjson")
+local ember = require("ember")
+local artifact = require("ember.artifact")
+local cm = require("ember.compare_models")
+local fs = require("ember.fs")
+local patch = require("ember.patch")
+local fx = require("helpers.fixtures")
+local C = require("helpers.cli")
+
+local PROMPT = "The quick brown fox jumps over the lazy dog."
+
+local function pair(family)
+  local a = fx.root .. "/parity/" .. family .. "-tiny-f32/model.gguf"
+  local b = fx.root .. "/parity/" .. family .. "-tiny-q8_0/model.gguf"
+  if not fx.exists(a) or not fx.exists(b) then pending("missing parity fixtures " .. a .. " / " .. b) end
+  return a, b
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+describe("compare-models", function()
+  for _, family in ipairs({ "llama", "qwen3" }) do
+    it("localises the " .. family .. " F32 -> Q8_0 divergence", function()
+      local pa, pb = pair(family)
+      local a, b = ember.load { model = pa, threads = 1 }, ember.load { model = pb, threads = 1 }
+      local r = cm.run { a = a, b = b, prompt = PROMPT, max_tokens = 3 }
+      local L = a.info.n_layers
+      assert.equal(4, r.evaluations) -- prefill + 3 decodes
+      -- one divergence row per stage and layer (plus the two logits stages), each measured
+      assert.equal(4 * L + 2, #r.divergence)
+      for _, row in ipairs(r.divergence) do
+        assert.is_true(row.prefill.rel_l2 > 0, row.stage)
+        assert.is_true(row.prefill.cosine > 0.9 and row.prefill.cosine <= 1 + 1e-12, row.stage)
+        assert.equal(3, row.decode.steps)
+      end
+      assert.is_true(r.output.kl_prefill > 0)
+      local by = {}
+      for _, l in ipairs(r.localisation) do by[l.stage .. (l.layer == cjson.null and "" or l.layer)] = l end
+      -- A's logits patched into B: B's outputs are A's, bit for bit, in prefill and every decode
+      local lg = by["after_logits"]
+      assert.is_true(lg.logits_exact)
+      assert.equal(0.0, lg.kl_prefill)
+      assert.equal(0.0, lg.kl_decode)
+      assert.equal(1.0, lg.top1_agreement)
+      -- the last layer's finished state carries more of A's computation than layer 0's
+      local first, last = by["after_layer0"], by["after_layer" .. (L - 1)]
+      assert.is_true(last.recovered_prefill > first.recovered_prefill)
+      assert.is_true(last.recovered_decode > first.recovered_decode)
+      assert.is_true(last.kl_prefill < r.output.kl_prefill)
+    end)
+  end
+
+  it("agrees with an independent after_logits patch from a captured artifact", function()
+    local pa, pb = pair("llama")
+    local work = fs.make_temp_dir("ember-cm-spec")
+    local dir = work .. "/a"
+    local code, _, err = C.ember("--model", pa, "--prompt", PROMPT, "--max-tokens", "0", "--capture-activations", dir,
+      "--capture-stages", "after_logits", "--run-manifest", work .. "/run.json")
+    assert.equal(0, code, err)
+    local a, b = ember.load { model = pa, threads = 1 }, ember.load { model = pb, threads = 1 }
+    local ids = a:tokenize(PROMPT)
+    local want = a:session {}:prefill(ids)
+    local plain = b:session {}:prefill(ids)
+    assert.are_not.equal(want:sha256(), plain:sha256())
+    local p = patch.experiment { source = artifact.read(dir), target = { stage = "after_logits" }, model = b }
+    local got = b:session {}:prefill(ids, { experiment = p })
+    assert.equal(want:sha256(), got:sha256())
+    fs.remove_tree(work)
+  end)
+
+  it("writes a JSON report and the divergence plots as SVG and PNG (command)", function()
+    local pa, pb = pair("llama")
+    local out = fs.make_temp_dir("ember-cm-cli") .. "/report"
+    local code, text, err = C.ember("compare-models", pa, pb, "--prompt", PROMPT, "--max-tokens", "2", "--out", out,
+      "--threads", "1")
+    assert.equal(0, code, err)
+    assert.matches("per-layer divergence", text, 1, true)
+    assert.matches("after_logits %s+%-.-logits exact", text)
+    local r = cjson.decode(read(out .. "/report.json"))
+    assert.equal("ember.compare-models", r.schema)
+    assert.equal(r.a.dtype, "f32")
+    assert.equal(r.b.dtype, "q8_0")
+    if r.plot == nil then pending("plots not drawn (gnuplot missing?): " .. err) end
+    for i, base in ipairs({ "divergence", "recovery" }) do
+      local svg = read(out .. "/" .. base .. ".svg")
+      assert.equal("\137PNG\r\n\26\n", read(out .. "/" .. base .. ".png"):sub(1, 8))
+      if os.execute("command -v rsvg-convert >/dev/null 2>&1") then -- the SVG opens in another renderer
+        local png = out .. "/check-" .. base .. ".png"
+        assert.is_true(os.execute("rsvg-convert -o " .. png .. " " .. out .. "/" .. base .. ".svg") == true)
+        assert.equal("\137PNG\r\n\26\n", read(png):sub(1, 8))
+      end
+      for _, label in ipairs({ r.plot.titles[i], r.plot.xlabels[i], r.plot.ylabels[i] }) do
+        assert.truthy(svg:find(">" .. label:gsub("&", "&amp;") .. "<", 1, true), base .. ".svg lacks " .. label)
+      end
+    end
+    fs.remove_tree(fs.dirname(out))
+  end)
+
+  it("refuses two different networks, naming the field", function()
+    local pa = fx.root .. "/parity/llama-tiny-f32/model.gguf"
+    local pq = fx.root .. "/parity/qwen3-tiny-f32/model.gguf"
+    if not fx.exists(pa) or not fx.exists(pq) then pending("missing parity fixtures") end
+    local a, q = ember.load { model = pa, threads = 1 }, ember.load { model = pq, threads = 1 }
+    local ok, err = pcall(cm.run, { a = a, b = q, prompt = PROMPT })
+    assert.is_false(ok)
+    assert.matches("compare-models: the models are not the same network: family is llama in A", err, 1, true)
+  end)
+end)
+
+describe("compare-models --shard and merge", function()
+  it("joins 2 shards into the single-process report and refuses a shard of another prompt", function()
+    local pa, pb = pair("llama")
+    local work = fs.make_temp_dir("ember-cm-shards")
+    local function run(dir, prompt, shard)
+      local args = { "compare-models", pa, pb, "--prompt", prompt, "--max-tokens", "2", "--threads", "1", "--out",
+        work .. "/" .. dir, "--no-plot" }
+      if shard then args[#args + 1] = "--shard"; args[#args + 1] = shard end
+      local code, _, err = C.ember(table.unpack(args))
+      assert.equal(0, code, err)
+      return cjson.decode(read(work .. "/" .. dir .. "/report.json"))
+    end
+    local single = run("single", PROMPT)
+    local s0, s1 = run("s0", PROMPT, "0/2"), run("s1", PROMPT, "1/2")
+    assert.equal(#single.localisation, #s0.localisation + #s1.localisation)
+    for _, l in ipairs(s1.localisation) do assert.equal(1, math.tointeger(l.index) % 2) end
+    local code, _, err = C.ember("compare-models", "merge", work .. "/merged", work .. "/s1", work .. "/s0")
+    assert.equal(0, code, err)
+    local merged = cjson.decode(read(work .. "/merged/report.json"))
+    assert.same(single.localisation, merged.localisation)
+    assert.same(single.divergence, merged.divergence)
+    assert.same(single.output_divergence, merged.output_divergence)
+    assert.truthy(fx.exists(work .. "/merged/recovery.png"))
+    run("other", "Another prompt entirely", "1/2")
+    code, _, err = C.ember("compare-models", "merge", work .. "/bad", work .. "/s0", work .. "/other")
+    assert.equal(1, code)
+    assert.matches("report 2 does not belong with report 1: prompt_ids differs", err, 1, true)
+    fs.remove_tree(work)
+  end)
+end)

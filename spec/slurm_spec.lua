@@ -1,0 +1,86 @@
+-- A real Slurm run: a single-node cluster (munged, slurmctld, slurmd) in a temporary directory,
+-- a 4-task job-array sweep submitted with the shipped launcher, merged, and required to be
+-- bit-identical to the same sweep run in one local process. Pending, with the reason, when the
+-- cluster cannot start here (not root, Slurm or MUNGE missing); every daemon started is stopped.
+
+local fs = require("ember.fs")
+local store = require("ember.sweep_store")
+local merge = require("ember.sweep_merge")
+local fx = require("helpers.fixtures")
+local C = require("helpers.cli")
+
+local CLEAN, CORRUPTED = "The quick brown cat", "The slow brown fox"
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- sh(cmd) -> exit code (os.execute's status, or 128 + signal)
+local function sh(cmd)
+  local ok, how, code = os.execute(cmd)
+  if ok then return 0 end
+  return how == "exit" and code or 128 + code
+end
+
+describe("Slurm job-array sweep", function()
+  it("runs 4 shards on a real single-node cluster, merged bit-identical to the local grid", function()
+    local model, why = fx.tiny_model("--family llama --dtype f32 --layers 2 --seed 7")
+    if not model then pending("tiny model unavailable: " .. tostring(why)); return end
+    local launcher = fx.build .. "/ember"
+    if not fx.exists(launcher) then pending("missing " .. launcher); return end
+    local q = fs.shell_quote
+    local work = fs.make_temp_dir("ember-slurm-spec")
+    local cluster = work .. "/cluster"
+    local started = false
+    finally(function()
+      if started then sh("scripts/slurm/local_cluster.sh stop " .. q(cluster) .. " >/dev/null 2>&1") end
+      fs.remove_tree(work)
+    end)
+    local log = work .. "/start.log"
+    local code = sh("scripts/slurm/local_cluster.sh start " .. q(cluster) .. " >" .. q(log) .. " 2>&1")
+    started = fs.exists(cluster .. "/slurm.conf")
+    if code == 77 then
+      local text = read(log)
+      pending("Slurm cannot start here: " .. (text:match("cannot start a cluster here: ([^\n]*)") or text))
+      return
+    end
+    assert.equal(0, code, "local_cluster.sh start failed:\n" .. read(log))
+
+    -- the local reference grid
+    local here = work .. "/local"
+    local rc, _, err = C.ember("sweep", "--model", model, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out", here,
+      "--threads", "1", "--progress", "none", "--no-plot")
+    assert.equal(0, rc, err)
+
+    local out = work .. "/slurm"
+    local abs = io.popen("cd " .. q(fs.dirname(launcher)) .. " && pwd"):read("l") .. "/ember"
+    local cmd = string.format("SLURM_CONF=%s EMBER=%s timeout 180 scripts/slurm/sweep_array.sh --shards 4 --out %s "
+      .. "--wait -- --model %s --clean %s --corrupted %s --threads 1 >%s 2>&1", q(cluster .. "/slurm.conf"), q(abs),
+      q(out), q(model), q(CLEAN), q(CORRUPTED), q(work .. "/launch.log"))
+    code = sh(cmd)
+    local logs = read(work .. "/launch.log")
+    for i = 0, 3 do logs = logs .. read(string.format("%s.shards/slurm-1_%d.log", out, i)) end
+    assert.equal(0, code, "sweep_array.sh failed:\n" .. logs .. read(cluster .. "/slurmctld.log"):sub(-2000))
+    assert.matches("submitted array job %d+ %(4 tasks%)", logs)
+
+    -- 4 shards, each computed by its own array task, merged into one complete grid
+    local m = store.read(out)
+    assert.equal("complete", m.manifest.status)
+    assert.equal(4, #m.manifest.merged_from)
+    for i = 0, 3 do
+      local s = store.read(string.format("%s.shards/%d", out, i))
+      assert.equal(i, s.manifest.shard.index)
+      assert.equal(4, s.manifest.shard.count)
+    end
+    local res = merge.compare(store.read(here), m)
+    assert.is_true(res.equal, merge.format(res, store.read(here), m))
+    assert.equal(24, res.compared)
+    assert.equal(read(here .. "/grid.safetensors"), read(out .. "/grid.safetensors"))
+  end)
+end)
+
+teardown(function() fx.cleanup() end)

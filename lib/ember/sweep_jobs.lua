@@ -10,19 +10,18 @@ local M = {}
 
 local function fail(msg, ...) error("sweep --jobs: " .. string.format(msg, ...), 0) end
 
--- command() -> the shell words that start `ember`: $EMBER_COMMAND; else this very interpreter and
--- cli.lua when running as the ember command; else the launcher next to the library (build/ember).
+-- command() -> the shell words that start `ember`: $EMBER_COMMAND; else this very interpreter as
+-- the ember command (`ember-lua -m ember.cli`, or `ember-lua .../cli.lua`); else `ember` on PATH.
 function M.command()
   local env = os.getenv("EMBER_COMMAND")
   if env and env ~= "" then return env end
-  if type(arg) == "table" and type(arg[0]) == "string" and arg[0]:match("cli%.lua$") and type(arg[-1]) == "string" then
-    return fs.shell_quote(arg[-1]) .. " " .. fs.shell_quote(arg[0])
-  end
-  local me = package.searchpath("ember.sweep_jobs", package.path)
-  local root = me and me:match("^(.*)/lib/ember/sweep_jobs%.lua$")
-  if root then
-    local launcher = (root == "" and "." or root) .. "/build/ember"
-    if fs.exists(launcher) then return fs.shell_quote(launcher) end
+  if type(arg) == "table" and type(arg[0]) == "string" then
+    if arg[0] == "ember.cli" and arg[-1] == "-m" and type(arg[-2]) == "string" then
+      return fs.shell_quote(arg[-2]) .. " -m ember.cli"
+    end
+    if arg[0]:match("cli%.lua$") and type(arg[-1]) == "string" then
+      return fs.shell_quote(arg[-1]) .. " " .. fs.shell_quote(arg[0])
+    end
   end
   return "ember"
 end

@@ -1,5 +1,6 @@
 -- The causal workflow end to end: capture, zero, patch, restore (SPEC §6.4) on the default tiny
--- model and on one parity fixture per family; capture selection; and every way a patch must fail.
+-- model, on one parity fixture per family and on a Q4_K_M model; capture selection; and every way
+-- a patch must fail.
 -- Results are checked by reading the artifacts' manifests here with cjson, not only through the
 -- workflow's own report.
 
@@ -102,6 +103,18 @@ describe("capture_patch_restore", function()
       check_restoration(model, { prompt = c.prompt, tokenizer = c.tokenizer, layer = layer })
     end)
   end
+
+  -- Weights in llama.cpp's Q4_K_M mix (q4_K and q6_K tensors): hooks see f32 activations as ever.
+  it("holds on a Q4_K_M model (parity-quant llama-small-q4_k_m)", function()
+    local fx = require("helpers.fixtures")
+    local dir = fx.root .. "/parity-quant/llama-small-q4_k_m"
+    if not fx.exists(dir .. "/model.gguf") then return pending("missing fixture " .. dir .. "/model.gguf") end
+    local meta = fx.read_json(dir .. "/case.json")
+    local model, err = models.load(dir .. "/model.gguf", dir .. "/tokenizer.json")
+    assert.is_not_nil(model, err)
+    assert.equal("q4_K+q6_K", model.info.dtype_summary)
+    check_restoration(model, { prompt = meta.prompt_text, tokenizer = dir .. "/tokenizer.json", layer = 2 })
+  end)
 
   it("exits non-zero with a clear message when run as a script on a layer the model lacks", function()
     local path, why = models.default_model()

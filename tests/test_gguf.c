@@ -552,8 +552,10 @@ static void test_corruptions(void) {
     PATCH("offset near 2^64", EMBER_ERR_FORMAT, "t1", "past the end", put_u64(b, 288, UINT64_MAX - 31));
     PATCH("offset one block late", EMBER_ERR_FORMAT, "t1", "past the end", put_u64(b, 288, 96));
     PATCH("misaligned offset", EMBER_ERR_FORMAT, "t1", "aligned", put_u64(b, 288, 65));
-    PATCH("q4_0 tensor", EMBER_ERR_UNSUPPORTED, "t1", "q4_0", put_u32(b, 284, 2));
-    PATCH("q4_K tensor", EMBER_ERR_UNSUPPORTED, "t1", "q4_k", put_u32(b, 284, 12));
+    PATCH("iq4_nl tensor", EMBER_ERR_UNSUPPORTED, "t1", "iq4_nl", put_u32(b, 284, 20));
+    PATCH("tq2_0 tensor", EMBER_ERR_UNSUPPORTED, "t1", "tq2_0", put_u32(b, 284, 35));
+    PATCH("q8_K tensor (an activation type)", EMBER_ERR_UNSUPPORTED, "t1", "q8_K", put_u32(b, 284, 15));
+    PATCH("q4_K row not whole blocks", EMBER_ERR_FORMAT, "t1", "q4_K", put_u32(b, 284, 12));
     PATCH("unknown tensor type", EMBER_ERR_UNSUPPORTED, "t1", "unknown", put_u32(b, 284, 200));
 #undef PATCH
     /* Version 2 has the same layout and is accepted. */
@@ -579,17 +581,27 @@ static void test_corruptions(void) {
 /* Refused types written as real tensors (not patched), and other small files. */
 static void test_small_bad_files(void) {
     ember_error err = {0};
-    /* A real q4_0 tensor: 18-byte blocks of 32 values. */
-    ember_gguf_writer *w = ember_gguf_writer_new();
-    unsigned char q4[2 * 18] = {0};
-    const int64_t ne[2] = {32, 2};
-    ember_gguf_writer_add_tensor_raw(w, "blk.0.attn_q.weight", 2, 2, ne, q4, sizeof q4);
-    const char *path = tmp_path("q4_0.gguf");
-    CHECK(ember_gguf_writer_write(w, path, &err) == EMBER_OK);
-    ember_gguf_writer_free(w);
+    /* Real tensors of types ember does not read (an IQ type, a ternary type), beside a q4_K one it
+     * does: the refusal names the file, the tensor and its type. */
+    static const struct { uint32_t type; const char *name; size_t block_bytes; int64_t block; } refused[] = {
+        {20, "iq4_nl", 18, 32}, {35, "tq2_0", 66, 256}, {16, "iq2_xxs", 66, 256}};
     ember_gguf *g = NULL;
-    CHECK(ember_gguf_open(path, &g, &err) == EMBER_ERR_UNSUPPORTED && g == NULL);
-    CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "q4_0"), "%.900s", err.msg);
+    const char *path = NULL;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ember_gguf_writer *w = ember_gguf_writer_new();
+        unsigned char blocks[2 * 144] = {0};
+        const int64_t ne_k[2] = {256, 2}, ne[2] = {refused[i].block, 2};
+        ember_gguf_writer_add_tensor_raw(w, "blk.0.attn_k.weight", EMBER_TYPE_Q4_K, 2, ne_k, blocks, 2 * 144);
+        ember_gguf_writer_add_tensor_raw(w, "blk.0.attn_q.weight", refused[i].type, 2, ne, blocks,
+                                         2 * refused[i].block_bytes);
+        path = tmp_path("refused-type.gguf");
+        CHECK(ember_gguf_writer_write(w, path, &err) == EMBER_OK);
+        ember_gguf_writer_free(w);
+        CHECK(ember_gguf_open(path, &g, &err) == EMBER_ERR_UNSUPPORTED && g == NULL);
+        CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, refused[i].name),
+                  "%.900s", err.msg);
+    }
+    ember_gguf_writer *w;
 
     /* A bool that is neither 0 nor 1: key "b" @24 (len), @32 "b", type @33, value @37. */
     w = ember_gguf_writer_new();

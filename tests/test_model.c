@@ -127,14 +127,15 @@ static void test_load_errors(void) {
     ember_gguf_writer_remove_tensor(w, "token_embd.weight");
     expect_refused("no embedding", finish(w, "noembd.gguf"), NULL, EMBER_ERR_FORMAT, "'token_embd.weight'", NULL);
 
-    /* A q4_0 weight is refused by the reader, naming the tensor and its type. */
+    /* An iq4_nl weight (a type ember does not read) is refused by the reader, naming the tensor and
+     * its type. */
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_tensor(w, "blk.0.ffn_down.weight");
     const int64_t ne[2] = {128, 64};
-    unsigned char *q4 = calloc(64 * 4, 18);
-    ember_gguf_writer_add_tensor_raw(w, "blk.0.ffn_down.weight", 2, 2, ne, q4, 64 * 4 * 18);
-    free(q4);
-    expect_refused("q4_0 weight", finish(w, "q4.gguf"), NULL, EMBER_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight'", "q4_0");
+    unsigned char *iq4 = calloc(64 * 4, 18);
+    ember_gguf_writer_add_tensor_raw(w, "blk.0.ffn_down.weight", 20, 2, ne, iq4, 64 * 4 * 18);
+    free(iq4);
+    expect_refused("iq4_nl weight", finish(w, "iq4.gguf"), NULL, EMBER_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight'", "iq4_nl");
 
     expect_refused("no file", tmp_path("no-such-model.gguf"), NULL, EMBER_ERR_IO, NULL, NULL);
 }

@@ -628,7 +628,7 @@ static void test_cli(void) {
 
     const char *bad[] = {
         "--family llama --dtype f32",                         /* no --out */
-        "--family llama --dtype q4_0 --out x.gguf",           /* unknown dtype */
+        "--family llama --dtype iq4_nl --out x.gguf",           /* unknown dtype */
         "--family llama --dtype f32 --out x.gguf --layers 0", /* out of range */
         "--family llama --dtype f32 --out x.gguf --hidden 6x",
         "--family llama --dtype f32 --out x.gguf --bogus",

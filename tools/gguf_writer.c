@@ -3,6 +3,7 @@
 #include "gguf_writer.h"
 
 #include "kernels.h"
+#include "quants.h"
 
 #include <errno.h>
 #include <math.h>
@@ -378,6 +379,22 @@ void ember_quantize_q8_0(const float *x, ember_block_q8_0 *out, int64_t n) {
     }
 }
 
+/* The project's quantizer for a 4- to 6-bit weight type (quants.h: ggml's reference bytes), or NULL. */
+static void (*weight_quantizer(ember_type t))(const float *, void *, int64_t) {
+    switch (t) {
+    case EMBER_TYPE_Q4_0: return ember_quantize_row_q4_0;
+    case EMBER_TYPE_Q4_1: return ember_quantize_row_q4_1;
+    case EMBER_TYPE_Q5_0: return ember_quantize_row_q5_0;
+    case EMBER_TYPE_Q5_1: return ember_quantize_row_q5_1;
+    case EMBER_TYPE_Q2_K: return ember_quantize_row_q2_k;
+    case EMBER_TYPE_Q3_K: return ember_quantize_row_q3_k;
+    case EMBER_TYPE_Q4_K: return ember_quantize_row_q4_k;
+    case EMBER_TYPE_Q5_K: return ember_quantize_row_q5_k;
+    case EMBER_TYPE_Q6_K: return ember_quantize_row_q6_k;
+    default: return NULL;
+    }
+}
+
 ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type,
                                           uint32_t n_dims, const int64_t *ne, const float *values) {
     int64_t n;
@@ -387,6 +404,10 @@ ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name
     if (row == 0)
         return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': %s rows of %lld values are not possible", name,
                       ember_type_name(type), (long long)ne[0]);
+    void (*quantize)(const float *, void *, int64_t) = weight_quantizer(type);
+    if (type != EMBER_TYPE_F32 && type != EMBER_TYPE_F16 && type != EMBER_TYPE_BF16 && type != EMBER_TYPE_Q8_0 &&
+        !quantize)
+        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': no encoder for type %s", name, ember_type_name(type));
     int64_t rows = n / ne[0];
     if ((uint64_t)rows > SIZE_MAX / row) return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' is too large", name);
     size_t size = row * (size_t)rows;
@@ -411,9 +432,9 @@ ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name
             }
         }
         break;
-    default:
-        free(data);
-        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': no encoder for type %s", name, ember_type_name(type));
+    default: /* row by row: each row is whole blocks */
+        for (int64_t r = 0; r < rows; r++) quantize(values + r * ne[0], data + (size_t)r * row, ne[0]);
+        break;
     }
     return push_tensor(w, name, type, n_dims, ne, data, size);
 }

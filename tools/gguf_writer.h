@@ -1,5 +1,6 @@
 /* gguf_writer.h — a small GGUF v3 writer for tools and tests: typed metadata (nested arrays too) and
- * tensors in F32/F16/BF16/Q8_0. It builds the whole file in memory; not meant for large models.
+ * tensors in F32/F16/BF16/Q8_0 and the 4- to 6-bit types (quants.h). It builds the whole file in
+ * memory; not meant for large models.
  *
  * Layout written (the reader's gguf.h describes the format): header, metadata in the order set,
  * tensor infos in the order added, zero padding to general.alignment (32 unless set), then each
@@ -61,7 +62,8 @@ bool ember_gguf_writer_remove_tensor(ember_gguf_writer *w, const char *name);
 
 /* ---- tensors ---- */
 /* Adds a tensor of n_dims (1..4) dims ne (ne[0] fastest) from f32 values, converted to `type`
- * (Q8_0: blocks of 32 along ne[0], d = absmax/127 stored as f16, q = round(x/d)). */
+ * (Q8_0: blocks of 32 along ne[0], d = absmax/127 stored as f16, q = round(x/d); Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K..Q6_K: the project's quantizers, the bytes llama-quantize writes for the same values). */
 ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type,
                                           uint32_t n_dims, const int64_t *ne, const float *values);
 /* Adds `size` bytes as they are under any ggml type number, valid or not: for tests that need

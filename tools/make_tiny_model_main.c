@@ -9,7 +9,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype f32|f16|bf16|q8_0 --out FILE\n"
+            "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype T --out FILE\n"
             "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
             "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
             "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
@@ -24,7 +24,10 @@ static void usage(FILE *f) {
             "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
             "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
             "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
-            "context 4096, seed 1); any other option given with it overrides that setting.\n");
+            "context 4096, seed 1); any other option given with it overrides that setting.\n"
+            "--dtype (of the 2-D weights): f32 f16 bf16 q8_0, or q4_0 q4_1 q5_0 q5_1 (rows of whole\n"
+            "32-value blocks) and q2_k q3_k q4_k q5_k q6_k (hidden, ff and heads*head-dim multiples of 256,\n"
+            "e.g. --hidden 256 --head-dim 64 --ff 768), quantized as llama-quantize --pure would.\n");
 }
 
 /* A whole-string integer in [lo, hi], or an error naming the option. */
@@ -163,7 +166,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
-        fprintf(stderr, "make-tiny-model: --dtype must be f32, f16, bf16 or q8_0 (got '%s')\n", dtype);
+        fprintf(stderr,
+                "make-tiny-model: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, "
+                "q5_k or q6_k (got '%s')\n", dtype);
         return 2;
     }
     ember_error err = {0};

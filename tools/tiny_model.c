@@ -50,9 +50,36 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     return true;
 }
 
+/* Values per block of a weight dtype the tool writes (1 for f32/f16/bf16), 0 for any other type. */
+static int64_t dtype_block(ember_type t) {
+    switch (t) {
+    case EMBER_TYPE_F32: case EMBER_TYPE_F16: case EMBER_TYPE_BF16: return 1;
+    case EMBER_TYPE_Q8_0: case EMBER_TYPE_Q4_0: case EMBER_TYPE_Q4_1: case EMBER_TYPE_Q5_0: case EMBER_TYPE_Q5_1:
+        return 32;
+    case EMBER_TYPE_Q2_K: case EMBER_TYPE_Q3_K: case EMBER_TYPE_Q4_K: case EMBER_TYPE_Q5_K: case EMBER_TYPE_Q6_K:
+        return 256;
+    default: return 0;
+    }
+}
+
+/* The --dtype spelling (lower case, as the command line takes it). */
+static const char *dtype_name(ember_type t) {
+    switch (t) {
+    case EMBER_TYPE_Q2_K: return "q2_k";
+    case EMBER_TYPE_Q3_K: return "q3_k";
+    case EMBER_TYPE_Q4_K: return "q4_k";
+    case EMBER_TYPE_Q5_K: return "q5_k";
+    case EMBER_TYPE_Q6_K: return "q6_k";
+    default: return ember_type_name(t);
+    }
+}
+
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out) {
     static const struct { const char *name; ember_type t; } all[] = {
-        {"f32", EMBER_TYPE_F32}, {"f16", EMBER_TYPE_F16}, {"bf16", EMBER_TYPE_BF16}, {"q8_0", EMBER_TYPE_Q8_0}};
+        {"f32", EMBER_TYPE_F32},   {"f16", EMBER_TYPE_F16},   {"bf16", EMBER_TYPE_BF16}, {"q8_0", EMBER_TYPE_Q8_0},
+        {"q4_0", EMBER_TYPE_Q4_0}, {"q4_1", EMBER_TYPE_Q4_1}, {"q5_0", EMBER_TYPE_Q5_0}, {"q5_1", EMBER_TYPE_Q5_1},
+        {"q2_k", EMBER_TYPE_Q2_K}, {"q3_k", EMBER_TYPE_Q3_K}, {"q4_k", EMBER_TYPE_Q4_K}, {"q5_k", EMBER_TYPE_Q5_K},
+        {"q6_k", EMBER_TYPE_Q6_K}};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (s && strcmp(s, all[i].name) == 0) {
             *out = all[i].t;
@@ -125,9 +152,10 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
     s->gpt2 = is_family(f, "gpt2");
     if (!s->llama && !s->qwen3 && !s->qwen2 && !s->gemma4 && !s->gpt2)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: family '%s' is not one of llama, qwen3, qwen2, gemma4, gpt2", f);
-    if (p->dtype != EMBER_TYPE_F32 && p->dtype != EMBER_TYPE_F16 && p->dtype != EMBER_TYPE_BF16 &&
-        p->dtype != EMBER_TYPE_Q8_0)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: dtype %d is not one of f32, f16, bf16, q8_0", (int)p->dtype);
+    if (dtype_block(p->dtype) == 0)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: dtype %d is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                               "q2_k, q3_k, q4_k, q5_k, q6_k", (int)p->dtype);
     if (p->n_layer < 1 || p->n_layer > MAX_LAYERS || p->n_embd < 1 || p->n_embd > 65536 || p->n_ff < 1 ||
         p->n_ff > 262144 || p->n_vocab < 1 || p->n_vocab > 1000000 || p->n_ctx < 1 || p->n_ctx > (1 << 24) ||
         p->n_head < 1 || p->n_head > 1024 || p->n_head_kv < 0 || p->n_head_kv > 1024 || p->head_dim < 0 ||
@@ -233,14 +261,16 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
         if ((st = check_heads(p->n_head, s->n_head_kv_full, " (full layers)", err))) return st;
         if ((st = check_head_size(s->hd_swa, "sliding layers' ", err))) return st;
     }
-    if (p->dtype == EMBER_TYPE_Q8_0) {
-        bool ok = p->n_embd % 32 == 0 && p->n_ff % 32 == 0 && (p->n_head * s->hd) % 32 == 0;
-        if (s->gemma4) ok = ok && (p->n_head * s->hd_swa) % 32 == 0 && s->ple % 32 == 0;
+    const int64_t blk = dtype_block(p->dtype);
+    if (blk > 1) {
+        bool ok = p->n_embd % blk == 0 && p->n_ff % blk == 0 && (p->n_head * s->hd) % blk == 0;
+        if (s->gemma4) ok = ok && (p->n_head * s->hd_swa) % blk == 0 && s->ple % blk == 0;
         if (!ok)
             return ember_error_set(err, EMBER_ERR_ARG,
-                                   s->gemma4 ? "tiny model: q8_0 needs hidden, ff, heads*head_size (both kinds) and the "
-                                               "per-layer input width to be multiples of 32"
-                                             : "tiny model: q8_0 needs hidden, ff and heads*head_size to be multiples of 32");
+                                   s->gemma4 ? "tiny model: %s needs hidden, ff, heads*head_size (both kinds) and the "
+                                               "per-layer input width to be multiples of %lld"
+                                             : "tiny model: %s needs hidden, ff and heads*head_size to be multiples of %lld",
+                                   dtype_name(p->dtype), (long long)blk);
     }
     if (p->tokenizer && p->n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the embedded tokenizer needs a vocabulary of >= %d",
@@ -306,26 +336,33 @@ static void add_rope_freqs_partial(builder *b, int64_t n_rot) {
 }
 
 static uint32_t file_type(ember_type t) {
-    switch (t) { /* llama.cpp's LLAMA_FTYPE numbers */
+    switch (t) { /* llama.cpp's LLAMA_FTYPE numbers (the K-quants: the _S mixes, the closest to one type) */
     case EMBER_TYPE_F32: return 0;
     case EMBER_TYPE_F16: return 1;
+    case EMBER_TYPE_Q4_0: return 2;
+    case EMBER_TYPE_Q4_1: return 3;
     case EMBER_TYPE_Q8_0: return 7;
+    case EMBER_TYPE_Q5_0: return 8;
+    case EMBER_TYPE_Q5_1: return 9;
+    case EMBER_TYPE_Q2_K: return 10;
+    case EMBER_TYPE_Q3_K: return 11;
+    case EMBER_TYPE_Q4_K: return 14;
+    case EMBER_TYPE_Q5_K: return 16;
+    case EMBER_TYPE_Q6_K: return 18;
     case EMBER_TYPE_BF16: return 32;
-    default: return 0; /* the writer refuses the other types */
+    default: return 0;
     }
 }
 
 /* general.* and the size keys every family has, in llama.cpp's order. */
 static void add_common_metadata(const ember_tiny_model_params *p, const shape *s, ember_gguf_writer *w) {
     char key[160], name[96];
-    static const char *dtype_names[] = {[EMBER_TYPE_F32] = "f32", [EMBER_TYPE_F16] = "f16",
-                                        [EMBER_TYPE_Q8_0] = "q8_0", [EMBER_TYPE_BF16] = "bf16"};
     ember_gguf_writer_set_string(w, "general.architecture", s->arch);
-    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_names[p->dtype], (unsigned long long)p->seed);
+    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_name(p->dtype), (unsigned long long)p->seed);
     ember_gguf_writer_set_string(w, "general.name", name);
     ember_gguf_writer_set_u32(w, "general.alignment", 32);
     ember_gguf_writer_set_u32(w, "general.file_type", file_type(p->dtype));
-    if (p->dtype == EMBER_TYPE_Q8_0) ember_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (dtype_block(p->dtype) > 1) ember_gguf_writer_set_u32(w, "general.quantization_version", 2);
     snprintf(key, sizeof key, "%s.vocab_size", s->arch);
     ember_gguf_writer_set_u32(w, key, (uint32_t)p->n_vocab);
     snprintf(key, sizeof key, "%s.context_length", s->arch);

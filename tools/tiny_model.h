@@ -72,7 +72,8 @@ ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);
 extern const char *const ember_tiny_model_shapes[];
 
-/* "f32" | "f16" | "bf16" | "q8_0" */
+/* "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" |
+ * "q6_k" */
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out);
 
 #endif

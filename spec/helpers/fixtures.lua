@@ -32,9 +32,10 @@ end
 
 local shell_quote = require("ember.fs").shell_quote
 
--- Names of the parity cases (sub-folders of <root>/parity), sorted; empty if the folder is missing.
-function M.parity_cases()
-  local dir = M.root .. "/parity"
+-- Names of the parity cases (sub-folders of <root>/<folder>, default "parity"), sorted; empty if
+-- the folder is missing.
+function M.parity_cases(folder)
+  local dir = M.root .. "/" .. (folder or "parity")
   local p = io.popen("ls -1 " .. shell_quote(dir) .. " 2>/dev/null")
   local names = {}
   for line in p:lines() do

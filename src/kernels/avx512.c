@@ -442,6 +442,8 @@ const ember_kernel_ops ember_kernels_avx512 = {
         [EMBER_TYPE_BF16] = {.rows = rows_bf16},
         [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
                              .pack_size = q8g_pack_size, .pack = q8g_pack},
+        /* no kernels of this set yet: the reference product, bit-identical to the reference set */
+        EMBER_MM_REFERENCE_PRODUCTS,
     },
     .dot_f32 = avx512_dot_f32,
     .attn_head = avx512_attn_head,

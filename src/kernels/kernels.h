@@ -106,6 +106,21 @@ extern const ember_kernel_ops ember_kernels_avx512;
  * reference (same double-precision angles, same f32 rotation), used by the SIMD sets. */
 void ember_rope_heads_fast(float *x, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, float base, bool neox,
                            const float *freq_factors);
+/* ref.c: the reference product of any type with a to_float (rows of y = x W^T): each weight row is
+ * dequantized exactly, a chunk at a time, and multiplied with the f32 activations, s += w_i * x_i
+ * in increasing i. */
+void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                          int64_t n_tok, int64_t o0, int64_t o1);
+/* The 4- to 6-bit weight types (quants.h), as `mm` table entries: the reference set's products,
+ * and what the SIMD sets use for them until they have kernels of their own — the same
+ * dequantize-then-f32 product, explicitly listed (docs/kernels.md, "Weights of the 4- to 6-bit
+ * types"), so every set runs these models and agrees with the reference bit for bit. */
+#define EMBER_MM_REFERENCE_PRODUCTS                                                                      \
+    [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference}, \
+    [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference}, \
+    [EMBER_TYPE_Q2_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q3_K] = {.rows = ember_rows_reference}, \
+    [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference}, \
+    [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference}
 /* ref.c: the get_row every set uses (the type's traits to_float; exact). */
 void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out);
 /* ref.c: the gelu_mul_ref every set uses. */

@@ -74,8 +74,8 @@ static float ref_dot_f32(const float *a, const float *b, int64_t n) {
 /* Rows [o0, o1) of y = x W^T for any type with a to_float: the weights are read as f32 exactly
  * (a chunk of a row at a time, shared by the tokens) and multiplied with the f32 activations as
  * they are; each output is s += w_i * x_i in increasing i. */
-static void ref_rows(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                     int64_t n_tok, int64_t o0, int64_t o1) {
+void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                          int64_t n_tok, int64_t o0, int64_t o1) {
     (void)xa;
     (void)xa_stride;
     const ember_type_traits *tr = ember_type_traits_get(w->type);
@@ -137,10 +137,11 @@ static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
     .mm = {
-        [EMBER_TYPE_F32] = {.rows = ref_rows},
-        [EMBER_TYPE_F16] = {.rows = ref_rows},
-        [EMBER_TYPE_BF16] = {.rows = ref_rows},
-        [EMBER_TYPE_Q8_0] = {.rows = ref_rows},
+        [EMBER_TYPE_F32] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_F16] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_BF16] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q8_0] = {.rows = ember_rows_reference},
+        EMBER_MM_REFERENCE_PRODUCTS,
     },
     .dot_f32 = ref_dot_f32,
     .attn_head = ref_attn_head,

@@ -2,6 +2,7 @@
  * how to read a row as f32, which activation type its products want and how to quantize into it.
  * The kernel sets' product tables (ref.c, avx2.c, avx512.c) are indexed by the same type ids. */
 #include "kernels.h"
+#include "quants.h"
 
 #include <string.h>
 
@@ -37,9 +38,9 @@ static void q8_0_to_float(const void *row, float *out, int64_t n) {
 
 static void q8_0_from_float(const float *x, void *y, int64_t n) { ember_quantize_row_q8_0(x, y, n); }
 
-/* Types with a block size and no kernels yet carry their geometry (so sizes and names are right
- * and a file holding them is refused with a clear message) and to_float = NULL until implemented
- * (see docs/kernels.md, "Adding a weight type"). */
+/* Types with a block size and no kernels carry their geometry (so sizes and names are right and a
+ * file holding them is refused with a clear message) and to_float = NULL (see docs/kernels.md,
+ * "Adding a weight type"). */
 static const ember_type_traits traits[EMBER_TYPE_COUNT] = {
     [EMBER_TYPE_F32] = {.name = "f32", .block_size = 1, .block_bytes = sizeof(float), .to_float = f32_to_float,
                         .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
@@ -50,17 +51,33 @@ static const ember_type_traits traits[EMBER_TYPE_COUNT] = {
     [EMBER_TYPE_Q8_0] = {.name = "q8_0", .block_size = EMBER_QK8_0, .block_bytes = sizeof(ember_block_q8_0),
                          .to_float = q8_0_to_float, .vec_dot_type = EMBER_TYPE_Q8_0,
                          .from_float = q8_0_from_float, .matmul = true},
-    [EMBER_TYPE_Q4_0] = {.name = "q4_0", .block_size = EMBER_QK4_0, .block_bytes = sizeof(ember_block_q4_0)},
-    [EMBER_TYPE_Q4_1] = {.name = "q4_1", .block_size = EMBER_QK4_1, .block_bytes = sizeof(ember_block_q4_1)},
-    [EMBER_TYPE_Q5_0] = {.name = "q5_0", .block_size = EMBER_QK5_0, .block_bytes = sizeof(ember_block_q5_0)},
-    [EMBER_TYPE_Q5_1] = {.name = "q5_1", .block_size = EMBER_QK5_1, .block_bytes = sizeof(ember_block_q5_1)},
+    /* The 4- to 6-bit weight types (quants.h): every set multiplies them by the reference product
+     * (dequantize exactly, f32 dot with the f32 activations) until it has kernels of its own, so
+     * they take no activation type yet. */
+    [EMBER_TYPE_Q4_0] = {.name = "q4_0", .block_size = EMBER_QK4_0, .block_bytes = sizeof(ember_block_q4_0),
+                         .to_float = ember_dequantize_row_q4_0, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q4_1] = {.name = "q4_1", .block_size = EMBER_QK4_1, .block_bytes = sizeof(ember_block_q4_1),
+                         .to_float = ember_dequantize_row_q4_1, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q5_0] = {.name = "q5_0", .block_size = EMBER_QK5_0, .block_bytes = sizeof(ember_block_q5_0),
+                         .to_float = ember_dequantize_row_q5_0, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q5_1] = {.name = "q5_1", .block_size = EMBER_QK5_1, .block_bytes = sizeof(ember_block_q5_1),
+                         .to_float = ember_dequantize_row_q5_1, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
     [EMBER_TYPE_Q8_1] = {.name = "q8_1", .block_size = EMBER_QK8_1, .block_bytes = sizeof(ember_block_q8_1)},
-    [EMBER_TYPE_Q2_K] = {.name = "q2_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q2_K)},
-    [EMBER_TYPE_Q3_K] = {.name = "q3_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q3_K)},
-    [EMBER_TYPE_Q4_K] = {.name = "q4_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q4_K)},
-    [EMBER_TYPE_Q5_K] = {.name = "q5_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q5_K)},
-    [EMBER_TYPE_Q6_K] = {.name = "q6_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q6_K)},
-    [EMBER_TYPE_Q8_K] = {.name = "q8_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q8_K)},
+    [EMBER_TYPE_Q2_K] = {.name = "q2_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q2_K),
+                         .to_float = ember_dequantize_row_q2_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q3_K] = {.name = "q3_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q3_K),
+                         .to_float = ember_dequantize_row_q3_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q4_K] = {.name = "q4_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q4_K),
+                         .to_float = ember_dequantize_row_q4_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q5_K] = {.name = "q5_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q5_K),
+                         .to_float = ember_dequantize_row_q5_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    [EMBER_TYPE_Q6_K] = {.name = "q6_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q6_K),
+                         .to_float = ember_dequantize_row_q6_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+    /* Q8_K is an activation type (what llama.cpp quantizes activations into for the K-quant
+     * products), never a weight in the files ember reads: no to_float, so a file holding it is
+     * refused; from_float is its quantizer (the oracle for the fast path to come). */
+    [EMBER_TYPE_Q8_K] = {.name = "q8_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q8_K),
+                         .from_float = ember_quantize_row_q8_k},
 };
 
 const ember_type_traits *ember_type_traits_get(uint32_t type) {

@@ -2,6 +2,8 @@
  * The .npz reader handles only stored (uncompressed) zip entries, which is what the fixtures use. */
 #include "test_support.h"
 
+#include <stdarg.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +20,16 @@ bool ember_test_check(bool ok, const char *expr, const char *file, int line, con
     ember_test_failed++;
     fprintf(stderr, "FAIL %s:%d: %s%s%s\n", file, line, expr, msg ? " -- " : "", msg ? msg : "");
     return false;
+}
+
+bool ember_test_checkf(bool ok, const char *expr, const char *file, int line, const char *fmt, ...) {
+    if (ok) return ember_test_check(true, expr, file, line, NULL);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ember_test_check(false, expr, file, line, msg);
 }
 
 int ember_test_finish(void) {

@@ -17,6 +17,10 @@ extern int ember_test_passed, ember_test_failed;
     "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b, (double)(b), (double)(tol))
 
 bool ember_test_check(bool ok, const char *expr, const char *file, int line, const char *msg);
+/* CHECK_MSG as an expression: returns whether the check passed, so a test can stop on failure. */
+#define CHECKF(cond, ...) ember_test_checkf((cond), #cond, __FILE__, __LINE__, __VA_ARGS__)
+bool ember_test_checkf(bool ok, const char *expr, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Prints the closing line; returns the process exit code (0 only when nothing failed). */
 int ember_test_finish(void);
 /* Exit code 77 (ctest: skipped) with a message naming what was missing. */

@@ -39,6 +39,8 @@ typedef struct {
     const char *arch;      /* optional: refuse the file if its family differs */
     ember_kernels kernels; /* EMBER_KERNELS_AUTO by default */
     int n_threads;         /* <= 0: number of cores */
+    bool allow_nonfinite;  /* sessions of this model keep going on NaN/Inf logits instead of failing
+                              (their default; see ember_session_set_allow_nonfinite) */
 } ember_model_params;
 
 typedef struct {
@@ -128,6 +130,10 @@ int64_t ember_session_position(const ember_session *s);
 int64_t ember_session_context(const ember_session *s);
 void ember_session_reset(ember_session *s);
 const ember_model *ember_session_model(const ember_session *s);
+/* Every evaluation checks its logits once: a NaN or infinity fails it with EMBER_ERR_NONFINITE
+ * naming the first stage and layer where a non-finite value appeared (found by a second pass that
+ * runs only then). allow = true skips the check, for research runs that want the NaNs. */
+void ember_session_set_allow_nonfinite(ember_session *s, bool allow);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 

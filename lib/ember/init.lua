@@ -16,11 +16,21 @@ core.classes.Model.__methods.generate = require("ember.generate").generate
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")
 
-local LOAD_OPTIONS = { model = true, tokenizer = true, arch = true, kernels = true, threads = true }
+local LOAD_OPTIONS = { model = true, tokenizer = true, arch = true, kernels = true, threads = true,
+  allow_nonfinite = true, tokenizer_check = true }
 
--- ember.load{ model=, tokenizer=, arch=, kernels=, threads= } -> ember.Model
+local function is_ember_tokenizer(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__name == "ember.Tokenizer"
+end
+
+-- ember.load{ model=, tokenizer=, arch=, kernels=, threads=, allow_nonfinite=, tokenizer_check= }
+-- -> ember.Model
 -- tokenizer= is a tokenizer.json path or an ember.Tokenizer; without it the model uses the
--- vocabulary embedded in its GGUF (looked up on first use of model.tokenizer).
+-- vocabulary embedded in its GGUF (looked up on first use of model.tokenizer). A given
+-- ember.Tokenizer is compared with the GGUF's embedded vocabulary, when it has one (size, BOS/EOS,
+-- a sample of pieces); tokenizer_check = false skips that. allow_nonfinite = true lets evaluations
+-- go on when the logits hold NaN or infinity (by default they fail, naming where it started).
 function M.load(opts)
   if type(opts) == "string" then return core.load(opts) end
   if type(opts) ~= "table" then
@@ -32,7 +42,11 @@ function M.load(opts)
       -- let the core name the option and suggest the closest one
       return core.load(opts)
     end
-    if k ~= "tokenizer" then copy[k] = v end
+    if k ~= "tokenizer" and k ~= "tokenizer_check" then copy[k] = v end
+  end
+  if opts.tokenizer_check ~= nil and type(opts.tokenizer_check) ~= "boolean" then
+    error("bad argument #1 to 'load' (option 'tokenizer_check' must be a boolean, got "
+      .. type(opts.tokenizer_check) .. ")", 2)
   end
   local tok = opts.tokenizer
   if tok ~= nil and type(tok) ~= "string" and type(tok) ~= "userdata" then
@@ -41,6 +55,13 @@ function M.load(opts)
   end
   if type(tok) == "string" then tok = M.tokenizer { file = tok } end -- before the model: fail fast
   local model = core.load(copy)
+  if tok ~= nil and opts.tokenizer_check ~= false and is_ember_tokenizer(tok) then
+    local ok, why = core.tokenizer_check(tok, model)
+    if not ok then
+      model:close()
+      error("load: " .. why, 0)
+    end
+  end
   if tok ~= nil then model:set_tokenizer(tok) end
   return model
 end

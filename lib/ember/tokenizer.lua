@@ -24,15 +24,57 @@ local function is_null(v)
   return v == nil or v == null
 end
 
+-- Text from a file, made safe for a message: control bytes, DEL, quotes and backslashes as \xNN,
+-- cut short after 120 bytes.
+local function esc(v)
+  local s = tostring(v)
+  local cut = #s > 120
+  if cut then s = s:sub(1, 120) end
+  s = s:gsub("[%c\127'\\]", function(c) return string.format("\\x%02X", c:byte()) end)
+  return cut and s .. "..." or s
+end
+
+-- The largest tokenizer.json or tokenizer_config.json read (real ones are under 40 MB).
+local MAX_JSON_BYTES = 256 * 1024 * 1024
+
+-- Returns the decoded value and the raw text. Only regular files are read (core.read_file: a FIFO
+-- or a directory is an error naming it, never a hang).
 local function read_json(path, what)
-  local f, why = io.open(path, "rb")
-  if not f then fail("cannot open %s: %s", what, why) end
-  local text = f:read("a")
-  f:close()
+  local text, why = core.read_file(path, MAX_JSON_BYTES)
+  if not text then fail("cannot open %s: %s", what, why) end
   local ok, value = pcall(cjson.decode, text)
-  if not ok then fail("%s: invalid JSON (%s)", path, tostring(value)) end
+  if not ok then fail("%s: invalid JSON (%s)", path, esc(tostring(value):gsub("^.-:%d+: ", ""))) end
   if type(value) ~= "table" then fail("%s: expected a JSON object at the top level", path) end
-  return value
+  return value, text
+end
+
+-- lua-cjson decodes [] and {} alike, so whether an empty table was written as an array is read
+-- from the text: every `"key": ` in the file must be followed by '['.
+local function spelled_as_object(text, key)
+  for pre, open in text:gmatch('(.)"' .. key .. '"%s*:%s*([%[{])') do
+    if pre ~= "\\" and open == "{" then return true end
+  end
+  return false
+end
+
+-- A JSON array: a table whose keys are exactly 1..n (an empty one checked in the text).
+local function check_array(t, text, key, field, path)
+  if type(t) ~= "table" then fail("%s: %s must be an array, got %s", path, field, type(t)) end
+  local n = 0
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 then fail("%s: %s must be an array, got an object", path, field) end
+    n = n + 1
+  end
+  if n ~= #t then fail("%s: %s must be an array, got an object", path, field) end
+  if n == 0 and spelled_as_object(text, key) then fail("%s: %s must be an array, got an object", path, field) end
+end
+
+-- An id as JSON writes it: a number with an integer value (cjson gives floats), never a string.
+local function check_id(v, field, path)
+  if type(v) ~= "number" or v ~= math.floor(v) or v ~= v or v == math.huge or v == -math.huge then
+    fail("%s: %s must be an integer id, got %s%s", path, field, type(v),
+      type(v) == "string" and " '" .. esc(v) .. "'" or type(v) == "number" and " " .. tostring(v) or "")
+  end
 end
 
 local function type_of(node)
@@ -62,7 +104,7 @@ local function read_normalizer(node, cfg, path)
     cfg.add_space_prefix = true
   else
     fail("%s: normalizer '%s' is not supported (ember knows NFC, Replace ' ' -> '\u{2581}', "
-      .. "Prepend '\u{2581}' and Sequence of these)", path, t)
+      .. "Prepend '\u{2581}' and Sequence of these)", path, esc(t))
   end
 end
 
@@ -88,7 +130,7 @@ local function read_pre_tokenizer(node, cfg, path)
     local pattern = type(node.pattern) == "table" and node.pattern or {}
     if pattern.Regex then
       local pre = KNOWN_REGEXES[pattern.Regex]
-      if not pre then fail("%s: pre_tokenizer Split pattern is not one ember implements: %s", path, pattern.Regex) end
+      if not pre then fail("%s: pre_tokenizer Split pattern is not one ember implements: %s", path, esc(pattern.Regex)) end
       if node.behavior ~= "Isolated" or node.invert then
         fail("%s: pre_tokenizer Split must be behavior = Isolated, invert = false", path)
       end
@@ -96,11 +138,11 @@ local function read_pre_tokenizer(node, cfg, path)
     elseif pattern.String == " " and cfg.escape_spaces then
       -- the normalizer has already turned every ' ' into U+2581, so this split never fires
     else
-      fail("%s: pre_tokenizer Split on %s is not supported", path, cjson.encode(node.pattern))
+      fail("%s: pre_tokenizer Split on %s is not supported", path, esc(cjson.encode(node.pattern)))
     end
   else
     fail("%s: pre_tokenizer '%s' is not supported (ember knows ByteLevel, Split with the GPT-2, "
-      .. "LLaMA 3 or Qwen2 pattern, and Sequence of these)", path, t)
+      .. "LLaMA 3 or Qwen2 pattern, and Sequence of these)", path, esc(t))
   end
 end
 
@@ -120,7 +162,7 @@ local function read_decoder(node, cfg, path)
       fail("%s: decoder Replace other than '\u{2581}' -> ' ' is not supported", path)
     end
   elseif t ~= "ByteLevel" and t ~= "ByteFallback" and t ~= "Fuse" then
-    fail("%s: decoder '%s' is not supported", path, t)
+    fail("%s: decoder '%s' is not supported", path, esc(t))
   end
 end
 
@@ -144,7 +186,7 @@ local function read_post_processor(node, path)
     end
     return nil
   end
-  fail("%s: post_processor '%s' is not supported", path, t)
+  fail("%s: post_processor '%s' is not supported", path, esc(t))
 end
 
 -- "<bos>" or { content = "<bos>" } (tokenizer_config.json writes both forms).
@@ -158,29 +200,41 @@ local function dirname(path)
   return path:match("^(.*)/[^/]*$") or "."
 end
 
+-- Whether something sits at path (without opening it: a FIFO must not block the probe).
 local function file_exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() end
-  return f ~= nil
+  local text, why = core.read_file(path, 0)
+  if text then return true end
+  return not why:find("No such file or directory", 1, true)
 end
 
 local function from_json(opts)
   local path = opts.file
-  local j = read_json(path, "tokenizer file")
+  local j, text = read_json(path, "tokenizer file")
   local model = j.model
   if type(model) ~= "table" then fail("%s: has no \"model\" object", path) end
   if model.type ~= "BPE" then
-    fail("%s: model type '%s' is not supported (ember implements BPE)", path, tostring(model.type))
+    fail("%s: model type '%s' is not supported (ember implements BPE)", path, esc(model.type))
   end
   if not is_null(model.dropout) and model.dropout ~= 0 then fail("%s: BPE dropout is not supported", path) end
   for _, k in ipairs({ "continuing_subword_prefix", "end_of_word_suffix" }) do
     if not is_null(model[k]) and model[k] ~= "" then fail("%s: BPE %s is not supported", path, k) end
   end
   if type(model.vocab) ~= "table" then fail("%s: model.vocab must be an object", path) end
-  if not is_null(model.merges) and type(model.merges) ~= "table" then fail("%s: model.merges must be an array", path) end
+  for k, v in pairs(model.vocab) do
+    if type(k) ~= "string" then fail("%s: model.vocab must be an object, got an array", path) end
+    check_id(v, "model.vocab['" .. esc(k) .. "']", path)
+  end
+  if not is_null(model.merges) then check_array(model.merges, text, "merges", "model.merges", path) end
   local added = j.added_tokens
   if is_null(added) then added = {} end
-  if type(added) ~= "table" then fail("%s: added_tokens must be an array", path) end
+  check_array(added, text, "added_tokens", "added_tokens", path)
+  for i, a in ipairs(added) do
+    if type(a) ~= "table" then fail("%s: added_tokens[%d] must be an object", path, i) end
+    check_id(a.id, "added_tokens[" .. i .. "].id", path)
+    if type(a.content) ~= "string" then
+      fail("%s: added_tokens[%d].content must be a string, got %s", path, i, type(a.content))
+    end
+  end
 
   local cfg = {
     source = path, model = "bpe", pre = "none",
@@ -207,7 +261,7 @@ local function from_json(opts)
   end
   if not is_null(model.unk_token) then
     cfg.unk_id = id_of(model.unk_token)
-    if not cfg.unk_id then fail("%s: unk_token '%s' is not in the vocabulary", path, tostring(model.unk_token)) end
+    if not cfg.unk_id then fail("%s: unk_token '%s' is not in the vocabulary", path, esc(model.unk_token)) end
   end
 
   -- BOS/EOS: tokenizer_config.json, then the post-processor template, then the LLaMA 3 rule
@@ -232,7 +286,7 @@ local function from_json(opts)
     add_bos = false
   end
   cfg.bos_id = id_of(bos_name)
-  if bos_name and not cfg.bos_id then fail("%s: BOS token '%s' is not in the vocabulary", path, bos_name) end
+  if bos_name and not cfg.bos_id then fail("%s: BOS token '%s' is not in the vocabulary", path, esc(bos_name)) end
   local eos_name = token_name(config.eos_token)
   if not eos_name then
     for _, name in ipairs({ "<|endoftext|>", "<|end_of_text|>", "<eos>", "</s>" }) do
@@ -240,7 +294,7 @@ local function from_json(opts)
     end
   end
   cfg.eos_id = id_of(eos_name)
-  if eos_name and not cfg.eos_id then fail("%s: EOS token '%s' is not in the vocabulary", path, eos_name) end
+  if eos_name and not cfg.eos_id then fail("%s: EOS token '%s' is not in the vocabulary", path, esc(eos_name)) end
   cfg.add_bos = add_bos and cfg.bos_id ~= nil
   return cfg
 end

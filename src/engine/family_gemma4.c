@@ -125,10 +125,10 @@ static ember_status per_layer_int(binder *b, const char *suffix, int64_t l, int6
     snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
     const gguf_kv *kv = ember_gguf_find(b->m->gguf, key);
     if (!kv) return bind_fail(b, EMBER_ERR_FORMAT, "missing metadata key '%s'", key);
-    if (kv->value.type != GGUF_TYPE_ARRAY) return hp_int(b, suffix, out, true, 0);
+    if (kv->value.type != GGUF_TYPE_ARRAY) return hp_dim(b, suffix, out, true, 0);
     double v;
     if (kv->value.v.arr.count != (uint64_t)b->m->n_layer || !ember_gguf_array_number(&kv->value, (uint64_t)l, &v) ||
-        v < 0 || v > (double)(1 << 30))
+        !(v >= 0) || v > (double)b->m->gguf->max_extent)
         return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' must hold one number per layer (%lld)", key,
                          (long long)b->m->n_layer);
     *out = (int64_t)v;
@@ -152,21 +152,24 @@ ember_status ember_gemma4_bind(binder *b) {
     ember_model *m = b->m;
     int64_t hd_full, hd_swa, rot_full, rot_swa, shared;
     float base_full, base_swa;
-    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
-    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
-    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(hp_block_count(b, &m->n_layer));
+    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
     TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 8192));
-    TRY(hp_int(b, "attention.key_length", &hd_full, true, 0));
-    TRY(hp_int(b, "attention.key_length_swa", &hd_swa, false, hd_full));
-    TRY(hp_int(b, "rope.dimension_count", &rot_full, false, hd_full));
-    TRY(hp_int(b, "rope.dimension_count_swa", &rot_swa, false, hd_swa));
-    TRY(hp_float(b, "rope.freq_base", &base_full, 1000000.0f));
-    TRY(hp_float(b, "rope.freq_base_swa", &base_swa, 10000.0f));
+    TRY(hp_dim(b, "attention.key_length", &hd_full, true, 0));
+    TRY(hp_dim(b, "attention.key_length_swa", &hd_swa, false, hd_full));
+    TRY(hp_dim(b, "rope.dimension_count", &rot_full, false, hd_full));
+    TRY(hp_dim(b, "rope.dimension_count_swa", &rot_swa, false, hd_swa));
+    TRY(hp_float_positive(b, "rope.freq_base", &base_full, 1000000.0f));
+    TRY(hp_float_positive(b, "rope.freq_base_swa", &base_swa, 10000.0f));
     TRY(hp_int(b, "attention.sliding_window", &m->window, true, 0));
     TRY(hp_int(b, "attention.shared_kv_layers", &shared, false, 0));
-    TRY(hp_int(b, "embedding_length_per_layer_input", &m->ple_dim, false, 0));
+    TRY(hp_dim(b, "embedding_length_per_layer_input", &m->ple_dim, false, 0));
     TRY(hp_float(b, "final_logit_softcapping", &m->softcap, 0.0f));
-    TRY(hp_float(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
+    if (!isfinite(m->softcap) || m->softcap < 0.0f)
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.final_logit_softcapping' = %g must be finite and >= 0",
+                         b->arch, (double)m->softcap);
+    TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || shared >= m->n_layer || hd_full < 2 || hd_swa < 2 ||
         rot_full > hd_full || rot_swa > hd_swa || rot_full % 2 || rot_swa % 2)
         return bind_fail(b, EMBER_ERR_FORMAT, "inconsistent hyper-parameters (%lld layers, %lld shared-KV layers, head sizes %lld/%lld)",
@@ -184,9 +187,11 @@ ember_status ember_gemma4_bind(binder *b) {
     if (!m->output.data) m->output = m->tok_embd;
     TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
     TRY(bind_vec(b, "rope_freqs.weight", rot_full / 2, false, &m->rope_freqs));
+    int64_t ple_width = 0;
+    TRY(hp_mul(b, "per-layer input width (layers x per-layer width)", m->n_layer, m->ple_dim, &ple_width));
     if (m->ple_dim > 0) {
-        TRY(bind_mat(b, "per_layer_token_embd.weight", m->n_layer * m->ple_dim, m->n_vocab, true, &m->ple_tok_embd));
-        TRY(bind_mat(b, "per_layer_model_proj.weight", m->n_embd, m->n_layer * m->ple_dim, true, &m->ple_proj));
+        TRY(bind_mat(b, "per_layer_token_embd.weight", ple_width, m->n_vocab, true, &m->ple_tok_embd));
+        TRY(bind_mat(b, "per_layer_model_proj.weight", m->n_embd, ple_width, true, &m->ple_proj));
         TRY(bind_vec(b, "per_layer_proj_norm.weight", m->ple_dim, true, &m->ple_proj_norm));
     }
 
@@ -207,14 +212,15 @@ ember_status ember_gemma4_bind(binder *b) {
         L->n_rot = L->sliding ? rot_swa : rot_full;
         L->rope_base = L->sliding ? base_swa : base_full;
         L->rope_freqs = L->sliding ? NULL : m->rope_freqs; /* proportional RoPE: full layers only */
-        L->kv_dim = L->n_head_kv * L->head_dim;
+        TRY(hp_mul(b, "key/value width (KV heads x head size)", L->n_head_kv, L->head_dim, &L->kv_dim));
         /* Shared-KV layers read the last cache of their own kind before kv_from. */
         L->kv_source = l < kv_from ? l : kv_from - (L->sliding ? 2 : 1);
         if (L->kv_source < 0 || m->layers[L->kv_source].sliding != L->sliding ||
             m->layers[L->kv_source].kv_dim != L->kv_dim)
             return bind_fail(b, EMBER_ERR_FORMAT, "layer %lld shares the KV cache of layer %lld, which has another kind or shape",
                              (long long)l, (long long)L->kv_source);
-        const int64_t q_dim = m->n_head * L->head_dim;
+        int64_t q_dim;
+        TRY(hp_mul(b, "query width (heads x head size)", m->n_head, L->head_dim, &q_dim));
         TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
         TRY(bind_mat(b, NAME("attn_q.weight"), d, q_dim, true, &L->wq));
         TRY(bind_vec(b, NAME("attn_q_norm.weight"), L->head_dim, true, &L->q_norm));

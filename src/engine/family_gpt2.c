@@ -67,16 +67,17 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
 /* Hyper-parameters and tensors of GPT-2 (llama.cpp's names: attn_qkv, position_embd, ...). */
 ember_status ember_gpt2_bind(binder *b) {
     ember_model *m = b->m;
-    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
-    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
-    TRY(hp_int(b, "feed_forward_length", &m->n_ff, false, 0));
-    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
-    TRY(hp_int(b, "context_length", &m->n_ctx_train, true, 0));
-    TRY(hp_float(b, "attention.layer_norm_epsilon", &m->norm_eps, 1e-5f));
+    TRY(hp_block_count(b, &m->n_layer));
+    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_dim(b, "feed_forward_length", &m->n_ff, false, 0));
+    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
+    /* learned positions: the context is a tensor dimension too */
+    TRY(hp_dim(b, "context_length", &m->n_ctx_train, true, 0));
+    TRY(hp_float_positive(b, "attention.layer_norm_epsilon", &m->norm_eps, 1e-5f));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_embd % m->n_head || m->n_ctx_train < 1)
         return bind_fail(b, EMBER_ERR_FORMAT, "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads",
                          (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head);
-    if (m->n_ff == 0) m->n_ff = 4 * m->n_embd;
+    if (m->n_ff == 0) TRY(hp_mul(b, "default MLP width (4 x width)", 4, m->n_embd, &m->n_ff));
     m->n_head_kv = m->n_head;
     m->head_dim = m->n_embd / m->n_head;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);

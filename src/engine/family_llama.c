@@ -71,28 +71,28 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
 /* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
 ember_status ember_llama_bind(binder *b) {
     ember_model *m = b->m;
-    TRY(hp_int(b, "block_count", &m->n_layer, true, 0));
-    TRY(hp_int(b, "embedding_length", &m->n_embd, true, 0));
-    TRY(hp_int(b, "feed_forward_length", &m->n_ff, true, 0));
-    TRY(hp_int(b, "attention.head_count", &m->n_head, true, 0));
-    TRY(hp_int(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
+    TRY(hp_block_count(b, &m->n_layer));
+    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(hp_dim(b, "feed_forward_length", &m->n_ff, true, 0));
+    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(hp_dim(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
     TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 2048));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->n_head % m->n_head_kv)
         return bind_fail(b, EMBER_ERR_FORMAT,
                          "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads, %lld KV heads",
                          (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
-    TRY(hp_int(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
+    TRY(hp_dim(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
     int64_t v_len;
-    TRY(hp_int(b, "attention.value_length", &v_len, false, m->head_dim));
+    TRY(hp_dim(b, "attention.value_length", &v_len, false, m->head_dim));
     if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
         return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
                          (long long)m->head_dim, (long long)v_len);
-    TRY(hp_int(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
+    TRY(hp_dim(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
     if (m->n_rot > m->head_dim || m->n_rot % 2)
         return bind_fail(b, EMBER_ERR_FORMAT, "rope.dimension_count %lld does not fit head size %lld",
                          (long long)m->n_rot, (long long)m->head_dim);
-    TRY(hp_float(b, "rope.freq_base", &m->rope_base, 10000.0f));
-    TRY(hp_float(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
+    TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
+    TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
     m->rope_neox = m->family != EMBER_FAMILY_LLAMA;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
 
@@ -107,7 +107,9 @@ ember_status ember_llama_bind(binder *b) {
 
     m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
     if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
-    int64_t q_dim = m->n_head * m->head_dim, kv_dim = m->n_head_kv * m->head_dim;
+    int64_t q_dim, kv_dim;
+    TRY(hp_mul(b, "query width (heads x head size)", m->n_head, m->head_dim, &q_dim));
+    TRY(hp_mul(b, "key/value width (KV heads x head size)", m->n_head_kv, m->head_dim, &kv_dim));
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];
         char n[128];

@@ -1,6 +1,9 @@
 /* gguf.c — maps a GGUF file and validates every byte it will later trust.
  * Must not know about models or families; it reports what the file says, or why it cannot. */
 #include "gguf.h"
+#include "escape.h"
+#include "file.h"
+#include "mapguard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +18,8 @@
 #define GGUF_DEFAULT_ALIGNMENT 32
 /* Nesting deeper than this is not a real file; it only guards the recursion. */
 #define GGUF_MAX_ARRAY_DEPTH 8
+/* Bytes of a key or tensor name shown in a message (escaped). */
+#define GGUF_NAME_SHOWN 200
 
 /* A cursor over the mapping; every read is checked against the end. */
 typedef struct {
@@ -134,6 +139,17 @@ static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out,
     return fail(r, "truncated value");
 }
 
+const char *gguf_value_type_name(gguf_value_type t) {
+    static const char *names[GGUF_TYPE_COUNT] = {
+        [GGUF_TYPE_UINT8] = "u8",   [GGUF_TYPE_INT8] = "i8",     [GGUF_TYPE_UINT16] = "u16",
+        [GGUF_TYPE_INT16] = "i16",  [GGUF_TYPE_UINT32] = "u32",  [GGUF_TYPE_INT32] = "i32",
+        [GGUF_TYPE_FLOAT32] = "f32", [GGUF_TYPE_BOOL] = "bool",  [GGUF_TYPE_STRING] = "string",
+        [GGUF_TYPE_ARRAY] = "array", [GGUF_TYPE_UINT64] = "u64", [GGUF_TYPE_INT64] = "i64",
+        [GGUF_TYPE_FLOAT64] = "f64",
+    };
+    return (unsigned)t < GGUF_TYPE_COUNT ? names[t] : "unknown";
+}
+
 /* A type ember can read (its traits have a to_float); whether a kernel set multiplies by it is
  * checked when the model's matrices are prepared. */
 static bool type_supported(uint32_t t) {
@@ -155,8 +171,19 @@ static void supported_list(char *buf, size_t cap) {
     }
 }
 
-static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) {
+/* "blk.N." -> N (at most 9 digits), else -1. */
+static int64_t block_number(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    int64_t n = 0;
+    int digits = 0;
+    const char *p = name + 4;
+    for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) n = n * 10 + (*p - '0');
+    return digits >= 1 && digits <= 9 && *p == '.' ? n : -1;
+}
+
+static ember_status read_tensor_info(reader *r, gguf_tensor *t) {
     gguf_str name;
+    char q[GGUF_NAME_SHOWN * 4 + 8];
     if (!rd_str(r, &name)) return fail(r, "truncated tensor name");
     if (name.len == 0 || name.len > 256) return fail(r, "tensor name is empty or longer than 256 bytes");
     t->name = malloc(name.len + 1);
@@ -164,20 +191,19 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) 
     memcpy(t->name, name.ptr, name.len);
     t->name[name.len] = 0;
     if (memchr(t->name, 0, name.len)) return fail(r, "tensor name contains a NUL byte");
+    ember_escape(q, sizeof q, t->name, name.len, GGUF_NAME_SHOWN);
     if (!rd_u32(r, &t->n_dims)) return fail(r, "truncated tensor info");
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
         return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)",
-                               r->path, t->name, t->n_dims, GGUF_MAX_DIMS);
-    uint64_t total = 1;
+                               r->path, q, t->n_dims, GGUF_MAX_DIMS);
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         uint64_t ne = 1;
         if (d < t->n_dims && !rd_u64(r, &ne)) return fail(r, "truncated tensor dimensions");
-        if (ne == 0 || ne > (uint64_t)INT64_MAX || (total && ne > (uint64_t)INT64_MAX / total))
+        if (ne == 0 || ne > (uint64_t)INT64_MAX)
             return ember_error_set(r->err, EMBER_ERR_FORMAT,
-                                   "%s: tensor '%s' has an absurd dimension %llu", r->path, t->name,
+                                   "%s: tensor '%s' has an absurd dimension %llu", r->path, q,
                                    (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
-        total *= ne;
     }
     uint32_t type;
     if (!rd_u32(r, &type) || !rd_u64(r, &t->offset)) return fail(r, "truncated tensor info");
@@ -185,50 +211,106 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t, uint64_t index) 
         char list[256];
         supported_list(list, sizeof list);
         return ember_error_set(r->err, EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (%u); ember supports %s",
-                               r->path, t->name, ember_type_name(type), type, list);
+                               r->path, q, ember_type_name(type), type, list);
     }
     t->type = (ember_type)type;
-    size_t row = ember_type_row_size(t->type, t->ne[0]);
-    if (row == 0)
+    /* Blocks run along rows, so the row must hold whole blocks; then the element count (every
+     * product checked) goes through the kernels' one conversion to bytes, which checks the rest. */
+    const ember_type_traits *tr = ember_type_traits_get(type);
+    if (t->ne[0] % tr->block_size)
         return ember_error_set(r->err, EMBER_ERR_FORMAT,
                                "%s: tensor '%s': row length %lld is not a multiple of the %s block size",
-                               r->path, t->name, (long long)t->ne[0], ember_type_name(type));
-    uint64_t rows = total / (uint64_t)t->ne[0];
-    if (rows > SIZE_MAX / row)
-        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' is too large", r->path, t->name);
-    t->size = row * (size_t)rows;
-    (void)index;
+                               r->path, q, (long long)t->ne[0], ember_type_name(type));
+    int64_t n_elements = 1;
+    bool overflow = false;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++) overflow = overflow || __builtin_mul_overflow(n_elements, t->ne[d], &n_elements);
+    if (overflow || !ember_type_nbytes(t->type, n_elements, &t->size))
+        return ember_error_set(r->err, EMBER_ERR_FORMAT,
+                               "%s: tensor '%s' has dimensions [%lld, %lld, %lld, %lld] whose size as %s overflows",
+                               r->path, q, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                               (long long)t->ne[3], ember_type_name(type));
     return EMBER_OK;
+}
+
+/* ---- name index ------------------------------------------------------------------------------ */
+
+static uint64_t name_hash(const char *s, size_t len) {
+    /* FNV-1a, then a final mix so the low bits (the slot) depend on every byte */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+static bool index_init(gguf_index *ix, uint64_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2; /* n is bounded by the file size, so this cannot run away */
+    ix->slots = calloc(cap, sizeof *ix->slots);
+    ix->cap = ix->slots ? cap : 0;
+    return ix->slots != NULL;
+}
+
+static gguf_str kv_name(const ember_gguf *g, uint32_t i) { return g->kv[i].key; }
+static gguf_str tensor_name(const ember_gguf *g, uint32_t i) {
+    return (gguf_str){.ptr = g->tensors[i].name, .len = strlen(g->tensors[i].name)};
+}
+
+/* The index of s, or -1; with insert, adds `self` when absent (returns -1) or returns the earlier one. */
+static int64_t index_probe(const ember_gguf *g, const gguf_index *ix, gguf_str (*name_of)(const ember_gguf *, uint32_t),
+                           const char *s, size_t len, bool insert, uint32_t self) {
+    if (!ix->cap) return -1;
+    size_t mask = ix->cap - 1;
+    for (size_t i = name_hash(s, len) & mask;; i = (i + 1) & mask) {
+        uint32_t v = ix->slots[i];
+        if (v == 0) {
+            if (insert) ix->slots[i] = self + 1;
+            return -1;
+        }
+        gguf_str other = name_of(g, v - 1);
+        if (other.len == len && memcmp(other.ptr, s, len) == 0) return v - 1;
+    }
 }
 
 ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return ember_error_set(err, EMBER_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ember_error_set(err, EMBER_ERR_IO, "%s: not a regular file", path);
-    }
+    ember_status s = ember_file_open_regular(path, &fd, &st, err);
+    if (s != EMBER_OK) return s;
     if (st.st_size < 24) {
         close(fd);
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: file is %lld bytes, too short for a GGUF header",
                                path, (long long)st.st_size);
     }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        close(fd);
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: file is too large to map", path);
+    }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return ember_error_set(err, EMBER_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return ember_error_set(err, EMBER_ERR_IO, "%s: cannot map: %s", path, strerror(e));
+    }
 
     ember_gguf *g = calloc(1, sizeof *g);
     if (!g || !(g->path = strdup(path))) {
         free(g);
         munmap(map, (size_t)st.st_size);
+        close(fd);
         return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
     }
     g->base = map;
     g->size = (size_t)st.st_size;
+    g->fd = fd;
+    g->st_dev = (uint64_t)st.st_dev;
+    g->st_ino = (uint64_t)st.st_ino;
+    g->st_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    /* guarded from the start: a file truncated while the header is parsed reads as zeros */
+    g->guard = ember_mapguard_add(g->base, g->size);
     reader r = {.base = g->base, .size = g->size, .pos = 0, .path = path, .err = err};
-    ember_status s = EMBER_OK;
+    char q[GGUF_NAME_SHOWN * 4 + 8];
 
     uint32_t magic = 0; /* the size check above guarantees the 24 header bytes */
     rd_u32(&r, &magic);
@@ -244,8 +326,10 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     }
     rd_u64(&r, &g->n_tensors);
     rd_u64(&r, &g->n_kv);
-    /* Each key/value needs >= 13 bytes, each tensor info >= 29: reject counts the file can't hold. */
-    if (g->n_kv > (g->size - r.pos) / 13 || g->n_tensors > (g->size - r.pos) / 29) {
+    /* Each key/value needs >= 13 bytes, each tensor info >= 29: reject counts the file can't hold.
+     * The name indexes store 32-bit positions, far beyond any real file. */
+    if (g->n_kv > (g->size - r.pos) / 13 || g->n_tensors > (g->size - r.pos) / 29 || g->n_kv >= UINT32_MAX ||
+        g->n_tensors >= UINT32_MAX) {
         s = ember_error_set(err, EMBER_ERR_FORMAT,
                             "%s: header claims %llu tensors and %llu metadata keys, more than the file can hold",
                             path, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
@@ -254,7 +338,7 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     }
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) {
+    if (!g->kv || !g->tensors || !index_init(&g->kv_index, g->n_kv) || !index_init(&g->tensor_index, g->n_tensors)) {
         s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
@@ -266,21 +350,19 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
             s = fail(&r, "truncated metadata key");
             goto done;
         }
+        ember_escape(q, sizeof q, kv->key.ptr, (size_t)kv->key.len, GGUF_NAME_SHOWN);
         if (!rd_u32(&r, &type)) {
             s = fail(&r, "truncated metadata value type");
             goto done;
         }
         if (type >= GGUF_TYPE_COUNT) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%.*s' has unknown value type %u", path,
-                                (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr, type);
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' has unknown value type %u", path, q, type);
             goto done;
         }
-        for (uint64_t j = 0; j < i; j++)
-            if (g->kv[j].key.len == kv->key.len && memcmp(g->kv[j].key.ptr, kv->key.ptr, kv->key.len) == 0) {
-                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%.*s' appears twice", path,
-                                    (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr);
-                goto done;
-            }
+        if (index_probe(g, &g->kv_index, kv_name, kv->key.ptr, (size_t)kv->key.len, true, (uint32_t)i) >= 0) {
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' appears twice", path, q);
+            goto done;
+        }
         if ((s = read_value(&r, (gguf_value_type)type, &kv->value, 0)) != EMBER_OK) goto done;
         if (gguf_str_eq(kv->key, "general.alignment")) {
             uint64_t a = kv->value.v.u64;
@@ -292,12 +374,17 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
         }
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        if ((s = read_tensor_info(&r, &g->tensors[i], i)) != EMBER_OK) goto done;
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(g->tensors[j].name, g->tensors[i].name) == 0) {
-                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' appears twice", path, g->tensors[i].name);
-                goto done;
-            }
+        gguf_tensor *t = &g->tensors[i];
+        if ((s = read_tensor_info(&r, t)) != EMBER_OK) goto done;
+        if (index_probe(g, &g->tensor_index, tensor_name, t->name, strlen(t->name), true, (uint32_t)i) >= 0) {
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' appears twice", path,
+                                ember_escape(q, sizeof q, t->name, strlen(t->name), GGUF_NAME_SHOWN));
+            goto done;
+        }
+        int64_t blk = block_number(t->name);
+        if (blk >= g->n_blocks) g->n_blocks = blk + 1;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            if (t->ne[d] > g->max_extent) g->max_extent = t->ne[d];
     }
     /* The data section starts at the next multiple of the alignment. */
     g->data_offset = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
@@ -307,9 +394,10 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
+        ember_escape(q, sizeof q, t->name, strlen(t->name), GGUF_NAME_SHOWN);
         if (t->offset % g->alignment != 0) {
             s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path,
-                                t->name, (unsigned long long)t->offset, (unsigned long long)g->alignment);
+                                q, (unsigned long long)t->offset, (unsigned long long)g->alignment);
             goto done;
         }
         uint64_t avail = g->size - g->data_offset;
@@ -317,10 +405,14 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
             s = ember_error_set(err, EMBER_ERR_FORMAT,
                                 "%s: tensor '%s' (%zu bytes at offset %llu) runs past the end of the file "
                                 "(truncated?)",
-                                path, t->name, t->size, (unsigned long long)t->offset);
+                                path, q, t->size, (unsigned long long)t->offset);
             goto done;
         }
         t->data = g->base + g->data_offset + t->offset;
+    }
+    if (ember_mapguard_faulted(g->guard)) {
+        s = ember_error_set(err, EMBER_ERR_IO, "%s: the file was truncated while it was being read", path);
+        goto done;
     }
 done:
     if (s != EMBER_OK) {
@@ -339,21 +431,44 @@ void ember_gguf_close(ember_gguf *g) {
         for (uint64_t i = 0; i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->kv);
     free(g->tensors);
-    if (g->base) munmap((void *)g->base, g->size);
+    free(g->kv_index.slots);
+    free(g->tensor_index.slots);
+    if (g->base) {
+        ember_mapguard_remove(g->guard);
+        munmap((void *)g->base, g->size);
+    }
+    if (g->fd >= 0) close(g->fd);
     free(g->path);
     free(g);
 }
 
+ember_status ember_gguf_check_unchanged(const ember_gguf *g, ember_error *err) {
+    if (ember_mapguard_faulted(g->guard))
+        return ember_error_set(err, EMBER_ERR_IO,
+                               "%s: the model file was truncated while in use (weights past its new end read as "
+                               "zeros); reload the model",
+                               g->path);
+    struct stat st;
+    if (fstat(g->fd, &st) != 0)
+        return ember_error_set(err, EMBER_ERR_IO, "%s: cannot stat the model file: %s", g->path, strerror(errno));
+    int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if ((uint64_t)st.st_size != g->size || mtime != g->st_mtime_ns)
+        return ember_error_set(err, EMBER_ERR_IO,
+                               "%s: the model file changed after it was loaded (%zu bytes then, %lld now%s); "
+                               "reload the model",
+                               g->path, g->size, (long long)st.st_size,
+                               (uint64_t)st.st_size == g->size ? ", rewritten in place" : "");
+    return EMBER_OK;
+}
+
 const gguf_kv *ember_gguf_find(const ember_gguf *g, const char *key) {
-    for (uint64_t i = 0; i < g->n_kv; i++)
-        if (gguf_str_eq(g->kv[i].key, key)) return &g->kv[i];
-    return NULL;
+    int64_t i = index_probe(g, &g->kv_index, kv_name, key, strlen(key), false, 0);
+    return i >= 0 ? &g->kv[i] : NULL;
 }
 
 const gguf_tensor *ember_gguf_find_tensor(const ember_gguf *g, const char *name) {
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0) return &g->tensors[i];
-    return NULL;
+    int64_t i = index_probe(g, &g->tensor_index, tensor_name, name, strlen(name), false, 0);
+    return i >= 0 ? &g->tensors[i] : NULL;
 }
 
 static bool value_is_signed(gguf_value_type t) {

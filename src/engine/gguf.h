@@ -39,6 +39,8 @@ typedef enum {
 /* Tensor element types (ember_type, GGUF's numbering), their blocks, names and row sizes are the
  * kernels' (kernels/types.h, reached through ember.h). */
 
+const char *gguf_value_type_name(gguf_value_type t); /* "u32", "string", ... */
+
 typedef struct {
     const char *ptr; /* not NUL-terminated: points into the mapping */
     uint64_t len;
@@ -77,10 +79,24 @@ typedef struct {
     const void *data;     /* into the mapping */
 } gguf_tensor;
 
+/* Open addressing from a name to its index in kv[] or tensors[]: duplicate checks and lookups in
+ * constant time. */
+typedef struct {
+    uint32_t *slots;     /* (cap) index + 1, 0 = empty */
+    size_t cap;          /* power of two, at least twice the entries */
+} gguf_index;
+
 struct ember_gguf {
     char *path;
     const uint8_t *base; /* the mapping */
     size_t size;
+    int fd;              /* kept open: fstat tells whether the file changed since it was mapped */
+    int guard;           /* mapguard slot (mapguard.h), -1 when unguarded */
+    uint64_t st_dev, st_ino;
+    int64_t st_mtime_ns;
+    gguf_index kv_index, tensor_index;
+    int64_t n_blocks;    /* 1 + the largest N of the tensors named "blk.N.*", 0 when none */
+    int64_t max_extent;  /* the largest dimension of any tensor (bounds hyper-parameters) */
     uint32_t version;
     uint64_t n_kv, n_tensors;
     gguf_kv *kv;         /* (n_kv) */
@@ -91,6 +107,10 @@ struct ember_gguf {
 
 /* ember_gguf_open / ember_gguf_close are declared in ember_internal.h (the bindings open files
  * for the embedded tokenizer). */
+/* EMBER_OK while the mapped file is as it was when opened; an EMBER_ERR_IO naming the file once
+ * it has been truncated, replaced in place, or a read of the mapping has faulted (a truncation
+ * raced with an evaluation: the pages read as zeros, see mapguard.h). */
+ember_status ember_gguf_check_unchanged(const ember_gguf *g, ember_error *err);
 /* Asks the kernel to start reading the tensor data ahead (first-touch page faults on a mapping are
  * slow on virtual machines); a hint only: failure changes nothing. */
 void ember_gguf_advise_willneed(const ember_gguf *g);

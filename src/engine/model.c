@@ -1,6 +1,7 @@
 /* model.c — turns a validated GGUF file into a model: family, hyper-parameters, bound tensors.
  * Must not compute anything; every missing or misshapen tensor is an error that names it. */
 #include "model_bind.h"
+#include "escape.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -54,6 +55,41 @@ ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool required, 
         return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' is not an integer", key);
     if (*out < 0 || *out > ((int64_t)1 << 32))
         return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' has an absurd value %lld", key, (long long)*out);
+    return EMBER_OK;
+}
+
+/* A dimension (width, head count, head size): bounded by the largest extent of any tensor in the
+ * file, so nothing sized from it can exceed what the file's tensors back. */
+ember_status hp_dim(binder *b, const char *suffix, int64_t *out, bool required, int64_t def) {
+    TRY(hp_int(b, suffix, out, required, def));
+    if (*out > b->m->gguf->max_extent)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "metadata key '%s.%s' = %lld is larger than any tensor dimension in the file (%lld)", b->arch,
+                         suffix, (long long)*out, (long long)b->m->gguf->max_extent);
+    return EMBER_OK;
+}
+
+ember_status hp_block_count(binder *b, int64_t *out) {
+    TRY(hp_int(b, "block_count", out, true, 0));
+    if (*out > b->m->gguf->n_blocks)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "metadata key '%s.block_count' = %lld, but the file has tensors for %lld layers (blk.0 .. blk.%lld)",
+                         b->arch, (long long)*out, (long long)b->m->gguf->n_blocks,
+                         (long long)b->m->gguf->n_blocks - 1);
+    return EMBER_OK;
+}
+
+ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *out) {
+    if (__builtin_mul_overflow(x, y, out) || *out > ((int64_t)1 << 40))
+        return bind_fail(b, EMBER_ERR_FORMAT, "%s = %lld x %lld is out of range", what, (long long)x, (long long)y);
+    return EMBER_OK;
+}
+
+ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def) {
+    TRY(hp_float(b, suffix, out, def));
+    if (!isfinite(*out) || !(*out > 0.0f))
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.%s' = %g must be a finite number > 0", b->arch, suffix,
+                         (double)*out);
     return EMBER_OK;
 }
 
@@ -136,10 +172,11 @@ static char *dtype_summary(const ember_gguf *g) {
 }
 
 static ember_status refuse_experts(binder *b) {
+    char q[256];
     for (uint64_t i = 0; i < b->m->gguf->n_tensors; i++)
         if (strstr(b->m->gguf->tensors[i].name, "_exps"))
             return bind_fail(b, EMBER_ERR_UNSUPPORTED, "tensor '%s' belongs to a mixture-of-experts model, which ember does not run",
-                             b->m->gguf->tensors[i].name);
+                             ember_escape(q, sizeof q, b->m->gguf->tensors[i].name, strlen(b->m->gguf->tensors[i].name), 48));
     return EMBER_OK;
 }
 
@@ -186,18 +223,33 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         return st;
     }
     binder b = {.m = m, .err = err};
-    m->architecture = ember_gguf_get_string(m->gguf, "general.architecture");
-    if (!m->architecture) {
+    m->allow_nonfinite = p->allow_nonfinite;
+    const gguf_kv *arch_kv = ember_gguf_find(m->gguf, "general.architecture");
+    if (!arch_kv) {
         st = bind_fail(&b, EMBER_ERR_FORMAT, "missing metadata key 'general.architecture' (not a model file?)");
         goto fail;
     }
+    if (arch_kv->value.type != GGUF_TYPE_STRING) {
+        st = bind_fail(&b, EMBER_ERR_FORMAT, "metadata key 'general.architecture' has the wrong type (%s, expected string)",
+                       gguf_value_type_name(arch_kv->value.type));
+        goto fail;
+    }
+    m->architecture = ember_gguf_get_string(m->gguf, "general.architecture");
+    if (!m->architecture) {
+        st = bind_fail(&b, EMBER_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if (!family_parse(m->architecture, &m->family)) {
+        char q[256];
         st = bind_fail(&b, EMBER_ERR_UNSUPPORTED,
-                       "architecture '%s' is not supported (llama, qwen3, qwen2, gemma4, gpt2 are)", m->architecture);
+                       "architecture '%s' is not supported (llama, qwen3, qwen2, gemma4, gpt2 are)",
+                       ember_escape(q, sizeof q, arch_kv->value.v.str.ptr, (size_t)arch_kv->value.v.str.len, 64));
         goto fail;
     }
     if (p->arch && p->arch[0] && strcmp(p->arch, m->architecture) != 0) {
-        st = bind_fail(&b, EMBER_ERR_ARG, "--arch %s was given but the file is a '%s' model", p->arch, m->architecture);
+        char q[256];
+        st = bind_fail(&b, EMBER_ERR_ARG, "--arch %s was given but the file is a '%s' model",
+                       ember_escape(q, sizeof q, p->arch, strlen(p->arch), 64), m->architecture);
         goto fail;
     }
     b.arch = m->architecture;

@@ -76,6 +76,7 @@ struct ember_model {
     int64_t ple_dim, window;
     float softcap;             /* final logit softcap, 0 = none */
 
+    bool allow_nonfinite;      /* default of its sessions */
     float **owned;             /* f32 copies of small 1-D tensors stored as f16/bf16 */
     int64_t n_owned, cap_owned;
     char *architecture, *name, *dtype_summary;
@@ -109,6 +110,7 @@ struct ember_session {
     ember_workspace ws;
     ember_phase phase;  /* of the evaluation in progress */
     bool has_logits;
+    bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
 };
 
 

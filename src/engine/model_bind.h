@@ -21,6 +21,15 @@ ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) __att
 /* "<arch>.<suffix>" as an integer; absence is an error only when `required`. */
 ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool required, int64_t def);
 ember_status hp_float(binder *b, const char *suffix, float *out, float def);
+/* hp_float that must be finite and > 0 (epsilons, RoPE bases): the error names key and value. */
+ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def);
+/* hp_int for a dimension: at most the largest extent of any tensor in the file. */
+ember_status hp_dim(binder *b, const char *suffix, int64_t *out, bool required, int64_t def);
+/* "<arch>.block_count": required, at most the number of blk.N layers the file has tensors for.
+ * Families call it first, before anything is allocated per layer. */
+ember_status hp_block_count(binder *b, int64_t *out);
+/* *out = x * y, an error naming `what` on overflow (or beyond 2^40, no real dimension). */
+ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *out);
 /* A 1-D vector of n values as f32 (f16/bf16 converted once into an owned copy). */
 ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out);
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */

@@ -2,6 +2,8 @@
  * Owns no numerics: the family's forward pass does the arithmetic. */
 #include "model.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "session: out of memory");
     s->model = m;
     s->n_ctx = n_ctx;
+    s->allow_nonfinite = m->allow_nonfinite;
     s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
     s->ws.scores = malloc((size_t)n_ctx * (size_t)ember_compute_threads(m->compute) * sizeof(float));
@@ -86,6 +89,73 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
     return EMBER_OK;
 }
 
+/* ---- non-finite values ------------------------------------------------------------------------
+ * The steady state pays one pass over the logits row. Only when it finds a NaN or infinity does a
+ * second, locating pass rerun the same evaluation (same position, so the cache rows it rewrites get
+ * the same values) with a check after every hook point, the experiment's own hooks still called
+ * first so that a hook that writes NaN is found where it wrote it. */
+
+typedef struct {
+    const ember_hooks *user;
+    bool found;
+    ember_stage stage;
+    int64_t layer, row, col;
+    float value;
+} nonfinite_locator;
+
+static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                                ember_error *err) {
+    nonfinite_locator *lc = u;
+    if (lc->user && lc->user->on_tensor[stage]) {
+        ember_status st = lc->user->on_tensor[stage](lc->user->user, stage, ctx, v, err);
+        if (st != EMBER_OK) return st;
+    }
+    for (int64_t i = 0; i < v->rows * v->cols; i++)
+        if (!isfinite(v->data[i])) {
+            lc->found = true;
+            lc->stage = stage;
+            lc->layer = ctx->layer_index;
+            lc->row = i / v->cols;
+            lc->col = i % v->cols;
+            lc->value = v->data[i];
+            return EMBER_ERR_NONFINITE; /* stops the pass here */
+        }
+    return EMBER_OK;
+}
+
+static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                    int64_t bad, ember_error *err) {
+    const ember_model *m = s->model;
+    const float bad_value = s->ws.logits[bad];
+    nonfinite_locator lc = {.user = hooks};
+    ember_hooks all = {.user = &lc};
+    for (int i = 0; i < EMBER_STAGE_COUNT; i++) all.on_tensor[i] = locate_hook;
+    ember_error pass_err = {0};
+    ember_status st = m->forward(s, ids, n, &all, &pass_err);
+    if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
+    s->has_logits = false;
+    char where[160];
+    if (!lc.found)
+        snprintf(where, sizeof where, "a second pass did not reproduce it");
+    else if (lc.layer >= 0)
+        snprintf(where, sizeof where, "first non-finite value at %s of layer %lld (token row %lld, column %lld = %g)",
+                 ember_stage_name(lc.stage), (long long)lc.layer, (long long)lc.row, (long long)lc.col, (double)lc.value);
+    else
+        snprintf(where, sizeof where, "first non-finite value at %s (column %lld = %g)", ember_stage_name(lc.stage),
+                 (long long)lc.col, (double)lc.value);
+    return ember_error_set(err, EMBER_ERR_NONFINITE,
+                           "%s: evaluation at position %lld produced non-finite logits (logit %lld = %g); %s "
+                           "(allow_nonfinite = true keeps going)",
+                           m->gguf->path, (long long)s->pos, (long long)bad, (double)bad_value, where);
+}
+
+/* The first non-finite logit, or -1: the one check on the hot path. */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
                              const ember_hooks *hooks, ember_error *err) {
     if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "session: no tokens to evaluate");
@@ -97,12 +167,25 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
         if (ids[i] < 0 || ids[i] >= s->model->n_vocab)
             return ember_error_set(err, EMBER_ERR_ARG, "session: token id %d at index %lld is outside the vocabulary (0..%lld)",
                                    ids[i], (long long)i, (long long)s->model->n_vocab - 1);
-    ember_status st = ember_workspace_reserve(s, n, err);
+    /* the weights are read from the file's mapping: refuse to compute on a file that changed */
+    ember_status st = ember_gguf_check_unchanged(s->model->gguf, err);
+    if (st != EMBER_OK) return st;
+    st = ember_workspace_reserve(s, n, err);
     if (st != EMBER_OK) return st;
     s->has_logits = false;
     s->phase = phase;
     st = s->model->forward(s, ids, n, hooks, err);
+    /* a truncation during the evaluation: the weights read as zeros, so its result is void */
+    ember_error changed = {0};
+    if (ember_gguf_check_unchanged(s->model->gguf, &changed) != EMBER_OK) {
+        if (err) *err = changed;
+        return changed.code;
+    }
     if (st != EMBER_OK) return st; /* the cache beyond pos may hold partial rows; pos is unchanged */
+    if (!s->allow_nonfinite) {
+        int64_t bad = first_nonfinite(s->ws.logits, s->model->n_vocab);
+        if (bad >= 0) return nonfinite_error(s, ids, n, hooks, bad, err);
+    }
     s->pos += n;
     s->has_logits = true;
     return EMBER_OK;
@@ -121,6 +204,8 @@ const float *ember_session_logits(const ember_session *s) { return s->has_logits
 int64_t ember_session_position(const ember_session *s) { return s->pos; }
 int64_t ember_session_context(const ember_session *s) { return s->n_ctx; }
 const ember_model *ember_session_model(const ember_session *s) { return s->model; }
+
+void ember_session_set_allow_nonfinite(ember_session *s, bool allow) { s->allow_nonfinite = allow; }
 
 void ember_session_reset(ember_session *s) {
     s->pos = 0;

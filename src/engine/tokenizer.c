@@ -64,8 +64,11 @@ static ember_status tok_nomem(ember_error *err, const char *source)
 }
 
 /* ---- the token table -------------------------------------------------------------------------
- * Ids may arrive in any order (tokenizer.json's vocab is an object, iterated in hash order), so the
- * per-id arrays grow to the largest id seen; ids never given stay without a token (attr 0). */
+ * While building, the table is compact: entry e (in the order tokens were added) has its string,
+ * score and attributes at index e, and the builder keeps each entry's id. Only finish() lays the
+ * table out by id, once it has checked that the ids are about as many as the tokens: a file with
+ * one token at id 16,777,215 must not cost a 16M-entry table. Ids never given stay without a token
+ * (attr 0). */
 
 static void tok_table_free(tok_table *tab)
 {
@@ -77,15 +80,12 @@ static void tok_table_free(tok_table *tab)
     memset(tab, 0, sizeof *tab);
 }
 
-/* Makes ids 0..id addressable (new ids have no token yet). */
-static bool tok_table_reserve_id(tok_table *tab, int64_t id)
+/* Room for entries 0..n (grown by doubling). */
+static bool tok_table_reserve(tok_table *tab, int64_t n)
 {
-    if (id < tab->cap) {
-        if (id >= tab->n) tab->n = id + 1;
-        return true;
-    }
+    if (n < tab->cap) return true;
     int64_t cap = tab->cap ? tab->cap : 1024;
-    while (cap <= id) cap *= 2;
+    while (cap <= n) cap *= 2;
     uint64_t *off = realloc(tab->off, (size_t)cap * sizeof *off);
     if (off) tab->off = off;
     uint32_t *len = realloc(tab->len, (size_t)cap * sizeof *len);
@@ -97,7 +97,6 @@ static bool tok_table_reserve_id(tok_table *tab, int64_t id)
     if (!off || !len || !score || !attr) return false;
     memset(tab->attr + tab->cap, 0, (size_t)(cap - tab->cap) * sizeof *attr);
     tab->cap = cap;
-    tab->n = id + 1;
     return true;
 }
 
@@ -233,6 +232,50 @@ static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t
     }
 }
 
+/* ---- id -> entry map (builder only) ----------------------------------------------------------- */
+
+static int32_t tok_id_find(const tok_id_map *m, int64_t id)
+{
+    if (!m->cap) return -1;
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64((uint64_t)id) & mask;; i = (i + 1) & mask) {
+        if (m->keys[i] < 0) return -1;
+        if (m->keys[i] == id) return m->vals[i];
+    }
+}
+
+static bool tok_id_put(tok_id_map *m, int32_t id, int32_t entry)
+{
+    if ((m->count + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 4096;
+        int32_t *keys = malloc(cap * sizeof *keys), *vals = malloc(cap * sizeof *vals);
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return false;
+        }
+        memset(keys, 0xFF, cap * sizeof *keys); /* all -1 */
+        for (size_t i = 0; i < m->cap; i++) {
+            if (m->keys[i] < 0) continue;
+            size_t j = mix64((uint64_t)m->keys[i]) & (cap - 1);
+            while (keys[j] >= 0) j = (j + 1) & (cap - 1);
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = cap;
+    }
+    size_t mask = m->cap - 1, i = mix64((uint64_t)id) & mask;
+    while (m->keys[i] >= 0) i = (i + 1) & mask; /* callers add each id once */
+    m->keys[i] = id;
+    m->vals[i] = entry;
+    m->count++;
+    return true;
+}
+
 /* ---- builder --------------------------------------------------------------------------------- */
 
 ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_builder **out, ember_error *err)
@@ -246,6 +289,7 @@ ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_bui
         return tok_nomem(err, source ? source : "tokenizer");
     }
     b->source = src;
+    b->max_id = -1;
     *out = b;
     return EMBER_OK;
 }
@@ -254,6 +298,9 @@ void ember_tokenizer_builder_free(ember_tokenizer_builder *b)
 {
     if (!b) return;
     tok_table_free(&b->tab);
+    free(b->entry_id);
+    free(b->ids.keys);
+    free(b->ids.vals);
     free(b->map.slots);
     free(b->merges.slots);
     free(b->source);
@@ -275,23 +322,34 @@ ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token %lld is %zu bytes long (limit %d)", b->source,
                                (long long)id, len, TOK_MAX_TOKEN_LEN);
     tok_table *tab = &b->tab;
-    if (tok_has(tab, id)) {
-        const char *old = tab->text + tab->off[id];
-        if (tab->len[id] != len || memcmp(old, text, len) != 0)
+    int32_t e = tok_id_find(&b->ids, id);
+    if (e >= 0) {
+        const char *old = tab->text + tab->off[e];
+        if (tab->len[e] != len || memcmp(old, text, len) != 0)
             return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token id %lld is both '%s' and '%s'", b->source,
-                                   (long long)id, tok_quote(q1, sizeof q1, old, tab->len[id]),
+                                   (long long)id, tok_quote(q1, sizeof q1, old, tab->len[e]),
                                    tok_quote(q2, sizeof q2, text, len));
-        tab->attr[id] = (uint16_t)attr;
-        tab->score[id] = score;
+        tab->attr[e] = (uint16_t)attr;
+        tab->score[e] = score;
         return EMBER_OK;
     }
     uint64_t off;
-    if (!tok_table_reserve_id(tab, id) || !tok_table_append_text(tab, text, len, &off)) return tok_nomem(err, b->source);
-    tab->off[id] = off;
-    tab->len[id] = (uint32_t)len;
-    tab->score[id] = score;
-    tab->attr[id] = (uint16_t)attr;
-    if (!tok_map_put(&b->map, tab, (int32_t)id)) return tok_nomem(err, b->source);
+    int64_t old_cap = tab->cap;
+    e = (int32_t)tab->n;
+    if (!tok_table_reserve(tab, e) || !tok_table_append_text(tab, text, len, &off)) return tok_nomem(err, b->source);
+    if (tab->cap != old_cap) {
+        int32_t *ids = realloc(b->entry_id, (size_t)tab->cap * sizeof *ids);
+        if (!ids) return tok_nomem(err, b->source);
+        b->entry_id = ids;
+    }
+    tab->off[e] = off;
+    tab->len[e] = (uint32_t)len;
+    tab->score[e] = score;
+    tab->attr[e] = (uint16_t)attr;
+    b->entry_id[e] = (int32_t)id;
+    tab->n = e + 1;
+    if (id > b->max_id) b->max_id = id;
+    if (!tok_id_put(&b->ids, (int32_t)id, e) || !tok_map_put(&b->map, tab, e)) return tok_nomem(err, b->source);
     return EMBER_OK;
 }
 
@@ -320,8 +378,44 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
     if (m < 0)
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d makes '%s', which is not in the vocabulary",
                                b->source, rank, tok_quote(q, sizeof q, tab->text + tab->text_used, llen + rlen));
-    if (!tok_merge_put(&b->merges, l, r, rank, m)) return tok_nomem(err, b->source);
+    if (!tok_merge_put(&b->merges, b->entry_id[l], b->entry_id[r], rank, b->entry_id[m])) return tok_nomem(err, b->source);
     b->n_merges++;
+    return EMBER_OK;
+}
+
+/* Ids may leave gaps (a padded vocabulary), but not many: beyond this the ids are refused. */
+static bool tok_ids_dense_enough(int64_t max_id, int64_t n_tokens) { return max_id < 2 * n_tokens + 1024; }
+
+/* The compact table laid out by id, and the string map re-pointed from entries to ids. */
+static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, ember_error *err)
+{
+    const tok_table *c = &b->tab;
+    memset(out, 0, sizeof *out);
+    if (!tok_ids_dense_enough(b->max_id, c->n))
+        return ember_error_set(err, EMBER_ERR_FORMAT,
+                               "%s: token ids go up to %lld but only %lld tokens are given (ids must be about "
+                               "contiguous: at most %lld for this many tokens)",
+                               b->source, (long long)b->max_id, (long long)c->n, (long long)(2 * c->n + 1023));
+    if (!tok_table_reserve(out, b->max_id)) {
+        tok_table_free(out);
+        return tok_nomem(err, b->source);
+    }
+    for (int64_t e = 0; e < c->n; e++) {
+        int32_t id = b->entry_id[e];
+        out->off[id] = c->off[e];
+        out->len[id] = c->len[e];
+        out->score[id] = c->score[e];
+        out->attr[id] = c->attr[e];
+    }
+    out->n = b->max_id + 1;
+    /* the text arena moves over unchanged */
+    out->text = c->text;
+    out->text_used = c->text_used;
+    out->text_cap = c->text_cap;
+    b->tab.text = NULL;
+    /* slots stay where they are: their position depends only on the string */
+    for (size_t i = 0; i < b->map.cap; i++)
+        if (b->map.slots[i] >= 0) b->map.slots[i] = b->entry_id[b->map.slots[i]];
     return EMBER_OK;
 }
 
@@ -458,19 +552,22 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
         ember_tokenizer_builder_free(b);
         return st;
     }
+    ember_status st = EMBER_OK;
+    if (b->tab.n > 0 && (st = tok_table_by_id(b, &t->tab, err)) != EMBER_OK) {
+        ember_tokenizer_builder_free(b);
+        free(t);
+        return st;
+    }
     /* Take everything from the builder, then free its shell. */
     t->source = b->source;
-    t->tab = b->tab;
     t->map = b->map;
     t->merges = b->merges;
     t->cfg = *cfg;
     b->source = NULL;
-    memset(&b->tab, 0, sizeof b->tab);
     memset(&b->map, 0, sizeof b->map);
     memset(&b->merges, 0, sizeof b->merges);
     ember_tokenizer_builder_free(b);
 
-    ember_status st = EMBER_OK;
     char q[64];
     tok_trie_node *nodes = NULL;
     int32_t trie_cap = 0;

@@ -102,6 +102,11 @@ ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **ou
 
 void ember_tokenizer_free(ember_tokenizer *t);
 
+/* Whether t (typically from a tokenizer.json) fits the vocabulary embedded in g: EMBER_OK when g
+ * embeds none, or when t has no more ids than g, BOS agrees where both name one, t's BOS and EOS
+ * are the same tokens in g, and a spread sample of ids spells the same strings. Otherwise EMBER_ERR_ARG naming both files. */
+ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err);
+
 /* ---- using ----------------------------------------------------------------------------------- */
 
 /* Token ids for text[0..len) into a malloc'd *ids (NULL when *n_ids is 0). Invalid UTF-8 is an

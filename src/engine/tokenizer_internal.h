@@ -67,11 +67,24 @@ struct ember_tokenizer {
     size_t added_max_len;        /* longest added token in bytes */
 };
 
+/* id -> entry of the builder's compact table, open addressing. */
+typedef struct {
+    int32_t *keys;  /* (cap) id, -1 = empty */
+    int32_t *vals;  /* (cap) entry */
+    size_t cap;     /* power of two */
+    size_t count;
+} tok_id_map;
+
+/* While building, tab and map are indexed by entry (the order tokens were added), not by id;
+ * finish() lays them out by id. */
 struct ember_tokenizer_builder {
     char *source;
-    tok_table tab;
-    tok_str_map map;
-    tok_merge_map merges;
+    tok_table tab;        /* compact: entry e at index e; tab.n = number of entries */
+    int32_t *entry_id;    /* (tab.cap) the id of each entry */
+    tok_id_map ids;       /* id -> entry */
+    int64_t max_id;       /* largest id given, -1 before any */
+    tok_str_map map;      /* string -> entry */
+    tok_merge_map merges; /* ids, as in the finished tokenizer */
     int32_t n_merges;
 };
 

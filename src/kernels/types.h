@@ -26,6 +26,7 @@ typedef enum {
     EMBER_ERR_NOMEM,       /* an allocation failed */
     EMBER_ERR_CONTEXT,     /* the session's context is full */
     EMBER_ERR_HOOK,        /* a hook reported failure; the message is the hook's */
+    EMBER_ERR_NONFINITE,   /* an evaluation produced NaN or infinite logits (see allow_nonfinite) */
 } ember_status;
 
 /* Caller-owned error: the message names the function/file/field and what was wrong. */

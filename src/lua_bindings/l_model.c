@@ -74,7 +74,7 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
 /* ember.load{model=, arch=, kernels=, threads=} or ember.load(path). (tokenizer= is handled by
  * lib/ember/init.lua, which builds the tokenizer and attaches it with set_tokenizer.) */
 static int l_load(lua_State *L) {
-    static const char *const valid[] = {"model", "arch", "kernels", "threads", NULL};
+    static const char *const valid[] = {"model", "arch", "kernels", "threads", "allow_nonfinite", NULL};
     ember_model_params p = {0};
     const char *kernels = "auto";
     if (lua_type(L, 1) == LUA_TSTRING) {
@@ -90,6 +90,12 @@ static int l_load(lua_State *L) {
         if (threads < 0 || threads > 4096)
             return luaL_error(L, "bad argument #1 to 'load' (option 'threads' must be in 0..4096, got %I)", threads);
         p.n_threads = (int)threads;
+        int t = lua_getfield(L, 1, "allow_nonfinite"); /* [.., v] */
+        if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+            return luaL_error(L, "bad argument #1 to 'load' (option 'allow_nonfinite' must be a boolean, got %s)",
+                              lua_typename(L, t));
+        p.allow_nonfinite = lua_toboolean(L, -1);
+        lua_pop(L, 1);
     }
     if (!ember_kernels_parse(kernels, &p.kernels))
         return luaL_error(L, "bad argument #1 to 'load' (option 'kernels' must be auto, reference, avx2 or avx512, got '%s')",

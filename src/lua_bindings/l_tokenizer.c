@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ember_internal.h"
+#include "l_model.h"
 #include "lbind.h"
 
 #define CLOSED_MSG "attempt to use a closed tokenizer"
@@ -508,6 +509,22 @@ static int l_tokenizer_build(lua_State *L)
     return 1;
 }
 
+/* core.tokenizer_check(tok, model) -> true | nil, message: tok against the vocabulary the model's
+ * GGUF embeds (ember_tokenizer_check_gguf). */
+static int l_tokenizer_check(lua_State *L)
+{
+    ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
+    ember_lua_model *lm = ember_lua_check_model(L, 2);
+    ember_error err = { 0 };
+    if (ember_tokenizer_check_gguf(t, ember_model_gguf(lm->m), &err) != EMBER_OK) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* ---- registration ----------------------------------------------------------------------------- */
 
 void ember_lua_open_tokenizer(lua_State *L, int module_index)
@@ -539,4 +556,6 @@ void ember_lua_open_tokenizer(lua_State *L, int module_index)
     lua_setfield(L, module_index, "tokenizer_from_gguf");
     lua_pushcfunction(L, l_tokenizer_build);
     lua_setfield(L, module_index, "tokenizer_build");
+    lua_pushcfunction(L, l_tokenizer_check);
+    lua_setfield(L, module_index, "tokenizer_check");
 }

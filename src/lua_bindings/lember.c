@@ -2,6 +2,7 @@
  * sha256) and the helpers every binding file shares. Holds no engine state of its own. */
 #include "lbind.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -265,8 +266,32 @@ static int l_sha256_file(lua_State *L) {
     return 1;
 }
 
+/* core.read_file(path, max_bytes) -> contents | nil, message. Only regular files, opened without
+ * blocking (a FIFO or a directory is an error naming it), at most max_bytes: the one way lib/ember
+ * reads an input file it does not control (tokenizer.json, tokenizer_config.json). */
+static int l_read_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    lua_Integer max = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, max >= 0, 2, "max_bytes must be >= 0");
+    char *data;
+    size_t len;
+    ember_error err = {0};
+    void **holder = ember_lua_box(L, free); /* [.., holder]: frees the buffer if pushing it raises */
+    if (ember_file_read_all(path, (size_t)max, &data, &len, &err) != EMBER_OK) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    *holder = data;
+    lua_pushlstring(L, data, len); /* [.., holder, contents] */
+    *holder = NULL;
+    free(data);
+    return 1;
+}
+
 static const luaL_Reg module_funcs[] = {
     {"cpu", l_cpu},
+    {"read_file", l_read_file},
     {"sha256", l_sha256},
     {"sha256_file", l_sha256_file},
     {NULL, NULL},

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 DEPS=(build-essential cmake pkg-config liblua5.4-dev lua5.4 lua-lpeg-dev lua-cjson-dev libmbedtls-dev
-      lua-busted libreadline-dev libutf8proc-dev tmux slurm-wlm munge gnuplot-nox librsvg2-bin)
+      lua-busted libreadline-dev libutf8proc-dev tmux slurm-wlm munge gnuplot-nox librsvg2-bin clang)
 
 install_deps() {
   local missing=()
@@ -36,7 +36,8 @@ default_model() {
   echo "$m"
 }
 
-# One closing line for the whole run: "N passed, N failed, N skipped".
+# One closing line for the whole run: "N passed, N failed, N skipped" (ctest, busted, and one entry
+# per fuzz harness run briefly).
 summarize() {
   local logs=$1 passed=0 failed=0 skipped=0 t f p s e
   for log in "$logs/ctest" "$logs/asan"; do
@@ -48,6 +49,11 @@ summarize() {
       failed=$((failed + 1))
     fi
   done
+  if [ -f "$logs/fuzz" ]; then
+    passed=$((passed + $(grep -c '^passed' "$logs/fuzz" || true)))
+    failed=$((failed + $(grep -c '^failed' "$logs/fuzz" || true)))
+    skipped=$((skipped + $(grep -c '^skipped' "$logs/fuzz" || true)))
+  fi
   t=$(grep -Eo '[0-9]+ successes / [0-9]+ failures / [0-9]+ errors / [0-9]+ pending' "$logs/busted" | tail -1 || true)
   if [ -n "$t" ]; then
     read -r p _ _ f _ _ e _ _ s _ <<<"$t"
@@ -79,6 +85,12 @@ case "${1:-}" in
     echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
     build build-asan -DEMBER_SANITIZE=ON
     (cd build-asan && ctest --output-on-failure -j2) 2>&1 | tee "$logs/asan" || status=1
+    echo "== fuzz harnesses, 15 s each on their corpora (fuzz/run.sh; long runs: docs/robustness.md)"
+    for h in gguf tokenizer; do
+      rc=0
+      fuzz/run.sh "$h" 15 2>&1 || rc=$?
+      case $rc in 0) echo passed ;; 77) echo skipped ;; *) echo failed; status=1 ;; esac >>"$logs/fuzz"
+    done
     summarize "$logs"
     rm -rf "$logs"
     exit $status

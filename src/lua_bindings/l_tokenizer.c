@@ -377,7 +377,8 @@ static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *so
     while (lua_next(L, vocab)) { /* [.., vocab, key, id] */
         int isint;
         lua_Integer id = lua_tointegerx(L, -1, &isint);
-        if (lua_type(L, -2) != LUA_TSTRING || !isint)
+        /* a number, not a numeric string: "5" must not become id 5 */
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TNUMBER || !isint)
             raise_plain(L, "ember.tokenizer: %s: model.vocab must map token strings to integer ids", source);
         size_t len;
         const char *s = lua_tolstring(L, -2, &len);
@@ -400,7 +401,7 @@ static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *so
         int isint;
         lua_Integer id = lua_tointegerx(L, -1, &isint);
         lua_getfield(L, at, "content");
-        if (!isint || lua_type(L, -1) != LUA_TSTRING)
+        if (!isint || lua_type(L, -2) != LUA_TNUMBER || lua_type(L, -1) != LUA_TSTRING)
             raise_plain(L, "ember.tokenizer: %s: added_tokens[%I] needs an integer id and a string content", source,
                        (lua_Integer)i);
         size_t len;

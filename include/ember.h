@@ -130,7 +130,8 @@ int64_t ember_session_position(const ember_session *s);
 int64_t ember_session_context(const ember_session *s);
 void ember_session_reset(ember_session *s);
 const ember_model *ember_session_model(const ember_session *s);
-/* Every evaluation checks its logits once: a NaN or infinity fails it with EMBER_ERR_NONFINITE
+/* Every evaluation checks its logits once: a NaN or +inf (or every logit at -inf; a single -inf is
+ * a banned token) fails it with EMBER_ERR_NONFINITE
  * naming the first stage and layer where a non-finite value appeared (found by a second pass that
  * runs only then). allow = true skips the check, for research runs that want the NaNs. */
 void ember_session_set_allow_nonfinite(ember_session *s, bool allow);

@@ -495,7 +495,15 @@ typedef struct {
     const char *path;
     bool allow;
     int hook_layer;   /* >= 0: a hook writes NaN at after_mlp of this layer */
+    int ban;          /* 1: an after_logits hook sets one logit to -inf; 2: all of them */
 } nonfinite_case;
+
+static ember_status ban_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
+    (void)stage, (void)ctx, (void)err;
+    const nonfinite_case *c = user;
+    for (int64_t i = 0; i < (c->ban == 2 ? v->cols : 1); i++) v->data[i] = -INFINITY;
+    return EMBER_OK;
+}
 
 static ember_status nan_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
     (void)stage, (void)err;
@@ -511,10 +519,11 @@ static void nonfinite_run(const void *arg, outcome *o) {
     ember_session *s = NULL;
     ember_error err = {0};
     const int32_t ids[3] = {5, 6, 7};
-    ember_hooks h = {.user = (void *)&c->hook_layer};
+    ember_hooks h = {.user = (void *)&c->hook_layer}, ban = {.user = (void *)c};
     h.on_tensor[EMBER_STAGE_AFTER_MLP] = nan_hook;
+    ban.on_tensor[EMBER_STAGE_AFTER_LOGITS] = ban_hook;
     if ((o->st = ember_model_load(&p, &m, &err)) == EMBER_OK && (o->st = ember_session_new(m, 16, &s, &err)) == EMBER_OK) {
-        o->st = ember_session_prefill(s, ids, 3, c->hook_layer >= 0 ? &h : NULL, &err);
+        o->st = ember_session_prefill(s, ids, 3, c->ban ? &ban : c->hook_layer >= 0 ? &h : NULL, &err);
         if (o->st == EMBER_OK) {
             const float *logits = ember_session_logits(s);
             bool finite = true;
@@ -558,6 +567,11 @@ static void test_nonfinite(void) {
     expect("a hook writes NaN, allow_nonfinite", nonfinite_run, &hk, EMBER_OK, NULL, "ran on", NULL);
     nonfinite_case fine = {.path = clean, .hook_layer = -1};
     expect("finite model passes the check", nonfinite_run, &fine, EMBER_OK, NULL, "logits finite", NULL);
+    nonfinite_case ban1 = {.path = clean, .hook_layer = -1, .ban = 1};
+    expect("a hook bans a token with -inf", nonfinite_run, &ban1, EMBER_OK, NULL, "ran on; logits non-finite", NULL);
+    nonfinite_case ban_all = {.path = clean, .hook_layer = -1, .ban = 2};
+    expect("a hook sets every logit to -inf", nonfinite_run, &ban_all, EMBER_ERR_NONFINITE, clean, "logit 0 = -inf",
+           "at after_logits (column 0 = -inf)");
 }
 
 /* ---- tokenizer tables (items 14, 15) --------------------------------------------------------- */

@@ -93,7 +93,12 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
  * The steady state pays one pass over the logits row. Only when it finds a NaN or infinity does a
  * second, locating pass rerun the same evaluation (same position, so the cache rows it rewrites get
  * the same values) with a check after every hook point, the experiment's own hooks still called
- * first so that a hook that writes NaN is found where it wrote it. */
+ * first so that a hook that writes NaN is found where it wrote it.
+ * In the logits, -inf is a value, not a failure: it is how an after_logits hook bans a token, and
+ * the sampler gives it probability 0. NaN, +inf, or every logit at -inf leave nothing to sample. */
+
+/* Whether x is unusable at this point: any non-finite activation, or NaN/+inf for logits. */
+static bool bad_value(float x, bool logits) { return logits ? (isnan(x) || x == INFINITY) : !isfinite(x); }
 
 typedef struct {
     const ember_hooks *user;
@@ -110,17 +115,24 @@ static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx
         ember_status st = lc->user->on_tensor[stage](lc->user->user, stage, ctx, v, err);
         if (st != EMBER_OK) return st;
     }
-    for (int64_t i = 0; i < v->rows * v->cols; i++)
-        if (!isfinite(v->data[i])) {
-            lc->found = true;
-            lc->stage = stage;
-            lc->layer = ctx->layer_index;
-            lc->row = i / v->cols;
-            lc->col = i % v->cols;
-            lc->value = v->data[i];
-            return EMBER_ERR_NONFINITE; /* stops the pass here */
-        }
-    return EMBER_OK;
+    const bool logits = stage == EMBER_STAGE_AFTER_LOGITS;
+    const int64_t count = v->rows * v->cols;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < count && bad < 0; i++)
+        if (bad_value(v->data[i], logits)) bad = i;
+    if (bad < 0 && logits) { /* every logit at -inf is as bad as a NaN */
+        bool all = count > 0;
+        for (int64_t i = 0; i < count && all; i++) all = v->data[i] == -INFINITY;
+        if (all) bad = 0;
+    }
+    if (bad < 0) return EMBER_OK;
+    lc->found = true;
+    lc->stage = stage;
+    lc->layer = ctx->layer_index;
+    lc->row = bad / v->cols;
+    lc->col = bad % v->cols;
+    lc->value = v->data[bad];
+    return EMBER_ERR_NONFINITE; /* stops the pass here */
 }
 
 static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -149,11 +161,15 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
                            m->gguf->path, (long long)s->pos, (long long)bad, (double)bad_value, where);
 }
 
-/* The first non-finite logit, or -1: the one check on the hot path. */
+/* The first NaN or +inf logit (or 0 when every logit is -inf), else -1: the one check on the hot
+ * path. */
 static int64_t first_nonfinite(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
+    bool all_minus_inf = true;
+    for (int64_t i = 0; i < n; i++) {
+        if (bad_value(x[i], true)) return i;
+        all_minus_inf = all_minus_inf && x[i] == -INFINITY;
+    }
+    return all_minus_inf ? 0 : -1;
 }
 
 static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,

@@ -562,7 +562,7 @@ static void test_nonfinite(void) {
 
     const char *clean = finish(tiny("llama", EMBER_TYPE_F32), "clean.gguf");
     nonfinite_case hk = {.path = clean, .hook_layer = 3};
-    expect("a hook writes NaN", nonfinite_run, &hk, EMBER_ERR_NONFINITE, clean, "after_mlp of layer 3", "token row 1");
+    expect("a hook writes NaN", nonfinite_run, &hk, EMBER_ERR_NONFINITE, clean, "after_mlp of layer 3", "token row 1, column 3");
     hk.allow = true;
     expect("a hook writes NaN, allow_nonfinite", nonfinite_run, &hk, EMBER_OK, NULL, "ran on", NULL);
     nonfinite_case fine = {.path = clean, .hook_layer = -1};

@@ -150,7 +150,7 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
     if (!lc.found)
         snprintf(where, sizeof where, "a second pass did not reproduce it");
     else if (lc.layer >= 0)
-        snprintf(where, sizeof where, "first non-finite value at %s of layer %lld (token row %lld, column %lld = %g)",
+        snprintf(where, sizeof where, "first non-finite value at %s of layer %lld (0-based token row %lld, column %lld = %g)",
                  ember_stage_name(lc.stage), (long long)lc.layer, (long long)lc.row, (long long)lc.col, (double)lc.value);
     else
         snprintf(where, sizeof where, "first non-finite value at %s (column %lld = %g)", ember_stage_name(lc.stage),

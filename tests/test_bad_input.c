@@ -332,6 +332,18 @@ static void test_hyper_parameters(void) {
     p = with_u32("gpt2", "gpt2.block_count", 7, "gpt2-blocks.gguf");
     expect("gpt2 block_count one past the tensors", load_model_case, p, EMBER_ERR_FORMAT, p, "gpt2.block_count",
            "blk.5");
+    {
+        /* a stray high layer number does not count: layers must be there from blk.0 up */
+        ember_gguf_writer *sw = tiny("llama", EMBER_TYPE_F32);
+        const float one = 1.0f;
+        const int64_t ne1[1] = {1};
+        ember_gguf_writer_add_tensor(sw, "blk.999999999.stray", EMBER_TYPE_F32, 1, ne1, &one);
+        ember_gguf_writer_remove_key(sw, "llama.block_count");
+        ember_gguf_writer_set_u32(sw, "llama.block_count", 1000000000u);
+        p = finish(sw, "blocks-stray.gguf");
+        expect("block_count 10^9 with a stray blk.999999999 tensor", load_model_case, p, EMBER_ERR_FORMAT, p,
+               "llama.block_count", "6 layers");
+    }
     p = with_u32("llama", "llama.embedding_length", 0x7FFFFFFFu, "width.gguf");
     expect("embedding_length 2^31-1", load_model_case, p, EMBER_ERR_FORMAT, p, "llama.embedding_length",
            "larger than any tensor dimension");

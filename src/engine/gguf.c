@@ -311,6 +311,7 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     g->guard = ember_mapguard_add(g->base, g->size);
     reader r = {.base = g->base, .size = g->size, .pos = 0, .path = path, .err = err};
     char q[GGUF_NAME_SHOWN * 4 + 8];
+    bool *have_block = NULL; /* (n_tensors) some tensor is named "blk.N." */
 
     uint32_t magic = 0; /* the size check above guarantees the 24 header bytes */
     rd_u32(&r, &magic);
@@ -339,6 +340,11 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors || !index_init(&g->kv_index, g->n_kv) || !index_init(&g->tensor_index, g->n_tensors)) {
+        s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    have_block = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *have_block);
+    if (!have_block) {
         s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
@@ -382,10 +388,13 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
             goto done;
         }
         int64_t blk = block_number(t->name);
-        if (blk >= g->n_blocks) g->n_blocks = blk + 1;
+        if (blk >= 0 && (uint64_t)blk < g->n_tensors) have_block[blk] = true;
         for (int d = 0; d < GGUF_MAX_DIMS; d++)
             if (t->ne[d] > g->max_extent) g->max_extent = t->ne[d];
     }
+    /* Layers 0..n_blocks-1 all have tensors: a layer count beyond that cannot be backed by the
+     * file, however high a stray "blk.N." name goes. */
+    while ((uint64_t)g->n_blocks < g->n_tensors && have_block[g->n_blocks]) g->n_blocks++;
     /* The data section starts at the next multiple of the alignment. */
     g->data_offset = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (g->n_tensors > 0 && g->data_offset > g->size) {
@@ -415,6 +424,7 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
         goto done;
     }
 done:
+    free(have_block);
     if (s != EMBER_OK) {
         ember_gguf_close(g);
         return s;

@@ -95,7 +95,7 @@ struct ember_gguf {
     uint64_t st_dev, st_ino;
     int64_t st_mtime_ns;
     gguf_index kv_index, tensor_index;
-    int64_t n_blocks;    /* 1 + the largest N of the tensors named "blk.N.*", 0 when none */
+    int64_t n_blocks;    /* layers 0..n_blocks-1 each have a tensor named "blk.N.*" (0 when none) */
     int64_t max_extent;  /* the largest dimension of any tensor (bounds hyper-parameters) */
     uint32_t version;
     uint64_t n_kv, n_tensors;

@@ -22,8 +22,11 @@ if ! command -v clang >/dev/null 2>&1; then
 fi
 
 dir=build-fuzz
-CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON >/dev/null
-cmake --build "$dir" -j2 --target "fuzz_$name" make-tiny-model >/dev/null
+if ! CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON >/dev/null ||
+   ! cmake --build "$dir" -j2 --target "fuzz_$name" make-tiny-model >/dev/null; then
+  echo "fuzz $name: FAILED to build (see the compiler output above)"
+  exit 1
+fi
 
 fixtures=${EMBER_FIXTURES:-../shared/fixtures}
 corpus=$dir/corpus-$name

@@ -22,6 +22,7 @@ static guard_slot slots[MAPGUARD_SLOTS];
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER; /* add/remove only, never the handler */
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 static struct sigaction previous;
+static uintptr_t page_size = 4096; /* read once at install: sysconf is not async-signal-safe */
 
 static void chain(int sig, siginfo_t *info, void *uctx) {
     if (previous.sa_flags & SA_SIGINFO) {
@@ -47,8 +48,7 @@ static void on_sigbus(int sig, siginfo_t *info, void *uctx) {
         uintptr_t base = atomic_load(&slots[i].base);
         size_t size = atomic_load(&slots[i].size);
         if (!base || addr < base || addr - base >= size) continue;
-        long page = sysconf(_SC_PAGESIZE);
-        uintptr_t from = addr / (uintptr_t)page * (uintptr_t)page;
+        uintptr_t from = addr / page_size * page_size;
         /* zeros from the faulting page to the end: one call covers the whole truncated tail */
         void *p = mmap((void *)from, base + size - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
         if (p == MAP_FAILED) break; /* cannot repair: let the previous action decide */
@@ -59,6 +59,8 @@ static void on_sigbus(int sig, siginfo_t *info, void *uctx) {
 }
 
 static void install(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0) page_size = (uintptr_t)page;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;

@@ -18,12 +18,9 @@ extern "C" {
 #define EMBER_VERSION "0.1.0"
 
 /* ---- errors ----------------------------------------------------------------------------------
- * ember_status and ember_error (a status plus a message in a caller-owned slot) are defined at the
- * bottom of ember, in the kernels' types.h, so every layer reports failures the same way. */
-
-/* Fills err (if not NULL) and returns code. */
-ember_status ember_error_set(ember_error *err, ember_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ * ember_status, ember_error (a status plus a message in a caller-owned slot) and ember_error_set
+ * are defined at the bottom of ember, in the kernels' types.h, so every layer reports failures the
+ * same way. */
 
 /* ---- kernels ---------------------------------------------------------------------------------
  * The kernel sets, CPU features, ember_kernels_best() and the EMBER_KERNELS parser: see cpu.h. */

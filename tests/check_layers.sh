@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # check_layers.sh SOURCE_DIR — the include arrows of docs/architecture.md, checked by grep:
 #   src/kernels       includes only its own headers (and system headers); calls nothing above
-#   src/engine        includes no Lua header and nothing of the bindings
+#   src/tokenizer     includes its own headers and the kernels' (types.h), no Lua, nothing of the
+#                     engine (GGUF vocabularies are read by the engine: engine -> tokenizer)
+#   src/engine        includes no Lua header, nothing of the bindings, and of the tokenizer only
+#                     its public tokenizer.h
+#   everywhere        the tokenizer's private headers (tokenizer_internal.h, unicode.h) are
+#                     included only under src/tokenizer
 #   src/lua_bindings  includes its own headers, ember.h and the one named internal header
 #                     (include/ember_internal.h), never another engine or kernels header; from the
 #                     tools only tiny_model.h (ember.make_tiny_model runs the generator)
@@ -24,10 +29,35 @@ for f in "$src"/src/kernels/*.[ch]; do
     esac
   done < <(includes "$f")
 done
-# calls into the engine (its error formatter, hooks, models, sessions) or Lua
-up=$(grep -lE '\bember_error_set\(|\bember_hook_call\(|\bember_model_[a-z_]*\(|\bember_session_[a-z_]*\(|\blua_[a-z]*\(' \
-     "$src"/src/kernels/*.[ch])
-[ -z "$up" ] || fail "kernel files call engine or Lua functions:" $up
+# calls into the engine (GGUF, hooks, models, sessions), the tokenizer or Lua; ember_error_set is
+# the kernels' own (src/kernels/error.c)
+engine_calls='\bember_gguf_[a-z_]*\(|\bember_hook_call\(|\bember_model_[a-z_]*\(|\bember_session_[a-z_]*\(|\blua_[a-z]*\('
+up=$(grep -lE "$engine_calls|\bember_tokenizer_[a-z_]*\(|\bember_detok_[a-z_]*\(" "$src"/src/kernels/*.[ch])
+[ -z "$up" ] || fail "kernel files call engine, tokenizer or Lua functions:" $up
+
+for f in "$src"/src/tokenizer/*.[ch]; do
+  while IFS= read -r inc; do
+    name=${inc##*:}
+    case $name in
+      \<*) [[ $name =~ $lua_header ]] && fail "$inc: a tokenizer file includes Lua";;
+      \"*) h=${name//\"/}
+           [ -f "$src/src/tokenizer/$h" ] || [ -f "$src/src/kernels/$h" ] ||
+             fail "$inc: a tokenizer file includes '$h'; the tokenizer uses its own and the kernels' headers only";;
+    esac
+  done < <(includes "$f")
+done
+up=$(grep -lE "$engine_calls" "$src"/src/tokenizer/*.[ch])
+[ -z "$up" ] || fail "tokenizer files call engine or Lua functions:" $up
+
+# the tokenizer's private headers stay in its room
+for f in $(find "$src/src" "$src/include" "$src/tools" "$src/tests" -name '*.[ch]' -not -path "$src/src/tokenizer/*"); do
+  while IFS= read -r inc; do
+    name=${inc##*:}
+    case $name in
+      \"tokenizer_internal.h\"|\"unicode.h\") fail "$inc: includes the tokenizer's private ${name//\"/}";;
+    esac
+  done < <(includes "$f")
+done
 
 for f in "$src"/src/engine/*.[ch]; do
   while IFS= read -r inc; do
@@ -44,13 +74,13 @@ for f in "$src"/src/lua_bindings/*.[ch]; do
     case $name in
       \"*) h=${name//\"/}
            case $h in
-             ember.h|ember_internal.h|tiny_model.h) ;;
+             ember.h|ember_internal.h|tokenizer.h|tiny_model.h) ;;
              *) [ -f "$src/src/lua_bindings/$h" ] ||
-                  fail "$inc: a binding includes '$h'; bindings use ember.h, ember_internal.h (and tiny_model.h) only";;
+                  fail "$inc: a binding includes '$h'; bindings use ember.h, ember_internal.h, tokenizer.h (and tiny_model.h) only";;
            esac;;
     esac
   done < <(includes "$f")
 done
 
 if [ $bad -gt 0 ]; then echo "$bad layer violation(s)"; exit 1; fi
-echo "layers hold: kernels <- engine <- bindings (include/ember_internal.h the one internal header)"
+echo "layers hold: kernels <- tokenizer <- engine <- bindings (include/ember_internal.h the one internal header)"

@@ -81,7 +81,7 @@ local function type_of(node)
   return type(node) == "table" and node.type or tostring(node)
 end
 
--- The split patterns ember matches by hand (src/engine/tokenizer_pretok.c), exactly as the
+-- The split patterns ember matches by hand (src/tokenizer/tokenizer_pretok.c), exactly as the
 -- tokenizer.json files of GPT-2, LLaMA 3 and Qwen2/3 write them.
 local KNOWN_REGEXES = {
   [ [=['s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+]=] ] = "gpt2",

@@ -1,8 +1,9 @@
 /* tokenizer_gguf.c — builds a tokenizer from the vocabulary embedded in a GGUF file
- * (tokenizer.ggml.*). Must not open files: it reads an already validated ember_gguf. */
+ * (tokenizer.ggml.*). Must not open files: it reads an already validated ember_gguf. The engine's
+ * side of the arrow engine -> tokenizer: it feeds the tokenizer's public builder (tokenizer.h). */
 #include "escape.h"
 #include "gguf.h"
-#include "tokenizer_internal.h"
+#include "tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -177,9 +178,9 @@ ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **ou
         st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tokenizer.ggml.tokens is missing or empty", g->path);
         goto done;
     }
-    if (tokens->v.arr.count > TOK_MAX_ID) {
+    if (tokens->v.arr.count > EMBER_TOKENIZER_MAX_ID) {
         st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries (limit %d)", g->path,
-                             (unsigned long long)tokens->v.arr.count, TOK_MAX_ID);
+                             (unsigned long long)tokens->v.arr.count, EMBER_TOKENIZER_MAX_ID);
         goto done;
     }
     types = find_array(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, true, err, &st);

@@ -39,7 +39,7 @@ ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute 
     ember_status st = ember_kernels_resolve(want, &chosen, &ops, err);
     if (st != EMBER_OK) return st;
     ember_compute *c = calloc(1, sizeof *c);
-    if (!c) return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
+    if (!c) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_new: out of memory");
     c->ops = ops;
     c->kernels = chosen;
     const char *wenv = getenv("EMBER_WEIGHTS");
@@ -69,7 +69,7 @@ static ember_status grow(ember_compute *c, size_t need, ember_error *err) {
     if (need <= c->xa_cap) return EMBER_OK;
     uint8_t *p = realloc(c->xa, need);
     if (!p)
-        return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
                                need);
     c->xa = p;
     c->xa_cap = need;
@@ -82,8 +82,8 @@ static size_t act_stride(const ember_type_kernels *mm, int64_t n_in) { return mm
 ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_in, ember_error *err) {
     const ember_type_kernels *mm = ember_kernels_mm(c->ops, type);
     if (!mm)
-        return ember_kernel_error(err, EMBER_ERR_UNSUPPORTED, "kernels '%s' have no matrix product for weights of type %s",
-                                  c->ops->name, ember_type_name((uint32_t)type));
+        return ember_error_set(err, EMBER_ERR_UNSUPPORTED, "kernels '%s' have no matrix product for weights of type %s",
+                               c->ops->name, ember_type_name((uint32_t)type));
     pthread_mutex_lock(&c->mu);
     ember_status st = grow(c, act_stride(mm, n_in) * EMBER_ACT_CHUNK, err);
     pthread_mutex_unlock(&c->mu);
@@ -120,13 +120,13 @@ static ember_status arena_chunk(ember_compute *c, size_t want, ember_error *err)
         if (p) c->packs = p;
         size_t *q = p ? realloc(c->pack_sizes, (size_t)cap * sizeof *q) : NULL;
         if (q) c->pack_sizes = q;
-        if (!p || !q) return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
+        if (!p || !q) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: out of memory");
         c->cap_packs = cap;
     }
     const size_t size = (want + EMBER_HUGE_PAGE - 1) / EMBER_HUGE_PAGE * EMBER_HUGE_PAGE;
     uint8_t *raw = mmap(NULL, size + EMBER_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
-        return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
                                size);
     /* keep the 2 MiB aligned part, give back the rest */
     uint8_t *start = (uint8_t *)(((uintptr_t)raw + EMBER_HUGE_PAGE - 1) & ~(uintptr_t)(EMBER_HUGE_PAGE - 1));

@@ -103,8 +103,8 @@ ember_status ember_kernels_env(ember_kernels *out, ember_error *err) {
     if (!env || !env[0]) return EMBER_OK;
     if (!ember_kernels_parse(env, out)) {
         *out = EMBER_KERNELS_AUTO;
-        return ember_kernel_error(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of auto, reference, avx2, avx512",
-                                  env);
+        return ember_error_set(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of auto, reference, avx2, avx512",
+                               env);
     }
     return EMBER_OK;
 }
@@ -184,9 +184,9 @@ ember_status ember_kernels_resolve(ember_kernels want, ember_kernels *chosen, co
     if (!*ops) { /* an explicit request this CPU cannot run */
         char missing[128];
         ember_kernels_missing(want, ember_cpu(), missing, sizeof missing);
-        return ember_kernel_error(err, EMBER_ERR_UNSUPPORTED,
-                                  "kernels '%s' were requested but this CPU/OS lacks %s (use 'auto' or 'reference')",
-                                  ember_kernels_name(want), missing);
+        return ember_error_set(err, EMBER_ERR_UNSUPPORTED,
+                               "kernels '%s' were requested but this CPU/OS lacks %s (use 'auto' or 'reference')",
+                               ember_kernels_name(want), missing);
     }
     return EMBER_OK;
 }

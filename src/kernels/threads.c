@@ -126,9 +126,9 @@ static void *worker_main(void *varg) {
 ember_status ember_pool_new(int n_threads, ember_pool **out, ember_error *err) {
     *out = NULL;
     if (n_threads < 1 || n_threads > 1024)
-        return ember_kernel_error(err, EMBER_ERR_ARG, "ember_pool_new: %d threads is out of range (1..1024)", n_threads);
+        return ember_error_set(err, EMBER_ERR_ARG, "ember_pool_new: %d threads is out of range (1..1024)", n_threads);
     ember_pool *p = calloc(1, sizeof *p);
-    if (!p) return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_pool_new: out of memory");
+    if (!p) return ember_error_set(err, EMBER_ERR_NOMEM, "ember_pool_new: out of memory");
     p->n_threads = n_threads;
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
@@ -148,13 +148,13 @@ ember_status ember_pool_new(int n_threads, ember_pool **out, ember_error *err) {
         p->args = calloc((size_t)n_threads - 1, sizeof *p->args);
         if (!p->threads || !p->args) {
             ember_pool_free(p);
-            return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_pool_new: out of memory");
+            return ember_error_set(err, EMBER_ERR_NOMEM, "ember_pool_new: out of memory");
         }
         for (int i = 0; i < n_threads - 1; i++) {
             p->args[i] = (worker_arg){.pool = p, .tid = i + 1};
             if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
                 ember_pool_free(p);
-                return ember_kernel_error(err, EMBER_ERR_NOMEM, "ember_pool_new: cannot start thread %d of %d", i + 2,
+                return ember_error_set(err, EMBER_ERR_NOMEM, "ember_pool_new: cannot start thread %d of %d", i + 2,
                                        n_threads);
             }
             p->n_started++;

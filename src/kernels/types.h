@@ -15,8 +15,8 @@ extern "C" {
 #endif
 
 /* ---- errors: a status plus a message in a caller-owned slot ------------------------------------
- * Defined here (the bottom) so the kernels can report failures without reaching up into the
- * engine; the engine, the bindings and the C API use the same slot (include/ember.h). */
+ * Defined here (the bottom) so the kernels and the tokenizer can report failures without reaching
+ * up into the engine; the engine, the bindings and the C API use the same slot (include/ember.h). */
 typedef enum {
     EMBER_OK = 0,
     EMBER_ERR_IO,          /* a file could not be opened, mapped or read */
@@ -35,9 +35,9 @@ typedef struct {
     char msg[1024];
 } ember_error;
 
-/* The kernels' own way to fill an ember_error (kernels/kernel_error.c): the engine has
- * ember_error_set (engine/error.c), which the kernels must not call. Returns code. */
-ember_status ember_kernel_error(ember_error *err, ember_status code, const char *fmt, ...)
+/* Fills err (if not NULL) with code and the formatted message; returns code (kernels/error.c).
+ * The one formatter of every layer. */
+ember_status ember_error_set(ember_error *err, ember_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- weight types -------------------------------------------------------------------------------

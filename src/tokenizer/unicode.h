@@ -3,7 +3,7 @@
 #ifndef EMBER_UNICODE_H
 #define EMBER_UNICODE_H
 
-#include "ember.h"
+#include "types.h"
 
 /* Character classes as the tokenizers' split patterns name them. */
 #define EMBER_CP_LETTER 1u  /* \p{L}: Lu Ll Lt Lm Lo */

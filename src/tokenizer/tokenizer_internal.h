@@ -5,7 +5,7 @@
 
 #include "tokenizer.h"
 
-#define TOK_MAX_ID (1 << 24)   /* ids above this are refused: no real vocabulary is that large */
+#define TOK_MAX_ID EMBER_TOKENIZER_MAX_ID
 #define TOK_MAX_TOKEN_LEN 65536 /* bytes of one vocabulary string */
 /* Longest text encode accepts: after ' ' -> U+2581 (3 bytes) it still fits the int32 symbol links
  * and uint32 offsets of the merge loop. */

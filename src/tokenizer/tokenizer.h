@@ -1,10 +1,12 @@
 /* tokenizer.h — text <-> token ids for the four families: byte-level BPE (GPT-2, Qwen2/3, LLaMA 3),
  * SentencePiece-style BPE with byte fallback (Gemma), and SentencePiece scores (LLaMA 2 GGUF).
  *
- * Two ways in: ember_tokenizer_from_gguf() reads the vocabulary embedded in a GGUF file, and the
- * builder below is fed by the Lua loader that parses a HuggingFace tokenizer.json with lua-cjson.
+ * One way in, the builder below: the Lua loader feeds it from a HuggingFace tokenizer.json (parsed
+ * with lua-cjson), and the engine from the vocabulary embedded in a GGUF file
+ * (ember_tokenizer_from_gguf, src/engine/tokenizer_gguf.c, declared in include/ember_internal.h).
  * A finished tokenizer is immutable and owns copies of every string, so it outlives its source
- * and may be used from several threads at once. Knows nothing of Lua.
+ * and may be used from several threads at once. Knows nothing of Lua, GGUF or the engine: it uses
+ * only the kernels' types.h (the error slot), so its arrow points down to the bottom layer alone.
  *
  * Encoding, in order (each step only when the tokenizer's configuration asks for it):
  *   1. the text must be valid UTF-8;
@@ -19,7 +21,7 @@
 #ifndef EMBER_TOKENIZER_H
 #define EMBER_TOKENIZER_H
 
-#include "ember.h"
+#include "types.h"
 
 typedef struct ember_tokenizer ember_tokenizer;
 
@@ -79,6 +81,9 @@ const ember_tokenizer_config *ember_tokenizer_get_config(const ember_tokenizer *
 
 typedef struct ember_tokenizer_builder ember_tokenizer_builder;
 
+/* Ids are below this: no real vocabulary is that large (a reader may refuse a larger one early). */
+#define EMBER_TOKENIZER_MAX_ID (1 << 24)
+
 /* source names the file in every error message (e.g. "…/tokenizer.json"). */
 ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_builder **out, ember_error *err);
 void ember_tokenizer_builder_free(ember_tokenizer_builder *b);
@@ -95,10 +100,6 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
 /* Validates and freezes; frees the builder whatever happens (*out is NULL on error). */
 ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const ember_tokenizer_config *cfg,
                                             ember_tokenizer **out, ember_error *err);
-
-/* The vocabulary embedded in GGUF: tokenizer.ggml.model = "gpt2" (with tokenizer.ggml.pre one of
- * gpt-2, llama-bpe, qwen2), "llama" (SentencePiece with scores) or "gemma4". */
-ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **out, ember_error *err);
 
 void ember_tokenizer_free(ember_tokenizer *t);
 

@@ -1,6 +1,6 @@
-/* error.c — the one way engine code reports a failure: a status plus a message in a caller-owned
- * ember_error. Never exits, never touches Lua. */
-#include "ember.h"
+/* error.c — the one way ember code fills an ember_error (types.h): a status plus a formatted
+ * message. At the bottom, so kernels, tokenizer and engine all report failures through it. */
+#include "types.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -7,9 +7,11 @@
 #                     its public tokenizer.h
 #   everywhere        the tokenizer's private headers (tokenizer_internal.h, unicode.h) are
 #                     included only under src/tokenizer
-#   src/lua_bindings  includes its own headers, ember.h and the one named internal header
-#                     (include/ember_internal.h), never another engine or kernels header; from the
-#                     tools only tiny_model.h (ember.make_tiny_model runs the generator)
+#   src/lua_bindings  includes its own headers and headers of include/ only: ember.h, the one named
+#                     internal header (ember_internal.h) and the tools' public ember_tiny_model.h;
+#                     never an engine, tokenizer, kernels or tools header directly
+#   include/          the public headers include each other and the layers' public headers only
+#                     (types.h, cpu.h, tokenizer.h), never an engine or tools header
 set -uo pipefail
 src=$1
 bad=0
@@ -74,13 +76,27 @@ for f in "$src"/src/lua_bindings/*.[ch]; do
     case $name in
       \"*) h=${name//\"/}
            case $h in
-             ember.h|ember_internal.h|tokenizer.h|tiny_model.h) ;;
-             *) [ -f "$src/src/lua_bindings/$h" ] ||
-                  fail "$inc: a binding includes '$h'; bindings use ember.h, ember_internal.h, tokenizer.h (and tiny_model.h) only";;
+             */*) fail "$inc: a binding includes '$h' by path; bindings use their own and include/'s headers";;
+             *) [ -f "$src/src/lua_bindings/$h" ] || [ -f "$src/include/$h" ] ||
+                  fail "$inc: a binding includes '$h'; bindings use their own headers and include/ (ember.h, ember_internal.h, ember_tiny_model.h) only";;
+           esac;;
+    esac
+  done < <(includes "$f")
+done
+
+for f in "$src"/include/*.h; do
+  while IFS= read -r inc; do
+    name=${inc##*:}
+    case $name in
+      \"*) h=${name//\"/}
+           case $h in
+             types.h|cpu.h|tokenizer.h) ;;
+             *) [ -f "$src/include/$h" ] ||
+                  fail "$inc: a public header includes '$h'; include/ uses itself, types.h, cpu.h and tokenizer.h only";;
            esac;;
     esac
   done < <(includes "$f")
 done
 
 if [ $bad -gt 0 ]; then echo "$bad layer violation(s)"; exit 1; fi
-echo "layers hold: kernels <- tokenizer <- engine <- bindings (include/ember_internal.h the one internal header)"
+echo "layers hold: kernels <- tokenizer <- engine <- bindings (include/ the bindings' only headers beside their own)"

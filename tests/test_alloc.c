@@ -7,7 +7,7 @@
  * AddressSanitizer replaces malloc itself, so under it the test is skipped (exit 77). */
 #include "ember.h"
 #include "gguf.h"
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 #include "test_support.h"
 
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include "ember.h"
 #include "lbind.h"
 #include "test_support.h"
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 
 #include <lualib.h>
 #include <string.h>

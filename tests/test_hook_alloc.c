@@ -9,7 +9,7 @@
 #include "l_experiment.h"
 #include "l_model.h"
 #include "test_support.h"
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 
 #include <lualib.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * forward pass hands every hook a context with tracing disabled. */
 #include "ember.h"
 #include "test_support.h"
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 
 #include <string.h>
 

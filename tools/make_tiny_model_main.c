@@ -1,6 +1,6 @@
 /* make_tiny_model_main.c — the `make-tiny-model` command: writes a deterministic random-weight model.
  * Only argument parsing lives here; tiny_model.c builds the file. */
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 
 #include <errno.h>
 #include <stdio.h>

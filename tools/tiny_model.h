@@ -1,79 +1,14 @@
-/* tiny_model.h — deterministic random-weight llama / qwen3 / qwen2 / gemma4 / gpt2 models in llama.cpp's
- * GGUF layout, small enough to run in tests in milliseconds. The project's default model comes from here.
- *
- * Weights: each tensor has its own generator, seeded from (seed, tensor name), so a tensor's values
- * do not depend on the other tensors. Values are approximately normal (sum of 12 uniforms - 6:
- * integer arithmetic and one multiply, the same bits on every machine):
- *   2-D projections   std 1/sqrt(fan_in)  (each projection keeps the activation scale)
- *   token_embd/output std 0.35            (logits of std ~0.35*sqrt(hidden): peaked, not one-hot)
- *   norm weights      1 + 0.1 * N         (around 1.0)
- *   biases            0.1 * N             (qwen2 QKV; gpt2 every projection and LayerNorm)
- *   rope_freqs        llama: LLaMA-3's factors (factor 8, low 1, high 4, original context 8192)
- *                     gemma4: proportional RoPE of the full layers: the first quarter of the pairs
- *                     rotate (factor 1), the others do not (factor 1e30)
- *   gemma4            per_layer_token_embd std 1/sqrt(per-layer width) (unit rows once scaled by
- *                     sqrt(width)); attn_q_norm/attn_k_norm 0.5 + 0.05 * N (the attention scale is
- *                     1, so this gives scores of std ~sqrt(head size)/4); layer_output_scale
- *                     0.5 + 0.1 * N (the scaled input embedding fades, so that with the tied head a
- *                     token does not simply predict itself)
- *   gpt2              position_embd std 0.1; the Q and K rows of attn_qkv std 2/sqrt(hidden) (sharp
- *                     enough attention that the context's average does not swamp the current
- *                     token); ffn_down.bias = -rowsum(ffn_down) / (2 sqrt(pi)), cancelling GELU's
- *                     mean output (otherwise every token gets the same offset)
- * Norm vectors, biases, rope_freqs and layer_output_scale are always f32; 2-D weights are in the
- * chosen dtype.
- *
- * Gemma 4 layout (SPEC §2.1), with the defaults below: 6 layers, pattern SSSFSF (S sliding, F full;
- * by default every 4th layer and the last are full), window 8, head size 16 on sliding layers and 32
- * on full ones, 2 KV heads on sliding layers and 1 on full ones, the last 2 layers share the KV cache
- * of layers 2 (sliding) and 3 (full) and have a double-width MLP, full layers have no attn_v (V is
- * the K projection), per-layer inputs of width 32, final logit softcap 30, tied head.
- */
+/* tiny_model.h — the tiny-model generator's entry for tools and tests that edit the file before it
+ * is written: ember_tiny_model_build into a GGUF writer. Everything else (the parameters, defaults,
+ * presets, writing a file) is the tools' public interface, include/ember_tiny_model.h, which is all
+ * the bindings see. */
 #ifndef EMBER_TINY_MODEL_H
 #define EMBER_TINY_MODEL_H
 
+#include "ember_tiny_model.h"
 #include "gguf_writer.h"
-
-typedef struct {
-    const char *family; /* "llama" | "qwen3" | "qwen2" | "gemma4" | "gpt2" */
-    ember_type dtype;   /* of the 2-D weights */
-    uint64_t seed;
-    int64_t n_layer, n_embd, n_head, n_ff, n_vocab, n_ctx;
-    int64_t n_head_kv;  /* 0: the family's usual (2; gpt2 has no GQA: n_head); gemma4: sliding layers' */
-    int64_t head_dim;   /* 0: n_embd / n_head (gemma4: the full layers' head size, 0: 2 * n_embd / n_head) */
-    float rope_base;    /* 0: the family's usual (llama 10000, qwen 1000000, gemma4 full layers 1000000) */
-    int tied;           /* -1: the family's usual (llama separate head, others tied); 0 separate; 1 tied */
-    int rope_freqs;     /* -1: the family's usual (gemma4 yes, others no); 0 no; 1 yes (llama, gemma4 only) */
-    bool tokenizer;     /* embed the tiny tokenizer (n_vocab >= 258) */
-
-    /* gemma4 only (others refuse values other than these defaults) */
-    int64_t head_dim_swa;     /* 0: n_embd / n_head */
-    int64_t n_head_kv_full;   /* 0: half of n_head_kv when even, else n_head_kv */
-    float rope_base_swa;      /* 0: 10000 */
-    int64_t sliding_window;   /* 0: 8 */
-    const char *swa_pattern;  /* one 'S' (sliding) or 'F' (full) per layer; NULL: every 4th and the last full */
-    int64_t shared_kv_layers; /* -1: 2 when the pattern allows it, else 0 */
-    int64_t ple_dim;          /* per-layer input width; -1: 32; 0: no per-layer inputs */
-    float softcap;            /* final logit softcap; < 0: 30; 0: none */
-} ember_tiny_model_params;
-
-/* llama, f32, seed 1, 6 layers, hidden 64, 4 heads, 2 KV heads, ff 128, vocab 512, context 256,
- * with the tokenizer; every family-dependent field at "the family's usual". */
-void ember_tiny_model_defaults(ember_tiny_model_params *p);
 
 /* Adds the model's metadata, tokenizer and tensors to w (callers may then edit it). */
 ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf_writer *w, ember_error *err);
-/* build + write. */
-ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err);
-
-/* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
- * "qwen3-0.6b", "llama3.2-1b" or "gemma4-e2b" (random weights, seed 1, Q8_0, no tokenizer, context
- * 4096). Returns false for another name. ember_tiny_model_shapes lists the names, NULL-terminated. */
-bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);
-extern const char *const ember_tiny_model_shapes[];
-
-/* "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" |
- * "q6_k" */
-bool ember_tiny_model_parse_dtype(const char *s, ember_type *out);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "tiny_model.h"
+#include "ember_tiny_model.h"
 
 static const char *const tiny_options[] = {"family", "dtype", "seed", NULL};
 static const char *const tiny_families[] = {"llama", "qwen3", "qwen2", "gemma4", "gpt2", NULL};

@@ -152,9 +152,7 @@ ember_status ember_gemma4_bind(binder *b) {
     ember_model *m = b->m;
     int64_t hd_full, hd_swa, rot_full, rot_swa, shared;
     float base_full, base_swa;
-    TRY(hp_block_count(b, &m->n_layer));
-    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
-    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
+    TRY(bind_common_hparams(b));
     TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 8192));
     TRY(hp_dim(b, "attention.key_length", &hd_full, true, 0));
     TRY(hp_dim(b, "attention.key_length_swa", &hd_swa, false, hd_full));
@@ -179,13 +177,7 @@ ember_status ember_gemma4_bind(binder *b) {
     m->rope_base = base_full;
     m->rope_neox = true;
 
-    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
-    m->n_vocab = emb->ne[1];
-    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
-    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
-    if (!m->output.data) m->output = m->tok_embd;
-    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    TRY(bind_common(b));
     TRY(bind_vec(b, "rope_freqs.weight", rot_full / 2, false, &m->rope_freqs));
     int64_t ple_width = 0;
     TRY(hp_mul(b, "per-layer input width (layers x per-layer width)", m->n_layer, m->ple_dim, &ple_width));
@@ -195,8 +187,6 @@ ember_status ember_gemma4_bind(binder *b) {
         TRY(bind_vec(b, "per_layer_proj_norm.weight", m->ple_dim, true, &m->ple_proj_norm));
     }
 
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
     const int64_t d = m->n_embd, kv_from = m->n_layer - shared;
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];

@@ -67,11 +67,8 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
 /* Hyper-parameters and tensors of GPT-2 (llama.cpp's names: attn_qkv, position_embd, ...). */
 ember_status ember_gpt2_bind(binder *b) {
     ember_model *m = b->m;
-    TRY(hp_block_count(b, &m->n_layer));
-    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(bind_common_hparams(b));
     TRY(hp_dim(b, "feed_forward_length", &m->n_ff, false, 0));
-    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
-    /* learned positions: the context is a tensor dimension too */
     TRY(hp_dim(b, "context_length", &m->n_ctx_train, true, 0));
     TRY(hp_float_positive(b, "attention.layer_norm_epsilon", &m->norm_eps, 1e-5f));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_embd % m->n_head || m->n_ctx_train < 1)
@@ -82,18 +79,10 @@ ember_status ember_gpt2_bind(binder *b) {
     m->head_dim = m->n_embd / m->n_head;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
 
-    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
-    m->n_vocab = emb->ne[1];
-    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
+    TRY(bind_common(b));
     TRY(bind_mat(b, "position_embd.weight", m->n_embd, m->n_ctx_train, true, &m->pos_embd));
-    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
-    if (!m->output.data) m->output = m->tok_embd;
-    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
     TRY(bind_vec(b, "output_norm.bias", m->n_embd, true, &m->output_norm_b));
 
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
     const int64_t d = m->n_embd;
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];

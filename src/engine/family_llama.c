@@ -71,10 +71,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
 /* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
 ember_status ember_llama_bind(binder *b) {
     ember_model *m = b->m;
-    TRY(hp_block_count(b, &m->n_layer));
-    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    TRY(bind_common_hparams(b));
     TRY(hp_dim(b, "feed_forward_length", &m->n_ff, true, 0));
-    TRY(hp_dim(b, "attention.head_count", &m->n_head, true, 0));
     TRY(hp_dim(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
     TRY(hp_int(b, "context_length", &m->n_ctx_train, false, 2048));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->n_head % m->n_head_kv)
@@ -96,17 +94,9 @@ ember_status ember_llama_bind(binder *b) {
     m->rope_neox = m->family != EMBER_FAMILY_LLAMA;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
 
-    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
-    m->n_vocab = emb->ne[1];
-    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
-    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
-    if (!m->output.data) m->output = m->tok_embd; /* tied head */
-    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    TRY(bind_common(b));
     TRY(bind_vec(b, "rope_freqs.weight", m->n_rot / 2, false, &m->rope_freqs));
 
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
     int64_t q_dim, kv_dim;
     TRY(hp_mul(b, "query width (heads x head size)", m->n_head, m->head_dim, &q_dim));
     TRY(hp_mul(b, "key/value width (KV heads x head size)", m->n_head_kv, m->head_dim, &kv_dim));

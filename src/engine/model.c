@@ -157,6 +157,32 @@ ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, 
     return EMBER_OK;
 }
 
+/* The hyper-parameters every family requires, read first and in this order, so a file that lacks
+ * several names the same key whatever its family. */
+ember_status bind_common_hparams(binder *b) {
+    ember_model *m = b->m;
+    TRY(hp_block_count(b, &m->n_layer));
+    TRY(hp_dim(b, "embedding_length", &m->n_embd, true, 0));
+    return hp_dim(b, "attention.head_count", &m->n_head, true, 0);
+}
+
+/* What every family binds alike once its hyper-parameters hold: the vocabulary size (token_embd's
+ * rows), the token embedding, the LM head (tied to the embedding when the file has no
+ * output.weight), the final norm's weight, and the zeroed table of n_layer layers. */
+ember_status bind_common(binder *b) {
+    ember_model *m = b->m;
+    const gguf_tensor *emb = ember_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+    m->n_vocab = emb->ne[1];
+    TRY(bind_mat(b, "token_embd.weight", m->n_embd, m->n_vocab, true, &m->tok_embd));
+    TRY(bind_mat(b, "output.weight", m->n_embd, m->n_vocab, false, &m->output));
+    if (!m->output.data) m->output = m->tok_embd; /* tied head */
+    TRY(bind_vec(b, "output_norm.weight", m->n_embd, true, &m->output_norm));
+    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    return EMBER_OK;
+}
+
 /* "q8_0 (f32 norms)", from the types of the 2-D tensors. */
 static char *dtype_summary(const ember_gguf *g) {
     bool seen[64] = {0};

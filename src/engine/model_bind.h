@@ -35,6 +35,12 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
 ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required, ember_matrix *out);
 
+/* The shared preamble of every family's bind, in two halves around the family's own
+ * hyper-parameters and checks: block_count, embedding_length, attention.head_count (required) ... */
+ember_status bind_common_hparams(binder *b);
+/* ... then n_vocab, token_embd, output (tied when absent), output_norm.weight, the layer table. */
+ember_status bind_common(binder *b);
+
 ember_status ember_llama_bind(binder *b);
 ember_status ember_gpt2_bind(binder *b);
 ember_status ember_gemma4_bind(binder *b);

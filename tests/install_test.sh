@@ -22,7 +22,7 @@ fi
 # Run from a copy, so nothing can reach back into the install location either.
 cp -R "$work/prefix" "$work/moved" || fail "copy of the prefix"
 P=$work/moved
-for f in bin/ember-lua bin/ember lib/lua/5.4/ember/core.so share/ember/scripts/workflows/capture_patch_restore.lua \
+for f in bin/ember-lua bin/ember bin/bench-engine bin/make-tiny-model lib/lua/5.4/ember/core.so share/ember/scripts/workflows/capture_patch_restore.lua \
          share/ember/scripts/experiments/activation_stats.lua share/lua/5.4/ember/cli.lua; do
   [ -e "$P/$f" ] || fail "$f is not installed"
 done
@@ -31,7 +31,7 @@ done
 if [ "$sanitize" = ON ]; then
   echo "install_test: sanitizer build: not checking the binaries for source paths (ASan/UBSan record them)"
 else
-  for bin in "$P/bin/ember-lua" "$P/lib/lua/5.4/ember/core.so"; do
+  for bin in "$P/bin/ember-lua" "$P/lib/lua/5.4/ember/core.so" "$P/bin/bench-engine" "$P/bin/make-tiny-model"; do
     for dir in "$src" "$(cd "$build" && pwd)"; do
       if grep -q -F -- "$dir" "$bin"; then fail "$bin contains the path '$dir'"; fi
     done
@@ -40,7 +40,7 @@ fi
 
 mkdir -p "$work/home" "$work/cache" "$work/tmp"
 run() { # run CMD... from / with a clean environment
-  (cd / && env -u EMBER_LIB -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 -u EMBER_LUA \
+  (cd / && env -u EMBER_LIB -u EMBER_BENCH_ENGINE -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 -u EMBER_LUA \
      HOME="$work/home" XDG_CACHE_HOME="$work/cache" TMPDIR="$work/tmp" "$@")
 }
 
@@ -68,12 +68,21 @@ fi
 echo "$out" | grep -q "^restoration criterion: HOLDS$" || fail "the workflow did not report the criterion holding"
 [ -s "$work/cache/ember/tiny-llama-q8_0.gguf" ] || fail "no default model in \$XDG_CACHE_HOME/ember"
 [ ! -e "$work/home/.cache" ] || fail "the default model went to ~/.cache although XDG_CACHE_HOME is set"
-# the generator run by ember-lua writes the same bytes as make-tiny-model (when this build has it)
-if [ -x "$build/make-tiny-model" ]; then
-  "$build/make-tiny-model" --family llama --dtype q8_0 --seed 7 --out "$work/expected.gguf" || fail "make-tiny-model"
-  cmp -s "$work/expected.gguf" "$work/cache/ember/tiny-llama-q8_0.gguf" ||
-    fail "the default model differs from make-tiny-model --family llama --dtype q8_0 --seed 7"
-fi
+# the generator run by ember-lua writes the same bytes as the installed make-tiny-model
+run "$P/bin/make-tiny-model" --family llama --dtype q8_0 --seed 7 --out "$work/expected.gguf" ||
+  fail "the installed make-tiny-model"
+cmp -s "$work/expected.gguf" "$work/cache/ember/tiny-llama-q8_0.gguf" ||
+  fail "the default model differs from make-tiny-model --family llama --dtype q8_0 --seed 7"
+
+# `ember benchmark --membw` finds its probe, the installed bench-engine beside the interpreter: it
+# looks before loading the model, so a missing model file is the error it reports (no benchmark
+# runs). The probe itself starts from there (its usage line, given no model).
+run "$P/bin/bench-engine" >/dev/null 2>"$work/err"
+grep -q "^usage: bench-engine" "$work/err" || { cat "$work/err" >&2; fail "the installed bench-engine does not run"; }
+run "$P/bin/ember" benchmark --membw --model "$work/tmp/missing.gguf" >/dev/null 2>"$work/err" &&
+  fail "ember benchmark with a missing model succeeded"
+if grep -q "bandwidth probe" "$work/err"; then cat "$work/err" >&2; fail "the installed ember benchmark --membw did not find bench-engine"; fi
+grep -q "missing.gguf" "$work/err" || { cat "$work/err" >&2; fail "ember benchmark did not name the missing model"; }
 
 # The launcher finds the ember-lua beside it; an experiment file of share/ember/scripts runs.
 v=$(run "$P/bin/ember" --version) || fail "bin/ember --version"

@@ -37,6 +37,16 @@ describe("name lists", function()
     assert.are.same({ STAGES[1], STAGES[2], STAGES[3], STAGES[4] }, require("ember.selectors").LAYER_STAGES)
     assert.are.same(HOOKS, require("ember.compose").HOOKS)
   end)
+
+  it("exports the kernel sets (docs/kernels.md's four) and --kernels accepts exactly those", function()
+    assert.are.same({ "auto", "reference", "avx2", "avx512" }, ember.kernel_sets)
+    local flags = require("ember.flags")
+    assert.are.equal(ember.kernel_sets, flags.KERNEL_SETS)
+    for _, name in ipairs(ember.kernel_sets) do assert.are.equal(name, (flags.kernels(name))) end
+    local v, msg = flags.kernels("avx3")
+    assert.is_nil(v)
+    assert.truthy(tostring(msg):find("avx512", 1, true))
+  end)
 end)
 
 describe("ember.sampler", function()

@@ -8,13 +8,7 @@ local cjson = require("cjson")
 
 local FIXTURES = os.getenv("EMBER_FIXTURES") or "../shared/fixtures"
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("helpers.files").read_if_exists
 
 local function write_temp(content)
   local path = os.tmpname()

@@ -120,11 +120,13 @@ local function index_records(art, label)
   return by_key, order
 end
 
+-- same_ids(x, y) -> true when x and y are lists of the same ids (false when either is no list).
 local function same_ids(x, y)
   if type(x) ~= "table" or type(y) ~= "table" or #x ~= #y then return false end
   for i = 1, #x do if x[i] ~= y[i] then return false end end
   return true
 end
+M.same_ids = same_ids
 
 -- compare(a, b) -> result (see docs/artifacts.md, "Comparison"); a and b come from artifact.read.
 function M.compare(a, b)

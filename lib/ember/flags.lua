@@ -11,7 +11,8 @@ local M = {}
 
 -- ---- value kinds shared by several commands -----------------------------------------------------
 
-M.KERNEL_SETS = { "auto", "reference", "avx2", "avx512" }
+-- the choices of --kernels: the kernels' own list (cpu.h), exported by the core
+M.KERNEL_SETS = require("ember.core").kernel_sets
 
 function M.kernels(s) return selectors.parse_choice(s, M.KERNEL_SETS, "kernel set") end
 

@@ -76,13 +76,9 @@ function M.load_experiment(path, args)
   if type(path) ~= "string" then
     error("bad argument #1 to 'load_experiment' (file path expected, got " .. type(path) .. ")", 2)
   end
-  local chunk, err = loadfile(path)
-  if not chunk then error("load_experiment: " .. err, 2) end
-  local made = chunk()
-  if type(made) == "function" then made = made(args) end
-  if type(made) ~= "table" or type(made.name) ~= "string" then
-    error("load_experiment: " .. path .. " must return an experiment table with a 'name' (or a function making one)", 2)
-  end
+  -- the one loader of experiment files (the CLI's too): errors name the file
+  local ok, made = pcall(require("ember.builtin").load, path, args)
+  if not ok then error("load_experiment: " .. tostring(made), 2) end
   return made
 end
 

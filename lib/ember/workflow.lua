@@ -23,11 +23,7 @@ local function allowed(path)
   return false
 end
 
-local function ids_equal(x, y)
-  if #x ~= #y then return false end
-  for i = 1, #x do if x[i] ~= y[i] then return false end end
-  return true
-end
+local ids_equal = compare.same_ids
 
 -- capture_patch_restore(opts) -> report
 -- opts: { model = loaded model, tokenizer_path, prompt, layer = 4, max_tokens = 4, out_dir (must

@@ -47,12 +47,7 @@ function M.cleanup()
   dirs = {}
 end
 
-function M.read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+M.read = require("helpers.files").read
 
 function M.write(path, data)
   local f = assert(io.open(path, "wb"))

@@ -4,6 +4,7 @@
 -- pending with a message naming the file, never a silent pass.
 
 local cjson = require("cjson")
+local files = require("helpers.files")
 
 local M = {}
 
@@ -17,10 +18,7 @@ function M.exists(path)
 end
 
 function M.read_json(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return cjson.decode(s)
+  return cjson.decode(files.read(path))
 end
 
 -- Integers from JSON arrays (cjson decodes every number as a float).

@@ -37,10 +37,8 @@ local function parse(s, path)
 end
 
 local function slurp(path)
-  local f, err = io.open(path, "rb")
-  if not f then error("npy: " .. err, 3) end
-  local s = f:read("a")
-  f:close()
+  local s = require("helpers.files").read_if_exists(path)
+  if not s then error("npy: " .. path .. ": cannot be opened", 3) end
   return s
 end
 

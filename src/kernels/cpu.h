@@ -17,6 +17,9 @@ typedef enum {
     EMBER_KERNELS_AVX2,
     EMBER_KERNELS_AVX512,
 } ember_kernels;
+/* One past the last set: the names of 0 .. EMBER_KERNELS_COUNT-1 are the one list of choices
+ * (`--kernels`, EMBER_KERNELS, ember.kernel_sets). */
+#define EMBER_KERNELS_COUNT (EMBER_KERNELS_AVX512 + 1)
 
 typedef struct {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;

@@ -103,8 +103,12 @@ ember_status ember_kernels_env(ember_kernels *out, ember_error *err) {
     if (!env || !env[0]) return EMBER_OK;
     if (!ember_kernels_parse(env, out)) {
         *out = EMBER_KERNELS_AUTO;
-        return ember_error_set(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of auto, reference, avx2, avx512",
-                               env);
+        char names[128] = "";
+        for (int k = 0; k < EMBER_KERNELS_COUNT; k++) {
+            if (k) strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, ember_kernels_name((ember_kernels)k), sizeof names - strlen(names) - 1);
+        }
+        return ember_error_set(err, EMBER_ERR_ARG, "EMBER_KERNELS='%s' is not one of %s", env, names);
     }
     return EMBER_OK;
 }

@@ -304,6 +304,13 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     luaL_setfuncs(L, module_funcs, 0);
     lua_pushstring(L, EMBER_VERSION);
     lua_setfield(L, module, "version");
+    /* ember.kernel_sets: the choices of --kernels / EMBER_KERNELS, from the kernels' own list */
+    lua_createtable(L, EMBER_KERNELS_COUNT, 0);
+    for (int k = 0; k < EMBER_KERNELS_COUNT; k++) {
+        lua_pushstring(L, ember_kernels_name((ember_kernels)k));
+        lua_rawseti(L, -2, k + 1);
+    }
+    lua_setfield(L, module, "kernel_sets");
 
     luaL_newmetatable(L, EMBER_LUA_BOX); /* [core, mt] */
     lua_pushcfunction(L, box_gc);

@@ -11,20 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* BPE candidate: merge symbol pos with its right neighbour; lowest rank first, then leftmost
- * (the order of both HF tokenizers and llama.cpp). */
+/* A candidate merge of symbol left with its right neighbour, in the one heap both models use:
+ * highest key first, then leftmost. BPE's key is -rank (lowest rank first, then leftmost: the order
+ * of both HF tokenizers and llama.cpp; exact in a double); SentencePiece's is the joined token's
+ * score. BPE checks rank, SentencePiece right and size (bytes of the pair when it was queued), to
+ * detect entries made stale by a neighbour's merge. */
 typedef struct {
-    int32_t rank;
-    int32_t pos;
-} tok_bpe_entry;
-
-/* SentencePiece candidate: highest score first, then leftmost. size (bytes of the pair when it was
- * queued) detects entries made stale by a neighbour's merge. */
-typedef struct {
-    float score;
+    double key;
     int32_t left, right;
     uint32_t size;
-} tok_spm_entry;
+    int32_t rank;
+} tok_pair;
 
 static ember_status work_nomem(ember_error *err)
 {
@@ -43,14 +40,12 @@ static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err)
     return EMBER_OK;
 }
 
-static ember_status reserve_heap(tok_work *w, size_t n, size_t elem, ember_error *err)
+static ember_status reserve_heap(tok_work *w, size_t n, ember_error *err)
 {
     if (n <= w->cap_heap) return EMBER_OK;
     size_t cap = w->cap_heap ? w->cap_heap : 256;
     while (cap < n) cap *= 2;
-    /* one allocation serves both entry types: size it for the larger */
-    size_t unit = elem > sizeof(tok_spm_entry) ? elem : sizeof(tok_spm_entry);
-    void *heap = realloc(w->heap, cap * unit);
+    tok_pair *heap = realloc(w->heap, cap * sizeof *heap);
     if (!heap) return work_nomem(err);
     w->heap = heap;
     w->cap_heap = cap;
@@ -72,23 +67,22 @@ static ember_status push_symbol(tok_work *w, int32_t id, uint32_t start, uint32_
     return EMBER_OK;
 }
 
-/* ---- BPE ------------------------------------------------------------------------------------- */
+/* ---- the candidate heap ---------------------------------------------------------------------- */
 
-static bool bpe_before(const tok_bpe_entry *a, const tok_bpe_entry *b)
+static bool pair_before(const tok_pair *a, const tok_pair *b)
 {
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+    return a->key > b->key || (a->key == b->key && a->left < b->left);
 }
 
-static ember_status bpe_push(tok_work *w, int32_t rank, int32_t pos, ember_error *err)
+static ember_status heap_push(tok_work *w, tok_pair e, ember_error *err)
 {
-    ember_status st = reserve_heap(w, w->n_heap + 1, sizeof(tok_bpe_entry), err);
+    ember_status st = reserve_heap(w, w->n_heap + 1, err);
     if (st != EMBER_OK) return st;
-    tok_bpe_entry *h = w->heap;
+    tok_pair *h = w->heap;
     size_t i = w->n_heap++;
-    tok_bpe_entry e = { rank, pos };
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!bpe_before(&e, &h[parent])) break;
+        if (!pair_before(&e, &h[parent])) break;
         h[i] = h[parent];
         i = parent;
     }
@@ -96,16 +90,16 @@ static ember_status bpe_push(tok_work *w, int32_t rank, int32_t pos, ember_error
     return EMBER_OK;
 }
 
-static tok_bpe_entry bpe_pop(tok_work *w)
+static tok_pair heap_pop(tok_work *w)
 {
-    tok_bpe_entry *h = w->heap;
-    tok_bpe_entry top = h[0], last = h[--w->n_heap];
+    tok_pair *h = w->heap;
+    tok_pair top = h[0], last = h[--w->n_heap];
     size_t i = 0, n = w->n_heap;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && bpe_before(&h[c + 1], &h[c])) c++;
-        if (!bpe_before(&h[c], &last)) break;
+        if (c + 1 < n && pair_before(&h[c + 1], &h[c])) c++;
+        if (!pair_before(&h[c], &last)) break;
         h[i] = h[c];
         i = c;
     }
@@ -113,13 +107,16 @@ static tok_bpe_entry bpe_pop(tok_work *w)
     return top;
 }
 
+/* ---- BPE ------------------------------------------------------------------------------------- */
+
 /* Queues the pair (a, a.next) when a merge exists for it. */
 static ember_status bpe_consider(const ember_tokenizer *t, tok_work *w, int32_t a, ember_error *err)
 {
     if (a < 0 || w->sym[a].next < 0) return EMBER_OK;
     int32_t rank, result;
     if (!tok_merge_find(&t->merges, w->sym[a].id, w->sym[w->sym[a].next].id, &rank, &result)) return EMBER_OK;
-    return bpe_push(w, rank, a, err);
+    tok_pair e = { -(double)rank, a, -1, 0, rank };
+    return heap_push(w, e, err);
 }
 
 /* The initial symbols of a word that is not byte-level: one per character, with byte fallback
@@ -196,8 +193,8 @@ ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *wor
     for (int32_t i = 0; i + 1 < (int32_t)w->n_sym; i++)
         if ((st = bpe_consider(t, w, i, err)) != EMBER_OK) return st;
     while (w->n_heap > 0) {
-        tok_bpe_entry e = bpe_pop(w);
-        tok_symbol *a = &w->sym[e.pos];
+        tok_pair e = heap_pop(w);
+        tok_symbol *a = &w->sym[e.left];
         if (a->n == 0 || a->next < 0) continue;
         tok_symbol *b = &w->sym[a->next];
         int32_t rank, result;
@@ -206,9 +203,9 @@ ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *wor
         a->id = result;
         b->n = 0;
         a->next = b->next;
-        if (b->next >= 0) w->sym[b->next].prev = e.pos;
+        if (b->next >= 0) w->sym[b->next].prev = e.left;
         if ((st = bpe_consider(t, w, a->prev, err)) != EMBER_OK) return st;
-        if ((st = bpe_consider(t, w, e.pos, err)) != EMBER_OK) return st;
+        if ((st = bpe_consider(t, w, e.left, err)) != EMBER_OK) return st;
     }
     /* symbol 0 is never merged away (merges fold the right symbol into the left) */
     for (int32_t i = 0; i >= 0; i = w->sym[i].next)
@@ -217,44 +214,6 @@ ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *wor
 }
 
 /* ---- SentencePiece --------------------------------------------------------------------------- */
-
-static bool spm_before(const tok_spm_entry *a, const tok_spm_entry *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static ember_status spm_push(tok_work *w, tok_spm_entry e, ember_error *err)
-{
-    ember_status st = reserve_heap(w, w->n_heap + 1, sizeof(tok_spm_entry), err);
-    if (st != EMBER_OK) return st;
-    tok_spm_entry *h = w->heap;
-    size_t i = w->n_heap++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!spm_before(&e, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = e;
-    return EMBER_OK;
-}
-
-static tok_spm_entry spm_pop(tok_work *w)
-{
-    tok_spm_entry *h = w->heap;
-    tok_spm_entry top = h[0], last = h[--w->n_heap];
-    size_t i = 0, n = w->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && spm_before(&h[c + 1], &h[c])) c++;
-        if (!spm_before(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = last;
-    return top;
-}
 
 /* Queues (left, right) when their joined text is a token of the vocabulary. */
 static ember_status spm_consider(const ember_tokenizer *t, tok_work *w, const char *run, int32_t left, int32_t right,
@@ -265,8 +224,8 @@ static ember_status spm_consider(const ember_tokenizer *t, tok_work *w, const ch
     uint32_t size = l->n + r->n;
     int32_t id = tok_map_find(&t->map, &t->tab, run + l->start, size);
     if (id < 0) return EMBER_OK;
-    tok_spm_entry e = { t->tab.score[id], left, right, size };
-    return spm_push(w, e, err);
+    tok_pair e = { t->tab.score[id], left, right, size, 0 };
+    return heap_push(w, e, err);
 }
 
 ember_status tok_spm_run(const ember_tokenizer *t, tok_work *w, const char *run, size_t len, tok_ids *out,
@@ -285,7 +244,7 @@ ember_status tok_spm_run(const ember_tokenizer *t, tok_work *w, const char *run,
     for (int32_t i = 0; i + 1 < (int32_t)w->n_sym; i++)
         if ((st = spm_consider(t, w, run, i, i + 1, err)) != EMBER_OK) return st;
     while (w->n_heap > 0) {
-        tok_spm_entry e = spm_pop(w);
+        tok_pair e = heap_pop(w);
         tok_symbol *l = &w->sym[e.left], *r = &w->sym[e.right];
         if (l->n == 0 || r->n == 0 || l->next != e.right || l->n + r->n != e.size) continue;
         l->n += r->n;

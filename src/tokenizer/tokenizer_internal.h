@@ -125,7 +125,7 @@ typedef struct {
 typedef struct {
     tok_symbol *sym;
     size_t n_sym, cap_sym;
-    void *heap;     /* tok_bpe_entry or tok_spm_entry */
+    void *heap;     /* tok_pair (tokenizer_bpe.c): the candidate merges of either model */
     size_t n_heap, cap_heap;
     char *buf;      /* scratch bytes: a word spelled in the byte alphabet */
     size_t cap_buf;

@@ -6,6 +6,7 @@
 #include "ember.h"
 #include "gguf.h"
 #include "tiny_model.h"
+#include "ember_internal.h"
 #include "tokenizer.h"
 #include "test_support.h"
 

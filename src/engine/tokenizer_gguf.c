@@ -1,6 +1,7 @@
 /* tokenizer_gguf.c — builds a tokenizer from the vocabulary embedded in a GGUF file
  * (tokenizer.ggml.*). Must not open files: it reads an already validated ember_gguf. The engine's
  * side of the arrow engine -> tokenizer: it feeds the tokenizer's public builder (tokenizer.h). */
+#include "ember_internal.h"
 #include "escape.h"
 #include "gguf.h"
 #include "tokenizer.h"
@@ -235,34 +236,37 @@ ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gg
     const gguf_value *tokens = find_array(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, false, err, &st);
     if (st != EMBER_OK) return st;
     if (!tokens || tokens->v.arr.count == 0) return EMBER_OK; /* nothing embedded to compare with */
-    const int64_t n_g = (int64_t)tokens->v.arr.count, n_t = t->tab.n;
+    const int64_t n_g = (int64_t)tokens->v.arr.count, n_t = ember_tokenizer_vocab_size(t);
+    const char *src = ember_tokenizer_source(t);
     const char *hint = "(tokenizer_check = false uses it anyway)";
     if (n_t > n_g)
         return ember_error_set(err, EMBER_ERR_ARG,
                                "%s does not match the vocabulary embedded in %s: %lld token ids against %lld %s",
-                               t->source, g->path, (long long)n_t, (long long)n_g, hint);
+                               src, g->path, (long long)n_t, (long long)n_g, hint);
     int32_t g_bos = -1;
     if ((st = get_token_id(g, "tokenizer.ggml.bos_token_id", n_g, &g_bos, err)) != EMBER_OK) return st;
-    if (g_bos >= 0 && t->cfg.bos_id >= 0 && g_bos != t->cfg.bos_id)
+    if (g_bos >= 0 && ember_tokenizer_bos(t) >= 0 && g_bos != ember_tokenizer_bos(t))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "%s does not match the vocabulary embedded in %s: BOS is id %d in one and %d in the other %s",
-                               t->source, g->path, t->cfg.bos_id, g_bos, hint);
+                               src, g->path, ember_tokenizer_bos(t), g_bos, hint);
     /* EOS may differ (a chat tokenizer ends turns with another token than the base vocabulary
      * names), but the token it names must be the same token in both */
-    const int32_t specials[2] = {t->cfg.bos_id, t->cfg.eos_id};
+    const int32_t specials[2] = {ember_tokenizer_bos(t), ember_tokenizer_eos(t)};
     for (int i = 0; i < 2; i++) {
         gguf_str s;
         int32_t id = specials[i];
-        if (id < 0 || !tok_has(&t->tab, id)) continue;
-        if (!ember_gguf_array_string(tokens, (uint64_t)id, &s) || s.len != t->tab.len[id] ||
-            memcmp(s.ptr, t->tab.text + t->tab.off[id], (size_t)s.len) != 0) {
+        size_t tlen;
+        const char *text = id < 0 ? NULL : ember_tokenizer_token_text(t, id, &tlen);
+        if (!text) continue;
+        if (!ember_gguf_array_string(tokens, (uint64_t)id, &s) || s.len != tlen ||
+            memcmp(s.ptr, text, (size_t)s.len) != 0) {
             char q1[64], q2[64];
             bool in_g = ember_gguf_array_string(tokens, (uint64_t)id, &s);
             return ember_error_set(err, EMBER_ERR_ARG,
                                    "%s does not match the vocabulary embedded in %s: its %s id %d is '%s' in one and "
                                    "'%s' in the other %s",
-                                   t->source, g->path, i ? "EOS" : "BOS", id,
-                                   ember_escape(q1, sizeof q1, t->tab.text + t->tab.off[id], t->tab.len[id], 24),
+                                   src, g->path, i ? "EOS" : "BOS", id,
+                                   ember_escape(q1, sizeof q1, text, tlen, 24),
                                    in_g ? ember_escape(q2, sizeof q2, s.ptr, (size_t)s.len, 24) : "", hint);
         }
     }
@@ -270,11 +274,13 @@ ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gg
     int64_t first_bad = -1;
     for (int i = 0; i < TOK_CHECK_SAMPLES; i++) {
         int64_t id = n_t <= 1 ? 0 : (int64_t)((double)i * (double)(n_t - 1) / (TOK_CHECK_SAMPLES - 1));
-        if (!tok_has(&t->tab, id)) continue;
+        size_t tlen;
+        const char *text = ember_tokenizer_token_text(t, (int32_t)id, &tlen);
+        if (!text) continue;
         gguf_str s;
         if (!ember_gguf_array_string(tokens, (uint64_t)id, &s)) continue;
         compared++;
-        if (s.len != t->tab.len[id] || memcmp(s.ptr, t->tab.text + t->tab.off[id], (size_t)s.len) != 0) {
+        if (s.len != tlen || memcmp(s.ptr, text, (size_t)s.len) != 0) {
             differ++;
             if (first_bad < 0) first_bad = id;
         }
@@ -283,12 +289,14 @@ ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gg
     if (differ > compared / 8) {
         char q1[64], q2[64];
         gguf_str s;
+        size_t tlen;
+        const char *text = ember_tokenizer_token_text(t, (int32_t)first_bad, &tlen);
         ember_gguf_array_string(tokens, (uint64_t)first_bad, &s);
         return ember_error_set(err, EMBER_ERR_ARG,
                                "%s does not match the vocabulary embedded in %s: %d of %d sampled ids differ "
                                "(id %lld is '%s' in one and '%s' in the other) %s",
-                               t->source, g->path, differ, compared, (long long)first_bad,
-                               ember_escape(q1, sizeof q1, t->tab.text + t->tab.off[first_bad], t->tab.len[first_bad], 24),
+                               src, g->path, differ, compared, (long long)first_bad,
+                               ember_escape(q1, sizeof q1, text, tlen, 24),
                                ember_escape(q2, sizeof q2, s.ptr, (size_t)s.len, 24), hint);
     }
     return EMBER_OK;

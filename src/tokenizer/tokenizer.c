@@ -677,6 +677,7 @@ void ember_tokenizer_free(ember_tokenizer *t)
 
 const ember_tokenizer_config *ember_tokenizer_get_config(const ember_tokenizer *t) { return &t->cfg; }
 int64_t ember_tokenizer_vocab_size(const ember_tokenizer *t) { return t->tab.n; }
+const char *ember_tokenizer_source(const ember_tokenizer *t) { return t->source ? t->source : "tokenizer"; }
 int32_t ember_tokenizer_bos(const ember_tokenizer *t) { return t->cfg.bos_id; }
 int32_t ember_tokenizer_eos(const ember_tokenizer *t) { return t->cfg.eos_id; }
 bool ember_tokenizer_adds_bos(const ember_tokenizer *t) { return t->cfg.add_bos; }

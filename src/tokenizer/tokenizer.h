@@ -103,11 +103,6 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
 
 void ember_tokenizer_free(ember_tokenizer *t);
 
-/* Whether t (typically from a tokenizer.json) fits the vocabulary embedded in g: EMBER_OK when g
- * embeds none, or when t has no more ids than g, BOS agrees where both name one, t's BOS and EOS
- * are the same tokens in g, and a spread sample of ids spells the same strings. Otherwise EMBER_ERR_ARG naming both files. */
-ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err);
-
 /* ---- using ----------------------------------------------------------------------------------- */
 
 /* Token ids for text[0..len) into a malloc'd *ids (NULL when *n_ids is 0). Invalid UTF-8 is an
@@ -123,6 +118,8 @@ ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids
                                     size_t *len, ember_error *err);
 
 int64_t ember_tokenizer_vocab_size(const ember_tokenizer *t);
+/* The file the tokenizer was built from, as named in errors. */
+const char *ember_tokenizer_source(const ember_tokenizer *t);
 int32_t ember_tokenizer_bos(const ember_tokenizer *t); /* -1 if none */
 int32_t ember_tokenizer_eos(const ember_tokenizer *t); /* -1 if none */
 bool ember_tokenizer_adds_bos(const ember_tokenizer *t);

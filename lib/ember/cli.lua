@@ -81,6 +81,7 @@ function M.usage()
     "",
     "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints",
     "  per-record metrics and a class: " .. table.concat(selectors.CLASSES, " > "),
+    "  (two sweep directories are compared cell by cell, with the same classes)",
     "  --json            machine-readable result",
     "  --require CLASS   exit 0 only for CLASS or a stricter class",
     "",
@@ -211,8 +212,16 @@ local function run_compare(args, io_)
   local opts, pos = flags.parse(args, 2, spec)
   if #pos ~= 2 then usage_error("compare-artifacts needs two artifact directories, got %d", #pos) end
   local compare = require("ember.compare")
-  local res = compare.compare_dirs(pos[1], pos[2])
-  if opts.json then io_.stdout:write(compare.to_json(res)) else io_.stdout:write(compare.format_text(res)) end
+  -- two sweep artifacts are compared cell by cell, with the same classes, --json and --require
+  local sweeps = require("ember.compare_sweeps")
+  local sa, sb = sweeps.is_sweep(pos[1]), sweeps.is_sweep(pos[2])
+  if sa ~= sb then
+    error(string.format("compare-artifacts: '%s' is %s and '%s' is %s; compare two sweeps or two activation "
+      .. "artifacts", pos[1], sa and "a sweep" or "not a sweep", pos[2], sb and "a sweep" or "not a sweep"), 0)
+  end
+  local kind = sa and sweeps or compare
+  local res = kind.compare_dirs(pos[1], pos[2])
+  if opts.json then io_.stdout:write(kind.to_json(res)) else io_.stdout:write(kind.format_text(res)) end
   if opts.require and not compare.at_least(res.class, opts.require) then
     io_.stderr:write(string.format("ember: compare-artifacts: class %s does not meet --require %s\n",
       res.class, opts.require))

@@ -48,8 +48,8 @@ local function under(path, prefix)
   return path == prefix or path:sub(1, #prefix + 1) == prefix .. "."
 end
 
-local function is_semantic(path)
-  for _, s in ipairs(M.SEMANTIC) do
+local function is_semantic(path, semantic)
+  for _, s in ipairs(semantic or M.SEMANTIC) do
     if under(path, s) or under(s, path) then return true end
   end
   return false
@@ -73,11 +73,18 @@ local function normalized_argv(m)
   return out
 end
 
--- provenance_differences(ma, mb) -> list of { path, a, b, kind = "ignored"|"semantic"|"recorded" }
-function M.provenance_differences(ma, mb)
+-- provenance_differences(ma, mb [, rules]) -> list of { path, a, b, kind = "ignored"|"semantic"|"recorded" }
+-- rules (default: the activation artifact's) lets another artifact kind classify its own fields:
+-- { ignored = {path=true}, content = {key=true}, semantic = {path...}, argv = function(m) -> argv }
+-- (compare_sweeps.lua uses it for sweep manifests).
+function M.provenance_differences(ma, mb, rules)
+  local ignored = rules and rules.ignored or M.IGNORED
+  local content = rules and rules.content or M.CONTENT
+  local semantic = rules and rules.semantic or M.SEMANTIC
+  local argv_of = rules and rules.argv or normalized_argv
   local fa, fb = {}, {}
-  for k, v in pairs(ma) do if not M.CONTENT[k] then flatten(k == "argv" and normalized_argv(ma) or v, k, fa) end end
-  for k, v in pairs(mb) do if not M.CONTENT[k] then flatten(k == "argv" and normalized_argv(mb) or v, k, fb) end end
+  for k, v in pairs(ma) do if not content[k] then flatten(k == "argv" and argv_of(ma) or v, k, fa) end end
+  for k, v in pairs(mb) do if not content[k] then flatten(k == "argv" and argv_of(mb) or v, k, fb) end end
   local paths, seen = {}, {}
   for p in pairs(fa) do seen[p] = true; paths[#paths + 1] = p end
   for p in pairs(fb) do if not seen[p] then paths[#paths + 1] = p end end
@@ -86,8 +93,8 @@ function M.provenance_differences(ma, mb)
   for _, p in ipairs(paths) do
     if fa[p] ~= fb[p] then
       local kind = "recorded"
-      if M.IGNORED[p] or M.IGNORED[top_level(p)] then kind = "ignored"
-      elseif is_semantic(p) then kind = "semantic" end
+      if ignored[p] or ignored[top_level(p)] then kind = "ignored"
+      elseif is_semantic(p, semantic) then kind = "semantic" end
       out[#out + 1] = { path = p, a = fa[p] or "(absent)", b = fb[p] or "(absent)", kind = kind }
     end
   end

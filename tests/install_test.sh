@@ -27,6 +27,16 @@ for f in bin/ember-lua bin/ember bin/bench-engine bin/make-tiny-model lib/lua/5.
   [ -e "$P/$f" ] || fail "$f is not installed"
 done
 
+# The Slurm launchers: every scripts/slurm/*.sh installed executable (in the prefix and its copy).
+for f in "$src"/scripts/slurm/*.sh; do
+  [ -e "$f" ] || fail "no scripts/slurm/*.sh in the source tree '$src'"
+  for p in "$work/prefix" "$P"; do
+    i=$p/share/ember/scripts/slurm/$(basename "$f")
+    [ -f "$i" ] || fail "share/ember/scripts/slurm/$(basename "$f") is not installed"
+    [ -x "$i" ] || fail "share/ember/scripts/slurm/$(basename "$f") is installed without execute permission"
+  done
+done
+
 # No absolute path of the source tree or the build directory is compiled into the binaries.
 if [ "$sanitize" = ON ]; then
   echo "install_test: sanitizer build: not checking the binaries for source paths (ASan/UBSan record them)"
@@ -94,6 +104,15 @@ run "$P/bin/ember" --model "$work/cache/ember/tiny-llama-q8_0.gguf" --prompt "He
   --experiment "$P/share/ember/scripts/experiments/zero_layer_output.lua" --experiment-args 1:mlp \
   --run-manifest "$work/tmp/run.json" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "ember --experiment"; }
 grep -q "MODIFIED by experiment 'zero-layer-output'" "$work/err" || fail "the experiment file did not run"
+
+# The installed job-array launcher runs as a program and, with EMBER unset, has its tasks run the
+# prefix's own bin/ember (an sbatch stand-in records the submission instead of a cluster).
+mkdir -p "$work/fakebin"
+printf '#!/bin/sh\necho 4242\n' >"$work/fakebin/sbatch" && chmod +x "$work/fakebin/sbatch" || fail "fake sbatch"
+run env -u EMBER PATH="$work/fakebin:$PATH" "$P/share/ember/scripts/slurm/sweep_array.sh" --shards 2 \
+  --out "$work/tmp/sw" -- --model m.gguf >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "installed sweep_array.sh"; }
+grep -q "^exec $P/bin/ember sweep " "$work/tmp/sw.shards/task.sh" ||
+  fail "the installed sweep_array.sh does not run the prefix's bin/ember: $(cat "$work/tmp/sw.shards/task.sh")"
 
 # Stock lua5.4 with the installed core module and library files (an ASan core.so cannot be loaded
 # into an uninstrumented interpreter).

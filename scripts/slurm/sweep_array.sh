@@ -7,10 +7,11 @@
 #   only when every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1`.
 #   A rerun resumes: each shard keeps the cells it already has. --wait blocks until the merge job
 #   ends and exits with its status. EMBER names the ember command (default: this tree's
-#   build/ember, else `ember` on PATH); it must be reachable from the compute nodes.
+#   build/ember, or when installed the prefix's bin/ember, else `ember` on PATH); it must be
+#   reachable from the compute nodes.
 set -eu
 
-usage() { sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "sweep_array.sh: $*" >&2; exit 2; }
 
 shards= out= wait= extra=
@@ -35,7 +36,10 @@ command -v sbatch >/dev/null 2>&1 || die "sbatch not found (is this a Slurm subm
 
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${EMBER:-}" ]; then
-  if [ -x "$here/../../build/ember" ]; then EMBER=$(cd "$here/../../build" && pwd)/ember; else EMBER=ember; fi
+  if [ -x "$here/../../build/ember" ]; then EMBER=$(cd "$here/../../build" && pwd)/ember
+  # installed as P/share/ember/scripts/slurm/: the launcher of the same prefix
+  elif [ -x "$here/../../../../bin/ember" ]; then EMBER=$(cd "$here/../../../../bin" && pwd)/ember
+  else EMBER=ember; fi
 fi
 case $out in /*) ;; *) out=$(pwd)/$out ;; esac
 base=$out.shards

@@ -317,6 +317,68 @@ describe("ember.sweep", function()
     assert.equal("", quiet:text())
   end)
 
+  it("sweeps decode positions: N greedy tokens per run, cells match runs patched by hand", function()
+    need_model()
+    local N = 3
+    local res = run("decode", { decode_steps = N, positions = { 10, 11, 12, 13, 14 }, stages = { "after_layer", "after_mlp" } })
+    assert.equal("complete", res.manifest.status)
+    assert.equal(2 * 2 * 5, #res.cells)
+    assert.equal(N, res.manifest.grid.decode_steps)
+    assert.equal("prefill+decode", res.manifest.grid.phase)
+    local s = model:session {}
+    -- a greedy run written here: prefill, then N decodes feeding back the top-1, with one hook
+    local function greedy(ids, exp)
+      s:reset()
+      local opts = exp and { experiment = exp } or nil
+      local logits, gen = s:prefill(ids, opts), {}
+      for _ = 1, N do
+        gen[#gen + 1] = logits:argmax() - 1
+        logits = s:decode(gen[#gen], opts)
+      end
+      return logits, gen
+    end
+    -- the clean rows of every evaluation, by stage, layer and absolute position
+    local rows = {}
+    local function grab(stage)
+      return function(_, ctx, v)
+        for i = 1, ctx.input_token_count do
+          rows[stage .. ctx.layer_index .. "@" .. (ctx.start_position + i - 1)] = v:row(i):clone()
+        end
+      end
+    end
+    local clean, clean_gen = greedy(model:tokenize(CLEAN), { name = "grab", after_layer = grab("after_layer"),
+      after_mlp = grab("after_mlp") })
+    local corrupted, corr_gen = greedy(model:tokenize(CORRUPTED))
+    assert.same(clean_gen, res.manifest.clean.generated_ids)
+    assert.same(corr_gen, res.manifest.corrupted.generated_ids)
+    assert.equal(corrupted:sha256(), res.manifest.corrupted.logits_sha256)
+    local decode_cells, moved = 0, 0
+    for _, c in ipairs(res.cells) do
+      local row = rows[c.stage .. c.layer .. "@" .. c.position]
+      local got, gen = greedy(model:tokenize(CORRUPTED), { name = "one", [c.stage] = function(_, ctx, v)
+        local i = c.position - ctx.start_position + 1
+        if ctx.layer_index == c.layer and i >= 1 and i <= ctx.input_token_count then v:row(i):copy_from(row) end
+      end })
+      assert.equal(got:sha256(), c.logits_sha256, c.target)
+      assert.equal(kl(clean, got), c.value, c.target)
+      assert.same(gen, c.generated_ids)
+      if c.certified then assert.equal(corrupted:sha256(), c.logits_sha256) end
+      if c.position >= 12 then
+        decode_cells = decode_cells + 1
+        if got:sha256() ~= corrupted:sha256() then moved = moved + 1 end
+      end
+    end
+    assert.equal(2 * 2 * 3, decode_cells)
+    assert.is_true(moved > 0, "no decode-position patch changed the final logits")
+    -- the last layer's finished state at the last decode position carries the clean run: KL 0
+    local last = res.cells[10] -- after_layer, layer 1, position 14
+    assert.equal("1:after_layer@14", last.target)
+    assert.equal(0.0, last.value)
+    -- beyond the last decode step there is nothing to patch
+    assert.has_error(function() run("decode-bad", { decode_steps = N, positions = { 15 } }) end,
+      "sweep: position 15 is out of range (12 prompt tokens + 3 decode steps: 0-14)")
+  end)
+
   it("refuses prompts of different lengths and stages it cannot patch", function()
     need_model()
     assert.has_error(function() ember.sweep { model = model, clean = CLEAN, corrupted = "The fox" } end,

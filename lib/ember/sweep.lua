@@ -1,5 +1,6 @@
 -- ember.sweep — causal sweeps: for every cell (stage, layer, position) of a grid, patch the clean
--- prompt's activation into the corrupted prompt's prefill and measure the next-token logits.
+-- prompt's activation into the corrupted prompt's run and measure the next-token logits (after
+-- the prefill, or after decode_steps greedy tokens when positions beyond the prompt are swept).
 -- Must not parse flags or draw: the CLI (sweep_cli.lua) and plots (plot.lua) sit on top of it.
 --
 -- Certified cells: when the row a cell writes already holds the clean bytes, the patched run must
@@ -96,9 +97,15 @@ local function config(model, opts)
       fail("stage '%s' is not a per-layer stage (%s)", tostring(s), table.concat(selectors.LAYER_STAGES, "|"))
     end
   end
+  local steps = opts.decode_steps or 0
+  if math.type(steps) ~= "integer" or steps < 0 then
+    fail("decode_steps must be a non-negative integer, got %s", tostring(opts.decode_steps))
+  end
+  -- decode step k (1-based) evaluates position #prompt + k - 1: those are the positions beyond the prompt
+  local n_pos = #clean_ids + steps
   local all_layers, all_pos = {}, {}
   for l = 0, info.n_layers - 1 do all_layers[#all_layers + 1] = l end
-  for p = 0, #clean_ids - 1 do all_pos[#all_pos + 1] = p end
+  for p = 0, n_pos - 1 do all_pos[#all_pos + 1] = p end
   local layers = list_of(opts.layers, all_layers, "layer")
   local positions = list_of(opts.positions, all_pos, "position")
   for _, l in ipairs(layers) do
@@ -107,34 +114,51 @@ local function config(model, opts)
     end
   end
   for _, p in ipairs(positions) do
-    if math.type(p) ~= "integer" or p < 0 or p >= #clean_ids then
-      fail("position %s is out of range (the prompts have %d tokens: 0-%d)", tostring(p), #clean_ids, #clean_ids - 1)
+    if math.type(p) ~= "integer" or p < 0 or p >= n_pos then
+      if steps == 0 then
+        fail("position %s is out of range (the prompts have %d tokens: 0-%d)", tostring(p), #clean_ids, #clean_ids - 1)
+      end
+      fail("position %s is out of range (%d prompt tokens + %d decode steps: 0-%d)", tostring(p), #clean_ids, steps,
+        n_pos - 1)
     end
   end
   return { clean_ids = clean_ids, clean_text = clean_text, corrupted_ids = corr_ids, corrupted_text = corr_text,
-    metric = m, grid = { stages = stages, layers = layers, positions = positions } }
+    metric = m, decode_steps = steps, grid = { stages = stages, layers = layers, positions = positions } }
 end
 
--- One corrupted prefill, optionally with an experiment; returns the logits tensor.
-local function prefill(session, ids, exp)
+-- One run: the prefill, then `steps` greedy decodes (each feeding back the top-1 token, lowest id on
+-- ties, end-of-sequence ignored so every run evaluates the same positions), all with the
+-- experiment. Returns the last logits tensor and the generated ids.
+local function run_once(session, ids, steps, exp)
+  local opts = exp and { experiment = exp } or nil
   session:reset()
-  return session:prefill(ids, exp and { experiment = exp } or nil)
+  local logits = session:prefill(ids, opts)
+  local generated = {}
+  for _ = 1, steps do
+    local t = logits:argmax() - 1
+    generated[#generated + 1] = t
+    logits = session:decode(t, opts)
+  end
+  return logits, generated
 end
 
--- baselines(model, cfg) -> clean capture records, clean and corrupted logits
+-- baselines(model, cfg) -> clean capture records, clean and corrupted logits and generated ids
 local function baselines(model, session, cfg)
-  local ccfg = assert(capture.config { stages = cfg.grid.stages, layers = cfg.grid.layers, phase = "prefill" })
+  local steps = cfg.decode_steps
+  local ccfg = assert(capture.config { stages = cfg.grid.stages, layers = cfg.grid.layers,
+    phase = steps > 0 and "all" or "prefill" })
   local cap = capture.experiment(ccfg)
-  local clean = prefill(session, cfg.clean_ids, cap)
+  local clean, clean_gen = run_once(session, cfg.clean_ids, steps, cap)
   for i, r in ipairs(cap.records) do r.index = i - 1 end
-  local corrupted = prefill(session, cfg.corrupted_ids)
-  return cap.records, clean, corrupted
+  local corrupted, corr_gen = run_once(session, cfg.corrupted_ids, steps)
+  return cap.records, clean, corrupted, clean_gen, corr_gen
 end
 
 -- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
 -- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
 --   "logit-diff[:A,B]" | "prob[:A]", stages = {...}|"all" (default {"after_layer"}),
---   layers = "all"|{...}, positions = "all"|{...}, shard = "I/N"|{index,count}, out = DIR (resumed
+--   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
+--   run on to #prompt + N - 1 and the metric is read after N greedy decodes), shard = "I/N"|{index,count}, out = DIR (resumed
 --   when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
 --   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
 --   tokenizer_path, argv, on_cell = function(cell) }
@@ -148,22 +172,33 @@ function M.run(opts)
     shard, err = M.parse_shard(opts.shard)
     if not shard then fail("shard: %s", err) end
   end
-  local session = model:session { context = #cfg.clean_ids }
-  local records, clean_logits, corr_logits = baselines(model, session, cfg)
+  local session = model:session { context = #cfg.clean_ids + cfg.decode_steps }
+  local records, clean_logits, corr_logits, clean_gen, corr_gen = baselines(model, session, cfg)
   cfg.metric = metric_mod.resolve(cfg.metric, clean_logits, corr_logits, model.info.n_vocab)
   local measure = metric_mod.evaluator(cfg.metric, clean_logits)
   local clean_value, corr_value = measure(clean_logits), measure(corr_logits)
   local corr_bytes = corr_logits:bytes()
 
-  -- source records by (stage, layer): the clean prefill of each selected layer
+  -- source records by (stage, layer): the clean prefill of each selected layer, and its decodes
   local source = {}
-  for _, r in ipairs(records) do source[r.stage .. "|" .. r.layer] = r end
+  for _, r in ipairs(records) do
+    local k = r.stage .. "|" .. r.layer
+    source[k] = source[k] or {}
+    table.insert(source[k], r)
+  end
+  local function source_of(c) -- the record holding the cell's position
+    for _, r in ipairs(source[c.stage .. "|" .. c.layer]) do
+      if c.position >= r.start_position and c.position < r.start_position + r.shape[1] then return r end
+    end
+    fail("no clean record holds %s layer %d position %d", c.stage, c.layer, c.position)
+  end
   local src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
     records = records }
 
   local doc = store.new_manifest {
     model = model, cfg = cfg, shard = shard, tokenizer_path = opts.tokenizer_path, argv = opts.argv,
     clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = clean_value,
+    clean_generated = clean_gen, corrupted_generated = corr_gen,
     corrupted_value = corr_value, text = function(id)
       local s = M.token_label(model:detokenize({ id }))
       return s ~= "" and s or ("<" .. id .. ">") -- BOS and other tokens without text
@@ -203,10 +238,10 @@ function M.run(opts)
     for _, c in ipairs(mine) do
       if not done[c.index] then
         if opts.max_cells and computed >= opts.max_cells then break end
-        local src = source[c.stage .. "|" .. c.layer]
+        local src = source_of(c)
         local p = patch.experiment { source = src_art, target = { layer = c.layer, stage = c.stage }, model = model,
           positions = { c.position }, certify = true }
-        local logits = prefill(session, cfg.corrupted_ids, p)
+        local logits, generated = run_once(session, cfg.corrupted_ids, cfg.decode_steps, p)
         p:on_generation_complete()
         local certified = p.identical()
         local bytes = logits:bytes()
@@ -221,7 +256,7 @@ function M.run(opts)
           equals_corrupted = bytes == corr_bytes,
           source_sha256 = src.sha256, source_row = c.position - src.start_position,
           logits_sha256 = require("ember").sha256(bytes), top1 = logits:argmax() - 1,
-          settings_sha256 = doc.settings_sha256,
+          settings_sha256 = doc.settings_sha256, generated_ids = cfg.decode_steps > 0 and generated or nil,
         }
         done[c.index] = cell
         computed = computed + 1

@@ -28,7 +28,8 @@ M.FLAGS_LIST = {
   { "metric", metric_value, "M", "kl | logit-diff[:A,B] | prob[:A] (default kl; ids default to the top-1s)" },
   { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
   { "layers", selectors.parse_index_list, "LIST", "layers: all | 0,2,4-6 (default all)" },
-  { "positions", selectors.parse_index_list, "LIST", "prompt positions: all | 0-3 (default all)" },
+  { "positions", selectors.parse_index_list, "LIST", "positions: all | 0-3 (default all: the prompt's, and the decode steps')" },
+  { "decode-steps", "uint", "N", "generate N greedy tokens per run; the metric is read after them and positions run on to prompt+N-1 (default 0)" },
   { "out", "path", "DIR", "the sweep artifact directory (required; an interrupted run resumes in it)" },
   { "shard", shard_value, "I/N", "compute only shard I of N (cells i with i mod N = I)" },
   { "jobs", positive, "N", "run N shards as local processes, then merge them into --out" },
@@ -52,7 +53,7 @@ function M.usage()
   }, M.FLAGS_LIST, {
     "",
     "Each cell patches the clean prompt's activation at (stage, layer, position) into the corrupted",
-    "prompt's prefill and measures the next-token logits. See docs/sweeps.md.",
+    "prompt's run and measures the next-token logits (after --decode-steps greedy tokens). See docs/sweeps.md.",
   })
 end
 
@@ -133,7 +134,8 @@ function M.main(args, io_)
   local argv = { "ember", table.unpack(args) }
   local res = require("ember.sweep").run {
     model = model, tokenizer_path = o.tokenizer, clean = o.clean, corrupted = o.corrupted, metric = o.metric,
-    stages = o.stages, layers = o.layers, positions = o.positions, shard = o.shard, out = o.out,
+    stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],
+    shard = o.shard, out = o.out,
     max_cells = o["max-cells"], progress = progress, argv = argv, checkpoint_seconds = o.checkpoint,
   }
   model:close()

@@ -34,9 +34,11 @@ end
 local ORDER = { "schema", "schema_version", "status", "created_at_unix", "tool", "model", "tokenizer", "clean",
   "corrupted", "metric", "grid", "settings_sha256", "shard", "merged_from", "execution", "plot", "argv", "grid_file",
   "cells" }
-local RUN_KEYS = { "prompt", "input_ids", "tokens", "logits_sha256", "top1", "value" }
+-- generated_ids (runs and cells) exists only in sweeps with decode steps, so a prefill-only sweep
+-- writes exactly the bytes it always did
+local RUN_KEYS = { "prompt", "input_ids", "tokens", "generated_ids", "logits_sha256", "top1", "value" }
 local CELL_KEYS = { "index", "stage", "layer", "position", "target", "value", "recovered", "certified",
-  "equals_corrupted", "top1", "logits_sha256", "source", "settings_sha256" }
+  "equals_corrupted", "top1", "generated_ids", "logits_sha256", "source", "settings_sha256" }
 
 local function ints(t) return json.array({ table.unpack(t) }) end
 local function num(v) return (type(v) == "string" and tonumber(v:gsub("Infinity", "inf"))) or v end
@@ -65,7 +67,7 @@ function M.cell(c)
     target = c.target or string.format("%d:%s@%d", c.layer, c.stage, c.position),
     value = float(c.value), recovered = recovered == json.null and json.null or float(recovered),
     certified = c.certified == true, equals_corrupted = c.equals_corrupted == true,
-    top1 = c.top1, logits_sha256 = c.logits_sha256,
+    top1 = c.top1, generated_ids = c.generated_ids and ints(c.generated_ids) or nil, logits_sha256 = c.logits_sha256,
     source = json.ordered({ "run", "record_sha256", "row" }, { run = src.run, record_sha256 = src.record_sha256,
       row = src.row }),
     settings_sha256 = c.settings_sha256,
@@ -74,39 +76,50 @@ end
 
 -- new_manifest(p) -> the manifest document of a sweep (without cells). p: { model, cfg (sweep
 -- config), shard, tokenizer_path, argv, clean_logits, corrupted_logits, clean_value,
--- corrupted_value, text = function(id) -> label }
+-- corrupted_value, clean_generated, corrupted_generated (ids of the decode steps),
+-- text = function(id) -> label }
 function M.new_manifest(p)
   local ember = require("ember")
   local cfg, model = p.cfg, p.model
   local msec = manifest.model_section(model)
-  local function run_section(text, ids, logits, value)
+  local steps = cfg.decode_steps or 0
+  local function run_section(text, ids, generated, logits, value)
     local labels = json.array()
     for i, id in ipairs(ids) do labels[i] = p.text(id) end
     return json.ordered(RUN_KEYS, {
       prompt = manifest.prompt_section(text, ids, false), input_ids = ints(ids), tokens = labels,
+      generated_ids = steps > 0 and ints(generated) or nil,
       logits_sha256 = logits:sha256(), top1 = logits:argmax() - 1, value = value,
     })
   end
-  local clean = run_section(cfg.clean_text, cfg.clean_ids, p.clean_logits, p.clean_value)
-  local corrupted = run_section(cfg.corrupted_text, cfg.corrupted_ids, p.corrupted_logits, p.corrupted_value)
+  local clean = run_section(cfg.clean_text, cfg.clean_ids, p.clean_generated, p.clean_logits, p.clean_value)
+  local corrupted = run_section(cfg.corrupted_text, cfg.corrupted_ids, p.corrupted_generated, p.corrupted_logits,
+    p.corrupted_value)
+  -- the token each run feeds at every position: the prompt's, then (decode steps) the generated ones
+  local function label_at(run, pos)
+    if pos < #run.tokens then return run.tokens[pos + 1] end
+    return p.text(run.generated_ids[pos - #run.tokens + 1])
+  end
   local metric = json.ordered({ "kind", "tokens", "label" }, { kind = cfg.metric.kind, tokens = ints(cfg.metric.tokens),
     label = require("ember.sweep_metric").label(cfg.metric, p.text) })
   local g = cfg.grid
   local position_labels = json.array()
   for i, pos in ipairs(g.positions) do
-    local a, b = clean.tokens[pos + 1], corrupted.tokens[pos + 1]
+    local a, b = label_at(clean, pos), label_at(corrupted, pos)
     position_labels[i] = string.format("%d %s", pos, a == b and a or (a .. "/" .. b))
   end
-  local grid = json.ordered({ "stages", "layers", "positions", "shape", "order", "position_labels", "phase" }, {
+  local grid = json.ordered({ "stages", "layers", "positions", "shape", "order", "position_labels", "phase",
+    "decode_steps" }, {
     stages = json.array({ table.unpack(g.stages) }), layers = ints(g.layers), positions = ints(g.positions),
     shape = ints({ #g.stages, #g.layers, #g.positions }), order = "stage,layer,position",
-    position_labels = position_labels, phase = "prefill",
+    position_labels = position_labels, phase = steps > 0 and "prefill+decode" or "prefill",
+    decode_steps = steps > 0 and steps or nil,
   })
   -- what decides every cell's value, hashed once so each cell can name it
   local settings = json.encode(json.ordered({ "metric", "grid", "clean_ids", "corrupted_ids" }, {
     metric = json.ordered({ "kind", "tokens" }, { kind = metric.kind, tokens = metric.tokens }),
-    grid = json.ordered({ "stages", "layers", "positions" }, { stages = grid.stages, layers = grid.layers,
-      positions = grid.positions }),
+    grid = json.ordered({ "stages", "layers", "positions", "decode_steps" }, { stages = grid.stages,
+      layers = grid.layers, positions = grid.positions, decode_steps = grid.decode_steps }),
     clean_ids = clean.input_ids, corrupted_ids = corrupted.input_ids }))
   local argv = json.array()
   for i, a in ipairs(p.argv or {}) do argv[i] = tostring(a) end
@@ -125,7 +138,8 @@ end
 -- promised for one kernel set; thread counts are not (the grid does not depend on them).
 M.SEMANTIC = { "tool.version", "model.sha256", "tokenizer.sha256", "clean.prompt.sha256", "clean.input_ids",
   "clean.logits_sha256", "corrupted.prompt.sha256", "corrupted.input_ids", "corrupted.logits_sha256",
-  "metric.kind", "metric.tokens", "grid.stages", "grid.layers", "grid.positions", "settings_sha256",
+  "metric.kind", "metric.tokens", "grid.stages", "grid.layers", "grid.positions", "grid.decode_steps",
+  "settings_sha256",
   "execution.kernels" }
 
 local function field(doc, path)
@@ -209,7 +223,7 @@ local KEYS = {
     "dtype_summary", "experimental" },
   tokenizer = { "source", "path", "sha256" },
   metric = { "kind", "tokens", "label" },
-  grid = { "stages", "layers", "positions", "shape", "order", "position_labels", "phase" },
+  grid = { "stages", "layers", "positions", "shape", "order", "position_labels", "phase", "decode_steps" },
   shard = { "index", "count" },
   execution = { "kernels", "threads" },
   plot = { "tool", "title", "xlabel", "ylabel", "cblabel", "xtics", "ytics", "files" },
@@ -225,7 +239,7 @@ local function restore_shape(doc)
     local r = doc[k]
     json.ordered(RUN_KEYS, r)
     if type(r.prompt) == "table" then json.ordered(PROMPT_KEYS, r.prompt) end
-    for _, a in ipairs({ "input_ids", "tokens" }) do if type(r[a]) == "table" then json.array(r[a]) end end
+    for _, a in ipairs({ "input_ids", "tokens", "generated_ids" }) do if type(r[a]) == "table" then json.array(r[a]) end end
   end
   json.array(doc.metric.tokens or {})
   for _, a in ipairs({ "stages", "layers", "positions", "shape", "position_labels" }) do

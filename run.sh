@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 DEPS=(build-essential cmake pkg-config liblua5.4-dev lua5.4 lua-lpeg-dev lua-cjson-dev libmbedtls-dev
-      lua-busted libreadline-dev libutf8proc-dev tmux slurm-wlm munge gnuplot-nox librsvg2-bin clang)
+      lua-busted libreadline-dev libutf8proc-dev tmux slurm-wlm munge gnuplot-nox librsvg2-bin clang
+      lua-zlib) # lua-zlib: the specs read NumPy's compressed .npz fixtures
 
 install_deps() {
   local missing=()

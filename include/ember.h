@@ -64,6 +64,19 @@ const ember_gguf *ember_model_gguf(const ember_model *model);
  * decode ceiling. */
 uint64_t ember_model_weight_bytes_per_token(const ember_model *model);
 
+/* The logit lens (src/engine/unembed.c): x (rows, hidden_size), residual-stream rows before the
+ * final norm -> out (rows, n_vocab) = the family's final norm, the LM head and its post-processing
+ * (Gemma 4: final logit softcap), on the model's kernels. Calls no hook; allocates one normed copy
+ * of x for the call. The last layer's residual gives the forward pass's logits bit for bit. */
+ember_status ember_model_unembed(const ember_model *model, const float *x, int64_t rows, float *out,
+                                 ember_error *err);
+/* A stored tensor by GGUF name, with or without ".weight" (src/engine/weights.c): its shape as
+ * n_out rows of n_in values (a vector is one row), and its values dequantized to f32 into out
+ * (n_out * n_in floats). Nothing is kept. An unknown name is EMBER_ERR_ARG naming it and the file. */
+ember_status ember_model_weight_shape(const ember_model *model, const char *name, int64_t *n_out, int64_t *n_in,
+                                      ember_error *err);
+ember_status ember_model_weight_f32(const ember_model *model, const char *name, float *out, ember_error *err);
+
 /* ---- hooks ----------------------------------------------------------------------------------- */
 
 /* The six tensor points of one evaluation, in execution order within a layer. */

@@ -12,6 +12,8 @@ M.core = core
 
 -- model:generate{...} is written in Lua on the core's primitives (lib/ember/generate.lua)
 core.classes.Model.__methods.generate = require("ember.generate").generate
+-- model:run_with_cache{ ids= | prompt=, stages=, layers=, all_logits= } -> cache (lib/ember/cache.lua)
+core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_cache
 
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")

@@ -75,6 +75,8 @@ ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int
     v->epoch = 0;
     v->modified = modified;
     v->root = v;
+    v->n_heads = 0;
+    v->heads_by = EMBER_LUA_HEADS_NONE;
     luaL_setmetatable(L, EMBER_LUA_VIEW);
     return v;
 }

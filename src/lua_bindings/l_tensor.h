@@ -18,6 +18,14 @@ typedef struct {
  * A hook's view (a root) is reused from call to call: expired when its hook returns, re-armed
  * over the next call's buffer. A row of a view is a sub-view that remembers its root and the
  * root's epoch at creation, so it expires with that call and never comes back to life. */
+/* How a view's rows or columns divide into attention heads, for v:head(h) (l_tensor_ops.c). The
+ * hook adapter sets it on the views of stages that hold heads; 0/NONE everywhere else. */
+typedef enum {
+    EMBER_LUA_HEADS_NONE = 0,
+    EMBER_LUA_HEADS_COLUMNS, /* [rows, n_heads * head_dim]: head h is columns h*head_dim .. */
+    EMBER_LUA_HEADS_ROWS,    /* [n_heads * rows, n_keys]: head h is rows h*rows .. */
+} ember_lua_heads;
+
 typedef struct ember_lua_view {
     float *data; /* (rows, cols) row-major, not owned; NULL while expired */
     int64_t rows, cols;
@@ -25,6 +33,8 @@ typedef struct ember_lua_view {
     uint64_t epoch;              /* root: bumped by every arm; sub-view: the root's at creation */
     bool *modified;              /* the run's mutation flag; touched only while alive */
     struct ember_lua_view *root; /* itself for a hook's view */
+    int64_t n_heads;             /* heads in this view (0: not a per-head stage; sub-views: 0) */
+    ember_lua_heads heads_by;
 } ember_lua_view;
 
 void ember_lua_open_tensor(lua_State *L, int module);

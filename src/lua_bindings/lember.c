@@ -8,9 +8,11 @@
 
 #include "l_experiment.h"
 #include "l_model.h"
+#include "l_model_lens.h"
 #include "l_sampler.h"
 #include "l_session.h"
 #include "l_tensor.h"
+#include "l_tensor_ops.h"
 #include "l_tiny_model.h"
 #include "l_tokenizer.h"
 
@@ -320,8 +322,10 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     lua_pop(L, 1); /* [core] */
 
     ember_lua_open_tensor(L, module);
+    ember_lua_open_tensor_ops(L, module);
     ember_lua_open_experiment(L, module);
     ember_lua_open_model(L, module);
+    ember_lua_open_model_lens(L, module);
     ember_lua_open_session(L, module);
     ember_lua_open_tiny_model(L, module);
     ember_lua_open_sampler(L, module);

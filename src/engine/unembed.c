@@ -1,0 +1,37 @@
+/* unembed.c — the logit lens: a residual-stream row through the family's final norm, the LM head
+ * and its post-processing, outside any forward pass. Calls no hook and touches no session. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The family's final norm, computed with the same call the forward pass makes on its last row,
+ * so the last layer's residual gives the run's logits bit for bit. */
+static void final_norm(const ember_model *m, float *y, const float *x) {
+    if (m->family == EMBER_FAMILY_GPT2)
+        m->ops->layernorm(y, x, m->output_norm, m->output_norm_b, m->n_embd, m->norm_eps);
+    else
+        m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
+}
+
+ember_status ember_model_unembed(const ember_model *m, const float *x, int64_t rows, float *out, ember_error *err) {
+    if (!m || !x || !out || rows < 1)
+        return ember_error_set(err, EMBER_ERR_ARG, "ember_model_unembed: need a model, %lld >= 1 rows and buffers",
+                               (long long)rows);
+    const int64_t d = m->n_embd;
+    /* One normed copy of the request: what was asked for, nothing kept. */
+    if ((uint64_t)rows > SIZE_MAX / sizeof(float) / (uint64_t)d)
+        return ember_error_set(err, EMBER_ERR_ARG, "ember_model_unembed: %lld rows of %lld values overflow",
+                               (long long)rows, (long long)d);
+    float *xn = malloc((size_t)rows * (size_t)d * sizeof(float));
+    if (!xn)
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_model_unembed: cannot allocate %lld rows of %lld values",
+                               (long long)rows, (long long)d);
+    for (int64_t r = 0; r < rows; r++) final_norm(m, xn + r * d, x + r * d);
+    ember_matmul(m->compute, &m->output, xn, out, rows);
+    free(xn);
+    if (m->softcap > 0.0f) /* cap * tanh(logits / cap), as in ember_logits_head */
+        for (int64_t i = 0, n = rows * m->n_vocab; i < n; i++) out[i] = m->softcap * tanhf(out[i] / m->softcap);
+    return EMBER_OK;
+}

@@ -46,8 +46,21 @@ end
 --                     offset = first data byte (1-based) }
 function M.read(path) return parse(slurp(path), path) end
 
--- npy.read_npz(path) -> { [name without ".npy"] = array }: an .npz is a ZIP of .npy files; NumPy's
--- savez stores them uncompressed, which is all this reader accepts (found via the central directory).
+-- Debian's lua-zlib (run.sh DEPS) inflates the entries np.savez_compressed writes; without it only
+-- stored entries can be read, and M.zlib_missing says why.
+local has_zlib, zlib = pcall(require, "zlib")
+M.zlib_missing = not has_zlib and "the Lua module 'zlib' is not installed (Debian package lua-zlib)" or nil
+
+-- ZIP method 8: raw deflate (no zlib header), hence the negative window size.
+local function inflate(data, usize, where)
+  if not has_zlib then fail(where, "is compressed and " .. M.zlib_missing) end
+  local out, eof = zlib.inflate(-15)(data)
+  if not eof or #out ~= usize then fail(where, "inflates to " .. #out .. " bytes, the ZIP entry says " .. usize) end
+  return out
+end
+
+-- npy.read_npz(path) -> { [name without ".npy"] = array }: an .npz is a ZIP of .npy files, stored
+-- (np.savez) or deflated (np.savez_compressed), found via the central directory.
 function M.read_npz(path)
   local z = slurp(path)
   local eocd
@@ -63,13 +76,17 @@ function M.read_npz(path)
     local csize, usize, nlen, xlen, clen = string.unpack("<I4I4I2I2I2", z, pos + 20)
     local local_off = string.unpack("<I4", z, pos + 42)
     local name = z:sub(pos + 46, pos + 46 + nlen - 1)
-    if method ~= 0 then fail(path, name .. " is compressed (only stored entries are supported)") end
-    if csize == 0xFFFFFFFF or local_off == 0xFFFFFFFF then fail(path, name .. " needs ZIP64, not supported") end
-    assert(csize == usize)
+    if method ~= 0 and method ~= 8 then fail(path, name .. " uses ZIP method " .. method .. " (stored or deflate only)") end
+    if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF or local_off == 0xFFFFFFFF then
+      fail(path, name .. " needs ZIP64, not supported")
+    end
+    if method == 0 then assert(csize == usize) end
     local lp = local_off + 1
     local lnlen, lxlen = string.unpack("<I2I2", z, lp + 26)
     local data_start = lp + 30 + lnlen + lxlen
-    out[(name:gsub("%.npy$", ""))] = parse(z:sub(data_start, data_start + csize - 1), path .. ":" .. name)
+    local bytes = z:sub(data_start, data_start + csize - 1)
+    if method == 8 then bytes = inflate(bytes, usize, path .. ":" .. name) end
+    out[(name:gsub("%.npy$", ""))] = parse(bytes, path .. ":" .. name)
     pos = pos + 46 + nlen + xlen + clen
   end
   return out

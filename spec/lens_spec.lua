@@ -244,6 +244,24 @@ describe("model:weight", function()
     end)
   end
 
+  it("is not reachable from hook contexts", function()
+    local path, why = fx.api_model()
+    if not path then
+      pending(why)
+      return
+    end
+    local m = ember.load { model = path, kernels = "reference" }
+    local seen = {}
+    local exp = { name = "no-weights" }
+    function exp.after_layer(_, ctx)
+      seen[#seen + 1] = { ctx.weight, ctx.model.weight, ctx.model.unembed }
+    end
+    local s <close> = m:session {}
+    s:prefill({ 1, 2 }, { experiment = exp })
+    assert.are.equal(m.info.n_layers, #seen)
+    for _, v in ipairs(seen) do assert.are.same({}, v) end
+  end)
+
   it("dequantizes q8_0 weights to the file's block values", function()
     local dir = fx.root .. "/parity/llama-tiny-q8_0"
     if not fx.exists(dir .. "/model.gguf") then

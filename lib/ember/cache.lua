@@ -33,7 +33,8 @@ local function prompt_ids(model, opts)
   return ids
 end
 
--- stages= a list of stage names (the engine's stage list, owned by ember.selectors); absent: all.
+-- stages= a list of stage names from the engine's own list (core.stages, as ember.selectors
+-- exports it); absent: all of them.
 local function stage_list(opts)
   if opts.stages == nil then return { table.unpack(selectors.STAGES) } end
   if type(opts.stages) ~= "table" then fail("stages must be a list of stage names, got " .. type(opts.stages)) end

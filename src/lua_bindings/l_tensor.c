@@ -62,6 +62,8 @@ ember_lua_tensor *ember_lua_push_tensor(lua_State *L, int64_t rows, int64_t cols
     ember_lua_tensor *t = lua_newuserdatauv(L, bytes, 0); /* [tensor] */
     t->rows = rows;
     t->cols = cols;
+    t->n_heads = 0;
+    t->heads_by = EMBER_LUA_HEADS_NONE;
     luaL_setmetatable(L, EMBER_LUA_TENSOR);
     return t;
 }
@@ -319,6 +321,9 @@ static int t_clone(lua_State *L) {
     tref t = to_tref(L, 1);
     ember_lua_tensor *c = ember_lua_push_tensor(L, t.rows, t.cols);
     memcpy(c->data, t.data, (size_t)count(&t) * sizeof(float));
+    ember_lua_tensor *ot = t.view ? NULL : luaL_testudata(L, 1, EMBER_LUA_TENSOR);
+    c->n_heads = t.view ? t.view->n_heads : ot->n_heads; /* a clone of a per-head view keeps v:head(h) */
+    c->heads_by = t.view ? t.view->heads_by : ot->heads_by;
     return 1;
 }
 

@@ -8,9 +8,20 @@
 #define EMBER_LUA_TENSOR "ember.Tensor"
 #define EMBER_LUA_VIEW "ember.TensorView"
 
+/* How a view's rows or columns divide into attention heads, for v:head(h) (l_tensor_ops.c). The
+ * hook adapter sets it on the views of stages that hold heads, and clone() keeps it; 0/NONE
+ * everywhere else. */
+typedef enum {
+    EMBER_LUA_HEADS_NONE = 0,
+    EMBER_LUA_HEADS_COLUMNS, /* [rows, n_heads * head_dim]: head h is columns h*head_dim .. */
+    EMBER_LUA_HEADS_ROWS,    /* [n_heads * rows, n_keys]: head h is rows h*rows .. */
+} ember_lua_heads;
+
 /* Owned tensor: the values live inside the userdata, so Lua's GC owns everything. */
 typedef struct {
     int64_t rows, cols;
+    int64_t n_heads; /* from the view it was cloned from (0: none) */
+    ember_lua_heads heads_by;
     float data[]; /* (rows, cols) row-major */
 } ember_lua_tensor;
 
@@ -18,14 +29,6 @@ typedef struct {
  * A hook's view (a root) is reused from call to call: expired when its hook returns, re-armed
  * over the next call's buffer. A row of a view is a sub-view that remembers its root and the
  * root's epoch at creation, so it expires with that call and never comes back to life. */
-/* How a view's rows or columns divide into attention heads, for v:head(h) (l_tensor_ops.c). The
- * hook adapter sets it on the views of stages that hold heads; 0/NONE everywhere else. */
-typedef enum {
-    EMBER_LUA_HEADS_NONE = 0,
-    EMBER_LUA_HEADS_COLUMNS, /* [rows, n_heads * head_dim]: head h is columns h*head_dim .. */
-    EMBER_LUA_HEADS_ROWS,    /* [n_heads * rows, n_keys]: head h is rows h*rows .. */
-} ember_lua_heads;
-
 typedef struct ember_lua_view {
     float *data; /* (rows, cols) row-major, not owned; NULL while expired */
     int64_t rows, cols;

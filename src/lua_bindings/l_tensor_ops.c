@@ -18,6 +18,8 @@ typedef struct {
     const float *data; /* (rows, cols) */
     int64_t rows, cols;
     ember_lua_view *view; /* NULL for an owned tensor */
+    int64_t n_heads;      /* head layout, when the view or the tensor carries one */
+    ember_lua_heads heads_by;
 } cref;
 
 /* As l_tensor.c: a root is usable between its arm and its expiry, a sub-view only within the call
@@ -31,6 +33,8 @@ static cref check_ref(lua_State *L, int i, const char *fname) {
         t.data = ot->data;
         t.rows = ot->rows;
         t.cols = ot->cols;
+        t.n_heads = ot->n_heads;
+        t.heads_by = ot->heads_by;
         return t;
     }
     ember_lua_view *v = luaL_testudata(L, i, EMBER_LUA_VIEW);
@@ -44,6 +48,8 @@ static cref check_ref(lua_State *L, int i, const char *fname) {
     t.rows = v->rows;
     t.cols = v->cols;
     t.view = v;
+    t.n_heads = v->n_heads;
+    t.heads_by = v->heads_by;
     return t;
 }
 
@@ -332,24 +338,27 @@ static int t_slice(lua_State *L) {
 /* t:head(h [, n_heads [, "columns"|"rows"]]): head h (0-based, like layers) of a per-head tensor.
  * "columns": [rows, n_heads*head_dim] -> [rows, head_dim] (attention_heads), always a copy (the
  * columns are not contiguous). "rows": [n_heads*n, n_keys] -> [n, n_keys] (attention_pattern),
- * a sub-view of a view. A view of a per-head stage knows both; a tensor needs n_heads. */
+ * a sub-view of a view. A view of a per-head stage (and its clone) knows both; any other tensor
+ * needs n_heads. */
 static int t_head(lua_State *L) {
     cref t = check_ref(L, 1, "head");
     lua_Integer h = luaL_checkinteger(L, 2);
-    int64_t n_heads = t.view ? t.view->n_heads : 0;
-    ember_lua_heads by = t.view ? t.view->heads_by : EMBER_LUA_HEADS_NONE;
+    int64_t n_heads = t.n_heads;
+    ember_lua_heads by = t.heads_by;
     if (!lua_isnoneornil(L, 3)) {
         lua_Integer given = luaL_checkinteger(L, 3);
         if (given < 1) return luaL_error(L, "head: n_heads must be >= 1, got %I", given);
         if (n_heads > 0 && given != n_heads)
-            return luaL_error(L, "head: this view holds %I heads, not %I", (lua_Integer)n_heads, given);
+            return luaL_error(L, "head: this %s holds %I heads, not %I", t.view ? "view" : "tensor",
+                              (lua_Integer)n_heads, given);
         n_heads = given;
     }
     if (!lua_isnoneornil(L, 4)) {
         static const char *const layouts[] = {"columns", "rows", NULL};
         ember_lua_heads want = luaL_checkoption(L, 4, NULL, layouts) == 0 ? EMBER_LUA_HEADS_COLUMNS : EMBER_LUA_HEADS_ROWS;
         if (by != EMBER_LUA_HEADS_NONE && by != want)
-            return luaL_error(L, "head: this view lays its heads out by %s", by == EMBER_LUA_HEADS_ROWS ? "rows" : "columns");
+            return luaL_error(L, "head: this %s lays its heads out by %s", t.view ? "view" : "tensor",
+                              by == EMBER_LUA_HEADS_ROWS ? "rows" : "columns");
         by = want;
     }
     if (n_heads < 1)

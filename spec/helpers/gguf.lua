@@ -34,9 +34,7 @@ end
 
 -- gguf.open(path) -> { meta = { key = scalar or string }, tensors = { name = { dims, type, data_pos } } }
 function M.open(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
+  local s = require("helpers.files").read(path)
   assert(s:sub(1, 4) == "GGUF", "gguf: " .. path .. " is not a GGUF file")
   local _, n_tensors, n_kv, pos = string.unpack("<I4I8I8", s, 5)
   local meta = {}

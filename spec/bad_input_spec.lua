@@ -229,3 +229,223 @@ describe("non-finite numerics", function()
       "allow_nonfinite", "boolean")
   end)
 end)
+
+-- ---- the command line: numeric flags, the context limit, outputs, messages ----------------------
+
+local C = require("helpers.cli")
+
+-- A usage error (exit 2) within the time bound, whose message names each of ...
+local function usage_error_naming(args, ...)
+  local t0 = os.clock()
+  local code, out, err = C.ember(table.unpack(args))
+  assert.is_true(os.clock() - t0 < TIME_LIMIT)
+  assert.equal(2, code, "exit code for " .. table.concat(args, " ") .. ": " .. err)
+  assert.equal("", out)
+  has(err, ...)
+  return err
+end
+
+local function tiny(args)
+  local path, why = fx.tiny_model(args)
+  if not path then pending(why) end
+  return path
+end
+
+describe("numeric flags are typed and ranged (usage errors)", function()
+  local base = { "--model", "m.gguf", "--prompt", "x" }
+  local function with(...)
+    local t = { table.unpack(base) }
+    for _, a in ipairs({ ... }) do t[#t + 1] = a end
+    return t
+  end
+  it("--top-k beyond the sampler's int is refused, not wrapped", function()
+    usage_error_naming(with("--top-k", "4294967301"), "--top-k", "4294967301", "out of range")
+    usage_error_naming(with("--top-k", "2147483648"), "--top-k", "2147483648", "0..2147483647")
+  end)
+  it("--temperature -1 and --top-p 0 / 1.5 are usage errors naming the value", function()
+    usage_error_naming(with("--temperature", "-1"), "--temperature", "-1", "out of range")
+    usage_error_naming(with("--top-p", "0"), "--top-p", "0", "(0, 1]")
+    usage_error_naming(with("--top-p", "1.5"), "--top-p", "1.5", "(0, 1]")
+  end)
+  it("--threads 100000 and --max-tokens 20000000 are usage errors", function()
+    usage_error_naming(with("--threads", "100000"), "--threads", "100000", "0..4096")
+    usage_error_naming(with("--max-tokens", "20000000"), "--max-tokens", "20000000", "out of range")
+  end)
+  it("an integer too large for any type says out of range, not 'not an integer'", function()
+    local err = usage_error_naming(with("--max-tokens", "9223372036854775807"), "--max-tokens", "out of range")
+    assert.is_nil(err:find("non-negative integer", 1, true))
+    err = usage_error_naming(with("--seed", "99999999999999999999"), "--seed", "out of range")
+    assert.is_nil(err:find("non-negative integer", 1, true))
+  end)
+  it("the largest integer is an integer (a seed may be 2^63-1)", function()
+    local flags = require("ember.flags")
+    assert.equal(math.maxinteger, flags.uint("9223372036854775807"))
+    assert.is_nil(flags.uint("9223372036854775808"))
+  end)
+  it("ember.sampler refuses a top_k beyond int instead of wrapping it", function()
+    local ok, err = pcall(require("ember.core").sampler, { n_vocab = 8, top_k = 4294967301 })
+    assert.is_false(ok)
+    has(tostring(err), "top_k", "4294967301")
+  end)
+end)
+
+describe("the model's context_length", function()
+  it("prompt + --max-tokens beyond it is a usage error naming both numbers", function()
+    local m = tiny("--family llama --dtype f32 --layers 2 --context 16")
+    usage_error_naming({ "--model", m, "--prompt", "hi", "--max-tokens", "40" }, "--max-tokens", "(40)",
+      "context_length 16", "--context N")
+  end)
+  it("an explicit --context may go beyond it, with a notice on stderr", function()
+    local m = tiny("--family llama --dtype f32 --layers 2 --context 16")
+    local code, out, err = C.ember("--model", m, "--prompt", "hi", "--max-tokens", "20", "--context", "40")
+    assert.equal(0, code, err)
+    assert.is_true(#out > 0)
+    has(err, "context 40 is beyond the model's context_length 16")
+  end)
+  it("generate{} checks it too; context = N goes beyond it", function()
+    local m = ember.load(tiny("--family llama --dtype f32 --layers 2 --context 16"))
+    local ok, err = pcall(m.generate, m, { ids = { 1, 2, 3 }, max_tokens = 20 })
+    assert.is_false(ok)
+    has(tostring(err), "bad argument to 'generate'", "23 positions", "context_length 16")
+    local gen = require("ember.generate")
+    local said, saved = {}, gen.notice
+    gen.notice = function(msg) said[#said + 1] = msg end
+    local out = m:generate { ids = { 1, 2, 3 }, max_tokens = 20, context = 24, eos = false }
+    gen.notice = saved
+    assert.equal(20, #out.ids)
+    has(said[1], "context 24", "context_length 16")
+  end)
+  it("a KV cache that cannot fit is refused up front, naming the bytes needed and available", function()
+    -- 2 layers x 2 x 2048 floats a position: 2^24 positions need 550 GB
+    local m = ember.load(tiny("--family llama --dtype f32 --layers 2 --hidden 32 --heads 2 --kv-heads 2 "
+      .. "--head-dim 1024 --ff 32 --context 64"))
+    local msg = error_within_bounds(function() return m:session { context = 1 << 24 } end)
+    has(msg, "16777216-token context needs", "bytes of KV cache", "bytes available")
+    assert.is_nil(msg:find("session: session:", 1, true))
+  end)
+  it("context_length = 0 gives one clean message", function()
+    local src = tiny("--family llama --dtype f32 --layers 2 --context 16")
+    local f = assert(io.open(src, "rb"))
+    local data = f:read("a")
+    f:close()
+    local key = "llama.context_length"
+    local at = assert(data:find(key, 1, true)) + #key -- then the type (u32 = 4) and the value
+    assert.equal(4, string.unpack("<I4", data, at))
+    local path = write_temp(data:sub(1, at + 3) .. string.pack("<I4", 0) .. data:sub(at + 8), ".gguf")
+    local m = ember.load(path)
+    local msg = error_within_bounds(function() return m:session() end)
+    has(msg, "session: the model's context_length is 0", "explicit context")
+    assert.is_nil(msg:find("session: session:", 1, true))
+    assert.equal(8, m:session { context = 8 }.context)
+  end)
+end)
+
+describe("outputs of one run never collide", function()
+  it("--activation-stats X --run-manifest X is refused before running", function()
+    local m = C.need_model()
+    local x = os.tmpname()
+    os.remove(x)
+    usage_error_naming({ "--model", m, "--prompt", "hi", "--activation-stats", x, "--run-manifest", x },
+      "--activation-stats and --run-manifest both name", x)
+    assert.is_nil(io.open(x, "rb"))
+  end)
+  it("a run manifest inside the capture directory's own files is refused", function()
+    local m = C.need_model()
+    local d = os.tmpname()
+    os.remove(d)
+    usage_error_naming({ "--model", m, "--prompt", "hi", "--capture-activations", d, "--run-manifest",
+      d .. "/manifest.json" }, "--capture-activations and --run-manifest")
+  end)
+  it("the default run manifest does not overwrite an existing file", function()
+    local m = C.need_model()
+    local dir = require("ember.fs").make_temp_dir("ember-bad-input")
+    local here = assert(io.popen("pwd")):read("l")
+    local f = assert(io.open(dir .. "/ember-run.json", "wb"))
+    f:write("mine")
+    f:close()
+    -- run from that directory through the launcher (the default is relative to the working directory)
+    local cmd = string.format("cd %q && %q/tools/ember --model %q --prompt hi --max-tokens 2 --activation-stats s.json"
+      .. " >/dev/null 2>%q/err", dir, here, here .. "/" .. m, dir)
+    if m:sub(1, 1) == "/" then cmd = cmd:gsub(here .. "/" .. m, m, 1) end
+    local ok, _, code = os.execute(cmd)
+    assert.is_nil(ok)
+    assert.equal(2, code)
+    local e = assert(io.open(dir .. "/err")):read("a")
+    has(e, "ember-run.json", "already exists")
+    assert.equal("mine", assert(io.open(dir .. "/ember-run.json")):read("a"))
+    require("ember.fs").remove_tree(dir)
+  end)
+end)
+
+describe("command-line messages", function()
+  it("a model without a tokenizer names the CLI flag", function()
+    local m = tiny("--family llama --dtype f32 --layers 2 --no-tokenizer")
+    local err = usage_error_naming({ "--model", m, "--prompt", "hi" }, "--tokenizer FILE", "no embedded tokenizer")
+    assert.is_nil(err:find("tokenizer=", 1, true))
+  end)
+  it("--capture-activations with a missing parent names the missing directory", function()
+    local m = C.need_model()
+    local d = os.tmpname()
+    os.remove(d)
+    usage_error_naming({ "--model", m, "--prompt", "hi", "--capture-activations", d .. "/new/" },
+      "directory '" .. d .. "' does not exist", "'" .. d .. "/new/' cannot be created")
+  end)
+  it("error('a\\0b') from a hook shows the whole message, the NUL escaped", function()
+    local m = ember.load(tiny("--family llama --dtype f32 --layers 2"))
+    local msg = error_within_bounds(function()
+      return m:generate { ids = { 1 }, max_tokens = 1,
+        experiment = { name = "nul", after_logits = function() error("a\0b", 0) end } }
+    end)
+    has(msg, "experiment 'nul' failed in after_logits", "a\\x00b")
+  end)
+end)
+
+describe("Ctrl-C (SIGINT at ember-lua)", function()
+  -- The script sends SIGINT to its own process from a hook, then loops; each interrupt must end
+  -- that generate with "interrupted", and the next one must run normally.
+  local script = [[
+local ember = require("ember")
+local pid = assert(io.open("/proc/self/stat")):read("n")
+local function ctrl_c()
+  local h = io.popen("kill -INT " .. pid)
+  h:read("a")
+  h:close()
+end
+local m = ember.load { model = arg[1], kernels = "reference" }
+local function looping(name)
+  return { name = name, after_logits = function()
+    ctrl_c()
+    while true do end
+  end }
+end
+local function req(exp) return { ids = { 1, 2, 3 }, max_tokens = 4, eos = false, experiment = exp } end
+local ok, err = pcall(m.generate, m, req(looping("first")))
+print("first", ok, err:match("interrupted$"))
+local out = m:generate(req())
+print("after", out.stop, #out.ids)
+ok, err = pcall(m.generate, m, req(looping("second")))
+print("second", ok, err:match("interrupted$"))
+local co = coroutine.create(function() return pcall(m.generate, m, req(looping("coroutine"))) end)
+local _, cok, cerr = coroutine.resume(co)
+print("coroutine", cok, cerr:match("interrupted$"))
+out = m:generate(req())
+print("end", out.stop, #out.ids)
+]]
+  it("clears the flag once delivered, stays armed, and reaches hooks inside coroutines", function()
+    local m = tiny("--family llama --dtype f32 --layers 2")
+    local lua = fx.build .. "/ember-lua"
+    if not fx.exists(lua) then pending("missing " .. lua) end
+    local path = write_temp(script, ".lua")
+    local h = assert(io.popen(string.format("timeout 60 %q %q %q 2>&1; echo rc=$?", lua, path, m)))
+    local got = h:read("a")
+    h:close()
+    os.remove(path)
+    assert.equal(table.concat({
+      "first\tfalse\tinterrupted",
+      "after\tmax_tokens\t4",         -- the next generate is not stopped by a stale flag
+      "second\tfalse\tinterrupted",   -- a second Ctrl-C interrupts again instead of killing
+      "coroutine\tfalse\tinterrupted", -- a hook looping in a coroutine is interrupted too
+      "end\tmax_tokens\t4",
+      "rc=0", "" }, "\n"), got)
+  end)
+end)

@@ -21,12 +21,13 @@ M.FLAGS = {
   { "model", "path", "FILE.gguf", "the model (required)" },
   { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
   { "prompt", "string", "TEXT", "the prompt (required)" },
-  { "max-tokens", "uint", "N", "tokens to generate (default 16)" },
-  { "temperature", "float", "T", "0 = greedy (default 0)" },
-  { "top-k", "uint", "K", "sample among the K most likely tokens (0 = off)" },
-  { "top-p", "float", "P", "nucleus sampling threshold (1 = off)" },
+  { "max-tokens", flags.uint_in(0, flags.MAX_CONTEXT, "the largest session"), "N", "tokens to generate (default 16)" },
+  { "temperature", flags.float_in(0, nil), "T", "0 = greedy (default 0)" },
+  { "top-k", flags.uint_in(0, flags.MAX_TOP_K), "K", "sample among the K most likely tokens (0 = off)" },
+  { "top-p", flags.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
   { "seed", "uint", "N", "sampling seed (default 0)" },
-  { "threads", "uint", "N", "worker threads (default: all cores)" },
+  { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N", "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
+  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
@@ -53,7 +54,7 @@ M.BENCH_FLAGS_LIST = {
   { "model", "path", "FILE.gguf", "the model (required)" },
   { "prompt-tokens", positive, "N", "prompt length in tokens (default 52)" },
   { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
-  { "threads", positive, "N", "worker threads (default: all cores)" },
+  { "threads", flags.uint_in(1, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
   { "warmup", "uint", "W", "unreported runs first (default 1)" },
@@ -282,10 +283,27 @@ local function run_generate(args, argv, io_)
 
   -- Output locations are checked before the model loads: a run must not be wasted on a typo.
   local fs = require("ember.fs")
+  -- every run with an experiment or a capture gets a run manifest; a plain run only when asked for
+  local run_manifest = o["run-manifest"]
+  local default_manifest = false
+  if run_manifest == nil then
+    for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment", "activation-stats",
+      "capture-activations" }) do
+      if o[k] ~= nil then run_manifest, default_manifest = "ember-run.json", true end
+    end
+  end
+  local clash = require("ember.outputs").check {
+    { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
+    { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
+    { flag = "--run-manifest", path = run_manifest, kind = "file", default = default_manifest },
+  }
+  if clash then usage_error("%s", clash) end
   for _, k in ipairs({ "activation-stats", "capture-activations", "run-manifest" }) do
     local path = o[k]
-    if path and not fs.is_dir(fs.dirname(path)) then
-      usage_error("--%s: directory '%s' does not exist", k, fs.dirname(path))
+    -- "new/" names the directory "new": its parent is what must exist
+    local parent = path and fs.dirname((path:gsub("(.)/+$", "%1")))
+    if path and not fs.is_dir(parent) then
+      usage_error("--%s: directory '%s' does not exist (so '%s' cannot be created)", k, parent, path)
     end
   end
   for _, k in ipairs({ "activation-patch" }) do
@@ -320,6 +338,17 @@ local function run_generate(args, argv, io_)
   })
   if not ok then error(tostring(model), 0) end
   local info = model.info
+  if model.tokenizer == nil then
+    local _, why = pcall(require("ember.core").internal.need_tokenizer, model, "ember")
+    why = tostring(why):match("the model has no tokenizer %((.*)%)") or "none attached"
+    usage_error("--prompt needs a tokenizer and the model has none (%s): give one with --tokenizer FILE", why)
+  end
+  local max_tokens = o["max-tokens"] or 16
+  -- the context the run needs, checked against the model before anything runs (SPEC: the model's
+  -- context_length is a limit unless --context says otherwise)
+  require("ember.generate").check_context(info, #model.tokenizer:encode(o.prompt), max_tokens, o.context or 0,
+    function(msg) usage_error("--max-tokens: %s", (msg:gsub("an explicit context", "--context N"))) end,
+    function(msg) io_.stderr:write("ember: --context: ", msg, "\n") end)
 
   -- Range checks need the model; they still come before anything runs.
   if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
@@ -355,9 +384,6 @@ local function run_generate(args, argv, io_)
     experiments[#experiments + 1] = stats_exp
   end
 
-  -- every run with an experiment gets one; a plain run only when asked for
-  local run_manifest = o["run-manifest"]
-  if #experiments > 0 or cap then run_manifest = run_manifest or "ember-run.json" end
   local outputs = {}
   if o["activation-stats"] then outputs.activation_stats = o["activation-stats"] end
 
@@ -376,13 +402,19 @@ local function run_generate(args, argv, io_)
       printed = printed + #chunk
     end
   end
-  local result = require("ember.run").execute {
+  -- the context notice was given above, before the run: generate must not repeat it
+  local generate = require("ember.generate")
+  local saved_notice = generate.notice
+  generate.notice = function() end
+  local okr, result = pcall(require("ember.run").execute, {
     model = model, tokenizer_path = o.tokenizer, prompt = o.prompt,
-    gen = { max_tokens = o["max-tokens"] or 16, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
-      top_p = o["top-p"] or 1.0, seed = o.seed or 0 },
+    gen = { max_tokens = max_tokens, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
+      top_p = o["top-p"] or 1.0, seed = o.seed or 0, context = o.context },
     experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
     run_manifest = run_manifest, outputs = outputs, on_token = on_token,
-  }
+  })
+  generate.notice = saved_notice
+  if not okr then error(result, 0) end
   local text = result.out.text or ""
   io_.stdout:write(text:sub(printed + 1), "\n")
 

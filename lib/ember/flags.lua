@@ -3,7 +3,8 @@
 -- kind, and usage errors that name the flag. Must not know any command's flags or run anything.
 --
 -- A flag list is { { name, kind, META, help }, ... }; kind is "string" (any value), "path"
--- (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil, message.
+-- (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil, message
+-- (M.uint_in and M.float_in make range-checked ones).
 
 local selectors = require("ember.selectors")
 
@@ -14,13 +15,62 @@ local M = {}
 -- the choices of --kernels: the kernels' own list (cpu.h), exported by the core
 M.KERNEL_SETS = require("ember.core").kernel_sets
 
+-- The engine's own limits, so a flag beyond them is a usage error rather than a failed run: the
+-- largest session (src/engine/session.c), the thread cap of ember.load, the sampler's int top_k.
+M.MAX_CONTEXT = 1 << 24
+M.MAX_THREADS = 4096
+M.MAX_TOP_K = 2147483647
+
 function M.kernels(s) return selectors.parse_choice(s, M.KERNEL_SETS, "kernel set") end
 
-function M.positive(s)
+-- uint(s) -> the integer, or nil and a message that tells digits too large for any integer
+-- ("out of range") from text that is not a non-negative integer at all.
+local MAXINT_TEXT = tostring(math.maxinteger)
+local function uint(s)
   local n, err = selectors.parse_uint(s)
+  if n ~= nil then return n end
+  if type(s) == "string" and s:find("^%d+$") then
+    -- the 19-digit values up to math.maxinteger are integers too (parse_uint stops at 18 digits)
+    local digits = s:gsub("^0+", "")
+    if #digits == #MAXINT_TEXT and digits <= MAXINT_TEXT then return math.tointeger(tonumber(digits)) end
+    return nil, string.format("%s is out of range (at most %s)", s, MAXINT_TEXT)
+  end
+  return nil, err
+end
+M.uint = uint
+
+function M.positive(s)
+  local n, err = uint(s)
   if n == nil then return nil, err end
   if n < 1 then return nil, "expected a positive integer, got '" .. s .. "'" end
   return n
+end
+
+-- uint_in(lo, hi [, why]) -> a kind: an integer in lo..hi; `why` says where the bound comes from.
+function M.uint_in(lo, hi, why)
+  return function(s)
+    local n, err = uint(s)
+    if n == nil then return nil, err end
+    if n < lo or n > hi then
+      return nil, string.format("%s is out of range (%d..%d%s)", s, lo, hi, why and ("; " .. why) or "")
+    end
+    return n
+  end
+end
+
+-- float_in(lo, hi, lo_open, hi_open) -> a kind: a finite number in the interval (hi nil: no upper
+-- bound); the message shows the interval in the usual bracket notation.
+function M.float_in(lo, hi, lo_open, hi_open)
+  local range = (lo_open and "(" or "[") .. tostring(lo) .. ", " .. (hi and tostring(hi) or "inf")
+    .. ((hi_open or not hi) and ")" or "]")
+  return function(s)
+    local x, err = selectors.parse_float(s)
+    if x == nil then return nil, err end
+    if x < lo or (lo_open and x == lo) or (hi and (x > hi or (hi_open and x == hi))) then
+      return nil, string.format("%s is out of range %s", s, range)
+    end
+    return x
+  end
 end
 
 -- ---- usage errors -------------------------------------------------------------------------------
@@ -53,7 +103,7 @@ local function convert(flag, value)
     return value
   end
   local parse = kind
-  if kind == "uint" then parse = selectors.parse_uint
+  if kind == "uint" then parse = uint
   elseif kind == "float" then parse = selectors.parse_float end
   local v, err = parse(value)
   if v == nil then usage_error("--%s: %s", flag.name, err) end

@@ -53,6 +53,30 @@ local function stop_id(opts, tok)
   return -1
 end
 
+-- Where the notice of an explicit context beyond the model's goes (callers may replace it).
+function M.notice(msg) io.stderr:write("ember: ", msg, "\n") end
+
+-- check_context(info, n_prompt, max_tokens, context, fail, notice): the prompt and the tokens to
+-- generate must fit the model's trained context_length unless an explicit context (> 0) was
+-- given; one beyond context_length is allowed, with a notice. fail(msg) raises; the messages name
+-- both numbers. A model without a context_length (0) is not checked here.
+function M.check_context(info, n_prompt, max_tokens, context, fail, notice)
+  local limit = info.context_length or 0
+  if limit < 1 then return end
+  if context > 0 then
+    if context > limit and notice then
+      notice(string.format("context %d is beyond the model's context_length %d (positions past it were never "
+        .. "trained)", context, limit))
+    end
+    return
+  end
+  local need = n_prompt + (max_tokens > 0 and max_tokens or 1)
+  if need > limit then
+    fail(string.format("the prompt (%d tokens) + max_tokens (%d) needs %d positions, more than the model's "
+      .. "context_length %d (an explicit context may go beyond it)", n_prompt, max_tokens, need, limit))
+  end
+end
+
 -- The checks and set-up of one run, before any hook or evaluation: fills `run` with what it made
 -- (sampler, session, runner, ...) so that generate can free it if a later step raises.
 local function prepare(run, model, opts, self_arg)
@@ -82,6 +106,7 @@ local function prepare(run, model, opts, self_arg)
   -- the tokenizer's streaming detokenizer, so on_token gets whole UTF-8 characters
   if on_token ~= nil and tok ~= nil and tok.stream ~= nil then run.stream = tok:stream() end
   local n_ctx = context > 0 and context or #ids + (max_tokens > 0 and max_tokens or 1)
+  M.check_context(info, #ids, max_tokens, context, function(msg) bad(msg) end, M.notice)
   run.session = internal.session(model, n_ctx, "generate")
 end
 

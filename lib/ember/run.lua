@@ -10,7 +10,7 @@ local M = {}
 
 -- execute(p) -> { out, sections, experiment, capture_manifest }
 -- p: { model, tokenizer_path, prompt (text) | ids, gen = { max_tokens, temperature, top_k, top_p,
---      seed }, experiments = { interventions..., observers... } (order kept), capture = { config,
+--      seed, context }, experiments = { interventions..., observers... } (order kept), capture = { config,
 --      dir } | nil, experiment_args, argv, run_manifest = path | nil, outputs = {...}, on_token }
 -- Hook failures propagate unchanged (SPEC §4.4 message); nothing is written for a failed run.
 -- A run manifest is written whenever a path is given (experiment "none" for a plain run).
@@ -26,7 +26,7 @@ function M.execute(p)
   local gen = p.gen or {}
   local req = {
     max_tokens = gen.max_tokens, temperature = gen.temperature, top_k = gen.top_k, top_p = gen.top_p,
-    seed = gen.seed, experiment = exp, on_token = p.on_token,
+    seed = gen.seed, context = gen.context, experiment = exp, on_token = p.on_token,
   }
   if p.ids then req.ids = p.ids else req.prompt = p.prompt end
   local out = p.model:generate(req)

@@ -1,6 +1,7 @@
 /* session.c — a KV cache, a position and a reusable workspace over one model; prefill and decode.
  * Owns no numerics: the family's forward pass does the arithmetic. */
 #include "model.h"
+#include "memory.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,9 +12,31 @@
 
 ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **out, ember_error *err) {
     *out = NULL;
-    if (n_ctx <= 0) n_ctx = m->n_ctx_train < EMBER_DEFAULT_CTX_CAP ? m->n_ctx_train : EMBER_DEFAULT_CTX_CAP;
+    if (n_ctx <= 0) {
+        if (m->n_ctx_train < 1)
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "session: the model's context_length is %lld, so a session needs an explicit "
+                                   "context (1..%lld)",
+                                   (long long)m->n_ctx_train, (long long)1 << 24);
+        n_ctx = m->n_ctx_train < EMBER_DEFAULT_CTX_CAP ? m->n_ctx_train : EMBER_DEFAULT_CTX_CAP;
+    }
     if (n_ctx < 1 || n_ctx > ((int64_t)1 << 24))
-        return ember_error_set(err, EMBER_ERR_ARG, "session: context %lld is out of range", (long long)n_ctx);
+        return ember_error_set(err, EMBER_ERR_ARG, "session: context %lld is out of range (1..%lld)", (long long)n_ctx,
+                               (long long)1 << 24);
+    /* The KV cache and the attention scratch, estimated before any of it is allocated: a context
+     * that cannot fit is refused here, naming the bytes, instead of failing (or swapping) later. */
+    uint64_t kv_bytes = 0;
+    for (int64_t l = 0; l < m->n_layer; l++)
+        if (m->layers[l].kv_source == l) kv_bytes += 2u * (uint64_t)m->layers[l].kv_dim * sizeof(float);
+    kv_bytes = kv_bytes * (uint64_t)n_ctx +
+               (uint64_t)n_ctx * (uint64_t)ember_compute_threads(m->compute) * sizeof(float);
+    const char *source;
+    uint64_t avail = ember_memory_available(&source);
+    if (kv_bytes > avail)
+        return ember_error_set(err, EMBER_ERR_NOMEM,
+                               "session: a %lld-token context needs %llu bytes of KV cache, more than the %llu bytes "
+                               "available (%s)",
+                               (long long)n_ctx, (unsigned long long)kv_bytes, (unsigned long long)avail, source);
     ember_session *s = calloc(1, sizeof *s);
     if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "session: out of memory");
     s->model = m;

@@ -338,7 +338,10 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
     lua_pushcfunction(L, hook_trampoline);
     lua_pushlightuserdata(L, c);
     r->depth++;
+    lua_State *outer = ember_lua_running; /* Ctrl-C arms its hook on the thread the hook runs in */
+    ember_lua_running = L;
     int st = lua_pcall(L, 1, 0, base + 1);
+    ember_lua_running = outer;
     r->depth--;
     if (c->v) ember_lua_expire_view(c->v); /* still reachable through its slot (or garbage) */
     if (st == LUA_OK) {
@@ -374,10 +377,27 @@ const ember_hooks *ember_lua_runner_hooks(lua_State *L, ember_lua_runner *r) {
 bool ember_lua_runner_modified(const ember_lua_runner *r) { return r->modified; }
 bool ember_lua_runner_failed(const ember_lua_runner *r) { return r->failed; }
 
+/* Replaces the string at the top by a copy with each NUL byte written as \x00: the message is
+ * formatted as a C string next, which would otherwise end at the first NUL ("a\0b" -> "a"). */
+static void escape_nul(lua_State *L) {
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (strlen(s) == len) return;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '\0') luaL_addstring(&b, "\\x00");
+        else luaL_addchar(&b, s[i]);
+    }
+    luaL_pushresult(&b); /* [.., msg, escaped] */
+    lua_remove(L, -2);
+}
+
 int ember_lua_runner_raise(lua_State *L, ember_lua_runner *r) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, r->anchor_ref); /* [anchor] */
     lua_rawgeti(L, -1, SLOT_NAME);                    /* [anchor, name] */
     lua_rawgeti(L, -2, SLOT_ERR);                     /* [anchor, name, msg] */
+    if (lua_type(L, -1) == LUA_TSTRING) escape_nul(L);
     const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(error object is not a string)";
     int h = r->fail_hook;
     bool has_phase = h < EMBER_STAGE_COUNT || h == EMBER_HOOK_BEFORE_PREFILL;

@@ -5,6 +5,8 @@
 
 #include "l_tensor.h"
 
+#include <limits.h>
+
 typedef struct {
     ember_sampler *s; /* NULL once closed */
     int64_t n_vocab;
@@ -38,6 +40,9 @@ static int l_sampler(lua_State *L) {
     if (!(temperature >= 0))
         return luaL_error(L, "bad argument to '%s' (temperature must be >= 0, got %f)", f, temperature);
     if (top_k < 0) return luaL_error(L, "bad argument to '%s' (top_k must be >= 0, got %I)", f, top_k);
+    /* the engine's top_k is an int: a larger value must not wrap (4294967301 would act as 5) */
+    if (top_k > INT_MAX)
+        return luaL_error(L, "bad argument to '%s' (top_k must be at most %d, got %I)", f, INT_MAX, top_k);
     if (!(top_p > 0 && top_p <= 1)) return luaL_error(L, "bad argument to '%s' (top_p must be in (0, 1], got %f)", f, top_p);
 
     sampler_ud *u = lua_newuserdatauv(L, sizeof *u, 0); /* [.., sampler]: closed until made */

@@ -29,7 +29,11 @@ ember_lua_session *ember_lua_new_session(lua_State *L, int model_idx, int64_t n_
     lua_pushvalue(L, model_idx);
     lua_setiuservalue(L, -2, 1); /* the session keeps its model alive */
     ember_error err = {0};
-    if (ember_session_new(lm->m, n_ctx, &ls->s, &err) != EMBER_OK) luaL_error(L, "%s: %s", fname, err.msg);
+    if (ember_session_new(lm->m, n_ctx, &ls->s, &err) != EMBER_OK) {
+        /* the engine's message already starts "session: "; model:session adds nothing to it */
+        if (strcmp(fname, "session") == 0 && strncmp(err.msg, "session: ", 9) == 0) luaL_error(L, "%s", err.msg);
+        luaL_error(L, "%s: %s", fname, err.msg);
+    }
     lm->n_sessions++;
     return ls;
 }
@@ -244,6 +248,7 @@ static int l_evaluate(lua_State *L) {
     ember_error err = {0};
     ember_status st;
     double t0;
+    lua_State *running;
     if (lua_type(L, 2) == LUA_TNUMBER) {
         int isint;
         lua_Integer id = lua_tointegerx(L, 2, &isint);
@@ -251,16 +256,21 @@ static int l_evaluate(lua_State *L) {
             return luaL_error(L, "bad argument to '%s' (token id %s is outside the vocabulary 0..%I)", fname,
                               luaL_tolstring(L, 2, NULL), (lua_Integer)n_vocab - 1);
         ls->busy = true;
+        running = ember_lua_running;
+        ember_lua_running = L;
         t0 = ember_lua_now_ms();
         st = ember_session_decode(ls->s, (int32_t)id, hooks, &err);
     } else {
         int64_t n;
         int32_t *ids = read_ids(L, 2, n_vocab, fname, "ids", &n);
         ls->busy = true;
+        running = ember_lua_running;
+        ember_lua_running = L;
         t0 = ember_lua_now_ms();
         st = ember_session_prefill(ls->s, ids, n, hooks, &err);
     }
     double ms = ember_lua_now_ms() - t0;
+    ember_lua_running = running; /* (a Ctrl-C meanwhile armed L's hook: it fires once L runs Lua) */
     ls->busy = false;
     if (st != EMBER_OK) {
         if (r && ember_lua_runner_failed(r)) return ember_lua_runner_raise(L, r);

@@ -19,6 +19,11 @@
  * Ctrl-C is seen even when no Lua code runs. Cleared by whoever acts on it. */
 extern volatile sig_atomic_t ember_lua_interrupted;
 
+/* The Lua thread that runs engine work right now (an evaluation and its experiment hooks), NULL
+ * when none: Lua's count hooks are per thread, so a host's SIGINT handler arms this one as well as
+ * its main thread, and a hook looping inside a coroutine-run generate is interrupted too. */
+extern lua_State *volatile ember_lua_running;
+
 /* The module's entry point (lember.c): preloaded by ember-lua, exported by ember/core.so. */
 LUAMOD_API int luaopen_ember_core(lua_State *L);
 

@@ -17,6 +17,7 @@
 #include "l_tokenizer.h"
 
 volatile sig_atomic_t ember_lua_interrupted = 0;
+lua_State *volatile ember_lua_running = NULL;
 
 /* ---- classes ----------------------------------------------------------------------------------- */
 

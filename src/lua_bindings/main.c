@@ -26,13 +26,23 @@ static lua_State *globalL = NULL;
 /* ---- Ctrl-C ------------------------------------------------------------------------------------ */
 
 /* While readline waits for a line, Ctrl-C only abandons that line; otherwise it arms a count hook
- * that raises "interrupted" at the next Lua instruction, and sets the flag that generate() polls
- * between tokens. A second Ctrl-C before either notices falls back to the default (kill). */
+ * that raises "interrupted" at the next Lua instruction (on the main thread and on the thread
+ * running engine work, which may be a coroutine), and sets the flag that generate() polls between
+ * tokens. The handler stays armed: once an interrupt has been delivered (the error raised, or
+ * generate stopped), the next Ctrl-C interrupts again. Only a second Ctrl-C while the first is
+ * still undelivered (C code that runs no Lua) falls back to the default (kill). */
 static volatile sig_atomic_t in_readline = 0, readline_sigint = 0;
+
+#define STOP_MASK (LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT)
 
 static void lstop(lua_State *L, lua_Debug *ar) {
     (void)ar;
+    /* delivered: the flag and every hook armed for it go, so the next generate runs normally */
+    ember_lua_interrupted = 0;
     lua_sethook(L, NULL, 0, 0);
+    lua_sethook(globalL, NULL, 0, 0);
+    lua_State *running = ember_lua_running;
+    if (running) lua_sethook(running, NULL, 0, 0);
     luaL_error(L, "interrupted");
 }
 
@@ -41,9 +51,15 @@ static void on_sigint(int sig) {
         readline_sigint = 1;
         return;
     }
-    signal(sig, SIG_DFL);
+    if (ember_lua_interrupted) { /* the last one was never delivered: let this one kill */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
     ember_lua_interrupted = 1;
-    lua_sethook(globalL, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1); /* async-signal-safe */
+    lua_sethook(globalL, lstop, STOP_MASK, 1); /* async-signal-safe */
+    lua_State *running = ember_lua_running;
+    if (running && running != globalL) lua_sethook(running, lstop, STOP_MASK, 1);
 }
 
 static void arm_sigint(void) {

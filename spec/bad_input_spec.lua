@@ -449,3 +449,37 @@ print("end", out.stop, #out.ids)
       "rc=0", "" }, "\n"), got)
   end)
 end)
+
+describe("late failures and killed writers", function()
+  local fs = require("ember.fs")
+  it("a run manifest that cannot be written names the artifacts already committed", function()
+    local m = C.need_model()
+    local dir = fs.make_temp_dir("ember-late")
+    assert(fs.mkdir(dir .. "/taken")) -- a directory where the manifest file should go
+    local code, _, err = C.ember("--model", m, "--prompt", "hi", "--max-tokens", "2", "--capture-activations",
+      dir .. "/cap", "--activation-stats", dir .. "/s.json", "--run-manifest", dir .. "/taken")
+    assert.equal(1, code)
+    has(err, "run manifest: ", dir .. "/taken", "already written and complete",
+      "capture artifact '" .. dir .. "/cap'", "activation stats '" .. dir .. "/s.json'")
+    assert.is_true(fs.is_dir(dir .. "/cap"))
+    fs.remove_tree(dir)
+  end)
+  it("stale temporaries of a killed run are swept on the next write to that directory", function()
+    local dir = fs.make_temp_dir("ember-sweep")
+    -- pid 2^22+1 is above Linux's pid_max limit: no such process can be running
+    local dead_file = dir .. "/out.json.tmp-4194305-0123456789abcdef"
+    local dead_dir = dir .. "/cap.tmp-4194305-00000000000000ff"
+    local live = dir .. "/other.json.tmp-1-0123456789abcdef" -- pid 1 runs: a live writer's
+    local f = assert(io.open(dead_file, "wb")); f:write("partial"); f:close()
+    assert(fs.mkdir(dead_dir))
+    f = assert(io.open(live, "wb")); f:write("in progress"); f:close()
+    local swept = fs.write_atomic(dir .. "/new.json", "{}", "test")
+    table.sort(swept)
+    assert.same({ dead_dir, dead_file }, swept)
+    assert.is_false(fs.exists(dead_file))
+    assert.is_false(fs.exists(dead_dir))
+    assert.is_true(fs.exists(live))
+    assert.equal("{}", fs.read(dir .. "/new.json"))
+    fs.remove_tree(dir)
+  end)
+end)

@@ -149,6 +149,7 @@ function M.write(dir, sections, records)
 
   local parent = fs.dirname(dir)
   if not fs.is_dir(parent) then error(where .. ": parent directory '" .. parent .. "' does not exist", 0) end
+  fs.sweep_temps(parent) -- a killed run's half-written artifact directory goes first
   local tmp = fs.temp_sibling(dir)
   local ok, err = fs.mkdir(tmp)
   if not ok then error(where .. ": cannot create temporary directory '" .. tmp .. "': " .. err, 0) end

@@ -51,13 +51,53 @@ function M.read(path, what)
   return data
 end
 
+-- This process's id (from /proc/self/stat), or 0 where there is none: temporary names carry it,
+-- so a later run can tell a killed writer's leftovers from a live writer's file.
+local function own_pid()
+  local f = io.open("/proc/self/stat", "r")
+  local pid = f and f:read("n")
+  if f then f:close() end
+  return math.tointeger(pid) or 0
+end
+local PID = own_pid()
+
 -- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
+-- NAME.tmp-PID-RANDOM (sweep_temps relies on the form).
 function M.temp_sibling(path)
-  return string.format("%s.tmp-%08x%08x", path, math.random(0, 0x7fffffff), os.time() & 0x7fffffff)
+  return string.format("%s.tmp-%d-%08x%08x", path, PID, math.random(0, 0x7fffffff), os.time() & 0x7fffffff)
 end
 
--- write_atomic(path, data [, what]): readers see the old file or the whole new one, never a part.
+-- sweep_temps(dir) -> list of the paths removed: the temporary files and directories that an
+-- atomic write in `dir` left behind when its process was killed (NAME.tmp-PID-RANDOM whose PID no
+-- longer runs; the older NAME.tmp-RANDOM form once it is an hour old). A live writer's are kept.
+function M.sweep_temps(dir)
+  local removed = {}
+  local h = io.popen("find " .. M.shell_quote(dir) .. " -mindepth 1 -maxdepth 1 -name '*.tmp-*' -print 2>/dev/null")
+  if not h then return removed end
+  local stale_old = {}
+  local h2 = io.popen("find " .. M.shell_quote(dir) .. " -mindepth 1 -maxdepth 1 -name '*.tmp-*' -mmin +60 -print "
+    .. "2>/dev/null")
+  for line in h2:lines() do stale_old[line] = true end
+  h2:close()
+  for line in h:lines() do
+    local pid = line:match("%.tmp%-(%d+)%-%x+$")
+    local dead
+    if pid then
+      pid = tonumber(pid)
+      dead = pid ~= PID and pid > 0 and not M.exists("/proc/" .. pid)
+    else
+      dead = line:match("%.tmp%-%x+$") ~= nil and stale_old[line] == true
+    end
+    if dead and M.remove_tree(line) then removed[#removed + 1] = line end
+  end
+  h:close()
+  return removed
+end
+
+-- write_atomic(path, data [, what]) -> the stale temporaries swept from path's directory (see
+-- sweep_temps). Readers see the old file or the whole new one, never a part.
 function M.write_atomic(path, data, what)
+  local swept = M.sweep_temps(M.dirname(path))
   local tmp = M.temp_sibling(path)
   local f, err = io.open(tmp, "wb")
   if not f then error(string.format("%s: cannot write '%s': %s", what or "output", path, err), 0) end
@@ -73,6 +113,7 @@ function M.write_atomic(path, data, what)
     os.remove(tmp)
     error(string.format("%s: cannot move into place '%s': %s", what or "output", path, rerr), 0)
   end
+  return swept
 end
 
 -- mkdir(path) -> true, or nil and a message (parent missing, already exists, permissions).
@@ -88,7 +129,8 @@ function M.mkdir_p(path)
   return true
 end
 
--- Only ever called on directories this process created (temporary artifact directories).
+-- Only ever called on directories this process created (temporary artifact directories) and on
+-- the stale temporaries sweep_temps has found (a killed writer's).
 function M.remove_tree(path)
   return sh("rm -rf -- " .. M.shell_quote(path))
 end

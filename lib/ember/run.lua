@@ -8,6 +8,18 @@ local manifest = require("ember.manifest")
 
 local M = {}
 
+-- late_failure(err, outputs) -> err, plus what this run had already put in place by then (the
+-- outputs written before the run manifest), so a failed run does not hide finished artifacts.
+function M.late_failure(err, outputs)
+  local done, keys = {}, {}
+  for k in pairs(outputs) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do done[#done + 1] = string.format("%s '%s'", (k:gsub("_", " ")), outputs[k]) end
+  if #done == 0 then return tostring(err) end
+  return string.format("%s; already written and complete: %s (the run manifest describing them is missing)",
+    tostring(err), table.concat(done, ", "))
+end
+
 -- execute(p) -> { out, sections, experiment, capture_manifest }
 -- p: { model, tokenizer_path, prompt (text) | ids, gen = { max_tokens, temperature, top_k, top_p,
 --      seed, context }, experiments = { interventions..., observers... } (order kept), capture = { config,
@@ -43,7 +55,8 @@ function M.execute(p)
       local outputs = {}
       for k, v in pairs(p.outputs or {}) do outputs[k] = v end
       if cap then outputs.capture_artifact = p.capture.dir end
-      manifest.write_run(p.run_manifest, result.sections, outputs)
+      local ok, err = pcall(manifest.write_run, p.run_manifest, result.sections, outputs)
+      if not ok then error(M.late_failure(err, outputs), 0) end
     end
   end
   return result

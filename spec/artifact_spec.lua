@@ -151,7 +151,7 @@ describe("artifact.read", function()
     local dir = H.tmpdir() .. "/art"
     write_sample(dir)
     local m = H.read(dir .. "/manifest.json")
-    local first = m:match('"sha256": "(%x+)"\n    }') -- the first record's digest (its last key)
+    local first = m:match('"byte_order": "little",\n%s*"sha256": "(%x+)"') -- the first record's digest
     assert.is_string(first)
     H.write(dir .. "/manifest.json", (m:gsub(first, string.rep("0", 64), 1)))
     local ok, err = pcall(artifact.read, dir)
@@ -190,7 +190,7 @@ describe("artifact.read", function()
       assert.is_false(ok)
       return err
     end
-    assert.matches("unsupported schema_version '2.0.0'", edited('"schema_version": "1%.0%.0"', '"schema_version": "2.0.0"'), 1, true)
+    assert.matches("unsupported schema_version '2.0.0'", edited('"schema_version": "1%.1%.0"', '"schema_version": "2.0.0"'), 1, true)
     assert.matches("unsupported dtype 'f16'", edited('"dtype": "f32"', '"dtype": "f16"'), 1, true)
     assert.matches("unsupported byte order 'big'", edited('"byte_order": "little"', '"byte_order": "big"'), 1, true)
     assert.matches("not an ember activation artifact", edited('"schema": "ember%.activations"', '"schema": "other"'), 1, true)

@@ -483,3 +483,110 @@ describe("late failures and killed writers", function()
     fs.remove_tree(dir)
   end)
 end)
+
+describe("tampered and special artifact files", function()
+  local artifact = require("ember.artifact")
+  local H = require("helpers.artifacts")
+  local cjson = require("cjson")
+  after_each(H.cleanup)
+
+  local function f32(n, x) local t = {} for i = 1, n do t[i] = x + i end return H.f32(t) end
+  local function sample()
+    local dir = H.tmpdir() .. "/art"
+    artifact.write(dir, H.sections(), {
+      { stage = "after_attention", layer = 0, phase = "prefill", start_position = 0, shape = { 1, 3 }, data = f32(3, 0) },
+      { stage = "after_mlp", layer = 1, phase = "prefill", start_position = 0, shape = { 1, 3 }, data = f32(3, 10) },
+      { stage = "after_mlp", layer = 0, phase = "decode", start_position = 1, shape = { 1, 3 }, data = f32(3, 20) },
+    })
+    return dir
+  end
+  -- edit(dir, fn): fn(manifest table) edits the decoded manifest, written back as JSON
+  local function edit(dir, fn)
+    local m = cjson.decode(H.read(dir .. "/manifest.json"))
+    fn(m)
+    H.write(dir .. "/manifest.json", cjson.encode(m))
+  end
+  local function swap(m, i, j, ...)
+    for _, k in ipairs({ ... }) do m.records[i][k], m.records[j][k] = m.records[j][k], m.records[i][k] end
+  end
+  local function refused(dir, ...)
+    local msg = error_within_bounds(function() return artifact.read(dir) end)
+    has(msg, "artifact '" .. dir .. "'", ...)
+    return msg
+  end
+
+  it("an untouched artifact reads, and records a digest binding fields to bytes", function()
+    local a = artifact.read(sample())
+    assert.equal(3, #a.records)
+    assert.equal(64, #a.records[1].name > 0 and #a.manifest.records[1].record_sha256)
+    assert.equal("1.1.0", a.manifest.schema_version)
+  end)
+  it("swapping two records' layer is detected and named", function()
+    local dir = sample()
+    edit(dir, function(m) swap(m, 1, 2, "layer") end)
+    refused(dir, "record 0 (after_attention layer 1", "do not match its tensor", "L0")
+  end)
+  it("swapping two records' stage is detected", function()
+    local dir = sample()
+    edit(dir, function(m) swap(m, 1, 2, "stage") end)
+    refused(dir, "record 0", "the manifest was edited")
+  end)
+  it("swapping two records' start_position is detected", function()
+    local dir = sample()
+    edit(dir, function(m) swap(m, 2, 3, "start_position") end)
+    refused(dir, "record 1", "the manifest was edited")
+  end)
+  it("swapping two records' name and sha256 is detected", function()
+    local dir = sample()
+    edit(dir, function(m) swap(m, 1, 2, "name", "sha256") end)
+    refused(dir, "record 0", "the manifest was edited")
+  end)
+  it("fields and name edited together still fail the record digest", function()
+    local dir = sample()
+    edit(dir, function(m)
+      m.records[1].layer = 5
+      m.records[1].name = m.records[1].name:gsub("%.L0%.", ".L5.")
+    end)
+    H.write(dir .. "/tensors.safetensors", H.read(dir .. "/tensors.safetensors")) -- bytes untouched
+    local msg = error_within_bounds(function() return artifact.read(dir) end)
+    -- the renamed tensor is not in the file, or the digest disagrees: either way it is refused
+    assert.is_truthy(msg:find("record 0", 1, true), msg)
+  end)
+  it("a 1.1 record without record_sha256 is refused", function()
+    local dir = sample()
+    edit(dir, function(m) m.records[2].record_sha256 = nil end)
+    refused(dir, "record 1", "record_sha256")
+  end)
+  it("a 1.0.0 artifact (no record digests) still reads, and its records are still bound by name", function()
+    local dir = sample()
+    edit(dir, function(m)
+      m.schema_version = "1.0.0"
+      for _, r in ipairs(m.records) do r.record_sha256 = nil end
+    end)
+    assert.equal(3, #artifact.read(dir).records)
+    edit(dir, function(m) swap(m, 1, 2, "layer") end)
+    refused(dir, "record 0", "do not match its tensor")
+  end)
+  it("tensors.safetensors as /dev/zero or a FIFO is an error, not a hang or an endless read", function()
+    local dir = sample()
+    os.remove(dir .. "/tensors.safetensors")
+    assert(os.execute("ln -s /dev/zero " .. dir .. "/tensors.safetensors"))
+    refused(dir, "tensors.safetensors", "character device")
+    os.remove(dir .. "/tensors.safetensors")
+    assert(os.execute("mkfifo " .. dir .. "/tensors.safetensors"))
+    refused(dir, "tensors.safetensors", "FIFO")
+    os.remove(dir .. "/manifest.json")
+    assert(os.execute("mkfifo " .. dir .. "/manifest.json"))
+    refused(dir, "manifest.json", "FIFO")
+  end)
+  it("the run manifest records the digest of the capture's manifest.json", function()
+    local m = C.need_model()
+    local dir = H.tmpdir()
+    local code, _, err = C.ember("--model", m, "--prompt", "hi", "--max-tokens", "1", "--capture-activations",
+      dir .. "/cap", "--run-manifest", dir .. "/run.json")
+    assert.equal(0, code, err)
+    local run = cjson.decode(H.read(dir .. "/run.json"))
+    assert.equal(H.sha256sum(H.read(dir .. "/cap/manifest.json")), run.outputs.capture_manifest_sha256)
+    assert.equal(run.outputs.capture_manifest_sha256, artifact.read(dir .. "/cap").manifest_sha256)
+  end)
+end)

@@ -13,8 +13,13 @@ local selectors = require("ember.selectors")
 local M = {}
 
 M.SCHEMA = "ember.activations"
-M.SCHEMA_VERSION = "1.0.0"
+-- 1.1.0: each record carries record_sha256, binding its fields to its bytes (1.0.x artifacts are
+-- still read: their records are bound through the tensor name, which encodes the same fields).
+M.SCHEMA_VERSION = "1.1.0"
 M.SCHEMA_MAJOR = 1
+-- Size limits of what read() takes in (core.read_file refuses larger files before reading).
+M.MAX_MANIFEST_BYTES = 1 << 30
+M.MAX_TENSOR_BYTES = 1 << 36
 M.MANIFEST = "manifest.json"
 M.TENSORS = "tensors.safetensors"
 
@@ -26,7 +31,7 @@ M.KEY_ORDER = {
 }
 local RECORD_KEYS = {
   "index", "name", "stage", "layer", "phase", "start_position", "shape", "dtype",
-  "byte_order", "sha256",
+  "byte_order", "sha256", "record_sha256",
 }
 
 local function sha256(s)
@@ -48,6 +53,15 @@ end
 local function tensor_name(i, r)
   local layer = r.layer == nil and "" or (".L" .. r.layer)
   return string.format("r%06d.%s%s.%s.p%d", i - 1, r.stage, layer, r.phase, r.start_position)
+end
+
+-- record_digest(r, name, data_sha256) -> the sha256 that binds a record's fields to its bytes: of
+-- one line "name|stage|layer|phase|start_position|rows|cols|f32|little|data_sha256". Swapping two
+-- records' layer, stage, start_position, or name and sha256, changes it.
+function M.record_digest(r, name, data_sha256)
+  return sha256(string.format("%s|%s|%s|%s|%d|%d|%d|f32|little|%s", name, r.stage,
+    r.layer == nil and "-" or tostring(r.layer), r.phase, r.start_position, r.shape[1], r.shape[2],
+    tostring(data_sha256)))
 end
 
 local function check_record_fields(r, where)
@@ -137,6 +151,7 @@ function M.write(dir, sections, records)
       index = i - 1, name = name, stage = r.stage, layer = r.layer == nil and json.null or r.layer,
       phase = r.phase, start_position = r.start_position,
       shape = json.array({ r.shape[1], r.shape[2] }), dtype = "f32", byte_order = "little",
+      record_sha256 = M.record_digest(r, name, digest),
       sha256 = digest,
     })
   end
@@ -163,7 +178,15 @@ function M.write(dir, sections, records)
     fs.remove_tree(tmp)
     error(werr, 0)
   end
-  return manifest
+  return manifest, sha256(text)
+end
+
+-- read_input(path, max, what) -> the bytes of a regular file of at most max bytes (a FIFO, a
+-- device or a directory is an error naming it, never a hang or an endless read).
+local function read_input(path, max, what)
+  local data, why = require("ember.core").read_file(path, max)
+  if data == nil then error(what .. ": " .. tostring(why), 0) end
+  return data
 end
 
 local function major_of(version)
@@ -176,8 +199,8 @@ end
 function M.read(dir)
   local where = "artifact '" .. dir .. "'"
   if not fs.is_dir(dir) then error(where .. ": not a directory", 0) end
-  local m = json.decode(fs.read(fs.join(dir, M.MANIFEST), where .. ": " .. M.MANIFEST),
-    where .. ": " .. M.MANIFEST)
+  local text = read_input(fs.join(dir, M.MANIFEST), M.MAX_MANIFEST_BYTES, where .. ": " .. M.MANIFEST)
+  local m = json.decode(text, where .. ": " .. M.MANIFEST)
   if type(m) ~= "table" or m.schema ~= M.SCHEMA then
     error(where .. ": " .. M.MANIFEST .. " is not an ember activation artifact (schema '" ..
       tostring(type(m) == "table" and m.schema) .. "')", 0)
@@ -193,7 +216,9 @@ function M.read(dir)
   if m.tensor_file.name ~= M.TENSORS then
     error(where .. ": tensor_file.name must be '" .. M.TENSORS .. "'", 0)
   end
-  local blob = fs.read(fs.join(dir, M.TENSORS), where .. ": " .. M.TENSORS)
+  -- from 1.1 every record carries its record_sha256; 1.0.x records are bound by their tensor name
+  local bound = m.schema_version ~= "1.0.0" and not m.schema_version:match("^1%.0%.")
+  local blob = read_input(fs.join(dir, M.TENSORS), M.MAX_TENSOR_BYTES, where .. ": " .. M.TENSORS)
   local st = safetensors.decode(blob, where .. ": " .. M.TENSORS)
 
   local records, used = {}, {}
@@ -208,6 +233,12 @@ function M.read(dir)
     rw = rw .. " (" .. M.record_label(r) .. ")"
     if e.dtype ~= "f32" then error(rw .. ": unsupported dtype '" .. tostring(e.dtype) .. "'", 0) end
     if e.byte_order ~= "little" then error(rw .. ": unsupported byte order '" .. tostring(e.byte_order) .. "'", 0) end
+    -- the name encodes index, stage, layer, phase and position: a record whose fields were
+    -- edited (or swapped with another's) no longer matches the tensor it names
+    if type(r.name) == "string" and r.name ~= tensor_name(i, r) then
+      error(string.format("%s: its fields do not match its tensor '%s' (expected '%s'): the manifest was edited",
+        rw, r.name, tensor_name(i, r)), 0)
+    end
     local t = type(r.name) == "string" and st.tensors[r.name]
     if not t then error(rw .. ": tensor '" .. tostring(r.name) .. "' is missing from " .. M.TENSORS, 0) end
     if used[r.name] then error(rw .. ": tensor '" .. r.name .. "' is referenced twice", 0) end
@@ -220,6 +251,10 @@ function M.read(dir)
       error(string.format("%s: sha256 mismatch (manifest %s, tensor bytes %s): the tensor file is corrupted",
         rw, tostring(r.sha256), digest), 0)
     end
+    if bound and e.record_sha256 ~= M.record_digest(r, r.name, digest) then
+      error(string.format("%s: record_sha256 %s does not match the record's fields and bytes: the manifest was "
+        .. "edited", rw, e.record_sha256 == nil and "is missing, or" or tostring(e.record_sha256)), 0)
+    end
     r.tensor = require("ember").tensor_from_bytes(t.data, r.shape[1], r.shape[2])
     r.rows, r.cols = r.shape[1], r.shape[2]
     records[#records + 1] = r
@@ -230,7 +265,7 @@ function M.read(dir)
   if sha256(blob) ~= m.tensor_file.sha256 then
     error(where .. ": sha256 of " .. M.TENSORS .. " does not match the manifest", 0)
   end
-  return { dir = dir, manifest = m, records = records }
+  return { dir = dir, manifest = m, records = records, manifest_sha256 = sha256(text) }
 end
 
 return M

@@ -12,7 +12,9 @@ local M = {}
 -- outputs written before the run manifest), so a failed run does not hide finished artifacts.
 function M.late_failure(err, outputs)
   local done, keys = {}, {}
-  for k in pairs(outputs) do keys[#keys + 1] = k end
+  for k in pairs(outputs) do
+    if not k:match("_sha256$") then keys[#keys + 1] = k end
+  end
   table.sort(keys)
   for _, k in ipairs(keys) do done[#done + 1] = string.format("%s '%s'", (k:gsub("_", " ")), outputs[k]) end
   if #done == 0 then return tostring(err) end
@@ -50,11 +52,15 @@ function M.execute(p)
       experiment = exp, experiment_args = p.experiment_args, argv = p.argv,
       withhold_prompt = p.capture and p.capture.config.omit_prompt,
     }
-    if cap then result.capture_manifest = capture.write(p.capture.dir, cap, result.sections) end
+    if cap then
+      result.capture_manifest, result.capture_manifest_sha256 = capture.write(p.capture.dir, cap, result.sections)
+    end
     if p.run_manifest then
       local outputs = {}
       for k, v in pairs(p.outputs or {}) do outputs[k] = v end
       if cap then outputs.capture_artifact = p.capture.dir end
+      -- binds the run manifest to the artifact it describes (sha256 of its manifest.json)
+      if cap then outputs.capture_manifest_sha256 = result.capture_manifest_sha256 end
       local ok, err = pcall(manifest.write_run, p.run_manifest, result.sections, outputs)
       if not ok then error(M.late_failure(err, outputs), 0) end
     end

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz/run.sh NAME SECONDS [libFuzzer flags...] — builds the libFuzzer harnesses (build-fuzz/, clang,
 # -fsanitize=fuzzer,address,undefined), makes the seed corpus for NAME and fuzzes it for SECONDS.
-# NAME: gguf | tokenizer. Prints one summary line: executions, coverage, corpus size, crashes.
+# NAME: gguf | tokenizer | artifact | selectors | flags. Prints one summary line: executions, coverage, corpus size, crashes.
 # Exit 0: no crash; 1: a crash, leak or sanitizer report (the reproducer is in build-fuzz/crashes/);
 # 77: skipped (clang missing), with a message.
 set -euo pipefail
@@ -10,11 +10,12 @@ cd "$(dirname "$0")/.."
 name=${1:-}
 seconds=${2:-}
 if [ -z "$name" ] || [ -z "$seconds" ]; then
-  echo "usage: fuzz/run.sh gguf|tokenizer SECONDS [libFuzzer flags...]" >&2
+  echo "usage: fuzz/run.sh gguf|tokenizer|artifact|selectors|flags SECONDS [libFuzzer flags...]" >&2
   exit 2
 fi
 shift 2
-case "$name" in gguf|tokenizer) ;; *) echo "fuzz/run.sh: unknown harness '$name' (gguf, tokenizer)" >&2; exit 2;; esac
+case "$name" in gguf|tokenizer|artifact|selectors|flags) ;;
+  *) echo "fuzz/run.sh: unknown harness '$name' (gguf, tokenizer, artifact, selectors, flags)" >&2; exit 2;; esac
 
 if ! command -v clang >/dev/null 2>&1; then
   echo "fuzz/run.sh: skipped: clang is not installed (apt-get install clang)"
@@ -23,7 +24,7 @@ fi
 
 dir=build-fuzz
 if ! CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON >/dev/null ||
-   ! cmake --build "$dir" -j2 --target "fuzz_$name" make-tiny-model >/dev/null; then
+   ! cmake --build "$dir" -j2 --target "fuzz_$name" make-tiny-model ember-lua >/dev/null; then
   echo "fuzz $name: FAILED to build (see the compiler output above)"
   exit 1
 fi
@@ -48,6 +49,14 @@ case "$name" in
   tokenizer)
     # the fixtures' tokenizer.json files cut down to their first few hundred ids, read at run time
     lua5.4 fuzz/make_tokenizer_seeds.lua "$fixtures/tokenizers" "$corpus"
+    ;;
+  artifact)
+    # small artifacts written by the real writer (1.1.0 and the 1.0.0 form), packed for the harness
+    "$dir/ember-lua" fuzz/make_artifact_seeds.lua "$corpus"
+    ;;
+  selectors | flags)
+    # what users type (selector values; command lines of the docs), NUL-separated
+    lua5.4 fuzz/make_text_seeds.lua "$name" "$corpus"
     ;;
 esac
 

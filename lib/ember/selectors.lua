@@ -142,6 +142,8 @@ function M.parse_index_list(s, what)
     if not lo or not hi then return nil, what .. " out of range in '" .. s .. "'" end
     if lo > hi then return nil, string.format("empty range %d-%d in '%s'", lo, hi, s) end
     if hi - lo > 1000000 then return nil, "range too large in '" .. s .. "'" end
+    -- the whole list is bounded too: many large ranges must not build a huge table
+    if #out + (hi - lo) > 1000000 then return nil, "more than 1000000 " .. what .. " numbers in '" .. s .. "'" end
     for i = lo, hi do
       if not seen[i] then seen[i] = true; out[#out + 1] = i end
     end

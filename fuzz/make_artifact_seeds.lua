@@ -1,0 +1,66 @@
+-- fuzz/make_artifact_seeds.lua OUT_DIR — seeds for fuzz_artifact: small artifacts written by
+-- lib/ember/artifact.lua itself (a few records of each kind, 1.1.0 and the older 1.0.0 form), each
+-- packed as the harness reads them: 4-byte length, manifest.json, tensors.safetensors.
+local artifact = require("ember.artifact")
+local cjson = require("cjson")
+
+local out = assert(arg[1], "usage: make_artifact_seeds.lua OUT_DIR")
+
+local function f32(values)
+  local parts = {}
+  for i, v in ipairs(values) do parts[i] = string.pack("<f", v) end
+  return table.concat(parts)
+end
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local sections = {
+  created_at_unix = 1700000000, tool = { name = "ember", version = "0" },
+  model = { path = "m.gguf", sha256 = string.rep("a", 64), family = "llama", n_layers = 2, hidden_size = 3,
+    n_vocab = 4 },
+  tokenizer = { source = "gguf", sha256 = string.rep("b", 64) },
+  prompt = { sha256 = string.rep("c", 64), source = "text", text = "hi", withheld = false, token_count = 2 },
+  input_ids = { 1, 2 }, generated_ids = { 3 },
+  settings = { max_tokens = 1, temperature = 0.0, top_k = 0, top_p = 1.0, seed = 0 },
+  execution = { kernels = "reference", threads = 1 },
+  experiment = { name = "capture", args = "", modified = false, members = {} },
+  capture = { config = {}, config_sha256 = string.rep("d", 64), output_dir = "x", record_count = 0,
+    dropped_records = 0 },
+  argv = { "ember" },
+}
+
+local sets = {
+  {},
+  { { stage = "after_logits", phase = "prefill", start_position = 0, shape = { 1, 4 }, data = f32({ 1, 2, 3, 4 }) } },
+  {
+    { stage = "after_attention", layer = 0, phase = "prefill", start_position = 0, shape = { 2, 3 },
+      data = f32({ 0.5, -1, 2, 0.25, 0, -3.5 }) },
+    { stage = "after_mlp", layer = 1, phase = "decode", start_position = 2, shape = { 1, 3 }, data = f32({ 1, 2, 3 }) },
+    { stage = "before_logits", phase = "decode", start_position = 2, shape = { 1, 3 }, data = f32({ 4, 5, 6 }) },
+  },
+}
+
+local tmp = os.tmpname()
+os.remove(tmp)
+for i, records in ipairs(sets) do
+  for _, old in ipairs({ false, true }) do
+    local dir = tmp .. "-" .. i .. (old and "-old" or "")
+    artifact.write(dir, sections, records)
+    local manifest = read(dir .. "/manifest.json")
+    if old then -- the 1.0.0 form: no record digests
+      local m = cjson.decode(manifest)
+      m.schema_version = "1.0.0"
+      for _, r in ipairs(m.records) do r.record_sha256 = nil end
+      manifest = cjson.encode(m)
+    end
+    local f = assert(io.open(string.format("%s/seed-%d%s", out, i, old and "-1.0" or ""), "wb"))
+    f:write(string.pack("<I4", #manifest), manifest, read(dir .. "/tensors.safetensors"))
+    f:close()
+    os.execute("rm -rf '" .. dir .. "'")
+  end
+end

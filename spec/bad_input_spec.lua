@@ -590,3 +590,18 @@ describe("tampered and special artifact files", function()
     assert.equal(run.outputs.capture_manifest_sha256, artifact.read(dir .. "/cap").manifest_sha256)
   end)
 end)
+
+describe("selector lists", function()
+  it("many large ranges are refused by their total, not built into a huge table", function()
+    local sel = require("ember.selectors")
+    local parts = {}
+    for i = 0, 99 do parts[#parts + 1] = string.format("%d-%d", i * 1000001, i * 1000001 + 1000000) end
+    collectgarbage()
+    local t0, heap0 = os.clock(), collectgarbage("count")
+    local v, err = sel.parse_index_list(table.concat(parts, ","), "position")
+    assert.is_nil(v)
+    has(err, "more than 1000000 position numbers")
+    assert.is_true(os.clock() - t0 < TIME_LIMIT)
+    assert.is_true(collectgarbage("count") - heap0 < HEAP_LIMIT_KB * 2)
+  end)
+end)

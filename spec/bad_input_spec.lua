@@ -480,6 +480,8 @@ describe("late failures and killed writers", function()
     assert.is_false(fs.exists(dead_dir))
     assert.is_true(fs.exists(live))
     assert.equal("{}", fs.read(dir .. "/new.json"))
+    -- scratch directories are meant to outlive their process: never named like a temporary
+    assert.is_nil(fs.basename(dir):find(".tmp-", 1, true))
     fs.remove_tree(dir)
   end)
 end)

@@ -139,7 +139,10 @@ end
 function M.make_temp_dir(prefix)
   local base = os.getenv("TMPDIR") or "/tmp"
   for _ = 1, 16 do
-    local path = M.join(base, M.basename(M.temp_sibling(prefix or "ember")))
+    -- not the NAME.tmp-PID-RANDOM form: these directories outlive their process on purpose, and
+    -- sweep_temps must never take them for a killed writer's leftovers
+    local path = M.join(base, string.format("%s-%08x%08x", M.basename(prefix or "ember"), math.random(0, 0x7fffffff),
+      os.time() & 0x7fffffff))
     if M.mkdir(path) then return path end
   end
   error("cannot create a temporary directory under " .. base, 0)

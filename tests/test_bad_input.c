@@ -693,6 +693,53 @@ static void test_tokenizer_tables(void) {
               "cross-family check: %d %.600s", r.out.st, r.out.msg);
 }
 
+/* ---- item 2: sessions sized against the model and the memory there is ------------------------ */
+
+/* arg: path; opens a session of the context in the path's companion global (0: the default). */
+static int64_t session_ctx;
+static void session_case(const void *arg, outcome *o) {
+    ember_model_params p = {.path = arg, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1};
+    ember_model *m = NULL;
+    ember_error err = {0};
+    o->st = ember_model_load(&p, &m, &err);
+    if (o->st == EMBER_OK) {
+        ember_session *s = NULL;
+        o->st = ember_session_new(m, session_ctx, &s, &err);
+        ember_session_free(s);
+    }
+    snprintf(o->msg, sizeof o->msg, "%s", err.msg);
+    ember_model_free(m);
+}
+
+static void test_sessions(void) {
+    const char *p = with_u32("llama", "llama.context_length", 0, "ctx0.gguf");
+    session_ctx = 0;
+    expect("context_length 0, default context", session_case, p, EMBER_ERR_ARG, NULL,
+           "session: the model's context_length is 0", "explicit context");
+    session_ctx = 8;
+    expect("context_length 0, explicit context", session_case, p, EMBER_OK, NULL, NULL, NULL);
+    /* 2 layers of 2 x 2048 floats a position: 2^24 positions need about 550 GB, more than any
+     * MemAvailable (or the RLIMIT_AS of a case) here; refused before allocating */
+    ember_tiny_model_params tp;
+    ember_tiny_model_defaults(&tp);
+    tp.dtype = EMBER_TYPE_F32;
+    tp.n_layer = 2;
+    tp.n_embd = 32;
+    tp.n_head = 2;
+    tp.n_head_kv = 2;
+    tp.head_dim = 1024;
+    tp.n_ff = 32;
+    ember_gguf_writer *w = ember_gguf_writer_new();
+    ember_error err = {0};
+    CHECK_MSG(ember_tiny_model_build(&tp, w, &err) == EMBER_OK, "%.900s", err.msg);
+    p = finish(w, "wide-kv.gguf");
+    session_ctx = (int64_t)1 << 24;
+    expect("KV cache beyond the memory available", session_case, p, EMBER_ERR_NOMEM, NULL,
+           "16777216-token context needs 549", "bytes available");
+    session_ctx = 64;
+    expect("a KV cache that fits", session_case, p, EMBER_OK, NULL, NULL, NULL);
+}
+
 int main(void) {
     test_many_names();
     test_sizes();
@@ -701,5 +748,6 @@ int main(void) {
     test_changed_file();
     test_nonfinite();
     test_tokenizer_tables();
+    test_sessions();
     return ember_test_finish();
 }

@@ -171,6 +171,28 @@ int64_t ember_argmax(const float *x, int64_t n);
 void ember_sha256_hex(const void *data, size_t len, char out[65]);
 ember_status ember_sha256_file_hex(const char *path, char out[65], ember_error *err);
 
+/* The model file's digest for provenance (model_digest.c). A cache directory holds one entry per
+ * file, keyed by device, inode, size and modification time in nanoseconds: an entry is used only
+ * when every key field matches the file as opened, and a corrupt entry is a miss, never an error.
+ * A miss is hashed on a background thread at the lowest CPU priority, so it takes only time the
+ * evaluation leaves idle; ember_digest_wait hashes whatever is left at the caller's priority. */
+typedef enum { EMBER_DIGEST_FRESH = 0, EMBER_DIGEST_CACHED } ember_digest_source;
+typedef struct ember_digest ember_digest;
+
+const char *ember_digest_source_name(ember_digest_source s); /* "fresh" | "cached" */
+/* The default cache directory: $XDG_CACHE_HOME/ember (absolute only), else $HOME/.cache/ember.
+ * False when neither gives one (then nothing is cached). */
+bool ember_digest_cache_dir(char *buf, size_t n);
+/* Opens path and starts its digest. cache_dir NULL: the default. fresh: never read the cache (the
+ * new digest is still written to it). Returns without waiting for the hash. */
+ember_status ember_digest_start(const char *path, const char *cache_dir, bool fresh, ember_digest **out,
+                                ember_error *err);
+/* The digest (64 hex + NUL) and where it came from; blocks until hashed. Repeatable. Fails when
+ * the file could not be read or changed (size or modification time) while it was being hashed. */
+ember_status ember_digest_wait(ember_digest *d, char hex[65], ember_digest_source *source, ember_error *err);
+/* Stops the background thread (between chunks) and frees; NULL is ignored. */
+void ember_digest_free(ember_digest *d);
+
 #ifdef __cplusplus
 }
 #endif

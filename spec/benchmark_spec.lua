@@ -122,6 +122,28 @@ describe("ember benchmark runs", function()
     assert.matches("B/A", out, 1, true)
   end)
 
+  it("--provenance-ab times plain runs against manifest-writing runs, in alternating rounds", function()
+    local path = need_model()
+    if not path then return end
+    local code, out, err = ember("benchmark", "--model", path, "--provenance-ab", "--json", table.unpack(QUICK))
+    assert.equal(0, code, err)
+    local r = cjson.decode(out)
+    for _, side in ipairs({ r.a, r.b }) do
+      assert.equal(3, #side.ttft)
+      for i = 1, 3 do assert.is_true(side.ttft[i] > 0 and side.total[i] >= side.ttft[i]) end
+      assert.equal(bench.median(side.ttft), side.ttft_ms)
+    end
+    for i = 1, 3 do assert.near(r.b.ttft[i] - r.a.ttft[i], r.ttft_deltas[i], 1e-9) end
+    assert.equal(bench.median(r.ttft_deltas), r.ttft_delta_ms)
+    -- every B run recorded where its digest came from (a model written moments ago is not cached)
+    assert.equal(3, #r.b.sources)
+    for _, s in ipairs(r.b.sources) do assert.is_true(s == "fresh" or s == "cached") end
+    assert.is_true(r.first_b.source == "fresh" or r.first_b.source == "cached")
+    code, out = ember("benchmark", "--model", path, "--provenance-ab", table.unpack(QUICK))
+    assert.equal(0, code)
+    assert.matches("B - A", out, 1, true)
+  end)
+
   it("--membw names the flag when the probe is missing", function()
     if os.getenv("EMBER_BENCH_ENGINE") then return pending("EMBER_BENCH_ENGINE is set") end
     local exe = bench.bench_engine_path()

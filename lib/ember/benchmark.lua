@@ -114,6 +114,91 @@ function M.hooks_ab(model, opts)
     decode_ratio = b.decode_tok_s / a.decode_tok_s }
 end
 
+-- provenance_ab(load_opts, opts) -> result: does recording provenance delay the first token?
+-- Each round loads the model afresh (load_opts: model, threads, kernels) and runs one generation
+-- through ember.run, the path of the `ember` command: A = a plain run; B = a run with an experiment
+-- (only a name) and a run manifest, so the model is loaded with provenance = true and the manifest
+-- waits for the model's digest. Rounds alternate AB, BA, ... after `warmup` unreported B runs (the
+-- first of which may hash the file: its figures are reported as `first_b`). Times are from just
+-- before ember.load: to the first generated token (ttft_ms), and to the end of the run with its
+-- manifest written (total_ms). result = { a = { ttft_ms, total_ms, ttft, total }, b = { ...,
+-- sources = { "cached"|"fresh"... } }, ttft_delta_ms (median over rounds of B - A), first_b, ... }
+function M.provenance_ab(load_opts, opts)
+  local o = defaults(opts or {})
+  check_counts(o)
+  local ember = require("ember")
+  local run = require("ember.run")
+  local manifest_path = os.tmpname()
+  local function once(with_provenance)
+    local t0, t_first = ember.now_ms(), nil
+    local model = ember.load { model = load_opts.model, threads = load_opts.threads, kernels = load_opts.kernels,
+      provenance = with_provenance }
+    local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
+    local res = run.execute {
+      model = model, ids = ids, gen = { max_tokens = o.gen_tokens },
+      experiments = with_provenance and { { name = "name-only" } } or nil,
+      run_manifest = with_provenance and manifest_path or nil,
+      on_token = function() t_first = t_first or ember.now_ms() end,
+    }
+    local total = ember.now_ms() - t0
+    local source = res.sections and res.sections.model.sha256_source
+    local info = model.info
+    model:close()
+    return t_first - t0, total, source, info
+  end
+  local first_b, info
+  for w = 1, o.warmup do
+    local ttft, total, source
+    ttft, total, source, info = once(true)
+    if w == 1 then first_b = { ttft_ms = ttft, total_ms = total, source = source } end
+  end
+  local a, b = { ttft = {}, total = {} }, { ttft = {}, total = {}, sources = {} }
+  local delta = {}
+  for r = 1, o["repeat"] do
+    local order = r % 2 == 1 and { false, true } or { true, false }
+    for _, with in ipairs(order) do
+      local side = with and b or a
+      local ttft, total, source
+      ttft, total, source, info = once(with)
+      side.ttft[r], side.total[r] = ttft, total
+      if with then side.sources[r] = source end
+    end
+    delta[r] = b.ttft[r] - a.ttft[r]
+  end
+  os.remove(manifest_path)
+  for _, side in ipairs({ a, b }) do side.ttft_ms, side.total_ms = M.median(side.ttft), M.median(side.total) end
+  return {
+    a = a, b = b, ttft_delta_ms = M.median(delta), ttft_deltas = delta, first_b = first_b,
+    kernels = info.kernels, threads = info.threads, prompt_tokens = o.prompt_tokens, gen_tokens = o.gen_tokens,
+    ["repeat"] = o["repeat"], warmup = o.warmup, path = load_opts.model,
+  }
+end
+
+-- format_provenance_ab(res) -> the text `ember benchmark --provenance-ab` prints.
+function M.format_provenance_ab(res)
+  local counts = {}
+  for _, s in ipairs(res.b.sources) do counts[s] = (counts[s] or 0) + 1 end
+  local src = {}
+  for k, v in pairs(counts) do src[#src + 1] = string.format("%s %d", k, v) end
+  table.sort(src)
+  local lines = {
+    string.format("model      %s (%s, %d threads)", res.path, res.kernels, res.threads),
+    string.format("provenance %d rounds (AB, BA, ...): A a plain run, B an experiment run writing a run manifest;",
+      res["repeat"]),
+    "           each loads the model, prefills and generates; times from just before ember.load",
+    string.format("first tok  A %.1f ms, B %.1f ms (medians); B - A %.1f ms (median over rounds), %d-token prompt",
+      res.a.ttft_ms, res.b.ttft_ms, res.ttft_delta_ms, res.prompt_tokens),
+    string.format("whole run  A %.1f ms, B %.1f ms (medians, B with its manifest written), %d tokens", res.a.total_ms,
+      res.b.total_ms, res.gen_tokens),
+    string.format("digest     B rounds: %s", table.concat(src, ", ")),
+  }
+  if res.first_b then
+    lines[#lines + 1] = string.format("first B    (warm-up) first token %.1f ms, whole run %.1f ms, digest %s",
+      res.first_b.ttft_ms, res.first_b.total_ms, tostring(res.first_b.source))
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
 -- bench_engine_path() -> the bench-engine beside the running interpreter (the build directory of
 -- ember-lua), or nil and the path that was looked for. EMBER_BENCH_ENGINE overrides.
 function M.bench_engine_path()

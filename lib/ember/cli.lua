@@ -44,6 +44,7 @@ M.FLAGS = {
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
   { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "run-manifest", "path", "FILE.json", "where to write the run manifest (default ember-run.json)" },
+  { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
   { "help", "bool", nil, "show this help" },
   { "version", "bool", nil, "show the version" },
 }
@@ -61,6 +62,7 @@ M.BENCH_FLAGS_LIST = {
   { "json", "bool", nil, "print one JSON object" },
   { "membw", "bool", nil, "also measure read bandwidth (bench-engine --membw) and the decode ceiling" },
   { "hooks-ab", "bool", nil, "interleave no experiment (A) with a name-only experiment (B); report both" },
+  { "provenance-ab", "bool", nil, "time to first token: plain runs (A) against runs writing a manifest (B)" },
   { "help", "bool", nil, "show this help" },
 }
 M.BENCH_FLAGS = flags.spec(M.BENCH_FLAGS_LIST)
@@ -120,6 +122,16 @@ local function run_benchmark(args, io_)
   if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
   if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
   local bench = require("ember.benchmark")
+  if o["provenance-ab"] then
+    local res = bench.provenance_ab({ model = o.model, kernels = o.kernels, threads = o.threads }, {
+      prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"], warmup = o.warmup })
+    if o.json then
+      io_.stdout:write(require("ember.json").encode(res, { indent = "  " }))
+    else
+      io_.stdout:write(bench.format_provenance_ab(res))
+    end
+    return 0
+  end
   -- the probe is looked for before the model loads: a long run must not end in a missing tool
   local probe
   if o.membw then
@@ -333,8 +345,12 @@ local function run_generate(args, argv, io_)
   end
 
   local ember = require("ember")
+  -- a run that writes a manifest starts the model's digest before the weights load (background)
+  local provenance = o["run-manifest"] ~= nil or o["capture-activations"] ~= nil
+  for _, k in ipairs(EXPERIMENT_FLAGS) do provenance = provenance or o[k] ~= nil end
   local ok, model = pcall(ember.load, {
     model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
+    provenance = provenance, verify_model = o["verify-model"] == true,
   })
   if not ok then error(tostring(model), 0) end
   local info = model.info

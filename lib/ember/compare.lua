@@ -20,8 +20,10 @@ function M.at_least(class, required)
   return RANK[class] <= RANK[required]
 end
 
--- Manifest fields never compared (SPEC §6.3): when the artifact was made and where it was written.
-M.IGNORED = { ["created_at_unix"] = true, ["capture.output_dir"] = true }
+-- Manifest fields never compared (SPEC §6.3): when the artifact was made, where it was written, and
+-- whether the model digest was computed for the run or read from the digest cache (the digest
+-- itself, model.sha256, is compared).
+M.IGNORED = { ["created_at_unix"] = true, ["capture.output_dir"] = true, ["model.sha256_source"] = true }
 -- The tensors themselves are compared record by record, not as provenance.
 M.CONTENT = { ["records"] = true, ["tensor_file"] = true }
 -- What the run computed from: same model bytes, tokenizer, prompt, token ids and sampling settings.

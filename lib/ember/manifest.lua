@@ -15,8 +15,10 @@ M.SCHEMA_VERSION = "1.0.0"
 
 local function ember() return require("ember") end
 
--- Hashing a multi-gigabyte GGUF takes seconds; a workflow runs several sessions on one model, so
--- digests are remembered per path and invalidated when the file's size changes.
+-- Small files named by the run (tokenizer.json) are hashed here; a workflow runs several sessions
+-- on one tokenizer, so their digests are remembered per path and invalidated when the size
+-- changes. The model file's digest is the model's own (model:sha256(): cached on disk by the
+-- file's identity, computed in the background; docs/artifacts.md).
 local digest_cache = {}
 
 local function file_size(path)
@@ -37,12 +39,22 @@ function M.file_sha256(path)
   return hex
 end
 
--- model_section(model) -> what identifies the model: its file's sha256 and what the engine read.
+-- model_sha256(model) -> hex, "cached"|"fresh": waits for the model's digest (started at load with
+-- provenance=true, else now).
+function M.model_sha256(model)
+  local hex, source = model:sha256()
+  if not hex then error("cannot hash '" .. tostring(model.info.path) .. "': " .. tostring(source), 0) end
+  return hex, source
+end
+
+-- model_section(model) -> what identifies the model: its file's sha256 (and whether that digest
+-- was computed for this run or taken from the digest cache) and what the engine read.
 function M.model_section(model)
   local info = model.info
-  return json.ordered({ "path", "sha256", "family", "architecture", "name", "n_layers", "hidden_size",
-    "n_vocab", "dtype_summary", "experimental" }, {
-    path = info.path, sha256 = M.file_sha256(info.path), family = info.family,
+  local sha256, source = M.model_sha256(model)
+  return json.ordered({ "path", "sha256", "sha256_source", "family", "architecture", "name", "n_layers",
+    "hidden_size", "n_vocab", "dtype_summary", "experimental" }, {
+    path = info.path, sha256 = sha256, sha256_source = source, family = info.family,
     architecture = info.architecture, name = info.name, n_layers = info.n_layers,
     hidden_size = info.hidden_size, n_vocab = info.n_vocab, dtype_summary = info.dtype_summary,
     experimental = info.experimental == true,

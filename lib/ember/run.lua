@@ -37,6 +37,9 @@ function M.execute(p)
     list[#list + 1] = cap -- last: it records what the network actually used
   end
   local exp = #list > 0 and compose.compose(list) or nil
+  -- The manifest needs the model file's digest: start it now (if load did not) so it runs in the
+  -- background while generating; it is collected only when the manifest is written.
+  if exp or p.run_manifest then p.model:sha256_start() end
   local gen = p.gen or {}
   local req = {
     max_tokens = gen.max_tokens, temperature = gen.temperature, top_k = gen.top_k, top_p = gen.top_p,

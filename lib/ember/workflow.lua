@@ -14,7 +14,7 @@ local M = {}
 -- Provenance that may differ between A and C (SPEC §6.4): what was recorded about the run, never
 -- what it computed from. created_at_unix and capture.output_dir are ignored by compare anyway.
 M.ALLOWED_AC_DIFFERENCES = { "experiment", "capture.config", "capture.config_sha256", "argv",
-  "created_at_unix", "capture.output_dir" }
+  "created_at_unix", "capture.output_dir", "model.sha256_source" }
 
 local function allowed(path)
   for _, p in ipairs(M.ALLOWED_AC_DIFFERENCES) do

@@ -37,6 +37,16 @@ ember_lua_model *ember_lua_check_model(lua_State *L, int i) {
 
 void ember_lua_push_model_info(lua_State *L, int model_idx) { lua_getiuservalue(L, model_idx, UV_INFO); }
 
+/* An optional boolean option of load's table at index 1. */
+static bool opt_bool_field(lua_State *L, const char *key) {
+    int t = lua_getfield(L, 1, key);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+        luaL_error(L, "bad argument #1 to 'load' (option '%s' must be a boolean, got %s)", key, luaL_typename(L, -1));
+    bool v = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
 static void set_str(lua_State *L, const char *k, const char *v) {
     if (v) lua_pushstring(L, v);
     else lua_pushnil(L);
@@ -71,12 +81,16 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     set_int(L, "weight_bytes_per_token", (int64_t)ember_model_weight_bytes_per_token(m));
 }
 
-/* ember.load{model=, arch=, kernels=, threads=} or ember.load(path). (tokenizer= is handled by
- * lib/ember/init.lua, which builds the tokenizer and attaches it with set_tokenizer.) */
+/* ember.load{model=, arch=, kernels=, threads=, provenance=, verify_model=} or ember.load(path).
+ * (tokenizer= is handled by lib/ember/init.lua, which builds the tokenizer and attaches it with
+ * set_tokenizer.) provenance=true starts the file's digest before the weights are read, so it
+ * overlaps loading and generation; verify_model=true also refuses the digest cache. */
 static int l_load(lua_State *L) {
-    static const char *const valid[] = {"model", "arch", "kernels", "threads", "allow_nonfinite", NULL};
+    static const char *const valid[] = {"model",           "arch",       "kernels",      "threads",
+                                        "allow_nonfinite", "provenance", "verify_model", NULL};
     ember_model_params p = {0};
     const char *kernels = "auto";
+    bool provenance = false, verify = false;
     if (lua_type(L, 1) == LUA_TSTRING) {
         p.path = lua_tostring(L, 1);
     } else {
@@ -96,6 +110,8 @@ static int l_load(lua_State *L) {
                               lua_typename(L, t));
         p.allow_nonfinite = lua_toboolean(L, -1);
         lua_pop(L, 1);
+        provenance = opt_bool_field(L, "provenance");
+        verify = opt_bool_field(L, "verify_model");
     }
     if (!ember_kernels_parse(kernels, &p.kernels))
         return luaL_error(L, "bad argument #1 to 'load' (option 'kernels' must be auto, reference, avx2 or avx512, got '%s')",
@@ -105,8 +121,12 @@ static int l_load(lua_State *L) {
     lm->m = NULL;
     lm->closed = true; /* until the engine model exists */
     lm->n_sessions = 0;
+    lm->digest = NULL;
+    lm->verify_model = verify;
     luaL_setmetatable(L, EMBER_LUA_MODEL);
     ember_error err = {0};
+    /* A file that cannot be opened fails the load just below with the loader's own message. */
+    if (provenance || verify) (void)ember_digest_start(p.path, NULL, verify, &lm->digest, NULL);
     if (ember_model_load(&p, &lm->m, &err) != EMBER_OK) return luaL_error(L, "load: %s", err.msg);
     lm->closed = false;
     push_info(L, lm->m, p.path);
@@ -230,9 +250,51 @@ static int m_session(lua_State *L) {
     return 1;
 }
 
+/* model:sha256_start(): starts the file's digest unless it has started (idempotent). The run
+ * library calls it as soon as it knows a manifest will be written. */
+static int m_sha256_start(lua_State *L) {
+    ember_lua_model *lm = ember_lua_check_model(L, 1);
+    if (!lm->digest) {
+        lua_getiuservalue(L, 1, UV_INFO); /* [self, info] */
+        lua_getfield(L, -1, "path");      /* [self, info, path] */
+        ember_error err = {0};
+        if (ember_digest_start(lua_tostring(L, -1), NULL, lm->verify_model, &lm->digest, &err) != EMBER_OK) {
+            lua_pushnil(L);
+            lua_pushstring(L, err.msg);
+            return 2;
+        }
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* model:sha256() -> hex, "cached"|"fresh"; or nil, message when the file cannot be hashed.
+ * Waits for the background digest, finishing it on this thread. */
+static int m_sha256(lua_State *L) {
+    ember_lua_model *lm = ember_lua_check_model(L, 1);
+    if (!lm->digest) {
+        int n = m_sha256_start(L);
+        if (n == 2) return 2;
+        lua_settop(L, 1);
+    }
+    char hex[65];
+    ember_digest_source src;
+    ember_error err = {0};
+    if (ember_digest_wait(lm->digest, hex, &src, &err) != EMBER_OK) {
+        lua_pushnil(L);
+        lua_pushstring(L, err.msg);
+        return 2;
+    }
+    lua_pushstring(L, hex);
+    lua_pushstring(L, ember_digest_source_name(src));
+    return 2;
+}
+
 /* close, __gc and __close: idempotent; the engine model goes when its last session does. */
 static int m_close(lua_State *L) {
     ember_lua_model *lm = luaL_checkudata(L, 1, EMBER_LUA_MODEL);
+    ember_digest_free(lm->digest); /* stops an unfinished hash: nobody can ask for it any more */
+    lm->digest = NULL;
     lm->closed = true;
     free_if_unused(lm);
     return 0;
@@ -255,7 +317,8 @@ static int m_tostring(lua_State *L) {
 void ember_lua_open_model(lua_State *L, int module) {
     static const luaL_Reg methods[] = {
         {"session", m_session},       {"tokenize", m_tokenize}, {"detokenize", m_detokenize},
-        {"set_tokenizer", m_set_tokenizer}, {"close", m_close}, {NULL, NULL}};
+        {"set_tokenizer", m_set_tokenizer}, {"close", m_close}, {"sha256", m_sha256},
+        {"sha256_start", m_sha256_start}, {NULL, NULL}};
     static const luaL_Reg meta[] = {
         {"__gc", m_close}, {"__close", m_close}, {"__tostring", m_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {

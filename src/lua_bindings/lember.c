@@ -292,9 +292,16 @@ static int l_read_file(lua_State *L) {
     return 1;
 }
 
+/* ember.now_ms() -> milliseconds from a monotonic clock (for measurements; the origin means nothing) */
+static int l_now_ms(lua_State *L) {
+    lua_pushnumber(L, ember_lua_now_ms());
+    return 1;
+}
+
 static const luaL_Reg module_funcs[] = {
     {"cpu", l_cpu},
     {"read_file", l_read_file},
+    {"now_ms", l_now_ms},
     {"sha256", l_sha256},
     {"sha256_file", l_sha256_file},
     {NULL, NULL},

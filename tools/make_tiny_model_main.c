@@ -13,7 +13,7 @@ static void usage(FILE *f) {
             "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
             "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
             "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
-            "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--no-tokenizer]\n"
+            "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
             "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
             "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
             "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
             "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
             "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
-            "context 4096, seed 1); any other option given with it overrides that setting.\n"
+            "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
+            "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
             "--dtype (of the 2-D weights): f32 f16 bf16 q8_0, or q4_0 q4_1 q5_0 q5_1 (rows of whole\n"
             "32-value blocks) and q2_k q3_k q4_k q5_k q6_k (hidden, ff and heads*head-dim multiples of 256,\n"
             "e.g. --hidden 256 --head-dim 64 --ff 768), quantized as llama-quantize --pure would.\n");
@@ -150,6 +151,8 @@ int main(int argc, char **argv) {
             p.tied = 0;
         } else if (strcmp(a, "--no-tokenizer") == 0) {
             p.tokenizer = false;
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            p.tokenizer = true; /* e.g. with --shape, so that llama.cpp can load the file */
         } else {
             fprintf(stderr, "make-tiny-model: unknown or incomplete option '%s'\n", a);
             usage(stderr);

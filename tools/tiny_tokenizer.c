@@ -236,9 +236,11 @@ static bool trainer_run(trainer *t, int64_t n_normal) {
 
 ember_status ember_tiny_tokenizer_build(ember_gguf_writer *w, int64_t n_vocab, const char *pre, bool add_bos,
                                         ember_error *err) {
-    if (n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB || n_vocab > (1 << 16))
+    /* up to the real models' vocabularies (Gemma's 262,144 tokens): beyond the learnt merges the
+     * rest are reserved control tokens */
+    if (n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB || n_vocab > (1 << 20))
         return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny tokenizer: vocabulary of %lld tokens is out of range (%d..65536)",
+                               "tiny tokenizer: vocabulary of %lld tokens is out of range (%d..1048576)",
                                (long long)n_vocab, EMBER_TINY_TOKENIZER_MIN_VOCAB);
     const int64_t n_normal = n_vocab - 2;
     trainer t = {0};

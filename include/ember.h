@@ -31,6 +31,14 @@ typedef struct ember_model ember_model;
 typedef struct ember_session ember_session;
 typedef struct ember_gguf ember_gguf;
 
+/* The element type of the KV cache (llama.cpp's -ctk/-ctv). f32 is the default and exact; f16 and
+ * bf16 halve the cache's memory and the bytes a long-context decode step reads, at the cost of
+ * rounding every cached key and value (round to nearest even). */
+typedef enum { EMBER_KV_F32 = 0, EMBER_KV_F16, EMBER_KV_BF16 } ember_kv_type;
+const char *ember_kv_type_name(ember_kv_type t); /* "f32" | "f16" | "bf16" */
+/* Parses "f32" | "f16" | "bf16"; returns false for anything else. */
+bool ember_kv_type_parse(const char *s, ember_kv_type *out);
+
 typedef struct {
     const char *path;      /* GGUF file, required */
     const char *arch;      /* optional: refuse the file if its family differs */
@@ -38,6 +46,7 @@ typedef struct {
     int n_threads;         /* <= 0: number of cores */
     bool allow_nonfinite;  /* sessions of this model keep going on NaN/Inf logits instead of failing
                               (their default; see ember_session_set_allow_nonfinite) */
+    ember_kv_type kv_cache; /* the KV cache of every session of this model; EMBER_KV_F32 by default */
 } ember_model_params;
 
 typedef struct {
@@ -51,6 +60,7 @@ typedef struct {
     bool experimental;
     size_t repacked_bytes;     /* weights copied into the kernel set's layout at load (0: all read
                                   in place from the file mapping) */
+    const char *kv_cache;      /* the sessions' KV cache type: "f32", "f16" or "bf16" */
 } ember_model_info;
 
 ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);

@@ -1,8 +1,10 @@
-/* test_simd_parity.c — the parity fixtures (../shared/fixtures/parity/) on both kernel paths.
+/* test_simd_parity.c — the parity fixtures (../shared/fixtures/parity/) on every kernel set.
  * For each case: prefill prompt_ids, then teacher-force greedy_ids one by one, and compare every
  * row of logits with rel = max|ember - ref| / max|ref| over all rows:
  *   reference kernels: rel <= exact_rel against exact_logits.npy and <= llamacpp_rel against llamacpp_logits.npy;
- *   auto kernels:      rel <= llamacpp_rel against both (the fast path quantizes activations like llama.cpp).
+ *   avx2 and avx512:   rel <= llamacpp_rel against both (the fast path quantizes activations like llama.cpp);
+ *   f16 KV cache, every set: rel <= max(llamacpp_rel, TOL_f16) against both, where TOL_f16 is the
+ *                      llamacpp_rel of the f16-weight cases (the bound for rounding to f16 once).
  * The ids and tolerances are read from case.json with a purpose-built scan, not a JSON parser. */
 #include "ember.h"
 #include "test_support.h"
@@ -56,12 +58,12 @@ static void rel_add(rel_acc *r, const float *got, const float *ref, int64_t n) {
 static double rel_of(const rel_acc *r) { return r->max_ref > 0 ? r->max_diff / r->max_ref : r->max_diff; }
 
 /* Runs one case on one kernel set; fills the two rels. Returns false when something failed to run. */
-static bool run_case(const char *dir, ember_kernels kernels, const int32_t *prompt, int n_prompt, const int32_t *greedy,
+static bool run_case(const char *dir, ember_kernels kernels, ember_kv_type kv, const int32_t *prompt, int n_prompt, const int32_t *greedy,
                      int n_greedy, const npy_f32 *exact, const npy_f32 *lcpp, double *rel_exact, double *rel_lcpp,
                      const char **used) {
     char path[2048];
     snprintf(path, sizeof path, "%s/model.gguf", dir);
-    ember_model_params mp = {.path = path, .kernels = kernels, .n_threads = 2};
+    ember_model_params mp = {.path = path, .kernels = kernels, .n_threads = 2, .kv_cache = kv};
     ember_model *m = NULL;
     ember_session *s = NULL;
     ember_error err = {0};
@@ -117,8 +119,23 @@ int main(void) {
     closedir(d);
     qsort(names, (size_t)n_names, sizeof names[0], cmp_str);
 
-    printf("%-18s %-9s %10s %10s   %-9s %10s %10s\n", "case", "kernels", "vs exact", "vs llama", "kernels", "vs exact",
-           "vs llama");
+    /* TOL_f16: the bound the fixtures give for values rounded to f16 (the f16-weight cases) */
+    double tol_f16 = NAN;
+    for (int i = 0; i < n_names; i++) {
+        size_t len = strlen(names[i]);
+        if (len < 4 || strcmp(names[i] + len - 4, "-f16") != 0) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s/case.json", root, names[i]);
+        char *json = ember_read_file(path, NULL);
+        double t = json ? scan_number(json, "llamacpp_rel") : NAN;
+        free(json);
+        if (!isnan(t) && (isnan(tol_f16) || t > tol_f16)) tol_f16 = t;
+    }
+    if (isnan(tol_f16)) printf("no f16-weight case to take TOL_f16 from: the f16 KV cache runs are skipped\n");
+    else printf("TOL_f16 = %.3g (llamacpp_rel of the f16-weight cases)\n", tol_f16);
+
+    static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
+    printf("%-18s %-6s %-9s %10s %10s   %s\n", "case", "kv", "kernels", "vs exact", "vs llama", "bound (exact / llama)");
     int cases = 0;
     for (int i = 0; i < n_names; i++) {
         char dir[1536], path[2048];
@@ -141,21 +158,24 @@ int main(void) {
             npy_free(&lcpp);
             continue;
         }
-        double re_ref = NAN, rl_ref = NAN, re_auto = NAN, rl_auto = NAN;
-        const char *used_ref = "?", *used_auto = "?";
-        bool ok_ref = run_case(dir, EMBER_KERNELS_REFERENCE, prompt, n_prompt, greedy, n_greedy, &exact, &lcpp, &re_ref,
-                               &rl_ref, &used_ref);
-        bool ok_auto = run_case(dir, EMBER_KERNELS_AUTO, prompt, n_prompt, greedy, n_greedy, &exact, &lcpp, &re_auto,
-                                &rl_auto, &used_auto);
-        printf("%-18s %-9s %10.2e %10.2e   %-9s %10.2e %10.2e   (tolerances %.0e / %.2g)\n", names[i], used_ref, re_ref,
-               rl_ref, used_auto, re_auto, rl_auto, tol_exact, tol_lcpp);
-        if (ok_ref) {
-            CHECK_MSG(re_ref <= tol_exact, "%s reference: rel %.3g vs exact > %.3g", names[i], re_ref, tol_exact);
-            CHECK_MSG(rl_ref <= tol_lcpp, "%s reference: rel %.3g vs llama.cpp > %.3g", names[i], rl_ref, tol_lcpp);
-        }
-        if (ok_auto) {
-            CHECK_MSG(re_auto <= tol_lcpp, "%s auto: rel %.3g vs exact > %.3g", names[i], re_auto, tol_lcpp);
-            CHECK_MSG(rl_auto <= tol_lcpp, "%s auto: rel %.3g vs llama.cpp > %.3g", names[i], rl_auto, tol_lcpp);
+        const double tol_f16kv = tol_lcpp > tol_f16 ? tol_lcpp : tol_f16;
+        for (int kv = 0; kv < 2; kv++) {
+            if (kv == 1 && isnan(tol_f16)) break;
+            for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+                if (!ember_kernels_supported(sets[k])) continue;
+                double re = NAN, rl = NAN;
+                const char *used = "?";
+                if (!run_case(dir, sets[k], kv ? EMBER_KV_F16 : EMBER_KV_F32, prompt, n_prompt, greedy, n_greedy, &exact,
+                              &lcpp, &re, &rl, &used))
+                    continue;
+                /* the reference path with the exact cache must meet the exact bound; everything else
+                 * the llama.cpp bound (widened to TOL_f16 for the f16 cache) against both */
+                const double be = kv ? tol_f16kv : k == 0 ? tol_exact : tol_lcpp, bl = kv ? tol_f16kv : tol_lcpp;
+                printf("%-18s %-6s %-9s %10.2e %10.2e   %.2g / %.2g\n", names[i], kv ? "f16" : "f32", used, re, rl, be, bl);
+                CHECK_MSG(re <= be, "%s %s, %s KV: rel %.3g vs exact > %.3g", names[i], used, kv ? "f16" : "f32", re, be);
+                CHECK_MSG(rl <= bl, "%s %s, %s KV: rel %.3g vs llama.cpp > %.3g", names[i], used, kv ? "f16" : "f32", rl,
+                          bl);
+            }
         }
         cases++;
         npy_free(&exact);

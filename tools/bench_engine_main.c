@@ -2,7 +2,7 @@
  * machine's memory read bandwidth, and the decode ceiling it implies. Measures; never asserts.
  *
  *   bench-engine --model M [--prompt-tokens 52] [--gen-tokens 32] [--threads N] [--kernels K]
- *                [--repeat R] [--warmup W] [--json]
+ *                [--kv-cache f32|f16|bf16] [--repeat R] [--warmup W] [--json]
  *   bench-engine --membw [--threads N] [--membw-mib 1024]     (bandwidth only)
  *
  * Each repeat: a fresh session position, prefill of P pseudo-random ids (fixed seed), then G greedy
@@ -159,12 +159,13 @@ static double membw(int n_threads, size_t mib, int rounds) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench-engine --model M [--prompt-tokens 52] [--gen-tokens 32] [--threads N]\n"
-                    "                    [--kernels auto|reference|avx2|avx512] [--repeat R] [--warmup W] [--json]\n"
+                    "                    [--kernels auto|reference|avx2|avx512] [--kv-cache f32|f16|bf16] [--repeat R]\n"
+                    "                    [--warmup W] [--json]\n"
                     "                    [--membw] [--membw-mib 1024]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *kernels_s = "auto";
+    const char *model_path = NULL, *kernels_s = "auto", *kv_s = "f32";
     int prompt_tokens = 52, gen_tokens = 32, threads = 0, repeat = 5, warmup = 1;
     bool json = false, bw = false;
     size_t bw_mib = 1024;
@@ -177,6 +178,7 @@ int main(int argc, char **argv) {
         else if (ARG("--gen-tokens")) gen_tokens = atoi(v);
         else if (ARG("--threads")) threads = atoi(v);
         else if (ARG("--kernels")) kernels_s = v;
+        else if (ARG("--kv-cache")) kv_s = v;
         else if (ARG("--repeat")) repeat = atoi(v);
         else if (ARG("--warmup")) warmup = atoi(v);
         else if (ARG("--membw-mib")) bw_mib = (size_t)atoi(v);
@@ -189,7 +191,9 @@ int main(int argc, char **argv) {
 #undef ARG
     }
     ember_kernels kernels;
-    if (!ember_kernels_parse(kernels_s, &kernels) || prompt_tokens < 1 || gen_tokens < 0 || repeat < 1 || warmup < 0 ||
+    ember_kv_type kv_type;
+    if (!ember_kernels_parse(kernels_s, &kernels) || !ember_kv_type_parse(kv_s, &kv_type) || prompt_tokens < 1 ||
+        gen_tokens < 0 || repeat < 1 || warmup < 0 ||
         (!model_path && !bw)) {
         usage();
         return 2;
@@ -206,7 +210,7 @@ int main(int argc, char **argv) {
 
     ember_error err = {0};
     ember_model *m = NULL;
-    ember_model_params mp = {.path = model_path, .kernels = kernels, .n_threads = threads};
+    ember_model_params mp = {.path = model_path, .kernels = kernels, .n_threads = threads, .kv_cache = kv_type};
     double t0 = now_s();
     if (ember_model_load(&mp, &m, &err) != EMBER_OK) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
@@ -303,11 +307,13 @@ int main(int argc, char **argv) {
     if (probing) probe_stop(&p);
     const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
     if (json) {
-        printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, "
+        printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"kv_cache\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
+               "\"gen_tokens\": %d, "
                "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "
                "\"prefill_max\": %.2f, \"decode_min\": %.2f, \"decode_max\": %.2f, \"load_s\": %.3f, "
                "\"peak_rss_mib\": %.1f, \"repacked_mb\": %.1f, \"weight_mb_per_token\": %.1f",
-               model_path, info->kernels, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med, dec_med, pre_min,
+               model_path, info->kernels, info->kv_cache, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med,
+               dec_med, pre_min,
                pre_max, dec_min, dec_max, load_s, rss, (double)info->repacked_bytes / 1e6, bytes / 1e6);
         if (bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", gbs, gbs * 1e9 / bytes);
         if (n_pairs > 0)
@@ -317,7 +323,7 @@ int main(int argc, char **argv) {
         printf("}\n");
     } else {
         printf("model      %s (%s, %s)\n", model_path, info->family, info->dtype_summary);
-        printf("kernels    %s, %d threads\n", info->kernels, info->n_threads);
+        printf("kernels    %s, %d threads, %s KV cache\n", info->kernels, info->n_threads, info->kv_cache);
         printf("prefill    %.1f tok/s median of %d (min %.1f, max %.1f), %d-token prompt\n", pre_med, repeat, pre_min,
                pre_max, prompt_tokens);
         printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", dec_med, repeat, dec_min, dec_max,

@@ -79,6 +79,7 @@ local function prologue(model, opts)
   for _ = 1, o.warmup do run_once(model, ids, o.gen_tokens) end
   local function result(res)
     res.kernels, res.threads, res.model = model.info.kernels, model.info.threads, model_fields(model)
+    res.kv_cache = model.info.kv_cache
     res.prompt_tokens, res.gen_tokens, res["repeat"], res.warmup = o.prompt_tokens, o.gen_tokens, o["repeat"],
       o.warmup
     return res
@@ -243,9 +244,9 @@ local function json_number(text, key) return tonumber(text:match('"' .. key .. '
 -- prompt_tokens, gen_tokens, repeat. best: that run's best-of-10 probe in GB/s (a 1 GiB array,
 -- docs/performance.md). Raises a message naming --membw on failure.
 function M.paired(model_path, opts, exe)
-  local text, cmd = run_bench_engine(exe, "--model %s --membw --json --threads %d --kernels %s --prompt-tokens %d "
-    .. "--gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(model_path), opts.threads, opts.kernels or "auto",
-    opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
+  local text, cmd = run_bench_engine(exe, "--model %s --membw --json --threads %d --kernels %s --kv-cache %s "
+    .. "--prompt-tokens %d --gen-tokens %d --repeat %d --warmup 0 2>&1", shell_quote(model_path), opts.threads,
+    opts.kernels or "auto", opts.kv_cache or "f32", opts.prompt_tokens, opts.gen_tokens, opts["repeat"])
   local r = { pairs = json_number(text, "pairs"), share = json_number(text, "paired_share"),
     decode_tok_s = json_number(text, "paired_decode_tok_s"), membw_gbs = json_number(text, "paired_membw_gbs") }
   local best = json_number(text, "membw_gbs")

@@ -16,6 +16,8 @@ local function zero_value(s) return selectors.parse_layer_stage(s, "zero") end
 local function patch_value(s) return selectors.parse_layer_stage(s, "patch") end
 local positive = flags.positive
 
+local function kv_cache_value(v) return selectors.parse_choice(v, { "f32", "f16", "bf16" }, "KV cache type") end
+
 M.FLAGS = {
   { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
   { "model", "path", "FILE.gguf", "the model (required)" },
@@ -29,6 +31,7 @@ M.FLAGS = {
   { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N", "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
   { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
@@ -57,6 +60,7 @@ M.BENCH_FLAGS_LIST = {
   { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
   { "threads", flags.uint_in(1, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
   { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
   { "warmup", "uint", "W", "unreported runs first (default 1)" },
   { "json", "bool", nil, "print one JSON object" },
@@ -141,7 +145,8 @@ local function run_benchmark(args, io_)
       usage_error("--membw: the bandwidth probe '%s' was not found (build it, or set EMBER_BENCH_ENGINE)", why)
     end
   end
-  local ok, model = pcall(require("ember").load, { model = o.model, kernels = o.kernels, threads = o.threads })
+  local ok, model = pcall(require("ember").load, { model = o.model, kernels = o.kernels, threads = o.threads,
+    kv_cache = o["kv-cache"] })
   if not ok then error(tostring(model), 0) end
   local opts = { prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"],
     warmup = o.warmup }
@@ -157,7 +162,7 @@ local function run_benchmark(args, io_)
   model:close()
   local gbs, ceiling, paired
   if o.membw then -- one bench-engine run: the best-of-10 probe and the paired measurement
-    paired, gbs = bench.paired(o.model, { threads = res.threads, kernels = res.kernels,
+    paired, gbs = bench.paired(o.model, { threads = res.threads, kernels = res.kernels, kv_cache = res.kv_cache,
       prompt_tokens = res.prompt_tokens, gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"] }, probe)
     ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
   end
@@ -170,15 +175,16 @@ local function run_benchmark(args, io_)
         prefill_runs = json.array(x.prefill or x.a.prefill), decode_runs = json.array(x.decode or x.a.decode) })
     end
     local m = res.model
-    local doc = json.ordered({ "model", "kernels", "threads", "prompt_tokens", "gen_tokens", "repeat", "warmup",
+    local doc = json.ordered({ "model", "kernels", "kv_cache", "threads", "prompt_tokens", "gen_tokens", "repeat",
+      "warmup",
       "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs", "peak_rss_mib", "membw_gbs",
       "decode_ceiling_tok_s", "paired", "hooks_ab" }, {
       model = json.ordered({ "path", "family", "name", "dtype", "n_layers", "hidden_size", "n_vocab",
         "weight_bytes_per_token" }, {
         path = m.path, family = m.family, name = m.name, dtype = m.dtype, n_layers = m.n_layers,
         hidden_size = m.hidden_size, n_vocab = m.n_vocab, weight_bytes_per_token = m.weight_bytes_per_token }),
-      kernels = res.kernels, threads = res.threads, prompt_tokens = res.prompt_tokens, gen_tokens = res.gen_tokens,
-      ["repeat"] = res["repeat"], warmup = res.warmup, prefill_tok_s = res.prefill_tok_s,
+      kernels = res.kernels, kv_cache = res.kv_cache, threads = res.threads, prompt_tokens = res.prompt_tokens,
+      gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"], warmup = res.warmup, prefill_tok_s = res.prefill_tok_s,
       decode_tok_s = res.decode_tok_s, prefill_runs = json.array(ab and ab.a.prefill or res.prefill),
       decode_runs = json.array(ab and ab.a.decode or res.decode), peak_rss_mib = rss, membw_gbs = gbs,
       decode_ceiling_tok_s = ceiling,
@@ -192,7 +198,7 @@ local function run_benchmark(args, io_)
   end
   local m, w = res.model, io_.stdout
   w:write(string.format("model      %s (%s, %s)\n", m.path, m.family, m.dtype))
-  w:write(string.format("kernels    %s, %d threads\n", res.kernels, res.threads))
+  w:write(string.format("kernels    %s, %d threads, %s KV cache\n", res.kernels, res.threads, res.kv_cache))
   if ab then
     w:write(string.format("hooks A/B  %d interleaved pairs: A no experiment, B an experiment with only a name\n",
       res["repeat"]))
@@ -350,7 +356,7 @@ local function run_generate(args, argv, io_)
   for _, k in ipairs(EXPERIMENT_FLAGS) do provenance = provenance or o[k] ~= nil end
   local ok, model = pcall(ember.load, {
     model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
-    provenance = provenance, verify_model = o["verify-model"] == true,
+    kv_cache = o["kv-cache"], provenance = provenance, verify_model = o["verify-model"] == true,
   })
   if not ok then error(tostring(model), 0) end
   local info = model.info

@@ -27,7 +27,10 @@ M.IGNORED = { ["created_at_unix"] = true, ["capture.output_dir"] = true, ["model
 -- The tensors themselves are compared record by record, not as provenance.
 M.CONTENT = { ["records"] = true, ["tensor_file"] = true }
 -- What the run computed from: same model bytes, tokenizer, prompt, token ids and sampling settings.
-M.SEMANTIC = { "model.sha256", "tokenizer.sha256", "prompt.sha256", "input_ids", "generated_ids", "settings" }
+-- The KV cache type decides how every cached key and value was rounded: a numerics setting, so two
+-- runs that differ in it are never `exact` nor `exact-semantic`.
+M.SEMANTIC = { "model.sha256", "tokenizer.sha256", "prompt.sha256", "input_ids", "generated_ids", "settings",
+  "execution.kv_cache" }
 
 -- ---- provenance ----------------------------------------------------------------------------------
 
@@ -87,6 +90,10 @@ function M.provenance_differences(ma, mb, rules)
   local fa, fb = {}, {}
   for k, v in pairs(ma) do if not content[k] then flatten(k == "argv" and argv_of(ma) or v, k, fa) end end
   for k, v in pairs(mb) do if not content[k] then flatten(k == "argv" and argv_of(mb) or v, k, fb) end end
+  -- manifests written before the KV cache type was recorded used the f32 cache
+  for _, f in ipairs({ fa, fb }) do
+    if f["execution.kernels"] ~= nil and f["execution.kv_cache"] == nil then f["execution.kv_cache"] = json.encode("f32") end
+  end
   local paths, seen = {}, {}
   for p in pairs(fa) do seen[p] = true; paths[#paths + 1] = p end
   for p in pairs(fb) do if not seen[p] then paths[#paths + 1] = p end end

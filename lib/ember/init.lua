@@ -19,7 +19,8 @@ core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_ca
 M.tokenizer = require("ember.tokenizer")
 
 local LOAD_OPTIONS = { model = true, tokenizer = true, arch = true, kernels = true, threads = true,
-  allow_nonfinite = true, tokenizer_check = true, provenance = true, verify_model = true }
+  allow_nonfinite = true, tokenizer_check = true, provenance = true, verify_model = true,
+  kv_cache = true }
 
 local function is_ember_tokenizer(v)
   local mt = getmetatable(v)
@@ -27,7 +28,7 @@ local function is_ember_tokenizer(v)
 end
 
 -- ember.load{ model=, tokenizer=, arch=, kernels=, threads=, allow_nonfinite=, tokenizer_check=,
---   provenance=, verify_model= } -> ember.Model
+--   provenance=, verify_model=, kv_cache= } -> ember.Model
 -- tokenizer= is a tokenizer.json path or an ember.Tokenizer; without it the model uses the
 -- vocabulary embedded in its GGUF (looked up on first use of model.tokenizer). A given
 -- ember.Tokenizer is compared with the GGUF's embedded vocabulary, when it has one (size, BOS/EOS,

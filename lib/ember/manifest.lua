@@ -95,9 +95,11 @@ function M.settings_section(gen)
   })
 end
 
--- execution_section(model) -> how it was computed (kernel set, threads): recorded, not semantic.
+-- execution_section(model) -> how it was computed: kernel set and threads (recorded), and the KV
+-- cache type (a numerics setting: compare treats it as semantic).
 function M.execution_section(model)
-  return json.ordered({ "kernels", "threads" }, { kernels = model.info.kernels, threads = model.info.threads })
+  return json.ordered({ "kernels", "threads", "kv_cache" }, { kernels = model.info.kernels,
+    threads = model.info.threads, kv_cache = model.info.kv_cache or "f32" })
 end
 
 -- experiment_section(exp, args, out): what ran and whether it changed execution. Members of a

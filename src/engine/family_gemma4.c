@@ -81,11 +81,9 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
             if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
             heads_norm_rope(ops, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
             heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
-            memcpy(s->k_cache[l] + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
-            memcpy(s->v_cache[l] + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
+            ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
         }
-        ember_attention(m, L, 1.0f, L->sliding ? m->window : 0, w->scores, w->q, s->k_cache[L->kv_source],
-                        s->v_cache[L->kv_source], w->att, pos0, n);
+        ember_attention(s, L, 1.0f, L->sliding ? m->window : 0, w->q, w->att, pos0, n);
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         rmsnorm_rows(ops, w->attn, L->post_attn_norm, n, d, eps);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;

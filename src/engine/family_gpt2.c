@@ -38,12 +38,10 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         layernorm_rows(ops, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
         ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
         ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
-        for (int64_t t = 0; t < n; t++) { /* split the fused rows [q | k | v] */
+        for (int64_t t = 0; t < n; t++) /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
-            memcpy(s->k_cache[l] + (pos0 + t) * d, w->qkv + t * 3 * d + d, (size_t)d * sizeof(float));
-            memcpy(s->v_cache[l] + (pos0 + t) * d, w->qkv + t * 3 * d + 2 * d, (size_t)d * sizeof(float));
-        }
-        ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, s->k_cache[l], s->v_cache[l], w->att, pos0, n);
+        ember_kv_store(s, l, pos0, n, w->qkv + d, w->qkv + 2 * d, 3 * d);
+        ember_attention(s, L, m->attn_scale, 0, w->q, w->att, pos0, n);
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_add_bias(w->attn, L->bo, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;

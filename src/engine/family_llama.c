@@ -44,10 +44,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ember_add_bias(w->v, L->bv, n, L->kv_dim);
         norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
         norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
-        float *kc = s->k_cache[l], *vc = s->v_cache[l];
-        memcpy(kc + pos0 * L->kv_dim, w->k, (size_t)(n * L->kv_dim) * sizeof(float));
-        memcpy(vc + pos0 * L->kv_dim, w->v, (size_t)(n * L->kv_dim) * sizeof(float));
-        ember_attention(m, L, m->attn_scale, 0, w->scores, w->q, kc, vc, w->att, pos0, n);
+        ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
+        ember_attention(s, L, m->attn_scale, 0, w->q, w->att, pos0, n);
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);

@@ -289,6 +289,12 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     }
     if (st != EMBER_OK) goto fail;
 
+    static const ember_type kv_types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16};
+    if ((unsigned)p->kv_cache > EMBER_KV_BF16) {
+        st = ember_error_set(err, EMBER_ERR_ARG, "%s: unknown KV cache type %d", p->path, (int)p->kv_cache);
+        goto fail;
+    }
+    m->kv_type = kv_types[p->kv_cache];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
     if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
@@ -314,6 +320,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .n_threads = n_threads,
         .experimental = m->family == EMBER_FAMILY_QWEN2,
         .repacked_bytes = ember_compute_packed_bytes(m->compute),
+        .kv_cache = ember_kv_type_name(p->kv_cache),
     };
     *out = m;
     return EMBER_OK;
@@ -336,6 +343,20 @@ void ember_model_free(ember_model *m) {
 }
 
 const ember_model_info *ember_model_get_info(const ember_model *m) { return &m->info; }
+
+const char *ember_kv_type_name(ember_kv_type t) {
+    return t == EMBER_KV_F16 ? "f16" : t == EMBER_KV_BF16 ? "bf16" : "f32";
+}
+
+bool ember_kv_type_parse(const char *s, ember_kv_type *out) {
+    static const ember_kv_type all[] = {EMBER_KV_F32, EMBER_KV_F16, EMBER_KV_BF16};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, ember_kv_type_name(all[i])) == 0) {
+            *out = all[i];
+            return true;
+        }
+    return false;
+}
 const ember_gguf *ember_model_gguf(const ember_model *m) { return m->gguf; }
 
 uint64_t ember_model_weight_bytes_per_token(const ember_model *m) {

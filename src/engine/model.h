@@ -54,6 +54,7 @@ struct ember_model {
     const ember_kernel_ops *ops;  /* = ember_compute_ops(compute) */
     ember_compute *compute;       /* kernel table, thread pool, activation scratch (kernels/compute.c) */
     ember_forward_fn forward;
+    ember_type kv_type;           /* element type of the sessions' KV caches: F32, F16 or BF16 */
 
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int64_t n_rot;       /* rotated dims per head */
@@ -98,7 +99,7 @@ typedef struct {
     float *ple;    /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
     float *ple_gate; /* (n, ple_dim) */
     float *ple_row;  /* (n_layer*ple_dim) one token's per-layer embedding row */
-    float *scores; /* (n_threads, n_ctx) one head's attention scores per thread */
+    float *scores; /* ember_attention_scratch_floats(n_threads, n_ctx, n_head, max head size) */
     float *last;   /* (n_embd) final-normed hidden of the last token */
     float *logits; /* (n_vocab) */
 } ember_workspace;
@@ -106,7 +107,7 @@ typedef struct {
 struct ember_session {
     ember_model *model;
     int64_t n_ctx, pos;
-    float **k_cache, **v_cache; /* (n_layer) -> (n_ctx, kv_dim) or NULL for shared-KV layers */
+    void **k_cache, **v_cache; /* (n_layer) -> (n_ctx, kv_dim) in model->kv_type, or NULL for shared-KV layers */
     ember_workspace ws;
     ember_phase phase;  /* of the evaluation in progress */
     bool has_logits;
@@ -117,11 +118,15 @@ struct ember_session {
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
 
-/* Causal attention of n new tokens (positions pos0..pos0+n-1) over one layer's cache, heads split
- * over the model's threads. window > 0: a query at p sees keys p-window+1..p only.
- * q: (n, n_head*hd), kc/vc: (n_ctx, kv_dim), scores: (n_threads, pos0+n) scratch. */
-void ember_attention(const ember_model *m, const ember_layer *L, float scale, int64_t window, float *scores,
-                     const float *q, const float *kc, const float *vc, float *att, int64_t pos0, int64_t n);
+/* Writes the keys and values of n tokens at positions pos..pos+n-1 into layer l's cache, converted
+ * to the cache's type (round to nearest even). Row t of k and v starts at t * row_stride. */
+void ember_kv_store(struct ember_session *s, int64_t l, int64_t pos, int64_t n, const float *k, const float *v,
+                    int64_t row_stride);
+/* Causal attention of n new tokens (positions pos0..pos0+n-1) over the cache layer L reads
+ * (L->kv_source), threaded by the compute context. window > 0: a query at p sees keys
+ * p-window+1..p only. q: (n, n_head*hd), att: (n, n_head*hd). */
+void ember_attention(struct ember_session *s, const ember_layer *L, float scale, int64_t window, const float *q,
+                     float *att, int64_t pos0, int64_t n);
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
 /* The end every family shares, after its final norm has filled ws.last: before_logits, the LM

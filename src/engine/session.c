@@ -44,7 +44,11 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     s->allow_nonfinite = m->allow_nonfinite;
     s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
-    s->ws.scores = malloc((size_t)n_ctx * (size_t)ember_compute_threads(m->compute) * sizeof(float));
+    int64_t hd_max = 1;
+    for (int64_t l = 0; l < m->n_layer; l++)
+        if (m->layers[l].head_dim > hd_max) hd_max = m->layers[l].head_dim;
+    s->ws.scores = malloc((size_t)ember_attention_scratch_floats(ember_compute_threads(m->compute), n_ctx, m->n_head,
+                                                                 hd_max) * sizeof(float));
     s->ws.last = malloc((size_t)m->n_embd * sizeof(float));
     s->ws.logits = calloc((size_t)m->n_vocab, sizeof(float));
     s->ws.ple_row = malloc((size_t)(m->n_layer * m->ple_dim + 1) * sizeof(float));
@@ -52,7 +56,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     for (int64_t l = 0; ok && l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
         if (L->kv_source != l) continue; /* reads another layer's cache */
-        size_t bytes = (size_t)n_ctx * (size_t)L->kv_dim * sizeof(float);
+        size_t bytes = ember_type_row_size(m->kv_type, n_ctx * L->kv_dim);
         s->k_cache[l] = malloc(bytes);
         s->v_cache[l] = malloc(bytes);
         ok = s->k_cache[l] && s->v_cache[l];

@@ -292,28 +292,6 @@ EMBER_AI float dot16(const float *a, const float *b, int64_t n) {
 
 static float avx2_dot_f32(const float *a, const float *b, int64_t n) { return dot16(a, b, n); }
 
-/* Dot products of q with 4 keys at once: 4 independent chains, each key in exactly dot16's order. */
-EMBER_AI void dot16_x4(const float *q, const float *k, int64_t stride, int64_t n, float *out) {
-    __m256 lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
-    const int64_t n16 = n & ~(int64_t)15;
-    for (int64_t i = 0; i < n16; i += 16) {
-        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            lo[r] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k + r * stride + i), lo[r]);
-            hi[r] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k + r * stride + i + 8), hi[r]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        float s = ember_reduce16(lo[r], hi[r]);
-        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], k[r * stride + i], s);
-        out[r] = s;
-    }
-}
-
 EMBER_AI __m256 exp256(__m256 x) {
     x = _mm256_max_ps(_mm256_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
     x = _mm256_min_ps(_mm256_set1_ps(EMBER_EXP_HI), x);
@@ -332,78 +310,117 @@ EMBER_AI __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
-static void avx2_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
-                           int64_t hd, float scale, float *scores, float *out) {
-    int64_t key = 0;
-    for (; key + 4 <= n_keys; key += 4) {
-        dot16_x4(q, k + key * kv_stride, kv_stride, hd, scores + key);
-        for (int r = 0; r < 4; r++) scores[key + r] *= scale;
+/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ---- */
+
+/* Scores of q with 4 keys at once (4 independent chains), each in the common reduction order
+ * (lanes 0-7 and 8-15 in two registers); k holds the keys `stride` bytes apart. */
+EMBER_AI void kdot_x4(load8_fn load, load1_fn load1, const float *q, const uint8_t *k, size_t stride, int64_t n,
+                      float *out) {
+    __m256 lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            lo[r] = _mm256_fmadd_ps(q0, load(k + r * stride, i), lo[r]);
+            hi[r] = _mm256_fmadd_ps(q1, load(k + r * stride, i + 8), hi[r]);
+        }
     }
-    for (; key < n_keys; key++) scores[key] = dot16(q, k + key * kv_stride, hd) * scale;
-    float mx = -INFINITY;
-    for (key = 0; key < n_keys; key++) mx = scores[key] > mx ? scores[key] : mx;
-    /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
-    const __m256 vmx = _mm256_set1_ps(mx);
-    const int64_t n16 = n_keys & ~(int64_t)15;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        float s = ember_reduce16(lo[r], hi[r]);
+        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k + r * stride, i), s);
+        out[r] = s;
+    }
+}
+
+EMBER_AI float kdot(load8_fn load, load1_fn load1, const float *q, const uint8_t *k, int64_t n) {
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n16; j += 16) {
-        __m256 e0 = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
-        __m256 e1 = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j + 8), vmx));
-        _mm256_storeu_ps(scores + j, e0);
-        _mm256_storeu_ps(scores + j + 8, e1);
-        lo = _mm256_add_ps(lo, e0);
-        hi = _mm256_add_ps(hi, e1);
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load(k, i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load(k, i + 8), hi);
     }
-    float sum = ember_reduce16(lo, hi);
-    for (int64_t j = n16; j < n_keys; j++) {
-        scores[j] = ember_s_exp(scores[j] - mx);
-        sum += scores[j];
+    float s = ember_reduce16(lo, hi);
+    for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k, i), s);
+    return s;
+}
+
+/* out[d] = sum_j e_j v_j[d] over the n keys in j order, for d in blocks of 8*C (C chains) */
+#define EMBER_ACC_BLOCKS(C)                                                                                            \
+    for (; d + 8 * (C) <= h8; d += 8 * (C)) {                                                                          \
+        __m256 o[C];                                                                                                   \
+        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm256_setzero_ps();                             \
+        for (int64_t jj = 0; jj < n; jj++) {                                                                           \
+            const uint8_t *vj = v + (size_t)jj * stride;                                                               \
+            const __m256 p = _mm256_set1_ps(e[jj]);                                                                    \
+            _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm256_fmadd_ps(p, load(vj, d + 8 * c), o[c]); \
+        }                                                                                                              \
+        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) _mm256_storeu_ps(out + d + 8 * c, o[c]);                \
     }
-    const __m256 vsum = _mm256_set1_ps(sum);
-    const int64_t n8 = n_keys & ~(int64_t)7;
-    for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(scores + j, _mm256_div_ps(_mm256_loadu_ps(scores + j), vsum));
-    for (int64_t j = n8; j < n_keys; j++) scores[j] /= sum;
-    /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
-    const int64_t h8 = hd & ~(int64_t)7;
-    int64_t d = 0;
-    for (; d + 64 <= h8; d += 64) { /* 8 independent chains per key step */
-        __m256 o[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float *vj = v + j * kv_stride + d;
-            const __m256 p = _mm256_set1_ps(scores[j]);
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), o[c]);
+
+EMBER_AI void chunk_rows(load8_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
+                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+    const int64_t hd = a->hd;
+    const size_t stride = (size_t)a->kv_stride * esize;
+    for (int r = 0; r < a->n_rows; r++) {
+        const int64_t lo = a->lo[r] > k0 ? a->lo[r] : k0, hi = a->hi[r] < k1 ? a->hi[r] : k1, n = hi - lo;
+        if (n <= 0) {
+            m[r] = -INFINITY;
+            continue;
         }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + d + 8 * c, o[c]);
-    }
-    for (; d + 32 <= h8; d += 32) {
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float *vj = v + j * kv_stride + d;
-            const __m256 p = _mm256_set1_ps(scores[j]);
-            o0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj), o0);
-            o1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8), o1);
-            o2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 16), o2);
-            o3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 24), o3);
+        const float *q = a->q[r];
+        const uint8_t *k = (const uint8_t *)a->k + (size_t)lo * stride, *v = (const uint8_t *)a->v + (size_t)lo * stride;
+        float *e = scores + (size_t)r * EMBER_ATTN_CHUNK, *out = acc + (size_t)r * hd;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            kdot_x4(load, load1, q, k + (size_t)j * stride, stride, hd, e + j);
+            for (int i = 0; i < 4; i++) e[j + i] *= a->scale;
         }
-        _mm256_storeu_ps(out + d, o0);
-        _mm256_storeu_ps(out + d + 8, o1);
-        _mm256_storeu_ps(out + d + 16, o2);
-        _mm256_storeu_ps(out + d + 24, o3);
+        for (; j < n; j++) e[j] = kdot(load, load1, q, k + (size_t)j * stride, hd) * a->scale;
+        float mx = -INFINITY;
+        for (j = 0; j < n; j++) mx = e[j] > mx ? e[j] : mx;
+        /* e_j = exp(s_j - max); their sum in the common order */
+        const __m256 vmx = _mm256_set1_ps(mx);
+        const int64_t n16 = n & ~(int64_t)15;
+        __m256 slo = _mm256_setzero_ps(), shi = _mm256_setzero_ps();
+        for (j = 0; j < n16; j += 16) {
+            const __m256 x0 = exp256(_mm256_sub_ps(_mm256_loadu_ps(e + j), vmx));
+            const __m256 x1 = exp256(_mm256_sub_ps(_mm256_loadu_ps(e + j + 8), vmx));
+            _mm256_storeu_ps(e + j, x0);
+            _mm256_storeu_ps(e + j + 8, x1);
+            slo = _mm256_add_ps(slo, x0);
+            shi = _mm256_add_ps(shi, x1);
+        }
+        float sum = ember_reduce16(slo, shi);
+        for (j = n16; j < n; j++) {
+            e[j] = ember_s_exp(e[j] - mx);
+            sum += e[j];
+        }
+        m[r] = mx;
+        l[r] = sum;
+        /* acc[d] = sum_j e_j v_j[d], in j order by fused multiply-add */
+        const int64_t h8 = hd & ~(int64_t)7;
+        int64_t d = 0;
+        EMBER_ACC_BLOCKS(8)
+        EMBER_ACC_BLOCKS(4)
+        EMBER_ACC_BLOCKS(1)
+        for (; d < hd; d++) {
+            float o = 0.0f;
+            for (j = 0; j < n; j++) o = fmaf(e[j], load1(v + (size_t)j * stride, d), o);
+            out[d] = o;
+        }
     }
-    for (; d < h8; d += 8) {
-        __m256 o0 = _mm256_setzero_ps();
-        for (int64_t j = 0; j < n_keys; j++)
-            o0 = _mm256_fmadd_ps(_mm256_set1_ps(scores[j]), _mm256_loadu_ps(v + j * kv_stride + d), o0);
-        _mm256_storeu_ps(out + d, o0);
-    }
-    for (; d < hd; d++) {
-        float o = 0.0f;
-        for (int64_t j = 0; j < n_keys; j++) o = fmaf(scores[j], v[j * kv_stride + d], o);
-        out[d] = o;
+}
+
+static void avx2_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
+                            float *acc) {
+    switch (a->kv_type) {
+    case EMBER_TYPE_F16: chunk_rows(load8_f16, ember_weight_f16, 2, a, k0, k1, scores, m, l, acc); break;
+    case EMBER_TYPE_BF16: chunk_rows(load8_bf16, ember_weight_bf16, 2, a, k0, k1, scores, m, l, acc); break;
+    default: chunk_rows(load8_f32, ember_weight_f32, 4, a, k0, k1, scores, m, l, acc); break;
     }
 }
 
@@ -463,7 +480,7 @@ const ember_kernel_ops ember_kernels_avx2 = {
         EMBER_MM_REFERENCE_PRODUCTS,
     },
     .dot_f32 = avx2_dot_f32,
-    .attn_head = avx2_attn_head,
+    .attn_chunk = avx2_attn_chunk,
     .rmsnorm = avx2_rmsnorm,
     .layernorm = ember_layernorm,
     .silu_mul = avx2_silu_mul,

@@ -302,92 +302,106 @@ EMBER_AI __m512 exp512(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
-/* Dot products of q with 4 keys at once: 4 independent chains (one key's chain is latency-bound),
- * each key in exactly dot16's order. */
-EMBER_AI void dot16_x4(const float *q, const float *k, int64_t stride, int64_t n, float *out) {
+/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ---- */
+
+/* Scores of q with 4 keys at once (4 independent chains: one key's chain is latency-bound), each
+ * in the common reduction order; k holds the keys `stride` bytes apart. */
+EMBER_AI void kdot_x4(load16_fn load, load1_fn load1, const float *q, const uint8_t *k, size_t stride, int64_t n,
+                      float *out) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t n16 = n & ~(int64_t)15;
     for (int64_t i = 0; i < n16; i += 16) {
         const __m512 qv = _mm512_loadu_ps(q + i);
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + r * stride + i), acc[r]);
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(qv, load(k + r * stride, i), acc[r]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         float s = reduce512(acc[r]);
-        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], k[r * stride + i], s);
+        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k + r * stride, i), s);
         out[r] = s;
     }
 }
 
-static void avx512_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
-                             int64_t hd, float scale, float *scores, float *out) {
-    int64_t key = 0;
-    for (; key + 4 <= n_keys; key += 4) {
-        dot16_x4(q, k + key * kv_stride, kv_stride, hd, scores + key);
-        for (int r = 0; r < 4; r++) scores[key + r] *= scale;
-    }
-    for (; key < n_keys; key++) scores[key] = dot16(q, k + key * kv_stride, hd) * scale;
-    float mx = -INFINITY;
-    for (key = 0; key < n_keys; key++) mx = scores[key] > mx ? scores[key] : mx;
-    /* softmax: e_j = exp(s_j - max), sum in the common order, p_j = e_j / sum */
-    const __m512 vmx = _mm512_set1_ps(mx);
-    const int64_t n16 = n_keys & ~(int64_t)15;
+EMBER_AI float kdot(load16_fn load, load1_fn load1, const float *q, const uint8_t *k, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n16; j += 16) {
-        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vmx));
-        _mm512_storeu_ps(scores + j, e);
-        acc = _mm512_add_ps(acc, e);
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load(k, i), acc);
+    float s = reduce512(acc);
+    for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k, i), s);
+    return s;
+}
+
+/* out[d] = sum_j e_j v_j[d] over the n keys in j order, for d in blocks of 16*C (C chains) */
+#define EMBER_ACC_BLOCKS(C)                                                                                            \
+    for (; d + 16 * (C) <= h16; d += 16 * (C)) {                                                                       \
+        __m512 o[C];                                                                                                   \
+        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm512_setzero_ps();                             \
+        for (int64_t jj = 0; jj < n; jj++) {                                                                           \
+            const uint8_t *vj = v + (size_t)jj * stride;                                                               \
+            const __m512 p = _mm512_set1_ps(e[jj]);                                                                    \
+            _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm512_fmadd_ps(p, load(vj, d + 16 * c), o[c]); \
+        }                                                                                                              \
+        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) _mm512_storeu_ps(out + d + 16 * c, o[c]);               \
     }
-    float sum = reduce512(acc);
-    for (int64_t j = n16; j < n_keys; j++) {
-        scores[j] = ember_s_exp(scores[j] - mx);
-        sum += scores[j];
-    }
-    const __m512 vsum = _mm512_set1_ps(sum);
-    for (int64_t j = 0; j < n16; j += 16) _mm512_storeu_ps(scores + j, _mm512_div_ps(_mm512_loadu_ps(scores + j), vsum));
-    for (int64_t j = n16; j < n_keys; j++) scores[j] /= sum;
-    /* out[d] = sum_j p_j v_j[d], accumulated in j order with fused multiply-adds */
-    const int64_t h16 = hd & ~(int64_t)15;
-    int64_t d = 0;
-    for (; d + 128 <= h16; d += 128) { /* 8 independent chains per key step */
-        __m512 o[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) o[c] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float *vj = v + j * kv_stride + d;
-            const __m512 p = _mm512_set1_ps(scores[j]);
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), o[c]);
+
+EMBER_AI void chunk_rows(load16_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
+                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+    const int64_t hd = a->hd;
+    const size_t stride = (size_t)a->kv_stride * esize;
+    for (int r = 0; r < a->n_rows; r++) {
+        const int64_t lo = a->lo[r] > k0 ? a->lo[r] : k0, hi = a->hi[r] < k1 ? a->hi[r] : k1, n = hi - lo;
+        if (n <= 0) {
+            m[r] = -INFINITY;
+            continue;
         }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) _mm512_storeu_ps(out + d + 16 * c, o[c]);
-    }
-    for (; d + 64 <= h16; d += 64) {
-        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        for (int64_t j = 0; j < n_keys; j++) {
-            const float *vj = v + j * kv_stride + d;
-            const __m512 p = _mm512_set1_ps(scores[j]);
-            o0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj), o0);
-            o1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16), o1);
-            o2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 32), o2);
-            o3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 48), o3);
+        const float *q = a->q[r];
+        const uint8_t *k = (const uint8_t *)a->k + (size_t)lo * stride, *v = (const uint8_t *)a->v + (size_t)lo * stride;
+        float *e = scores + (size_t)r * EMBER_ATTN_CHUNK, *out = acc + (size_t)r * hd;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            kdot_x4(load, load1, q, k + (size_t)j * stride, stride, hd, e + j);
+            for (int i = 0; i < 4; i++) e[j + i] *= a->scale;
         }
-        _mm512_storeu_ps(out + d, o0);
-        _mm512_storeu_ps(out + d + 16, o1);
-        _mm512_storeu_ps(out + d + 32, o2);
-        _mm512_storeu_ps(out + d + 48, o3);
+        for (; j < n; j++) e[j] = kdot(load, load1, q, k + (size_t)j * stride, hd) * a->scale;
+        float mx = -INFINITY;
+        for (j = 0; j < n; j++) mx = e[j] > mx ? e[j] : mx;
+        /* e_j = exp(s_j - max); their sum in the common order */
+        const __m512 vmx = _mm512_set1_ps(mx);
+        const int64_t n16 = n & ~(int64_t)15;
+        __m512 vs = _mm512_setzero_ps();
+        for (j = 0; j < n16; j += 16) {
+            const __m512 x = exp512(_mm512_sub_ps(_mm512_loadu_ps(e + j), vmx));
+            _mm512_storeu_ps(e + j, x);
+            vs = _mm512_add_ps(vs, x);
+        }
+        float sum = reduce512(vs);
+        for (j = n16; j < n; j++) {
+            e[j] = ember_s_exp(e[j] - mx);
+            sum += e[j];
+        }
+        m[r] = mx;
+        l[r] = sum;
+        /* acc[d] = sum_j e_j v_j[d], in j order by fused multiply-add */
+        const int64_t h16 = hd & ~(int64_t)15;
+        int64_t d = 0;
+        EMBER_ACC_BLOCKS(8)
+        EMBER_ACC_BLOCKS(4)
+        EMBER_ACC_BLOCKS(1)
+        for (; d < hd; d++) {
+            float o = 0.0f;
+            for (j = 0; j < n; j++) o = fmaf(e[j], load1(v + (size_t)j * stride, d), o);
+            out[d] = o;
+        }
     }
-    for (; d < h16; d += 16) {
-        __m512 o0 = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n_keys; j++)
-            o0 = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), _mm512_loadu_ps(v + j * kv_stride + d), o0);
-        _mm512_storeu_ps(out + d, o0);
-    }
-    for (; d < hd; d++) {
-        float o = 0.0f;
-        for (int64_t j = 0; j < n_keys; j++) o = fmaf(scores[j], v[j * kv_stride + d], o);
-        out[d] = o;
+}
+
+static void avx512_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
+                              float *acc) {
+    switch (a->kv_type) {
+    case EMBER_TYPE_F16: chunk_rows(load16_f16, ember_weight_f16, 2, a, k0, k1, scores, m, l, acc); break;
+    case EMBER_TYPE_BF16: chunk_rows(load16_bf16, ember_weight_bf16, 2, a, k0, k1, scores, m, l, acc); break;
+    default: chunk_rows(load16_f32, ember_weight_f32, 4, a, k0, k1, scores, m, l, acc); break;
     }
 }
 
@@ -446,7 +460,7 @@ const ember_kernel_ops ember_kernels_avx512 = {
         EMBER_MM_REFERENCE_PRODUCTS,
     },
     .dot_f32 = avx512_dot_f32,
-    .attn_head = avx512_attn_head,
+    .attn_chunk = avx512_attn_chunk,
     .rmsnorm = avx512_rmsnorm,
     .layernorm = ember_layernorm,
     .silu_mul = avx512_silu_mul,

@@ -3,6 +3,7 @@
  * what a kernel computes: it only decides which thread computes which output rows or heads. */
 #include "kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,29 +311,169 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
     pthread_mutex_unlock(&c->mu);
 }
 
+/* ---- attention: chunks of keys, each chunk's partials folded in chunk order ----
+ *
+ * Every query row (one query head of one token) is computed the same way whatever the thread
+ * count or the grouping of rows: its visible keys are cut at multiples of EMBER_ATTN_CHUNK
+ * (absolute positions), ops->attn_chunk gives each chunk's (max, sum, weighted values), and the
+ * chunks are folded in increasing order (attn_fold). So results are identical for every thread
+ * count and for either way of splitting the work below, and avx2 = avx512 as long as their
+ * attn_chunk agree (they do bit for bit; docs/kernels.md). */
+
+/* Floats of per-thread scratch: one call's scores, its partials and the running fold, for up to
+ * EMBER_ATTN_MAX_ROWS rows of hd values. */
+static int64_t attn_thread_floats(int64_t hd) { return (int64_t)EMBER_ATTN_MAX_ROWS * (EMBER_ATTN_CHUNK + 2 * hd + 4); }
+
+int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_head, int64_t hd_max) {
+    const int64_t chunks = (n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK;
+    return (int64_t)n_threads * attn_thread_floats(hd_max) + n_head * chunks * (hd_max + 2);
+}
+
+/* Folds one chunk's partial (mc, lc, ac) into a row's running (M, L, A). A chunk without visible
+ * keys (mc = -inf) changes nothing; the first one is taken as it is. */
+static void attn_fold(float *M, float *L, float *A, float mc, float lc, const float *ac, int64_t hd) {
+    if (mc == -INFINITY) return;
+    if (*M == -INFINITY) {
+        *M = mc;
+        *L = lc;
+        memcpy(A, ac, (size_t)hd * sizeof(float));
+        return;
+    }
+    const float mn = mc > *M ? mc : *M, a = expf(*M - mn), b = expf(mc - mn);
+    *L = *L * a + lc * b;
+    for (int64_t d = 0; d < hd; d++) A[d] = A[d] * a + ac[d] * b;
+    *M = mn;
+}
+
 typedef struct {
     const ember_kernel_ops *ops;
     const ember_attention_args *a;
-} attention_job;
+    int64_t group;      /* query heads per KV head */
+    int64_t heads;      /* query heads per item (a row group of one KV head) */
+    int64_t n_rg;       /* row groups per KV head */
+    int64_t tile;       /* tokens per item (tiled path) */
+    int64_t n_tiles;
+    int64_t n_chunks;   /* chunks of the whole cache (split path: partial slots per head) */
+    int64_t c_first, c_count; /* split path: the chunks the single token sees */
+    size_t esize;       /* bytes per cache element */
+    float *part;        /* split path: (n_head, n_chunks, hd + 2) partials */
+} attn_job;
 
-/* Items are (head, token) pairs in head-major order, so a thread's contiguous share is whole heads
- * over every token: equal causal work per thread. Each head runs ops->attn_head on its own. */
-static void attention_items(void *arg, int64_t begin, int64_t end, int tid) {
-    const attention_job *j = arg;
+/* The rows of item (g, rg) for tokens [t0, t0 + nt): query head-major within a token. */
+static void attn_rows_of(const attn_job *j, int64_t g, int64_t rg, int64_t t0, int64_t nt, ember_attn_rows *r) {
     const ember_attention_args *a = j->a;
-    const int64_t hd = a->hd, group = a->n_head / a->n_head_kv;
-    float *scores = a->scores + tid * a->scores_stride;
+    const int64_t hd = a->hd, h0 = g * j->group + rg * j->heads;
+    r->n_rows = 0;
+    r->k = (const uint8_t *)a->k + (size_t)(g * hd) * j->esize;
+    r->v = (const uint8_t *)a->v + (size_t)(g * hd) * j->esize;
+    r->kv_stride = a->kv_stride;
+    r->kv_type = a->kv_type;
+    r->hd = hd;
+    r->scale = a->scale;
+    for (int64_t t = t0; t < t0 + nt; t++) {
+        const int64_t p = a->pos0 + t, first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        for (int64_t h = h0; h < h0 + j->heads; h++) {
+            r->q[r->n_rows] = a->q + (t * a->n_head + h) * hd;
+            r->lo[r->n_rows] = first;
+            r->hi[r->n_rows] = p + 1;
+            r->n_rows++;
+        }
+    }
+}
+
+/* Tiled path: an item is (KV head, row group, tile of tokens); it walks its chunks in order and
+ * folds them as it goes. Tiles are taken from both ends alternately (0, last, 1, last-1, ...) so
+ * that a thread's contiguous share of items holds about as much causal work as another's. */
+static void attn_tiled_items(void *arg, int64_t begin, int64_t end, int tid) {
+    const attn_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd;
+    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd), *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK,
+          *l = m + EMBER_ATTN_MAX_ROWS, *acc = l + EMBER_ATTN_MAX_ROWS, *M = acc + EMBER_ATTN_MAX_ROWS * hd,
+          *L = M + EMBER_ATTN_MAX_ROWS, *A = L + EMBER_ATTN_MAX_ROWS;
     for (int64_t it = begin; it < end; it++) {
-        const int64_t h = it / a->n, t = it % a->n, p = a->pos0 + t;
-        const int64_t first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        const int64_t kvh = h / group; /* grouped-query attention: query heads share a KV head */
-        j->ops->attn_head(a->q + (t * a->n_head + h) * hd, a->k + first * a->kv_stride + kvh * hd,
-                          a->v + first * a->kv_stride + kvh * hd, a->kv_stride, p + 1 - first, hd, a->scale, scores,
-                          a->out + (t * a->n_head + h) * hd);
+        const int64_t per_kv = j->n_rg * j->n_tiles, g = it / per_kv, rg = it % per_kv / j->n_tiles;
+        const int64_t z = it % j->n_tiles, tile = z % 2 == 0 ? z / 2 : j->n_tiles - 1 - z / 2;
+        const int64_t t0 = tile * j->tile, nt = a->n - t0 < j->tile ? a->n - t0 : j->tile;
+        ember_attn_rows rows;
+        attn_rows_of(j, g, rg, t0, nt, &rows);
+        int64_t lo = rows.lo[0], hi = 0;
+        for (int r = 0; r < rows.n_rows; r++) {
+            M[r] = -INFINITY;
+            if (rows.lo[r] < lo) lo = rows.lo[r];
+            if (rows.hi[r] > hi) hi = rows.hi[r];
+        }
+        for (int64_t k0 = lo / EMBER_ATTN_CHUNK * EMBER_ATTN_CHUNK; k0 < hi; k0 += EMBER_ATTN_CHUNK) {
+            j->ops->attn_chunk(&rows, k0, k0 + EMBER_ATTN_CHUNK, scores, m, l, acc);
+            for (int r = 0; r < rows.n_rows; r++) attn_fold(&M[r], &L[r], A + r * hd, m[r], l[r], acc + r * hd, hd);
+        }
+        for (int r = 0; r < rows.n_rows; r++) {
+            float *out = a->out + (rows.q[r] - a->q);
+            for (int64_t d = 0; d < hd; d++) out[d] = A[r * hd + d] / L[r];
+        }
+    }
+}
+
+/* Split path, for one token when KV heads are too few to keep every thread busy: an item is
+ * (KV head, row group, chunk); its partials go to their slots, folded afterwards per head. */
+static void attn_split_items(void *arg, int64_t begin, int64_t end, int tid) {
+    const attn_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd;
+    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd), *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK,
+          *l = m + EMBER_ATTN_MAX_ROWS, *acc = l + EMBER_ATTN_MAX_ROWS;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t c = j->c_first + it % j->c_count, grp = it / j->c_count, g = grp / j->n_rg, rg = grp % j->n_rg;
+        ember_attn_rows rows;
+        attn_rows_of(j, g, rg, 0, 1, &rows);
+        j->ops->attn_chunk(&rows, c * EMBER_ATTN_CHUNK, (c + 1) * EMBER_ATTN_CHUNK, scores, m, l, acc);
+        for (int r = 0; r < rows.n_rows; r++) {
+            const int64_t h = g * j->group + rg * j->heads + r;
+            float *slot = j->part + (h * j->n_chunks + c) * (hd + 2);
+            slot[0] = m[r];
+            slot[1] = l[r];
+            memcpy(slot + 2, acc + r * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+static void attn_split_fold(void *arg, int64_t begin, int64_t end, int tid) {
+    const attn_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd;
+    float *M = a->scratch + (int64_t)tid * attn_thread_floats(hd), *L = M + 1, *A = L + 1;
+    for (int64_t h = begin; h < end; h++) {
+        *M = -INFINITY;
+        for (int64_t c = j->c_first; c < j->c_first + j->c_count; c++) {
+            const float *slot = j->part + (h * j->n_chunks + c) * (hd + 2);
+            attn_fold(M, L, A, slot[0], slot[1], slot + 2, hd);
+        }
+        float *out = a->out + h * hd;
+        for (int64_t d = 0; d < hd; d++) out[d] = A[d] / *L;
     }
 }
 
 void ember_compute_attention(ember_compute *c, const ember_attention_args *a) {
-    attention_job j = {.ops = c->ops, .a = a};
-    ember_pool_for(c->pool, a->n * a->n_head, 1, attention_items, &j);
+    const int threads = ember_pool_threads(c->pool);
+    attn_job j = {.ops = c->ops, .a = a, .group = a->n_head / a->n_head_kv};
+    j.heads = j.group < EMBER_ATTN_MAX_ROWS ? j.group : EMBER_ATTN_MAX_ROWS;
+    while (j.group % j.heads) j.heads--; /* row groups split a KV head's query heads evenly */
+    j.n_rg = j.group / j.heads;
+    j.tile = EMBER_ATTN_MAX_ROWS / j.heads;
+    j.n_tiles = (a->n + j.tile - 1) / j.tile;
+    j.esize = ember_type_row_size(a->kv_type, 1);
+    const int64_t groups = a->n_head_kv * j.n_rg;
+    if (a->n == 1 && groups < 2 * (int64_t)threads) {
+        const int64_t p = a->pos0, first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        j.c_first = first / EMBER_ATTN_CHUNK;
+        j.c_count = p / EMBER_ATTN_CHUNK - j.c_first + 1;
+        if (j.c_count > 1) {
+            j.n_chunks = a->n_chunks_cap;
+            j.part = a->scratch + (int64_t)threads * attn_thread_floats(a->hd);
+            ember_pool_for(c->pool, groups * j.c_count, 1, attn_split_items, &j);
+            ember_pool_for(c->pool, a->n_head, 1, attn_split_fold, &j);
+            return;
+        }
+    }
+    ember_pool_for(c->pool, groups * j.n_tiles, 1, attn_tiled_items, &j);
 }

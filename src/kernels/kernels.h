@@ -70,16 +70,40 @@ typedef struct {
     void (*pack)(const ember_matrix *w, void *dst);
 } ember_type_kernels;
 
+/* ---- attention over a KV cache, chunk by chunk ----
+ * Keys are cut into chunks of EMBER_ATTN_CHUNK positions (multiples of it from position 0); a
+ * kernel computes, for up to EMBER_ATTN_MAX_ROWS query rows sharing one KV head, each row's
+ * partial over one chunk, and ember_compute_attention folds the chunks in order (compute.c). */
+#define EMBER_ATTN_CHUNK 256
+#define EMBER_ATTN_MAX_ROWS 8
+
+typedef struct {
+    const float *q[EMBER_ATTN_MAX_ROWS]; /* row r's query (hd values) */
+    int64_t lo[EMBER_ATTN_MAX_ROWS], hi[EMBER_ATTN_MAX_ROWS]; /* keys lo[r] <= j < hi[r] are visible to row r */
+    int n_rows;
+    const void *k, *v;  /* this KV head's keys and values: key j starts at element j * kv_stride */
+    int64_t kv_stride;  /* elements from one position to the next */
+    ember_type kv_type; /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
+    int64_t hd;
+    float scale;        /* multiplies q . k */
+} ember_attn_rows;
+
+/* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale, m[r] = max s_j,
+ * e_j = exp(s_j - m[r]), l[r] = sum e_j and acc[r*hd + d] = sum e_j v_j[d]. A row with no visible
+ * key in the chunk gets m[r] = -INFINITY (l and acc untouched). scores: (EMBER_ATTN_MAX_ROWS,
+ * EMBER_ATTN_CHUNK) scratch. k1 - k0 <= EMBER_ATTN_CHUNK. */
+typedef void (*ember_attn_chunk_fn)(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m,
+                                    float *l, float *acc);
+
 typedef struct {
     const char *name;
     /* matrix products, indexed by weight type (types.h ids) */
     ember_type_kernels mm[EMBER_TYPE_COUNT];
     float (*dot_f32)(const float *a, const float *b, int64_t n);
 
-    /* One query head over n_keys cached positions: out (hd) = softmax(scale * q.K^T) V, where key j
-     * is k + j*kv_stride and value j is v + j*kv_stride. scores: n_keys floats of scratch. */
-    void (*attn_head)(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys, int64_t hd,
-                      float scale, float *scores, float *out);
+    /* Attention partials of the query rows `a` over the keys [k0, k1) of one chunk (contract
+     * below). */
+    ember_attn_chunk_fn attn_chunk;
 
     /* ---- small ops (same meaning as the ember_* reference functions below) ---- */
     void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);
@@ -184,16 +208,21 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
  * p = pos0 + t and first = max(0, p - window + 1) when window > 0 (else 0). */
 typedef struct {
     const float *q;        /* (n, n_head * hd) */
-    const float *k, *v;    /* (positions, kv_stride): key/value j of KV head g at j*kv_stride + g*hd */
+    const void *k, *v;     /* (positions, kv_stride) in kv_type: key/value j of KV head g at j*kv_stride + g*hd */
+    ember_type kv_type;    /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
     float *out;            /* (n, n_head * hd) */
-    float *scores;         /* (n_threads, scores_stride) scratch, scores_stride >= pos0 + n */
-    int64_t scores_stride;
+    float *scratch;        /* ember_attention_scratch_floats(threads, n_ctx, n_head, hd) floats */
+    int64_t n_chunks_cap;  /* chunks of the session's context: ceil(n_ctx / EMBER_ATTN_CHUNK) */
     int64_t n_head, n_head_kv, hd, kv_stride, pos0, n, window;
     float scale;
 } ember_attention_args;
-/* Splits (head, token) pairs over the pool in head-major order (each thread gets whole heads over
- * all tokens: equal causal work); each pair is ops->attn_head with that thread's scores. */
+/* Every row is the fold, in chunk order, of ops->attn_chunk's partials over its chunks (so the
+ * result does not depend on the thread count). The work is split over the pool as (KV head, its
+ * query heads, tile of tokens) items, each reading a chunk of K/V once for all its rows; a single
+ * token whose KV heads are fewer than twice the threads is split by chunks instead. */
 void ember_compute_attention(ember_compute *c, const ember_attention_args *a);
+/* Scratch floats ember_compute_attention needs for a context of n_ctx positions. */
+int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_head, int64_t hd_max);
 
 /* ---- small ops: the reference definitions (the reference table points at these) ---- */
 /* y = x / rms(x) * w (w may be NULL: no weight) */

@@ -101,14 +101,47 @@ void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa,
 }
 
 /* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
-static void ref_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_keys,
-                          int64_t hd, float scale, float *scores, float *out) {
-    for (int64_t j = 0; j < n_keys; j++) scores[j] = ref_dot_f32(q, k + j * kv_stride, hd) * scale;
-    ember_softmax(scores, n_keys);
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int64_t j = 0; j < n_keys; j++) {
-        const float *vj = v + j * kv_stride;
-        for (int64_t d = 0; d < hd; d++) out[d] += scores[j] * vj[d];
+/* Element i of a cache row of type t as f32 (exact). */
+static float kv_value(ember_type t, const uint8_t *row, int64_t i) {
+    uint16_t h;
+    if (t == EMBER_TYPE_F32) {
+        float f;
+        memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, row + 2 * i, 2);
+    return t == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
+}
+
+/* The partial of each row over its visible keys of the chunk: scores, their maximum, exp(s - max),
+ * the sum of those, and the values weighted by them, all in key order. */
+static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
+                           float *acc) {
+    const size_t stride = (size_t)a->kv_stride * (a->kv_type == EMBER_TYPE_F32 ? 4 : 2);
+    for (int r = 0; r < a->n_rows; r++) {
+        const int64_t lo = a->lo[r] > k0 ? a->lo[r] : k0, hi = a->hi[r] < k1 ? a->hi[r] : k1;
+        if (lo >= hi) {
+            m[r] = -INFINITY;
+            continue;
+        }
+        float *s = scores + (size_t)r * EMBER_ATTN_CHUNK, *out = acc + (size_t)r * a->hd;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int64_t j = lo; j < hi; j++) {
+            const uint8_t *kj = (const uint8_t *)a->k + (size_t)j * stride;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < a->hd; i++) dot += a->q[r][i] * kv_value(a->kv_type, kj, i);
+            s[j - lo] = dot * a->scale;
+            if (s[j - lo] > mx) mx = s[j - lo];
+        }
+        memset(out, 0, (size_t)a->hd * sizeof(float));
+        for (int64_t j = lo; j < hi; j++) {
+            const uint8_t *vj = (const uint8_t *)a->v + (size_t)j * stride;
+            const float e = expf(s[j - lo] - mx);
+            sum += e;
+            for (int64_t d = 0; d < a->hd; d++) out[d] += e * kv_value(a->kv_type, vj, d);
+        }
+        m[r] = mx;
+        l[r] = sum;
     }
 }
 
@@ -144,7 +177,7 @@ const ember_kernel_ops ember_kernels_reference = {
         EMBER_MM_REFERENCE_PRODUCTS,
     },
     .dot_f32 = ref_dot_f32,
-    .attn_head = ref_attn_head,
+    .attn_chunk = ref_attn_chunk,
     .rmsnorm = ember_rmsnorm,
     .layernorm = ember_layernorm,
     .silu_mul = ref_silu_mul,

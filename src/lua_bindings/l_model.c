@@ -75,6 +75,7 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     set_str(L, "kernels", in->kernels);
     set_int(L, "threads", in->n_threads);
     set_int(L, "repacked_bytes", (lua_Integer)in->repacked_bytes);
+    set_str(L, "kv_cache", in->kv_cache);
     lua_pushboolean(L, in->experimental);
     lua_setfield(L, -2, "experimental");
     set_str(L, "path", path);
@@ -86,8 +87,8 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
  * set_tokenizer.) provenance=true starts the file's digest before the weights are read, so it
  * overlaps loading and generation; verify_model=true also refuses the digest cache. */
 static int l_load(lua_State *L) {
-    static const char *const valid[] = {"model",           "arch",       "kernels",      "threads",
-                                        "allow_nonfinite", "provenance", "verify_model", NULL};
+    static const char *const valid[] = {"model",      "arch",         "kernels",  "threads", "allow_nonfinite",
+                                        "provenance", "verify_model", "kv_cache", NULL};
     ember_model_params p = {0};
     const char *kernels = "auto";
     bool provenance = false, verify = false;
@@ -110,6 +111,9 @@ static int l_load(lua_State *L) {
                               lua_typename(L, t));
         p.allow_nonfinite = lua_toboolean(L, -1);
         lua_pop(L, 1);
+        const char *kv = ember_lua_opt_str_field(L, 1, "load", "kv_cache", "f32");
+        if (!ember_kv_type_parse(kv, &p.kv_cache))
+            return luaL_error(L, "bad argument #1 to 'load' (option 'kv_cache' must be f32, f16 or bf16, got '%s')", kv);
         provenance = opt_bool_field(L, "provenance");
         verify = opt_bool_field(L, "verify_model");
     }

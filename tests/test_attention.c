@@ -137,7 +137,7 @@ static float *attend(ember_kernels k, int threads, const shape *sh, ember_type t
     ember_attention_args a = {.q = q, .k = kc, .v = vc, .kv_type = t, .out = out, .scratch = scratch,
                               .n_chunks_cap = (n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
                               .n_head = sh->n_head, .n_head_kv = sh->n_head_kv, .hd = sh->hd,
-                              .kv_stride = sh->n_head_kv * sh->hd, .pos0 = sh->pos0, .n = sh->n, .window = sh->window,
+                              .kv_stride = sh->n_head_kv * sh->hd, .kv_head_stride = sh->hd, .pos0 = sh->pos0, .n = sh->n, .window = sh->window,
                               .scale = 1.0f / sqrtf((float)sh->hd)};
     ember_compute_attention(c, &a);
     free(scratch);

@@ -5,25 +5,30 @@
 #include <math.h>
 #include <string.h>
 
+/* The cache of a layer is head-major, (n_head_kv, n_ctx, head_dim): the keys of one KV head are
+ * contiguous, so attention streams them in order instead of taking head_dim values from every
+ * position's row of all heads. */
 void ember_kv_store(ember_session *s, int64_t l, int64_t pos, int64_t n, const float *k, const float *v,
                     int64_t row_stride) {
     const ember_model *m = s->model;
-    const int64_t w = m->layers[l].kv_dim;
-    for (int64_t t = 0; t < n; t++) {
-        const float *kt = k + t * row_stride, *vt = v + t * row_stride;
-        const int64_t at = (pos + t) * w;
-        if (m->kv_type == EMBER_TYPE_F32) {
-            memcpy((float *)s->k_cache[l] + at, kt, (size_t)w * sizeof(float));
-            memcpy((float *)s->v_cache[l] + at, vt, (size_t)w * sizeof(float));
-            continue;
+    const ember_layer *L = &m->layers[l];
+    const int64_t hd = L->head_dim;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < L->n_head_kv; g++) {
+            const float *kt = k + t * row_stride + g * hd, *vt = v + t * row_stride + g * hd;
+            const int64_t at = (g * s->n_ctx + pos + t) * hd;
+            if (m->kv_type == EMBER_TYPE_F32) {
+                memcpy((float *)s->k_cache[l] + at, kt, (size_t)hd * sizeof(float));
+                memcpy((float *)s->v_cache[l] + at, vt, (size_t)hd * sizeof(float));
+                continue;
+            }
+            uint16_t *kc = (uint16_t *)s->k_cache[l] + at, *vc = (uint16_t *)s->v_cache[l] + at;
+            const bool f16 = m->kv_type == EMBER_TYPE_F16;
+            for (int64_t i = 0; i < hd; i++) {
+                kc[i] = f16 ? ember_f32_to_f16(kt[i]) : ember_f32_to_bf16(kt[i]);
+                vc[i] = f16 ? ember_f32_to_f16(vt[i]) : ember_f32_to_bf16(vt[i]);
+            }
         }
-        uint16_t *kc = (uint16_t *)s->k_cache[l] + at, *vc = (uint16_t *)s->v_cache[l] + at;
-        const bool f16 = m->kv_type == EMBER_TYPE_F16;
-        for (int64_t i = 0; i < w; i++) {
-            kc[i] = f16 ? ember_f32_to_f16(kt[i]) : ember_f32_to_bf16(kt[i]);
-            vc[i] = f16 ? ember_f32_to_f16(vt[i]) : ember_f32_to_bf16(vt[i]);
-        }
-    }
 }
 
 /* The layer's shapes for the kernels' threaded attention (kernels/compute.c). */
@@ -33,7 +38,8 @@ void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_
     const ember_attention_args a = {
         .q = q, .k = s->k_cache[L->kv_source], .v = s->v_cache[L->kv_source], .kv_type = m->kv_type, .out = att,
         .scratch = s->ws.scores, .n_chunks_cap = (s->n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
-        .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim, .kv_stride = L->kv_dim, .pos0 = pos0,
+        .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim, .kv_stride = L->head_dim,
+        .kv_head_stride = s->n_ctx * L->head_dim, .pos0 = pos0,
         .n = n, .window = window, .scale = scale};
     ember_compute_attention(m->compute, &a);
 }

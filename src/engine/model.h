@@ -107,7 +107,8 @@ typedef struct {
 struct ember_session {
     ember_model *model;
     int64_t n_ctx, pos;
-    void **k_cache, **v_cache; /* (n_layer) -> (n_ctx, kv_dim) in model->kv_type, or NULL for shared-KV layers */
+    void **k_cache, **v_cache; /* (n_layer) -> (n_head_kv, n_ctx, head_dim) in model->kv_type (head-major),
+                                  or NULL for shared-KV layers */
     ember_workspace ws;
     ember_phase phase;  /* of the evaluation in progress */
     bool has_logits;

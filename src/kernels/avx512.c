@@ -302,25 +302,40 @@ EMBER_AI __m512 exp512(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
-/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ---- */
+/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ----
+ * Rows are taken 4 at a time: each key vector loaded serves the 4 rows' scores, and each value
+ * vector their 4 weighted sums. Every score and every sum element is still its own chain in the
+ * common order, so the blocking changes which values are computed together, never a result. */
 
-/* Scores of q with 4 keys at once (4 independent chains: one key's chain is latency-bound), each
- * in the common reduction order; k holds the keys `stride` bytes apart. */
-EMBER_AI void kdot_x4(load16_fn load, load1_fn load1, const float *q, const uint8_t *k, size_t stride, int64_t n,
-                      float *out) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+/* Scores of R rows with 4 keys at once: R x 4 independent chains, each in the common reduction
+ * order; the keys are `stride` bytes apart. out[r][c] = q[r] . key c (unscaled). */
+EMBER_AI void kdot_rx4(load16_fn load, load1_fn load1, int R, const float *const *q, const uint8_t *k, size_t stride,
+                       int64_t n, float *const *out) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
     const int64_t n16 = n & ~(int64_t)15;
     for (int64_t i = 0; i < n16; i += 16) {
-        const __m512 qv = _mm512_loadu_ps(q + i);
+        __m512 kv[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(qv, load(k + r * stride, i), acc[r]);
+        for (int c = 0; c < 4; c++) kv[c] = load(k + c * stride, i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 qv = _mm512_loadu_ps(q[r] + i);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
+        }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        float s = reduce512(acc[r]);
-        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k + r * stride, i), s);
-        out[r] = s;
-    }
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            float s = reduce512(acc[r][c]);
+            for (int64_t i = n16; i < n; i++) s = fmaf(q[r][i], load1(k + c * stride, i), s);
+            out[r][c] = s;
+        }
 }
 
 EMBER_AI float kdot(load16_fn load, load1_fn load1, const float *q, const uint8_t *k, int64_t n) {
@@ -332,68 +347,119 @@ EMBER_AI float kdot(load16_fn load, load1_fn load1, const float *q, const uint8_
     return s;
 }
 
-/* out[d] = sum_j e_j v_j[d] over the n keys in j order, for d in blocks of 16*C (C chains) */
-#define EMBER_ACC_BLOCKS(C)                                                                                            \
-    for (; d + 16 * (C) <= h16; d += 16 * (C)) {                                                                       \
-        __m512 o[C];                                                                                                   \
-        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm512_setzero_ps();                             \
-        for (int64_t jj = 0; jj < n; jj++) {                                                                           \
-            const uint8_t *vj = v + (size_t)jj * stride;                                                               \
-            const __m512 p = _mm512_set1_ps(e[jj]);                                                                    \
-            _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm512_fmadd_ps(p, load(vj, d + 16 * c), o[c]); \
-        }                                                                                                              \
-        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) _mm512_storeu_ps(out + d + 16 * c, o[c]);               \
+/* The R rows' sums acc_r[d] = sum over visible j of e_r[j] v_j[d] (fused, in j order from +0) for
+ * d in [d0, d0 + 16*C); keys [0, n) relative to the block's first key, row r sees [lo[r], hi[r]). */
+EMBER_AI void acc_rows(load16_fn load, int R, int C, const uint8_t *v, size_t stride, int64_t n, int64_t d0,
+                       float *const *e, const int64_t *lo, const int64_t *hi, float *const *out) {
+    __m512 o[4][8];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) o[r][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *vj = v + (size_t)j * stride;
+        __m512 vv[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) vv[c] = load(vj, d0 + 16 * c);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            if (j < lo[r] || j >= hi[r]) continue;
+            const __m512 p = _mm512_set1_ps(e[r][j]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) o[r][c] = _mm512_fmadd_ps(p, vv[c], o[r][c]);
+        }
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) _mm512_storeu_ps(out[r] + d0 + 16 * c, o[r][c]);
+}
 
-EMBER_AI void chunk_rows(load16_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
-                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+/* One block of R <= 4 rows (R a constant at each call). */
+EMBER_AI void chunk_block(load16_fn load, load1_fn load1, size_t esize, int R, const ember_attn_rows *a, int r0,
+                          int64_t k0, int64_t k1, float *scores, float *m, float *l, float *acc) {
     const int64_t hd = a->hd;
     const size_t stride = (size_t)a->kv_stride * esize;
-    for (int r = 0; r < a->n_rows; r++) {
-        const int64_t lo = a->lo[r] > k0 ? a->lo[r] : k0, hi = a->hi[r] < k1 ? a->hi[r] : k1, n = hi - lo;
-        if (n <= 0) {
-            m[r] = -INFINITY;
+    int64_t lo[4], hi[4], ulo = k1, uhi = k0;
+    for (int r = 0; r < R; r++) {
+        lo[r] = a->lo[r0 + r] > k0 ? a->lo[r0 + r] : k0;
+        hi[r] = a->hi[r0 + r] < k1 ? a->hi[r0 + r] : k1;
+        if (hi[r] <= lo[r]) {
+            m[r0 + r] = -INFINITY;
+            lo[r] = hi[r] = 0; /* sees nothing below */
             continue;
         }
-        const float *q = a->q[r];
-        const uint8_t *k = (const uint8_t *)a->k + (size_t)lo * stride, *v = (const uint8_t *)a->v + (size_t)lo * stride;
-        float *e = scores + (size_t)r * EMBER_ATTN_CHUNK, *out = acc + (size_t)r * hd;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            kdot_x4(load, load1, q, k + (size_t)j * stride, stride, hd, e + j);
-            for (int i = 0; i < 4; i++) e[j + i] *= a->scale;
-        }
-        for (; j < n; j++) e[j] = kdot(load, load1, q, k + (size_t)j * stride, hd) * a->scale;
-        float mx = -INFINITY;
-        for (j = 0; j < n; j++) mx = e[j] > mx ? e[j] : mx;
-        /* e_j = exp(s_j - max); their sum in the common order */
+        if (lo[r] < ulo) ulo = lo[r];
+        if (hi[r] > uhi) uhi = hi[r];
+    }
+    if (uhi <= ulo) return;
+    const int64_t n = uhi - ulo;
+    const uint8_t *k = (const uint8_t *)a->k + (size_t)ulo * stride, *v = (const uint8_t *)a->v + (size_t)ulo * stride;
+    float *e[4], *out[4];
+    const float *q[4];
+    for (int r = 0; r < R; r++) {
+        e[r] = scores + (size_t)(r0 + r) * EMBER_ATTN_CHUNK; /* e[r][j - ulo] */
+        out[r] = acc + (size_t)(r0 + r) * hd;
+        q[r] = a->q[r0 + r];
+        if (hi[r] > lo[r]) lo[r] -= ulo, hi[r] -= ulo;
+    }
+    /* scores over the rows' union of keys (a row ignores those it does not see) */
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float *o[4];
+        for (int r = 0; r < R; r++) o[r] = e[r] + j;
+        kdot_rx4(load, load1, R, q, k + (size_t)j * stride, stride, hd, o);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < 4; c++) e[r][j + c] *= a->scale;
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < R; r++) e[r][j] = kdot(load, load1, q[r], k + (size_t)j * stride, hd) * a->scale;
+    /* per row: e_j = exp(s_j - max) over its keys; their sum in the common order */
+    for (int r = 0; r < R; r++) {
+        const int64_t nr = hi[r] - lo[r];
+        if (nr <= 0) continue;
+        float *er = e[r] + lo[r], mx = -INFINITY;
+        for (j = 0; j < nr; j++) mx = er[j] > mx ? er[j] : mx;
         const __m512 vmx = _mm512_set1_ps(mx);
-        const int64_t n16 = n & ~(int64_t)15;
+        const int64_t n16 = nr & ~(int64_t)15;
         __m512 vs = _mm512_setzero_ps();
         for (j = 0; j < n16; j += 16) {
-            const __m512 x = exp512(_mm512_sub_ps(_mm512_loadu_ps(e + j), vmx));
-            _mm512_storeu_ps(e + j, x);
+            const __m512 x = exp512(_mm512_sub_ps(_mm512_loadu_ps(er + j), vmx));
+            _mm512_storeu_ps(er + j, x);
             vs = _mm512_add_ps(vs, x);
         }
         float sum = reduce512(vs);
-        for (j = n16; j < n; j++) {
-            e[j] = ember_s_exp(e[j] - mx);
-            sum += e[j];
+        for (j = n16; j < nr; j++) {
+            er[j] = ember_s_exp(er[j] - mx);
+            sum += er[j];
         }
-        m[r] = mx;
-        l[r] = sum;
-        /* acc[d] = sum_j e_j v_j[d], in j order by fused multiply-add */
-        const int64_t h16 = hd & ~(int64_t)15;
-        int64_t d = 0;
-        EMBER_ACC_BLOCKS(8)
-        EMBER_ACC_BLOCKS(4)
-        EMBER_ACC_BLOCKS(1)
-        for (; d < hd; d++) {
-            float o = 0.0f;
-            for (j = 0; j < n; j++) o = fmaf(e[j], load1(v + (size_t)j * stride, d), o);
-            out[d] = o;
-        }
+        m[r0 + r] = mx;
+        l[r0 + r] = sum;
     }
+    /* the weighted sums: value vectors loaded once for the block's rows */
+    const int64_t h16 = hd & ~(int64_t)15;
+    const int C = R > 2 ? 4 : 8;
+    int64_t d = 0;
+    for (; d + 16 * C <= h16; d += 16 * C) acc_rows(load, R, C, v, stride, n, d, e, lo, hi, out);
+    for (; d < h16; d += 16) acc_rows(load, R, 1, v, stride, n, d, e, lo, hi, out);
+    for (; d < hd; d++)
+        for (int r = 0; r < R; r++) {
+            if (hi[r] <= lo[r]) continue;
+            float o = 0.0f;
+            for (j = lo[r]; j < hi[r]; j++) o = fmaf(e[r][j], load1(v + (size_t)j * stride, d), o);
+            out[r][d] = o;
+        }
+}
+
+EMBER_AI void chunk_rows(load16_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
+                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+    int r0 = 0;
+    for (; r0 + 4 <= a->n_rows; r0 += 4) chunk_block(load, load1, esize, 4, a, r0, k0, k1, scores, m, l, acc);
+    if (a->n_rows - r0 >= 2) {
+        chunk_block(load, load1, esize, 2, a, r0, k0, k1, scores, m, l, acc);
+        r0 += 2;
+    }
+    if (r0 < a->n_rows) chunk_block(load, load1, esize, 1, a, r0, k0, k1, scores, m, l, acc);
 }
 
 static void avx512_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,

@@ -364,8 +364,8 @@ static void attn_rows_of(const attn_job *j, int64_t g, int64_t rg, int64_t t0, i
     const ember_attention_args *a = j->a;
     const int64_t hd = a->hd, h0 = g * j->group + rg * j->heads;
     r->n_rows = 0;
-    r->k = (const uint8_t *)a->k + (size_t)(g * hd) * j->esize;
-    r->v = (const uint8_t *)a->v + (size_t)(g * hd) * j->esize;
+    r->k = (const uint8_t *)a->k + (size_t)(g * a->kv_head_stride) * j->esize;
+    r->v = (const uint8_t *)a->v + (size_t)(g * a->kv_head_stride) * j->esize;
     r->kv_stride = a->kv_stride;
     r->kv_type = a->kv_type;
     r->hd = hd;

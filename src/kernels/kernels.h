@@ -90,7 +90,7 @@ typedef struct {
 
 /* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale, m[r] = max s_j,
  * e_j = exp(s_j - m[r]), l[r] = sum e_j and acc[r*hd + d] = sum e_j v_j[d]. A row with no visible
- * key in the chunk gets m[r] = -INFINITY (l and acc untouched). scores: (EMBER_ATTN_MAX_ROWS,
+ * key in the chunk gets m[r] = -INFINITY (its l and acc are then meaningless). scores: (EMBER_ATTN_MAX_ROWS,
  * EMBER_ATTN_CHUNK) scratch. k1 - k0 <= EMBER_ATTN_CHUNK. */
 typedef void (*ember_attn_chunk_fn)(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m,
                                     float *l, float *acc);
@@ -208,12 +208,14 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
  * p = pos0 + t and first = max(0, p - window + 1) when window > 0 (else 0). */
 typedef struct {
     const float *q;        /* (n, n_head * hd) */
-    const void *k, *v;     /* (positions, kv_stride) in kv_type: key/value j of KV head g at j*kv_stride + g*hd */
+    const void *k, *v;     /* in kv_type: key/value j of KV head g at element g*kv_head_stride + j*kv_stride */
     ember_type kv_type;    /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
     float *out;            /* (n, n_head * hd) */
     float *scratch;        /* ember_attention_scratch_floats(threads, n_ctx, n_head, hd) floats */
     int64_t n_chunks_cap;  /* chunks of the session's context: ceil(n_ctx / EMBER_ATTN_CHUNK) */
-    int64_t n_head, n_head_kv, hd, kv_stride, pos0, n, window;
+    int64_t kv_stride;     /* elements from one position to the next within a KV head */
+    int64_t kv_head_stride; /* elements from one KV head to the next */
+    int64_t n_head, n_head_kv, hd, pos0, n, window;
     float scale;
 } ember_attention_args;
 /* Every row is the fold, in chunk order, of ops->attn_chunk's partials over its chunks (so the

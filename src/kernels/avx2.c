@@ -310,30 +310,43 @@ EMBER_AI __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
-/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ---- */
+/* ---- attention over one chunk of cached keys (contract: kernels.h, order: docs/kernels.md) ----
+ * Rows are taken 2 at a time (16 registers: 2 rows x 2 keys x 2 halves of accumulators, plus the
+ * loads): each key or value vector loaded serves both rows. Every score and every sum element is
+ * still its own chain in the common order, so the result equals avx512.c's bit for bit. */
 
-/* Scores of q with 4 keys at once (4 independent chains), each in the common reduction order
- * (lanes 0-7 and 8-15 in two registers); k holds the keys `stride` bytes apart. */
-EMBER_AI void kdot_x4(load8_fn load, load1_fn load1, const float *q, const uint8_t *k, size_t stride, int64_t n,
-                      float *out) {
-    __m256 lo[4], hi[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+/* Scores of R <= 2 rows with 2 keys at once, each in the common order (lanes 0-7 and 8-15 in two
+ * registers). out[r][c] = q[r] . key c (unscaled). */
+EMBER_AI void kdot_rx2(load8_fn load, load1_fn load1, int R, const float *const *q, const uint8_t *k, size_t stride,
+                       int64_t n, float *const *out) {
+    __m256 lo[2][2], hi[2][2];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
     const int64_t n16 = n & ~(int64_t)15;
     for (int64_t i = 0; i < n16; i += 16) {
-        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            lo[r] = _mm256_fmadd_ps(q0, load(k + r * stride, i), lo[r]);
-            hi[r] = _mm256_fmadd_ps(q1, load(k + r * stride, i + 8), hi[r]);
+        __m256 k0[2], k1[2];
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) k0[c] = load(k + c * stride, i), k1[c] = load(k + c * stride, i + 8);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const __m256 q0 = _mm256_loadu_ps(q[r] + i), q1 = _mm256_loadu_ps(q[r] + i + 8);
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; c++) {
+                lo[r][c] = _mm256_fmadd_ps(q0, k0[c], lo[r][c]);
+                hi[r][c] = _mm256_fmadd_ps(q1, k1[c], hi[r][c]);
+            }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        float s = ember_reduce16(lo[r], hi[r]);
-        for (int64_t i = n16; i < n; i++) s = fmaf(q[i], load1(k + r * stride, i), s);
-        out[r] = s;
-    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+            float s = ember_reduce16(lo[r][c], hi[r][c]);
+            for (int64_t i = n16; i < n; i++) s = fmaf(q[r][i], load1(k + c * stride, i), s);
+            out[r][c] = s;
+        }
 }
 
 EMBER_AI float kdot(load8_fn load, load1_fn load1, const float *q, const uint8_t *k, int64_t n) {
@@ -348,71 +361,118 @@ EMBER_AI float kdot(load8_fn load, load1_fn load1, const float *q, const uint8_t
     return s;
 }
 
-/* out[d] = sum_j e_j v_j[d] over the n keys in j order, for d in blocks of 8*C (C chains) */
-#define EMBER_ACC_BLOCKS(C)                                                                                            \
-    for (; d + 8 * (C) <= h8; d += 8 * (C)) {                                                                          \
-        __m256 o[C];                                                                                                   \
-        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm256_setzero_ps();                             \
-        for (int64_t jj = 0; jj < n; jj++) {                                                                           \
-            const uint8_t *vj = v + (size_t)jj * stride;                                                               \
-            const __m256 p = _mm256_set1_ps(e[jj]);                                                                    \
-            _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) o[c] = _mm256_fmadd_ps(p, load(vj, d + 8 * c), o[c]); \
-        }                                                                                                              \
-        _Pragma("GCC unroll 8") for (int c = 0; c < (C); c++) _mm256_storeu_ps(out + d + 8 * c, o[c]);                \
+/* The R rows' sums acc_r[d] = sum over visible j of e_r[j] v_j[d] (fused, in j order from +0) for
+ * d in [d0, d0 + 8*C); row r sees keys [lo[r], hi[r]) of [0, n). */
+EMBER_AI void acc_rows(load8_fn load, int R, int C, const uint8_t *v, size_t stride, int64_t n, int64_t d0,
+                       float *const *e, const int64_t *lo, const int64_t *hi, float *const *out) {
+    __m256 o[2][6];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++) o[r][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *vj = v + (size_t)j * stride;
+        __m256 vv[6];
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++) vv[c] = load(vj, d0 + 8 * c);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            if (j < lo[r] || j >= hi[r]) continue;
+            const __m256 p = _mm256_set1_ps(e[r][j]);
+#pragma GCC unroll 6
+            for (int c = 0; c < C; c++) o[r][c] = _mm256_fmadd_ps(p, vv[c], o[r][c]);
+        }
     }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int c = 0; c < C; c++) _mm256_storeu_ps(out[r] + d0 + 8 * c, o[r][c]);
+}
 
-EMBER_AI void chunk_rows(load8_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
-                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+/* One block of R <= 2 rows (R a constant at each call). */
+EMBER_AI void chunk_block(load8_fn load, load1_fn load1, size_t esize, int R, const ember_attn_rows *a, int r0,
+                          int64_t k0, int64_t k1, float *scores, float *m, float *l, float *acc) {
     const int64_t hd = a->hd;
     const size_t stride = (size_t)a->kv_stride * esize;
-    for (int r = 0; r < a->n_rows; r++) {
-        const int64_t lo = a->lo[r] > k0 ? a->lo[r] : k0, hi = a->hi[r] < k1 ? a->hi[r] : k1, n = hi - lo;
-        if (n <= 0) {
-            m[r] = -INFINITY;
+    int64_t lo[2], hi[2], ulo = k1, uhi = k0;
+    for (int r = 0; r < R; r++) {
+        lo[r] = a->lo[r0 + r] > k0 ? a->lo[r0 + r] : k0;
+        hi[r] = a->hi[r0 + r] < k1 ? a->hi[r0 + r] : k1;
+        if (hi[r] <= lo[r]) {
+            m[r0 + r] = -INFINITY;
+            lo[r] = hi[r] = 0; /* sees nothing below */
             continue;
         }
-        const float *q = a->q[r];
-        const uint8_t *k = (const uint8_t *)a->k + (size_t)lo * stride, *v = (const uint8_t *)a->v + (size_t)lo * stride;
-        float *e = scores + (size_t)r * EMBER_ATTN_CHUNK, *out = acc + (size_t)r * hd;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            kdot_x4(load, load1, q, k + (size_t)j * stride, stride, hd, e + j);
-            for (int i = 0; i < 4; i++) e[j + i] *= a->scale;
-        }
-        for (; j < n; j++) e[j] = kdot(load, load1, q, k + (size_t)j * stride, hd) * a->scale;
-        float mx = -INFINITY;
-        for (j = 0; j < n; j++) mx = e[j] > mx ? e[j] : mx;
-        /* e_j = exp(s_j - max); their sum in the common order */
+        if (lo[r] < ulo) ulo = lo[r];
+        if (hi[r] > uhi) uhi = hi[r];
+    }
+    if (uhi <= ulo) return;
+    const int64_t n = uhi - ulo;
+    const uint8_t *k = (const uint8_t *)a->k + (size_t)ulo * stride, *v = (const uint8_t *)a->v + (size_t)ulo * stride;
+    float *e[2], *out[2];
+    const float *q[2];
+    for (int r = 0; r < R; r++) {
+        e[r] = scores + (size_t)(r0 + r) * EMBER_ATTN_CHUNK; /* e[r][j - ulo] */
+        out[r] = acc + (size_t)(r0 + r) * hd;
+        q[r] = a->q[r0 + r];
+        if (hi[r] > lo[r]) lo[r] -= ulo, hi[r] -= ulo;
+    }
+    /* scores over the rows' union of keys (a row ignores those it does not see) */
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float *o[2];
+        for (int r = 0; r < R; r++) o[r] = e[r] + j;
+        kdot_rx2(load, load1, R, q, k + (size_t)j * stride, stride, hd, o);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < 2; c++) e[r][j + c] *= a->scale;
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < R; r++) e[r][j] = kdot(load, load1, q[r], k + (size_t)j * stride, hd) * a->scale;
+    /* per row: e_j = exp(s_j - max) over its keys; their sum in the common order */
+    for (int r = 0; r < R; r++) {
+        const int64_t nr = hi[r] - lo[r];
+        if (nr <= 0) continue;
+        float *er = e[r] + lo[r], mx = -INFINITY;
+        for (j = 0; j < nr; j++) mx = er[j] > mx ? er[j] : mx;
         const __m256 vmx = _mm256_set1_ps(mx);
-        const int64_t n16 = n & ~(int64_t)15;
+        const int64_t n16 = nr & ~(int64_t)15;
         __m256 slo = _mm256_setzero_ps(), shi = _mm256_setzero_ps();
         for (j = 0; j < n16; j += 16) {
-            const __m256 x0 = exp256(_mm256_sub_ps(_mm256_loadu_ps(e + j), vmx));
-            const __m256 x1 = exp256(_mm256_sub_ps(_mm256_loadu_ps(e + j + 8), vmx));
-            _mm256_storeu_ps(e + j, x0);
-            _mm256_storeu_ps(e + j + 8, x1);
+            const __m256 x0 = exp256(_mm256_sub_ps(_mm256_loadu_ps(er + j), vmx));
+            const __m256 x1 = exp256(_mm256_sub_ps(_mm256_loadu_ps(er + j + 8), vmx));
+            _mm256_storeu_ps(er + j, x0);
+            _mm256_storeu_ps(er + j + 8, x1);
             slo = _mm256_add_ps(slo, x0);
             shi = _mm256_add_ps(shi, x1);
         }
         float sum = ember_reduce16(slo, shi);
-        for (j = n16; j < n; j++) {
-            e[j] = ember_s_exp(e[j] - mx);
-            sum += e[j];
+        for (j = n16; j < nr; j++) {
+            er[j] = ember_s_exp(er[j] - mx);
+            sum += er[j];
         }
-        m[r] = mx;
-        l[r] = sum;
-        /* acc[d] = sum_j e_j v_j[d], in j order by fused multiply-add */
-        const int64_t h8 = hd & ~(int64_t)7;
-        int64_t d = 0;
-        EMBER_ACC_BLOCKS(8)
-        EMBER_ACC_BLOCKS(4)
-        EMBER_ACC_BLOCKS(1)
-        for (; d < hd; d++) {
-            float o = 0.0f;
-            for (j = 0; j < n; j++) o = fmaf(e[j], load1(v + (size_t)j * stride, d), o);
-            out[d] = o;
-        }
+        m[r0 + r] = mx;
+        l[r0 + r] = sum;
     }
+    /* the weighted sums: value vectors loaded once for the block's rows */
+    const int64_t h8 = hd & ~(int64_t)7;
+    const int C = 6; /* 2 rows x 6 accumulators + 6 loaded vectors */
+    int64_t d = 0;
+    for (; d + 8 * C <= h8; d += 8 * C) acc_rows(load, R, C, v, stride, n, d, e, lo, hi, out);
+    for (; d < h8; d += 8) acc_rows(load, R, 1, v, stride, n, d, e, lo, hi, out);
+    for (; d < hd; d++)
+        for (int r = 0; r < R; r++) {
+            if (hi[r] <= lo[r]) continue;
+            float o = 0.0f;
+            for (j = lo[r]; j < hi[r]; j++) o = fmaf(e[r][j], load1(v + (size_t)j * stride, d), o);
+            out[r][d] = o;
+        }
+}
+
+EMBER_AI void chunk_rows(load8_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
+                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+    int r0 = 0;
+    for (; r0 + 2 <= a->n_rows; r0 += 2) chunk_block(load, load1, esize, 2, a, r0, k0, k1, scores, m, l, acc);
+    if (r0 < a->n_rows) chunk_block(load, load1, esize, 1, a, r0, k0, k1, scores, m, l, acc);
 }
 
 static void avx2_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,

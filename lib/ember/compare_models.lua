@@ -174,7 +174,7 @@ function M.run(opts)
   end
 
   local function model_info(m)
-    return { path = m.info.path, sha256 = manifest.file_sha256(m.info.path), dtype = m.info.dtype_summary,
+    return { path = m.info.path, sha256 = (manifest.model_sha256(m)), dtype = m.info.dtype_summary,
       kernels = m.info.kernels, threads = m.info.threads }
   end
   return { tool_version = require("ember").version, a = model_info(a), b = model_info(b), family = a.info.family,

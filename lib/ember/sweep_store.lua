@@ -135,12 +135,13 @@ end
 
 -- Fields that decide the values of the cells: two sweeps (or shards) that differ in any of them
 -- cannot be joined or resumed into each other. Kernel sets are here because bit-identity is only
--- promised for one kernel set; thread counts are not (the grid does not depend on them).
+-- promised for one kernel set (and one KV cache type); thread counts are not (the grid does not
+-- depend on them).
 M.SEMANTIC = { "tool.version", "model.sha256", "tokenizer.sha256", "clean.prompt.sha256", "clean.input_ids",
   "clean.logits_sha256", "corrupted.prompt.sha256", "corrupted.input_ids", "corrupted.logits_sha256",
   "metric.kind", "metric.tokens", "grid.stages", "grid.layers", "grid.positions", "grid.decode_steps",
   "settings_sha256",
-  "execution.kernels" }
+  "execution.kernels", "execution.kv_cache" }
 
 local function field(doc, path)
   local v = doc

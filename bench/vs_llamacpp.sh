@@ -81,7 +81,8 @@ use_variant() {
   llama_variant=$v
 }
 llama_runs() { # a 64-token prefill (batched kernels) on the first model: does this llama-bench run here?
-  "$llama_bench" -m "$1" -t "$threads" -p 64 -n 0 -r 1 --no-warmup $llama_args -o json >/dev/null 2>&1
+  # in a subshell, so that the shell's own "Illegal instruction" notice goes to /dev/null too
+  ("$llama_bench" -m "$1" -t "$threads" -p 64 -n 0 -r 1 --no-warmup $llama_args -o json >/dev/null 2>&1) 2>/dev/null
 }
 llama_variant="(llama.cpp's choice)"
 rc=0

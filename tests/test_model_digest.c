@@ -255,6 +255,14 @@ static void test_abandon_and_errors(void) {
     CHECK(ember_digest_start(missing, g_cache, false, &d, &err) == EMBER_ERR_IO);
     CHECK(d == NULL);
     CHECK_MSG(strstr(err.msg, "no-such-model.gguf") != NULL, "message: %.300s", err.msg);
+    /* a FIFO is refused at once (opening it for reading would wait for a writer forever) */
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/model.fifo", g_dir);
+    if (mkfifo(fifo, 0600) == 0) {
+        d = (ember_digest *)1;
+        CHECK(ember_digest_start(fifo, g_cache, false, &d, &err) == EMBER_ERR_IO && d == NULL);
+        CHECK_MSG(strstr(err.msg, "FIFO") != NULL, "message: %.300s", err.msg);
+    }
     free(bytes);
 }
 

@@ -1,6 +1,7 @@
 /* model_digest.c — the SHA-256 of a model file for provenance: answered from a cache keyed by the
  * file's identity, or computed on a low-priority background thread. Never trusts a changed key. */
 #include "ember.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -260,14 +261,13 @@ ember_status ember_digest_start(const char *path, const char *cache_dir, bool fr
         free(d);
         return ember_error_set(err, EMBER_ERR_NOMEM, "model digest: out of memory");
     }
-    d->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (d->fd < 0 || fstat(d->fd, &st) != 0) {
-        ember_status st_code = ember_error_set(err, EMBER_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        if (d->fd >= 0) close(d->fd);
+    /* the regular-file gate: a FIFO or a device is an error naming it, never a hang */
+    ember_status gate = ember_file_open_regular(path, &d->fd, &st, err);
+    if (gate != EMBER_OK) {
         free(d->path);
         free(d);
-        return st_code;
+        return gate;
     }
     /* the key of the bytes this descriptor reads, not of whatever the path names later */
     d->key = key_of(&st);

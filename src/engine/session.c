@@ -25,11 +25,15 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
                                (long long)1 << 24);
     /* The KV cache and the attention scratch, estimated before any of it is allocated: a context
      * that cannot fit is refused here, naming the bytes, instead of failing (or swapping) later. */
-    uint64_t kv_bytes = 0;
+    int64_t hd_max = 1;
     for (int64_t l = 0; l < m->n_layer; l++)
-        if (m->layers[l].kv_source == l) kv_bytes += 2u * (uint64_t)m->layers[l].kv_dim * sizeof(float);
-    kv_bytes = kv_bytes * (uint64_t)n_ctx +
-               (uint64_t)n_ctx * (uint64_t)ember_compute_threads(m->compute) * sizeof(float);
+        if (m->layers[l].head_dim > hd_max) hd_max = m->layers[l].head_dim;
+    const int64_t scratch_floats =
+        ember_attention_scratch_floats(ember_compute_threads(m->compute), n_ctx, m->n_head, hd_max);
+    uint64_t kv_bytes = 0;
+    for (int64_t l = 0; l < m->n_layer; l++) /* K and V, each n_ctx rows in the cache's type */
+        if (m->layers[l].kv_source == l) kv_bytes += 2u * (uint64_t)ember_type_row_size(m->kv_type, n_ctx * m->layers[l].kv_dim);
+    kv_bytes += (uint64_t)scratch_floats * sizeof(float);
     const char *source;
     uint64_t avail = ember_memory_available(&source);
     if (kv_bytes > avail)
@@ -44,11 +48,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     s->allow_nonfinite = m->allow_nonfinite;
     s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
-    int64_t hd_max = 1;
-    for (int64_t l = 0; l < m->n_layer; l++)
-        if (m->layers[l].head_dim > hd_max) hd_max = m->layers[l].head_dim;
-    s->ws.scores = malloc((size_t)ember_attention_scratch_floats(ember_compute_threads(m->compute), n_ctx, m->n_head,
-                                                                 hd_max) * sizeof(float));
+    s->ws.scores = malloc((size_t)scratch_floats * sizeof(float));
     s->ws.last = malloc((size_t)m->n_embd * sizeof(float));
     s->ws.logits = calloc((size_t)m->n_vocab, sizeof(float));
     s->ws.ple_row = malloc((size_t)(m->n_layer * m->ple_dim + 1) * sizeof(float));

@@ -99,10 +99,11 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* The quantized file against its dequantized twin: bit-identical logits on the reference set.
- * Every other set this CPU runs multiplies these types by the same reference product (checked bit
- * for bit in test_products), so its logits differ only through its other ops (attention, norms,
- * activations in SIMD order): within simd_rel of the reference's (1e-4, as on the f32 parity
- * fixtures; more when the file also holds Q8_0, whose SIMD products quantize the activations). */
+ * The SIMD sets quantize the activations for their integer products (Q8_K / Q8_0 / Q8_1, as
+ * llama.cpp; Q2_K and Q3_K: the reference product, bit for bit, test_products), so their logits
+ * are within simd_rel of the reference's: 1e-4 where only the other ops differ (attention, norms,
+ * activations in SIMD order, as on the f32 parity fixtures), a few 1e-2 where the activations are
+ * rounded to 8 bits (as the Q8_0 tiny model). */
 static void compare_with_twin(const char *label, const char *qpath, const ember_tiny_model_params *p,
                               double simd_rel) {
     ember_gguf *g = NULL;
@@ -150,7 +151,10 @@ static void test_single_types(void) {
             const char *path = tmp_path("single.gguf");
             ember_error err = {0};
             if (!CHECKF(ember_tiny_model_write(&p, path, &err) == EMBER_OK, "%s: %.900s", label, err.msg)) continue;
-            compare_with_twin(label, path, &p, 1e-4);
+            /* the SIMD sets quantize the activations for every type with kernels of its own (all but
+             * Q2_K/Q3_K, which run the reference product there too) */
+            const bool quantized_act = ember_type_traits_get(types[t])->vec_dot_type != EMBER_TYPE_F32;
+            compare_with_twin(label, path, &p, quantized_act ? 3e-2 : 1e-4);
         }
 }
 
@@ -203,9 +207,11 @@ static void test_mixed_types(void) {
     compare_with_twin("mixed", path, &p, 3e-2); /* its ffn_down is Q8_0 (llama-tiny-q8_0: ~2e-2) */
 }
 
-/* One product per type and set through ember_matmul (threaded as the engine does): every set gives
- * the reference set's result bit for bit, and the reference product equals the f32 product of the
- * dequantized weights bit for bit; both within f32 rounding of a double-precision dot. */
+/* One product per type and set through ember_matmul (threaded as the engine does): the reference
+ * product equals the f32 product of the dequantized weights bit for bit, within f32 rounding of a
+ * double-precision dot; a SIMD set gives the reference set's result bit for bit where it runs the
+ * reference product (Q2_K, Q3_K) and is within the activation-rounding budget of it elsewhere
+ * (its integer kernels: tests/test_simd_quants.c). */
 static void test_products(void) {
     static const struct { ember_type type; void (*quantize)(const float *, void *, int64_t); } types[] = {
         {EMBER_TYPE_Q4_0, ember_quantize_row_q4_0}, {EMBER_TYPE_Q4_1, ember_quantize_row_q4_1},
@@ -269,9 +275,19 @@ static void test_products(void) {
                             tr->name, err.msg))
                     continue;
                 ember_matmul(c[s], &wq, x, y, nt);
-                CHECK_MSG(memcmp(y, y_ref, sizeof(float) * (size_t)(nt * n_out)) == 0,
-                          "%s, %lld tokens: kernels %s differ from the reference product", tr->name, (long long)nt,
-                          ember_kernels_name(sets[s]));
+                if (tr->vec_dot_type == EMBER_TYPE_F32) {
+                    CHECK_MSG(memcmp(y, y_ref, sizeof(float) * (size_t)(nt * n_out)) == 0,
+                              "%s, %lld tokens: kernels %s differ from the reference product", tr->name, (long long)nt,
+                              ember_kernels_name(sets[s]));
+                } else {
+                    double num = 0, den = 0;
+                    for (int64_t i = 0; i < nt * n_out; i++) {
+                        num += ((double)y[i] - y_ref[i]) * ((double)y[i] - y_ref[i]);
+                        den += (double)y_ref[i] * y_ref[i];
+                    }
+                    CHECK_MSG(num / den <= 2e-4, "%s, %lld tokens: kernels %s: nmse %.3g from the reference product",
+                              tr->name, (long long)nt, ember_kernels_name(sets[s]), num / den);
+                }
             }
         }
         free(q);

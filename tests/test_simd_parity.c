@@ -1,4 +1,4 @@
-/* test_simd_parity.c — the parity fixtures (../shared/fixtures/parity/) on every kernel set.
+/* test_simd_parity.c — the parity fixtures (../shared/fixtures/parity/ and parity-quant/) on every kernel set.
  * For each case: prefill prompt_ids, then teacher-force greedy_ids one by one, and compare every
  * row of logits with rel = max|ember - ref| / max|ref| over all rows:
  *   reference kernels: rel <= exact_rel against exact_logits.npy and <= llamacpp_rel against llamacpp_logits.npy;
@@ -106,11 +106,15 @@ done:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int main(void) {
+/* One folder of cases. parity: the reference and auto sets; parity-quant (the 4- to 6-bit types,
+ * whose fast products are each set's own integer kernels): the reference set and every SIMD set
+ * this CPU runs, each within llamacpp_rel of both references. Returns the cases run, -1 when the
+ * folder is absent. */
+static int run_folder(const char *folder) {
     char root[1024];
-    if (!ember_fixture_path("parity", root, sizeof root)) return ember_test_skip("no parity fixtures");
+    if (!ember_fixture_path(folder, root, sizeof root)) return -1;
     DIR *d = opendir(root);
-    if (!d) return ember_test_skip("parity fixtures unreadable");
+    if (!d) return -1;
     char *names[64];
     int n_names = 0;
     struct dirent *e;
@@ -182,6 +186,12 @@ int main(void) {
         npy_free(&lcpp);
     }
     for (int i = 0; i < n_names; i++) free(names[i]);
-    if (!cases) return ember_test_skip("no parity cases found");
+    return cases;
+}
+
+int main(void) {
+    const int a = run_folder("parity"), b = run_folder("parity-quant");
+    if (a < 0 && b < 0) return ember_test_skip("no parity fixtures");
+    if (a <= 0 && b <= 0) return ember_test_skip("no parity cases found");
     return ember_test_finish();
 }

@@ -5,6 +5,7 @@
  * Matrix products are register-tiled: R weight rows x T tokens of 16-lane accumulators, so each
  * weight vector loaded is used T times (prefill) and each activation vector R times. */
 #include "q8_groups.h"
+#include "quant_dots.h"
 
 #include <stdlib.h>
 
@@ -260,6 +261,11 @@ static void rows_bf16(const ember_matrix *w, const float *x, const void *xa, siz
 
 static size_t q8_act_size(int64_t n_in) { return q8g_act_size(n_in); }
 static void q8_act_prepare(const float *x, void *xa, int64_t n_in) { q8_prepare(x, xa, n_in); }
+/* Q8_1 activations (Q4_1/Q5_1 weights): the Q8_0 quantization, then the sums s_x */
+static void q81_act_prepare(const float *x, void *xa, int64_t n_in) {
+    q8_prepare(x, xa, n_in);
+    qd_q81_sums(x, xa, n_in);
+}
 static void rows_q8_0(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y, int64_t n_tok,
                       int64_t o0, int64_t o1) {
     (void)x;
@@ -522,8 +528,8 @@ const ember_kernel_ops ember_kernels_avx512 = {
         [EMBER_TYPE_BF16] = {.rows = rows_bf16},
         [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
                              .pack_size = q8g_pack_size, .pack = q8g_pack},
-        /* no kernels of this set yet: the reference product, bit-identical to the reference set */
-        EMBER_MM_REFERENCE_PRODUCTS,
+        /* the 4- to 6-bit types (quant_dots.h); Q2_K/Q3_K: the reference product */
+        QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
     },
     .dot_f32 = avx512_dot_f32,
     .attn_chunk = avx512_attn_chunk,

@@ -43,6 +43,15 @@ void ember_quantize_row_q8_0(const float *x, ember_block_q8_0 *y, int64_t n);
  * integer sum of the 32 products, then s += (f32(d_w) * f32(d_x)) * isum in block order. */
 float ember_dot_q8_0_q8_0(const ember_block_q8_0 *w, const ember_block_q8_0 *x, int64_t n);
 
+/* Q8_1 (the activations of the Q4_1/Q5_1 products): the Q8_0 quantization above (same d and quants,
+ * NaN blocks likewise) plus s = f16((amax / 127) * sum of the quants), the unrounded d as in
+ * llama.cpp's x86 quantize_row_q8_1. (The Q8_1 traits' from_float.) */
+void ember_quantize_row_q8_1(const float *x, ember_block_q8_1 *y, int64_t n);
+/* Q8_K activations of the K-quant products: ember_quantize_row_q8_k (ggml's reference, bit for bit)
+ * on finite blocks; a block holding a NaN or an infinity gets d = NaN and zero quants and sums, so
+ * the products come out NaN. n a multiple of 256. */
+void ember_quantize_act_q8_k(const float *x, void *y, int64_t n);
+
 /* The most tokens one product-rows call carries (ember_matmul slices longer runs). */
 #define EMBER_MATMUL_MAX_TOKENS 64
 
@@ -135,16 +144,12 @@ void ember_rope_heads_fast(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
  * in increasing i. */
 void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                           int64_t n_tok, int64_t o0, int64_t o1);
-/* The 4- to 6-bit weight types (quants.h), as `mm` table entries: the reference set's products,
- * and what the SIMD sets use for them until they have kernels of their own — the same
- * dequantize-then-f32 product, explicitly listed (docs/kernels.md, "Weights of the 4- to 6-bit
- * types"), so every set runs these models and agrees with the reference bit for bit. */
-#define EMBER_MM_REFERENCE_PRODUCTS                                                                      \
-    [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference}, \
-    [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference}, \
-    [EMBER_TYPE_Q2_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q3_K] = {.rows = ember_rows_reference}, \
-    [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference}, \
-    [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference}
+/* The explicit fallback list: weight types for which the SIMD sets have no kernels of their own and
+ * run the reference product (dequantize exactly, f32 dot with the f32 activations; bit-identical
+ * to the reference set). Only Q2_K and Q3_K are left: Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K have
+ * integer kernels (quant_dots.h; docs/kernels.md, "The fast path of the 4- to 6-bit types"). */
+#define EMBER_MM_REFERENCE_PRODUCTS \
+    [EMBER_TYPE_Q2_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q3_K] = {.rows = ember_rows_reference}
 /* ref.c: the get_row every set uses (the type's traits to_float; exact). */
 void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out);
 /* ref.c: the gelu_mul_ref every set uses. */

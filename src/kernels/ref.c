@@ -1,6 +1,7 @@
 /* ref.c — the reference kernels: the clearest scalar code for every op, f32 accumulation.
  * This is the oracle the fast kernels are tested against; keep it obvious, not fast. */
 #include "kernels.h"
+#include "quants.h"
 
 #include <math.h>
 #include <string.h>
@@ -174,7 +175,14 @@ const ember_kernel_ops ember_kernels_reference = {
         [EMBER_TYPE_F16] = {.rows = ember_rows_reference},
         [EMBER_TYPE_BF16] = {.rows = ember_rows_reference},
         [EMBER_TYPE_Q8_0] = {.rows = ember_rows_reference},
-        EMBER_MM_REFERENCE_PRODUCTS,
+        [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference},
+        [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference},
+        EMBER_MM_REFERENCE_PRODUCTS, /* Q2_K, Q3_K */
     },
     .dot_f32 = ref_dot_f32,
     .attn_chunk = ref_attn_chunk,
@@ -222,6 +230,40 @@ float ember_dot_q8_0_q8_0(const ember_block_q8_0 *w, const ember_block_q8_0 *x, 
         s += (ember_f16_to_f32(w[b].d) * ember_f16_to_f32(x[b].d)) * (float)isum;
     }
     return s;
+}
+
+void ember_quantize_row_q8_1(const float *x, ember_block_q8_1 *y, int64_t n) {
+    for (int64_t b = 0; b < n / EMBER_QK8_1; b++) {
+        const float *xb = x + b * EMBER_QK8_1;
+        ember_block_q8_0 q; /* the Q8_0 quantization of the block: same d and quants */
+        ember_quantize_row_q8_0(xb, &q, EMBER_QK8_1);
+        y[b].d = q.d;
+        memcpy(y[b].qs, q.qs, sizeof q.qs);
+        if (q.d == 0x7e00) { /* NaN or infinity in the block */
+            y[b].s = 0x7e00;
+            continue;
+        }
+        float amax = 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < EMBER_QK8_1; j++) {
+            if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]);
+            sum += q.qs[j];
+        }
+        y[b].s = ember_f32_to_f16((amax / 127.0f) * (float)sum); /* d unrounded, as llama.cpp's x86 code */
+    }
+}
+
+void ember_quantize_act_q8_k(const float *x, void *y, int64_t n) {
+    ember_quantize_row_q8_k(x, y, n);
+    for (int64_t b = 0; b < n / EMBER_QK_K; b++) {
+        bool finite = true;
+        for (int j = 0; j < EMBER_QK_K; j++) finite &= fabsf(x[b * EMBER_QK_K + j]) < INFINITY;
+        if (finite) continue;
+        ember_block_q8_K blk;
+        memset(&blk, 0, sizeof blk);
+        blk.d = NAN; /* the products come out NaN, as with Q8_0 */
+        memcpy((uint8_t *)y + (size_t)b * sizeof blk, &blk, sizeof blk);
+    }
 }
 
 void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {

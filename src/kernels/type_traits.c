@@ -37,6 +37,7 @@ static void q8_0_to_float(const void *row, float *out, int64_t n) {
 }
 
 static void q8_0_from_float(const float *x, void *y, int64_t n) { ember_quantize_row_q8_0(x, y, n); }
+static void q8_1_from_float(const float *x, void *y, int64_t n) { ember_quantize_row_q8_1(x, y, n); }
 
 /* Types with a block size and no kernels carry their geometry (so sizes and names are right and a
  * file holding them is refused with a clear message) and to_float = NULL (see docs/kernels.md,
@@ -51,31 +52,41 @@ static const ember_type_traits traits[EMBER_TYPE_COUNT] = {
     [EMBER_TYPE_Q8_0] = {.name = "q8_0", .block_size = EMBER_QK8_0, .block_bytes = sizeof(ember_block_q8_0),
                          .to_float = q8_0_to_float, .vec_dot_type = EMBER_TYPE_Q8_0,
                          .from_float = q8_0_from_float, .matmul = true},
-    /* The 4- to 6-bit weight types (quants.h): every set multiplies them by the reference product
-     * (dequantize exactly, f32 dot with the f32 activations) until it has kernels of its own, so
-     * they take no activation type yet. */
+    /* The 4- to 6-bit weight types (quants.h). The reference set multiplies them by the exact f32
+     * product of the dequantized weights; vec_dot_type is what the SIMD sets quantize the
+     * activations into, as llama.cpp does (docs/kernels.md). Q2_K and Q3_K have no SIMD kernels
+     * (every set runs the reference product for them): no activation type. */
     [EMBER_TYPE_Q4_0] = {.name = "q4_0", .block_size = EMBER_QK4_0, .block_bytes = sizeof(ember_block_q4_0),
-                         .to_float = ember_dequantize_row_q4_0, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q4_0, .vec_dot_type = EMBER_TYPE_Q8_0,
+                         .from_float = q8_0_from_float, .matmul = true},
     [EMBER_TYPE_Q4_1] = {.name = "q4_1", .block_size = EMBER_QK4_1, .block_bytes = sizeof(ember_block_q4_1),
-                         .to_float = ember_dequantize_row_q4_1, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q4_1, .vec_dot_type = EMBER_TYPE_Q8_1,
+                         .from_float = q8_1_from_float, .matmul = true},
     [EMBER_TYPE_Q5_0] = {.name = "q5_0", .block_size = EMBER_QK5_0, .block_bytes = sizeof(ember_block_q5_0),
-                         .to_float = ember_dequantize_row_q5_0, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q5_0, .vec_dot_type = EMBER_TYPE_Q8_0,
+                         .from_float = q8_0_from_float, .matmul = true},
     [EMBER_TYPE_Q5_1] = {.name = "q5_1", .block_size = EMBER_QK5_1, .block_bytes = sizeof(ember_block_q5_1),
-                         .to_float = ember_dequantize_row_q5_1, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
-    [EMBER_TYPE_Q8_1] = {.name = "q8_1", .block_size = EMBER_QK8_1, .block_bytes = sizeof(ember_block_q8_1)},
+                         .to_float = ember_dequantize_row_q5_1, .vec_dot_type = EMBER_TYPE_Q8_1,
+                         .from_float = q8_1_from_float, .matmul = true},
+    /* Q8_1: the activation type of the Q4_1/Q5_1 products only (no to_float: refused as weights). */
+    [EMBER_TYPE_Q8_1] = {.name = "q8_1", .block_size = EMBER_QK8_1, .block_bytes = sizeof(ember_block_q8_1),
+                         .from_float = q8_1_from_float},
     [EMBER_TYPE_Q2_K] = {.name = "q2_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q2_K),
                          .to_float = ember_dequantize_row_q2_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
     [EMBER_TYPE_Q3_K] = {.name = "q3_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q3_K),
                          .to_float = ember_dequantize_row_q3_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
     [EMBER_TYPE_Q4_K] = {.name = "q4_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q4_K),
-                         .to_float = ember_dequantize_row_q4_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q4_k, .vec_dot_type = EMBER_TYPE_Q8_K,
+                         .from_float = ember_quantize_act_q8_k, .matmul = true},
     [EMBER_TYPE_Q5_K] = {.name = "q5_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q5_K),
-                         .to_float = ember_dequantize_row_q5_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q5_k, .vec_dot_type = EMBER_TYPE_Q8_K,
+                         .from_float = ember_quantize_act_q8_k, .matmul = true},
     [EMBER_TYPE_Q6_K] = {.name = "q6_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q6_K),
-                         .to_float = ember_dequantize_row_q6_k, .vec_dot_type = EMBER_TYPE_F32, .matmul = true},
+                         .to_float = ember_dequantize_row_q6_k, .vec_dot_type = EMBER_TYPE_Q8_K,
+                         .from_float = ember_quantize_act_q8_k, .matmul = true},
     /* Q8_K is an activation type (what llama.cpp quantizes activations into for the K-quant
      * products), never a weight in the files ember reads: no to_float, so a file holding it is
-     * refused; from_float is its quantizer (the oracle for the fast path to come). */
+     * refused; from_float is its quantizer (ggml's reference, bit for bit). */
     [EMBER_TYPE_Q8_K] = {.name = "q8_K", .block_size = EMBER_QK_K, .block_bytes = sizeof(ember_block_q8_K),
                          .from_float = ember_quantize_row_q8_k},
 };

@@ -268,7 +268,8 @@ static void test_type(ember_kernels k, const qtype *q) {
     ember_compute_free(c);
 }
 
-/* 1/2/3 threads, the single-threaded entry and ember_matmul_multi give the same bits. */
+/* 1/2/3 threads, the single-threaded entry, packed weights and ember_matmul_multi give the same
+ * bits. */
 static void test_threads_and_multi(ember_kernels k, const qtype *q) {
     ember_compute *c[3];
     for (int i = 0; i < 3; i++)
@@ -288,6 +289,16 @@ static void test_threads_and_multi(ember_kernels k, const qtype *q) {
             total++;
             bad += !same_bits(y[i], single, n_tok * n_out);
         }
+        { /* weights copied at load (ember_compute_pack) give the same bits as read in place */
+            ember_matrix wp = w;
+            ember_error err;
+            CHECK(ember_compute_pack(c[1], &wp, false, &err) == EMBER_OK && wp.packed != NULL);
+            float *yp = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+            ember_matmul(c[1], &wp, x, yp, n_tok);
+            total++;
+            bad += !same_bits(yp, single, n_tok * n_out);
+            free(yp);
+        }
         ember_matmul(c[1], &w2, x, y2, n_tok);
         ym[0] = malloc(sizeof(float) * (size_t)(n_tok * n_out));
         ym[1] = malloc(sizeof(float) * (size_t)(n_tok * 17));
@@ -306,7 +317,7 @@ static void test_threads_and_multi(ember_kernels k, const qtype *q) {
         free(buf[0]);
         free(buf[1]);
     }
-    CHECK_MSG(bad == 0, "%s %s: threads / single / multi products differ in %d of %d cases", ember_kernels_name(k),
+    CHECK_MSG(bad == 0, "%s %s: threads / single / packed / multi products differ in %d of %d cases", ember_kernels_name(k),
               tname(q->type), bad, total);
     for (int i = 0; i < 3; i++) ember_compute_free(c[i]);
 }

@@ -8,7 +8,7 @@
  * avx512.c (compiled with VNNI) multiplies unsigned by signed bytes with vpdpbusd where avx2.c uses
  * vpmaddubsw + vpmaddwd; both give the same exact int32 sums.
  *
- * Weights are read in place, in the file's block layout (no repacked copy); activations are
+ * Weights keep the file's block layout (read in place, or copied once onto huge pages); activations are
  * quantized once per product, as llama.cpp does: Q8_K for the K-quants, Q8_0 for Q4_0/Q5_0, Q8_1
  * for Q4_1/Q5_1 (docs/kernels.md, "The fast path of the 4- to 6-bit types"). */
 #ifndef EMBER_QUANT_DOTS_H
@@ -308,7 +308,7 @@ static void qd_rows(const qd_row_fn kern[QD_MAX_T], int64_t block, const ember_m
                     size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
     const int64_t nb = w->n_in / block;
     for (int64_t o = o0; o < o1; o++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+        const uint8_t *row = (const uint8_t *)(w->packed ? w->packed : w->data) + (size_t)o * w->row_bytes;
         for (int64_t t = 0; t < n_tok; t += QD_MAX_T) {
             const int T = n_tok - t < QD_MAX_T ? (int)(n_tok - t) : QD_MAX_T;
             const uint8_t *xs[QD_MAX_T];
@@ -319,6 +319,14 @@ static void qd_rows(const qd_row_fn kern[QD_MAX_T], int64_t block, const ember_m
         }
     }
 }
+
+/* "Repacking" keeps the file's layout: the rows are copied once into the compute's arena (large
+ * anonymous mappings on transparent huge pages, consecutive matrices end to end) and the source
+ * pages released, as for Q8_0 (ember_compute_pack). Reading the same bytes from 4 KiB page-cache
+ * pages measured 1.5-1.9x slower decoding (Q8_0, mapped vs packed, docs/performance.md): TLB misses
+ * and the prefetcher stopping at page boundaries. Groups of 4 rows are 4 * row_bytes apart. */
+static size_t qd_pack_size(const ember_matrix *w) { return (size_t)w->n_out * w->row_bytes; }
+static void qd_pack(const ember_matrix *w, void *dst) { memcpy(dst, w->data, (size_t)w->n_out * w->row_bytes); }
 
 /* Instances with T fixed (1..4) so each is compiled for its tile. */
 #define QD_INSTANCES(name, call)                                                                                    \
@@ -360,13 +368,13 @@ QD_ROWS_FN(qd_rows_q5_1, qd_kern_q51, 32)
 /* The kernel-table entries; q8_size / q8_prep: the set's Q8_0 activation layout and quantizer,
  * q81_prep: the same followed by qd_q81_sums. Q2_K/Q3_K: the explicit fallback (kernels.h). */
 #define QD_MM_ENTRIES(q8_size, q8_prep, q81_prep)                                                                   \
-    [EMBER_TYPE_Q4_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q4_k},     \
-    [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q5_k},     \
-    [EMBER_TYPE_Q6_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q6_k},     \
-    [EMBER_TYPE_Q4_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q4_0},                        \
-    [EMBER_TYPE_Q5_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q5_0},                        \
-    [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q4_1},               \
-    [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q5_1},               \
+    [EMBER_TYPE_Q4_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q4_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
+    [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q5_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
+    [EMBER_TYPE_Q6_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q6_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
+    [EMBER_TYPE_Q4_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q4_0, .pack_size = qd_pack_size, .pack = qd_pack},                        \
+    [EMBER_TYPE_Q5_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q5_0, .pack_size = qd_pack_size, .pack = qd_pack},                        \
+    [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q4_1, .pack_size = qd_pack_size, .pack = qd_pack},               \
+    [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q5_1, .pack_size = qd_pack_size, .pack = qd_pack},               \
     EMBER_MM_REFERENCE_PRODUCTS
 
 #endif

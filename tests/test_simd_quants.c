@@ -16,8 +16,8 @@
  * The error is the activation rounding (8 bits per block of 32 or 256: Q8_K's single scale per 256
  * values rounds coarser than Q8_0's per 32), plus f32 rounding of the block terms. Measured on
  * Gaussian activations and quantizer-made weights (this machine): see the printed worst values. */
-#define NMSE_Q8_0_ACT 1e-4 /* Q4_0, Q5_0 (Q8_0 activations); Q8_0 itself measures ~3e-5 */
-#define NMSE_Q8_1_ACT 1e-4 /* Q4_1, Q5_1 */
+#define NMSE_Q8_0_ACT 1e-4   /* Q4_0, Q5_0 (Q8_0 activations); Q8_0 itself measures ~3e-5 */
+#define NMSE_Q8_1_ACT 1e-4   /* Q4_1, Q5_1 */
 #define NMSE_Q8_K_ACT 1.5e-4 /* Q4_K, Q5_K, Q6_K */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -41,9 +41,12 @@ typedef struct {
 } qtype;
 
 static const qtype types[] = {
-    {EMBER_TYPE_Q4_K, ember_quantize_row_q4_k, NMSE_Q8_K_ACT}, {EMBER_TYPE_Q6_K, ember_quantize_row_q6_k, NMSE_Q8_K_ACT},
-    {EMBER_TYPE_Q4_0, ember_quantize_row_q4_0, NMSE_Q8_0_ACT}, {EMBER_TYPE_Q5_K, ember_quantize_row_q5_k, NMSE_Q8_K_ACT},
-    {EMBER_TYPE_Q5_0, ember_quantize_row_q5_0, NMSE_Q8_0_ACT}, {EMBER_TYPE_Q5_1, ember_quantize_row_q5_1, NMSE_Q8_1_ACT},
+    {EMBER_TYPE_Q4_K, ember_quantize_row_q4_k, NMSE_Q8_K_ACT},
+    {EMBER_TYPE_Q6_K, ember_quantize_row_q6_k, NMSE_Q8_K_ACT},
+    {EMBER_TYPE_Q4_0, ember_quantize_row_q4_0, NMSE_Q8_0_ACT},
+    {EMBER_TYPE_Q5_K, ember_quantize_row_q5_k, NMSE_Q8_K_ACT},
+    {EMBER_TYPE_Q5_0, ember_quantize_row_q5_0, NMSE_Q8_0_ACT},
+    {EMBER_TYPE_Q5_1, ember_quantize_row_q5_1, NMSE_Q8_1_ACT},
     {EMBER_TYPE_Q4_1, ember_quantize_row_q4_1, NMSE_Q8_1_ACT},
 };
 #define N_TYPES (sizeof types / sizeof types[0])
@@ -90,7 +93,9 @@ static float *random_vec(int64_t n) {
     return x;
 }
 
-static bool same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+static bool same_bits(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+}
 
 /* ---- the weights' integers, decoded from the layouts (quants.h / quants_dequant.c) ----
  * For a K-quant super-block: q[256] (Q6_K: minus 32), the sub-block scale and minimum of each
@@ -132,7 +137,8 @@ static void decode_k(ember_type t, const uint8_t *blk, int q[256], int sc[256], 
 }
 
 static void decode_32(ember_type t, const uint8_t *blk, int q[32]) {
-    const bool five = t == EMBER_TYPE_Q5_0 || t == EMBER_TYPE_Q5_1, has_m = t == EMBER_TYPE_Q4_1 || t == EMBER_TYPE_Q5_1;
+    const bool five = t == EMBER_TYPE_Q5_0 || t == EMBER_TYPE_Q5_1,
+               has_m = t == EMBER_TYPE_Q4_1 || t == EMBER_TYPE_Q5_1;
     const uint8_t *qs = blk + (has_m ? 4 : 2) + (five ? 4 : 0);
     uint32_t qh = 0;
     if (five) memcpy(&qh, blk + (has_m ? 4 : 2), 4);
@@ -180,7 +186,8 @@ static float documented_order(ember_type t, const uint8_t *row, const void *xq, 
         memcpy(&d, blk, 2);
         memcpy(&mw, blk + 2, 2);
         p[b % 4] = fmaf((float)isum, ember_f16_to_f32(d) * ember_f16_to_f32(yd), p[b % 4]);
-        if (has_m) p[b % 4] = fmaf(ember_f16_to_f32(mw), ember_f16_to_f32(((const ember_block_q8_1 *)xq)[b].s), p[b % 4]);
+        if (has_m)
+            p[b % 4] = fmaf(ember_f16_to_f32(mw), ember_f16_to_f32(((const ember_block_q8_1 *)xq)[b].s), p[b % 4]);
     }
     return (p[0] + p[1]) + (p[2] + p[3]);
 }
@@ -257,11 +264,11 @@ static void test_type(ember_kernels k, const qtype *q) {
         if (nmse > worst) worst = nmse;
         num_all += num;
         den_all += den;
-        CHECK_MSG(nmse <= q->budget, "%s %s vs the exact f32 product, n_in %lld: nmse %.3g > %.0e", ember_kernels_name(k),
-                  tname(q->type), (long long)n_in, nmse, q->budget);
+        CHECK_MSG(nmse <= q->budget, "%s %s vs the exact f32 product, n_in %lld: nmse %.3g > %.0e",
+                  ember_kernels_name(k), tname(q->type), (long long)n_in, nmse, q->budget);
     }
-    CHECK_MSG(bad == 0, "%s %s: %d of %d outputs differ from the documented order", ember_kernels_name(k), tname(q->type),
-              bad, total);
+    CHECK_MSG(bad == 0, "%s %s: %d of %d outputs differ from the documented order", ember_kernels_name(k),
+              tname(q->type), bad, total);
     printf("  %-7s %-4s: %d outputs bit-identical to the documented order; nmse vs exact f32 worst %.2e (pooled %.2e, "
            "budget %.0e)\n",
            ember_kernels_name(k), tname(q->type), total - bad, worst, num_all / den_all, q->budget);
@@ -317,8 +324,8 @@ static void test_threads_and_multi(ember_kernels k, const qtype *q) {
         free(buf[0]);
         free(buf[1]);
     }
-    CHECK_MSG(bad == 0, "%s %s: threads / single / packed / multi products differ in %d of %d cases", ember_kernels_name(k),
-              tname(q->type), bad, total);
+    CHECK_MSG(bad == 0, "%s %s: threads / single / packed / multi products differ in %d of %d cases",
+              ember_kernels_name(k), tname(q->type), bad, total);
     for (int i = 0; i < 3; i++) ember_compute_free(c[i]);
 }
 
@@ -344,7 +351,8 @@ static void test_nonfinite(ember_kernels k, const qtype *q) {
 static void test_cross_isa(const qtype *q) {
     int bad = 0, total = 0;
     const int64_t *nbs = is_k(q->type) ? k_blocks : b32_blocks;
-    const size_t n_nbs = is_k(q->type) ? sizeof k_blocks / sizeof k_blocks[0] : sizeof b32_blocks / sizeof b32_blocks[0];
+    const size_t n_nbs =
+        is_k(q->type) ? sizeof k_blocks / sizeof k_blocks[0] : sizeof b32_blocks / sizeof b32_blocks[0];
     for (size_t bi = 0; bi < n_nbs; bi++)
         for (int64_t n_tok = 1; n_tok <= 6; n_tok += 5) {
             const int64_t n_in = nbs[bi] * block_of(q->type), n_out = 9;

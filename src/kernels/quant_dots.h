@@ -69,17 +69,22 @@ EMBER_AI float qd_q8k_d(const uint8_t *yb) {
     return d;
 }
 
-/* The 6-bit scales and minimums of a Q4_K/Q5_K super-block (12 packed bytes, ggml's layout). */
-EMBER_AI void qd_k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
+/* The 6-bit scales and minimums of a Q4_K/Q5_K super-block (12 packed bytes, ggml's layout):
+ * sub-block j < 4: scale = s[j] & 63, min = s[j+4] & 63; j >= 4: scale = s[j+4] & 15 | (s[j-4] >> 6)
+ * << 4, min = s[j+4] >> 4 | (s[j] >> 6) << 4. Done 4 bytes at a time: words w0 = s[0..3],
+ * w1 = s[4..7], w2 = s[8..11]. Returns the 8 scales in bytes 0-7 and the 8 minimums in 8-15. */
+EMBER_AI __m128i qd_k4_scales(const uint8_t *s) {
+    uint32_t w[3], u[4];
+    memcpy(w, s, 12);
+    u[0] = w[0] & 0x3f3f3f3fu;                                                   /* scales 0-3 */
+    u[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);           /* scales 4-7 */
+    u[2] = w[1] & 0x3f3f3f3fu;                                                   /* mins 0-3 */
+    u[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);    /* mins 4-7 */
+    return _mm_loadu_si128((const __m128i *)u);
 }
+
+/* Shuffle controls that broadcast int16 lane j of each 128-bit half to all 8 lanes of it. */
+EMBER_AI __m256i qd_bcast16_ctl(int j) { return _mm256_set1_epi16((short)(2 * j | (2 * j + 1) << 8)); }
 
 /* Q4_K / Q5_K (five = true) row times T tokens. Super-block: d, dmin (f16), scales[12], [Q5_K:
  * qh[32]], qs[128]; chunk c (64 values) = qs[32c .. 32c+31], low nibbles sub-block 2c, high nibbles
@@ -93,11 +98,12 @@ EMBER_AI void qd_k45_row(bool five, const uint8_t *row, const uint8_t *const *xs
     for (int t = 0; t < T; t++) p[t] = m[t] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bbytes;
-        uint8_t sc[8], mn[8];
-        qd_k4_scales(blk + 4, sc, mn);
+        const __m128i scmn = qd_k4_scales(blk + 4);
         /* mn_j at int16 lanes 2j, 2j+1: the two sums of 16 of sub-block j */
-        const __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
+        const __m128i mn8 = _mm_unpackhi_epi64(scmn, scmn);
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
+        /* the 8 scales as int16 in both 128-bit halves, for per-sub-block broadcasts */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
         __m256i acc[QD_MAX_T];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_si256();
@@ -111,13 +117,17 @@ EMBER_AI void qd_k45_row(bool five, const uint8_t *row, const uint8_t *const *xs
                 lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bl), bl), b16));
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bh), bh), b16));
             }
-            const __m256i slo = _mm256_set1_epi16(sc[2 * c]), shi = _mm256_set1_epi16(sc[2 * c + 1]);
+            const __m256i slo = _mm256_shuffle_epi8(sc16, qd_bcast16_ctl(2 * c));
+            const __m256i shi = _mm256_shuffle_epi8(sc16, qd_bcast16_ctl(2 * c + 1));
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const uint8_t *yq = xs[t] + (size_t)b * QD_Q8K_BYTES + 4 + 64 * c;
                 /* pair sums <= 2 * 31 * 127; times a 6-bit scale in int32 */
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)yq)), slo));
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(yq + 32))), shi));
+                acc[t] = _mm256_add_epi32(
+                    acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)yq)), slo));
+                acc[t] = _mm256_add_epi32(
+                    acc[t],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(yq + 32))), shi));
             }
         }
         const float dw = ember_h2f(ember_load_u16(blk)), dmw = ember_h2f(ember_load_u16(blk + 2));
@@ -145,7 +155,10 @@ EMBER_AI void qd_k45_row(bool five, const uint8_t *row, const uint8_t *const *xs
 EMBER_AI void qd_q6k_row(const uint8_t *row, const uint8_t *const *xs, int T, int64_t nb, float *out) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C),
                   m30 = _mm256_set1_epi8(0x30), mc0 = _mm256_set1_epi8((char)0xC0);
-    const __m128i pair_ctl = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m256i pair_ctl[4];
+    for (int j = 0; j < 4; j++)
+        pair_ctl[j] = _mm256_set_m128i(_mm256_castsi256_si128(qd_bcast16_ctl(2 * j + 1)),
+                                       _mm256_castsi256_si128(qd_bcast16_ctl(2 * j)));
     float p[QD_MAX_T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) p[t] = 0.0f;
@@ -153,6 +166,10 @@ EMBER_AI void qd_q6k_row(const uint8_t *row, const uint8_t *const *xs, int T, in
         const uint8_t *blk = row + (size_t)b * sizeof(ember_block_q6_K);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        /* scales 0-7 (8-15) as int16 in both halves: pair j takes lane 2j' in the low half and 2j'+1
+         * in the high half (j' = j mod 4) by one shuffle */
+        const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16));
+        const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1));
         __m256i acc[QD_MAX_T];
         /* start from -32 * sum_j sc_j * bsum_j: the offset of the unsigned quants */
 #pragma GCC unroll 4
@@ -169,15 +186,17 @@ EMBER_AI void qd_q6k_row(const uint8_t *row, const uint8_t *const *xs, int T, in
             q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
             q[1] = _mm256_or_si256(_mm256_and_si256(bb, low4), _mm256_slli_epi16(_mm256_and_si256(h, m0c), 2));
             q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(h, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), low4), _mm256_srli_epi16(_mm256_and_si256(h, mc0), 2));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), low4),
+                                   _mm256_srli_epi16(_mm256_and_si256(h, mc0), 2));
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 /* int16 lanes 0-7: scale of sub-block 2j, lanes 8-15: of 2j + 1 (j = 4n + k) */
                 const int j = 4 * n + k;
-                const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_add_epi8(pair_ctl, _mm_set1_epi8((char)(2 * j)))));
+                const __m256i s = _mm256_shuffle_epi8(j < 4 ? sc_lo : sc_hi, pair_ctl[j % 4]);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
-                    const __m256i y = _mm256_loadu_si256((const __m256i *)(xs[t] + (size_t)b * QD_Q8K_BYTES + 4 + 32 * j));
+                    const __m256i y =
+                        _mm256_loadu_si256((const __m256i *)(xs[t] + (size_t)b * QD_Q8K_BYTES + 4 + 32 * j));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), s));
                 }
             }
@@ -208,7 +227,9 @@ EMBER_AI void qd_q6k_row(const uint8_t *row, const uint8_t *const *xs, int T, in
 
 typedef enum { QD_Q4_0, QD_Q4_1, QD_Q5_0, QD_Q5_1 } qd_kind;
 
-static size_t qd_q81_act_size(int64_t n_in) { return q8g_act_size(n_in) + (size_t)q8g_spans(n_in / 32) * Q8G_SPAN_BLOCKS * 4; }
+static size_t qd_q81_act_size(int64_t n_in) {
+    return q8g_act_size(n_in) + (size_t)q8g_spans(n_in / 32) * Q8G_SPAN_BLOCKS * 4;
+}
 
 /* The Q8_1 sums s_x, after the set's Q8_0 quantizer has filled the q8g part (same d and quants). */
 static void qd_q81_sums(const float *x, uint8_t *xa, int64_t n_in) {
@@ -242,8 +263,8 @@ EMBER_AI __m256i qd_blk32_quants(qd_kind kind, const uint8_t *blk) {
         memcpy(&qh, blk + oqh, 4);
         /* byte j gets qh byte j / 8 (the shuffle stays in each 128-bit half: bytes 0-1 low, 2-3 high) */
         const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
-                                                   _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
-                                                                    2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+                                                   _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2,
+                                                                    2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
         const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
         q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
@@ -252,8 +273,10 @@ EMBER_AI __m256i qd_blk32_quants(qd_kind kind, const uint8_t *blk) {
 }
 
 EMBER_AI size_t qd_blk32_bytes(qd_kind kind) {
-    return kind == QD_Q4_0 ? sizeof(ember_block_q4_0) : kind == QD_Q4_1 ? sizeof(ember_block_q4_1)
-         : kind == QD_Q5_0 ? sizeof(ember_block_q5_0) : sizeof(ember_block_q5_1);
+    return kind == QD_Q4_0   ? sizeof(ember_block_q4_0)
+           : kind == QD_Q4_1 ? sizeof(ember_block_q4_1)
+           : kind == QD_Q5_0 ? sizeof(ember_block_q5_0)
+                             : sizeof(ember_block_q5_1);
 }
 
 /* One row of 32-value blocks times T tokens, 4 blocks at a time (4 exact sums in one vector). */
@@ -286,7 +309,8 @@ EMBER_AI void qd_blk32_row(qd_kind kind, const uint8_t *row, const uint8_t *cons
             const uint8_t *ya = xs[t] + oplain + 32 * (size_t)b;
             __m256i l[4];
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) l[j] = qd_dot_u8s8(_mm256_setzero_si256(), q[j], _mm256_loadu_si256((const __m256i *)(ya + 32 * j)));
+            for (int j = 0; j < 4; j++)
+                l[j] = qd_dot_u8s8(_mm256_setzero_si256(), q[j], _mm256_loadu_si256((const __m256i *)(ya + 32 * j)));
             __m128i isum = qd_hsum4(l[0], l[1], l[2], l[3]);
             if (!has_m) { /* quants carry an offset of 8 (Q4_0) or 16 (Q5_0): subtract offset * sum y */
                 const __m128i corr = _mm_loadu_si128((const __m128i *)(xs[t] + ocorr + 4 * (size_t)b)); /* -128 sum y */
@@ -329,11 +353,11 @@ static size_t qd_pack_size(const ember_matrix *w) { return (size_t)w->n_out * w-
 static void qd_pack(const ember_matrix *w, void *dst) { memcpy(dst, w->data, (size_t)w->n_out * w->row_bytes); }
 
 /* Instances with T fixed (1..4) so each is compiled for its tile. */
-#define QD_INSTANCES(name, call)                                                                                    \
-    static void name##_1(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(1); } \
-    static void name##_2(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(2); } \
-    static void name##_3(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(3); } \
-    static void name##_4(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(4); } \
+#define QD_INSTANCES(name, call)                                                                                       \
+    static void name##_1(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(1); }  \
+    static void name##_2(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(2); }  \
+    static void name##_3(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(3); }  \
+    static void name##_4(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(4); }  \
     static const qd_row_fn name[QD_MAX_T] = {name##_1, name##_2, name##_3, name##_4};
 
 #define QD_CALL_Q4K(T) ((void)n_in, qd_k45_row(false, r, xs, T, nb, o))
@@ -351,11 +375,11 @@ QD_INSTANCES(qd_kern_q41, QD_CALL_Q41)
 QD_INSTANCES(qd_kern_q50, QD_CALL_Q50)
 QD_INSTANCES(qd_kern_q51, QD_CALL_Q51)
 
-#define QD_ROWS_FN(fname, kern, block)                                                                              \
-    static void fname(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,           \
-                      int64_t n_tok, int64_t o0, int64_t o1) {                                                     \
-        (void)x;                                                                                                   \
-        qd_rows(kern, block, w, xa, xa_stride, y, n_tok, o0, o1);                                                  \
+#define QD_ROWS_FN(fname, kern, block)                                                                                 \
+    static void fname(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,               \
+                      int64_t n_tok, int64_t o0, int64_t o1) {                                                         \
+        (void)x;                                                                                                       \
+        qd_rows(kern, block, w, xa, xa_stride, y, n_tok, o0, o1);                                                      \
     }
 QD_ROWS_FN(qd_rows_q4_k, qd_kern_q4k, EMBER_QK_K)
 QD_ROWS_FN(qd_rows_q5_k, qd_kern_q5k, EMBER_QK_K)
@@ -367,14 +391,42 @@ QD_ROWS_FN(qd_rows_q5_1, qd_kern_q51, 32)
 
 /* The kernel-table entries; q8_size / q8_prep: the set's Q8_0 activation layout and quantizer,
  * q81_prep: the same followed by qd_q81_sums. Q2_K/Q3_K: the explicit fallback (kernels.h). */
-#define QD_MM_ENTRIES(q8_size, q8_prep, q81_prep)                                                                   \
-    [EMBER_TYPE_Q4_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q4_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
-    [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q5_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
-    [EMBER_TYPE_Q6_K] = {.act_size = qd_q8k_act_size, .act_prepare = qd_q8k_act_prepare, .rows = qd_rows_q6_k, .pack_size = qd_pack_size, .pack = qd_pack},     \
-    [EMBER_TYPE_Q4_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q4_0, .pack_size = qd_pack_size, .pack = qd_pack},                        \
-    [EMBER_TYPE_Q5_0] = {.act_size = q8_size, .act_prepare = q8_prep, .rows = qd_rows_q5_0, .pack_size = qd_pack_size, .pack = qd_pack},                        \
-    [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q4_1, .pack_size = qd_pack_size, .pack = qd_pack},               \
-    [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size, .act_prepare = q81_prep, .rows = qd_rows_q5_1, .pack_size = qd_pack_size, .pack = qd_pack},               \
+#define QD_MM_ENTRIES(q8_size, q8_prep, q81_prep)                                                                      \
+    [EMBER_TYPE_Q4_K] = {.act_size = qd_q8k_act_size,                                                                  \
+                         .act_prepare = qd_q8k_act_prepare,                                                            \
+                         .rows = qd_rows_q4_k,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size,                                                                  \
+                         .act_prepare = qd_q8k_act_prepare,                                                            \
+                         .rows = qd_rows_q5_k,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q6_K] = {.act_size = qd_q8k_act_size,                                                                  \
+                         .act_prepare = qd_q8k_act_prepare,                                                            \
+                         .rows = qd_rows_q6_k,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q4_0] = {.act_size = q8_size,                                                                          \
+                         .act_prepare = q8_prep,                                                                       \
+                         .rows = qd_rows_q4_0,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q5_0] = {.act_size = q8_size,                                                                          \
+                         .act_prepare = q8_prep,                                                                       \
+                         .rows = qd_rows_q5_0,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size,                                                                  \
+                         .act_prepare = q81_prep,                                                                      \
+                         .rows = qd_rows_q4_1,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
+    [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size,                                                                  \
+                         .act_prepare = q81_prep,                                                                      \
+                         .rows = qd_rows_q5_1,                                                                         \
+                         .pack_size = qd_pack_size,                                                                    \
+                         .pack = qd_pack},                                                                             \
     EMBER_MM_REFERENCE_PRODUCTS
 
 #endif

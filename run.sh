@@ -3,6 +3,8 @@
 #   ./run.sh main [FLAGS]  install dependencies, build, run the main workflow (default: the tiny
 #                          model made on first use in ~/.cache/ember; FLAGS go to the workflow)
 #   ./run.sh test          install dependencies, build (plain and ASan+UBSan), run every test
+# EMBER_RUN_PREBUILT=1 ./run.sh main skips the install and the build and runs the binaries already
+# in build/ (the tests run the README's commands this way, beside a build that is in use).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -67,8 +69,12 @@ summarize() {
 
 case "${1:-}" in
   main)
-    install_deps
-    build build
+    if [ "${EMBER_RUN_PREBUILT:-}" = 1 ]; then
+      [ -x build/ember-lua ] || { echo "run.sh: EMBER_RUN_PREBUILT=1 but build/ember-lua is missing" >&2; exit 1; }
+    else
+      install_deps
+      build build
+    fi
     shift
     # with no --model the workflow makes and uses the default tiny model in the user's cache
     # ($XDG_CACHE_HOME/ember, else ~/.cache/ember); every flag given here is passed on unchanged

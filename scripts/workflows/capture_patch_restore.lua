@@ -29,6 +29,7 @@ usage: capture_patch_restore.lua [--model M.gguf] [--tokenizer T.json] [--arch A
 Runs sessions A (baseline), B (zero L:mlp), C (patch L:after_mlp from A), all with full capture,
 and checks the restoration criterion. Default model: the tiny llama made on first use in
 $XDG_CACHE_HOME/ember (else ~/.cache/ember).
+--layer defaults to 4, or to the last layer of a model with 4 layers or fewer.
 --out DIR keeps the three artifacts in DIR (which must not exist); otherwise a temporary directory
 is used and removed when the criterion holds.
 ]]
@@ -48,7 +49,9 @@ local function main(o)
   local argv = { "capture_patch_restore.lua", table.unpack(arg) }
   local ok_run, report = pcall(workflow.capture_patch_restore, {
     model = model, tokenizer_path = o.tokenizer, prompt = o.prompt or "The quick brown fox jumps over the lazy dog.",
-    layer = o.layer or 4, max_tokens = o["max-tokens"] or 4, out_dir = out_dir, argv = argv,
+    -- layer 4 by default; a smaller model (a test fixture, a toy of one's own) its last layer,
+    -- so that the README's own-model command runs on any model without --layer
+    layer = o.layer or math.min(4, model.info.n_layers - 1), max_tokens = o["max-tokens"] or 4, out_dir = out_dir, argv = argv,
   })
   if not ok_run then
     -- a run that could not complete leaves no temporary directory behind (--out DIR is kept)

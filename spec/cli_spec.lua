@@ -193,6 +193,36 @@ describe("ember runs", function()
     assert.same({ "run.json", "stats.json" }, H.listdir(dir))
   end)
 
+  it("puts the run manifest next to its output and writes none into the working directory", function()
+    local path = need_model()
+    if not path then return end
+    local build = (os.getenv("EMBER_BUILD") or "build") .. "/ember-lua"
+    local abs = function(p) return p:sub(1, 1) == "/" and p or (os.getenv("PWD") .. "/" .. p) end
+    local cwd = H.tmpdir()
+    local function ember_in_cwd(...)
+      local args = {}
+      for i, a in ipairs({ ... }) do args[i] = H.shell_quote(a) end
+      local cmd = string.format("cd %s && %s -m ember.cli --model %s --prompt hi --max-tokens 2 %s >/dev/null 2>&1",
+        H.shell_quote(cwd), H.shell_quote(abs(build)), H.shell_quote(abs(path)), table.concat(args, " "))
+      return os.execute(cmd)
+    end
+    -- a capture: the manifest is inside the artifact directory
+    assert.is_true(ember_in_cwd("--capture-activations", "cap"))
+    local m = cjson.decode(H.read(cwd .. "/cap/run.json"))
+    assert.equal("ember.run", m.schema)
+    assert.equal("cap", m.outputs.capture_artifact)
+    assert.equal(2, #m.generated_ids)
+    -- statistics: beside the file
+    assert.is_true(ember_in_cwd("--activation-stats", "stats.json"))
+    assert.equal("activation-stats", cjson.decode(H.read(cwd .. "/stats.run.json")).experiment.members[1].name)
+    -- an intervention without outputs: no manifest at all
+    assert.is_true(ember_in_cwd("--zero-layer-output", "1:mlp"))
+    assert.same({ "cap", "stats.json", "stats.run.json" }, H.listdir(cwd))
+    -- unless one is asked for
+    assert.is_true(ember_in_cwd("--zero-layer-output", "1:mlp", "--run-manifest", "z.json"))
+    assert.equal("zero-layer-output", cjson.decode(H.read(cwd .. "/z.json")).experiment.name)
+  end)
+
   it("a failing hook exits 1 with the hook-failure message and writes nothing", function()
     local path = need_model()
     if not path then return end

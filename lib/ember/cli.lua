@@ -46,7 +46,7 @@ M.FLAGS = {
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
   { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
-  { "run-manifest", "path", "FILE.json", "where to write the run manifest (default ember-run.json)" },
+  { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
   { "help", "bool", nil, "show this help" },
   { "version", "bool", nil, "show the version" },
@@ -93,7 +93,8 @@ function M.usage()
     "  --require CLASS   exit 0 only for CLASS or a stricter class",
     "",
     "Generated text goes to stdout, notices to stderr. Exit: 0 ok, 1 failure, 2 usage error.",
-    "Every run with an experiment writes a run manifest (--run-manifest, default ember-run.json).",
+    "A run manifest goes into the capture directory (DIR/run.json), else beside the --activation-stats file",
+    "(stats.json -> stats.run.json), else where --run-manifest says; otherwise none is written.",
   })
 end
 
@@ -271,6 +272,18 @@ local function check_combinations(o)
   if o.prompt == nil then usage_error("--prompt TEXT is required") end
 end
 
+-- run_manifest_path(opts) -> where this run's manifest goes, or nil for none: --run-manifest;
+-- else next to the output it describes (inside the capture directory, or beside the statistics
+-- file: stats.json -> stats.run.json). A run without outputs writes none unless asked, so that
+-- nothing lands in the working directory unasked.
+function M.run_manifest_path(o)
+  if o["run-manifest"] then return o["run-manifest"] end
+  if o["capture-activations"] then return require("ember.fs").join(o["capture-activations"], "run.json") end
+  local stats = o["activation-stats"]
+  if stats then return (stats:gsub("%.json$", "")) .. ".run.json" end
+  return nil
+end
+
 local function check_layer(flag, layer, info)
   if layer >= info.n_layers then
     usage_error("--%s: layer %d is out of range (the model has %d layers: 0-%d)", flag, layer, info.n_layers,
@@ -301,15 +314,9 @@ local function run_generate(args, argv, io_)
 
   -- Output locations are checked before the model loads: a run must not be wasted on a typo.
   local fs = require("ember.fs")
-  -- every run with an experiment or a capture gets a run manifest; a plain run only when asked for
-  local run_manifest = o["run-manifest"]
-  local default_manifest = false
-  if run_manifest == nil then
-    for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment", "activation-stats",
-      "capture-activations" }) do
-      if o[k] ~= nil then run_manifest, default_manifest = "ember-run.json", true end
-    end
-  end
+  -- a run manifest goes next to the output it describes, or where --run-manifest says; none else
+  local run_manifest = M.run_manifest_path(o)
+  local default_manifest = run_manifest ~= nil and o["run-manifest"] == nil
   local clash = require("ember.outputs").check {
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },

@@ -76,6 +76,56 @@ describe("ember-lua's embedded library", function()
   end)
 end)
 
+describe("ember-lua modes", function()
+  after_each(H.cleanup)
+  -- the tests change directory: the binary by its absolute path
+  local lua_bin = lua_bin:sub(1, 1) == "/" and lua_bin or (os.getenv("PWD") .. "/" .. lua_bin)
+
+  it("has the global ember in every mode: a script, -e, stdin and -m", function()
+    if not need_ember_lua() then return end
+    local dir = H.tmpdir()
+    local probe = "io.write(type(ember), ' ', tostring(ember == require('ember')), '\\n')"
+    H.write(dir .. "/s.lua", probe .. "\n")
+    H.write(dir .. "/probe.lua", "return { main = function() " .. probe .. " return 0 end }\n")
+    local bin = H.shell_quote(lua_bin)
+    local cases = {
+      bin .. " " .. H.shell_quote(dir .. "/s.lua"),
+      bin .. " -e " .. H.shell_quote(probe),
+      "printf '%s\\n' " .. H.shell_quote(probe) .. " | " .. bin .. " -",
+      "LUA_PATH_5_4=" .. H.shell_quote(dir .. "/?.lua;;") .. " " .. bin .. " -m probe",
+    }
+    for _, cmd in ipairs(cases) do
+      local out, rc = sh("unset EMBER_LIB; " .. cmd)
+      assert.equal(0, rc, cmd .. "\n" .. out)
+      assert.equal("table true\n", out, cmd)
+    end
+    -- a script may still use the name for its own value
+    local out = sh(bin .. " -e " .. H.shell_quote("ember = 5 io.write(ember)"))
+    assert.equal("5", out)
+  end)
+
+  it("lets a script require modules beside it, from any working directory", function()
+    if not need_ember_lua() then return end
+    local dir = H.tmpdir()
+    assert(os.execute("mkdir -p " .. H.shell_quote(dir .. "/proj/pkg")))
+    H.write(dir .. "/proj/helper.lua", "return { answer = 42 }\n")
+    H.write(dir .. "/proj/pkg/init.lua", "return { name = 'pkg' }\n")
+    H.write(dir .. "/proj/main.lua", "io.write(require('helper').answer, ' ', require('pkg').name)\n")
+    local out, rc = sh("cd / && " .. H.shell_quote(lua_bin) .. " " .. H.shell_quote(dir .. "/proj/main.lua"))
+    assert.equal(0, rc, out)
+    assert.equal("42 pkg", out)
+    -- through a relative path and a link to the script
+    assert(os.execute("ln -s proj/main.lua " .. H.shell_quote(dir .. "/link.lua")))
+    out, rc = sh("cd " .. H.shell_quote(dir) .. " && " .. H.shell_quote(lua_bin) .. " link.lua")
+    assert.equal(0, rc, out)
+    assert.equal("42 pkg", out)
+    -- the script's directory comes after ember's own entries: it cannot shadow the library
+    H.write(dir .. "/proj/shadow.lua", "io.write(package.path:match('[^;]*$'))\n")
+    out = sh(H.shell_quote(lua_bin) .. " " .. H.shell_quote(dir .. "/proj/shadow.lua"))
+    assert.equal(dir .. "/proj/?/init.lua", out)
+  end)
+end)
+
 describe("built-in experiments", function()
   it("are modules of the library, and scripts/experiments/ files make the same experiments", function()
     local builtin = require("ember.builtin")

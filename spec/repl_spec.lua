@@ -196,6 +196,32 @@ describe("ember-lua REPL in a terminal", function()
     return false
   end
 
+  it("-i runs the script, then opens the REPL with one banner and the script's globals", function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "wb"))
+    f:write("answer = 41 + 1\nprint('script ran')\n")
+    f:close()
+    local other = session .. "-i"
+    sh("tmux new-session -d -s " .. other .. " -x 160 -y 50")
+    sh("tmux respawn-pane -k -t " .. other .. " 'env EMBER_HISTORY=" .. history .. " " .. binary .. " -i " .. script
+      .. " 2>&1'")
+    local main = session
+    session = other -- send/screen/wait_for address this pane for the moment
+    local ok, err = pcall(function()
+      wait_for("Ctrl-D exits.")
+      send("=answer, type(ember)", "Enter")
+      local s = wait_for("table") -- the command line itself does not contain it
+      assert.is_truthy(s:match("\n42%s+table\n"), s)
+      local _, banners = s:gsub("ember%-lua %d", "")
+      assert.are.equal(1, banners, s)
+      assert.is_truthy(s:find("script ran", 1, true), s)
+    end)
+    session = main
+    sh("tmux kill-session -t " .. other)
+    os.remove(script)
+    assert(ok, err)
+  end)
+
   it("survives Ctrl-C during a computation and exits on Ctrl-D", function()
     -- wait for the loop to be running (and later for the prompt) before each key, so a slow
     -- machine cannot turn Ctrl-C into "abandon this line"

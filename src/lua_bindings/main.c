@@ -231,9 +231,32 @@ static int handle_module(lua_State *L, const char *mod) {
     return LUA_OK;
 }
 
+/* A script's own directory goes at the end of package.path (DIR/?.lua, DIR/?/init.lua) and
+ * package.cpath (DIR/?.so), so a multi-file experiment can require its siblings from any working
+ * directory. Last, so it never shadows ember's own modules (which preload serves first anyway).
+ * The directory is the real one (links resolved), as an absolute path. */
+static void add_script_dir(lua_State *L, const char *fname) {
+    char *real = realpath(fname, NULL);
+    if (!real) return; /* luaL_loadfile reports the missing file */
+    char *slash = strrchr(real, '/');
+    if (slash == real) slash[1] = '\0'; /* a script in "/" */
+    else if (slash) *slash = '\0';
+    const char *sep = strcmp(real, "/") == 0 ? "" : "/";
+    lua_getglobal(L, "package"); /* [package] */
+    lua_getfield(L, -1, "path"); /* [package, path] */
+    lua_pushfstring(L, "%s;%s%s?.lua;%s%s?/init.lua", lua_tostring(L, -1), real, sep, real, sep);
+    lua_setfield(L, -3, "path"); /* [package, path] */
+    lua_getfield(L, -2, "cpath"); /* [package, path, cpath] */
+    lua_pushfstring(L, "%s;%s%s?.so", lua_tostring(L, -1), real, sep);
+    lua_setfield(L, -4, "cpath");
+    lua_pop(L, 3);
+    free(real);
+}
+
 static int handle_script(lua_State *L, char **argv) {
     const char *fname = argv[0];
     if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
+    if (fname) add_script_dir(L, fname);
     int status = luaL_loadfile(L, fname);
     if (status == LUA_OK) {
         int n = 0;
@@ -501,6 +524,29 @@ static void print_usage(const char *badoption) {
             progname);
 }
 
+/* One rule for every mode (script, -e, -l, -m, stdin, the REPL): the library is the global
+ * `ember`, as `local ember = require("ember")` gives it. It is required on first use (an __index
+ * on _G), so a run that never names it pays nothing and a library that cannot load fails where
+ * it is used. [_G, key] */
+static int global_index(lua_State *L) {
+    if (lua_type(L, 2) != LUA_TSTRING || strcmp(lua_tostring(L, 2), "ember") != 0) return 0;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "ember");
+    lua_call(L, 1, 1); /* [_G, key, ember] */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, 1, "ember"); /* rawset: _G has no __newindex */
+    return 1;
+}
+
+static void set_global_ember(lua_State *L) {
+    lua_pushglobaltable(L);       /* [_G] */
+    lua_createtable(L, 0, 1);     /* [_G, mt] */
+    lua_pushcfunction(L, global_index);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
+    lua_pop(L, 1);
+}
+
 /* Everything that runs Lua happens in here, itself under lua_pcall. */
 static int pmain(lua_State *L) {
     int argc = (int)lua_tointeger(L, 1);
@@ -517,7 +563,10 @@ static int pmain(lua_State *L) {
     createargtable(L, argv, argc, script);
     lua_gc(L, LUA_GCRESTART);
     lua_gc(L, LUA_GCGEN, 0, 0);
-    if (args & HAS_V) printf("ember-lua %s (%s)\n", EMBER_VERSION, LUA_RELEASE);
+    /* The REPL prints its own banner (with the version): -i, or no script on a terminal. */
+    bool repl = (args & HAS_I) || (script == argc && !(args & (HAS_E | HAS_V)) && isatty(0));
+    if ((args & HAS_V) && !repl) printf("ember-lua %s (%s)\n", EMBER_VERSION, LUA_RELEASE);
+    set_global_ember(L);
     if (!runargs(L, argv, script)) return 0;
     if (args & HAS_M) {
         if (handle_module(L, argv[script]) != LUA_OK) return 0;

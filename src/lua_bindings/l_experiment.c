@@ -425,21 +425,30 @@ static int lifecycle(lua_State *L, ember_lua_runner *r, hook_call *c) {
     return 0;
 }
 
+void ember_lua_runner_on_model_loaded(lua_State *L, ember_lua_runner *r) {
+    hook_call c = {.r = r, .hook = EMBER_HOOK_ON_MODEL_LOADED};
+    lifecycle(L, r, &c);
+}
+
+void ember_lua_runner_before_prefill(lua_State *L, ember_lua_runner *r, int64_t n, int64_t start) {
+    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .start_position = start, .input_token_count = n,
+                         .sequence_length = start + n, .layer_index = -1};
+    hook_call c = {.r = r, .hook = EMBER_HOOK_BEFORE_PREFILL, .ev = &ev};
+    lifecycle(L, r, &c);
+}
+
 /* runner:on_model_loaded() */
 static int r_on_model_loaded(lua_State *L) {
-    ember_lua_runner *r = ember_lua_check_runner(L, 1);
-    hook_call c = {.r = r, .hook = EMBER_HOOK_ON_MODEL_LOADED};
-    return lifecycle(L, r, &c);
+    ember_lua_runner_on_model_loaded(L, ember_lua_check_runner(L, 1));
+    return 0;
 }
 
 /* runner:before_prefill(n_prompt [, start_position = 0]) */
 static int r_before_prefill(lua_State *L) {
     ember_lua_runner *r = ember_lua_check_runner(L, 1);
     lua_Integer n = luaL_checkinteger(L, 2), start = luaL_optinteger(L, 3, 0);
-    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .start_position = start, .input_token_count = n,
-                         .sequence_length = start + n, .layer_index = -1};
-    hook_call c = {.r = r, .hook = EMBER_HOOK_BEFORE_PREFILL, .ev = &ev};
-    return lifecycle(L, r, &c);
+    ember_lua_runner_before_prefill(L, r, n, start);
+    return 0;
 }
 
 /* runner:on_generation_complete(prompt_tokens, generated_tokens, decode_count) */

@@ -33,6 +33,11 @@ ember_lua_runner *ember_lua_check_runner(lua_State *L, int i);
 const ember_hooks *ember_lua_runner_hooks(lua_State *L, ember_lua_runner *r);
 bool ember_lua_runner_modified(const ember_lua_runner *r);
 
+/* The lifecycle hooks, when the experiment defines them (else nothing happens); a failing hook
+ * raises its experiment failure. before_prefill gets a prefill context of n tokens at start. */
+void ember_lua_runner_on_model_loaded(lua_State *L, ember_lua_runner *r);
+void ember_lua_runner_before_prefill(lua_State *L, ember_lua_runner *r, int64_t n, int64_t start);
+
 /* True when a hook of this runner failed; then ember_lua_runner_raise raises
  * "experiment '<name>' failed in <hook> (phase=<p>, layer=<n>): <message>". */
 bool ember_lua_runner_failed(const ember_lua_runner *r);

@@ -21,7 +21,8 @@ static void session_free(ember_lua_session *ls) {
 ember_lua_session *ember_lua_new_session(lua_State *L, int model_idx, int64_t n_ctx, const char *fname) {
     model_idx = lua_absindex(L, model_idx);
     ember_lua_model *lm = ember_lua_check_model(L, model_idx);
-    ember_lua_session *ls = lua_newuserdatauv(L, sizeof *ls, 1); /* [session] */
+    /* user values: 1 the model, 2 the experiments that had on_model_loaded here (session_saw) */
+    ember_lua_session *ls = lua_newuserdatauv(L, sizeof *ls, 2); /* [session] */
     ls->s = NULL;
     ls->model = lm;
     ls->busy = false;
@@ -90,9 +91,40 @@ static int eval_error(lua_State *L, ember_lua_runner *r, const char *fname, cons
     return luaL_error(L, "%s: %s", fname, err->msg);
 }
 
-/* Optional {experiment = exp} of s:prefill / s:decode: only tensor hooks run there (the
- * lifecycle hooks belong to a generation). Pushes a runner (or nothing) and returns it. */
-static ember_lua_runner *eval_runner(lua_State *L, int opts, const char *fname) {
+/* Whether the experiment at exp_idx has had on_model_loaded in this session; marks it when `mark`.
+ * The set is the session's second user value, a table with weak keys made on first use, so a
+ * session never keeps an experiment alive. */
+static bool session_saw(lua_State *L, int exp_idx, bool mark) {
+    exp_idx = lua_absindex(L, exp_idx);
+    if (lua_getiuservalue(L, 1, 2) != LUA_TTABLE) { /* [set|nil] */
+        lua_pop(L, 1);
+        lua_newtable(L); /* [set] */
+        lua_createtable(L, 0, 1);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_setiuservalue(L, 1, 2);
+    }
+    lua_pushvalue(L, exp_idx);
+    bool seen = lua_rawget(L, -2) != LUA_TNIL; /* [set, seen] */
+    lua_pop(L, 1);
+    if (mark) {
+        lua_pushvalue(L, exp_idx);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -3);
+    }
+    lua_pop(L, 1);
+    return seen;
+}
+
+/* Optional {experiment = exp} of s:prefill / s:decode. A session runs the lifecycle too: the
+ * first evaluation with a given experiment calls its on_model_loaded, and every prefill calls
+ * before_prefill (with that prefill's start position and token count) before the tensor hooks;
+ * on_generation_complete belongs to generate alone (a session never knows it is finished).
+ * n_prefill is the prefill's token count, 0 for a decode. Pushes a runner (or nothing). */
+static ember_lua_runner *eval_runner(lua_State *L, ember_lua_session *ls, int opts, const char *fname,
+                                     int64_t n_prefill) {
     static const char *const valid[] = {"experiment", NULL};
     if (lua_isnoneornil(L, opts)) return NULL;
     luaL_checktype(L, opts, LUA_TTABLE);
@@ -103,6 +135,12 @@ static ember_lua_runner *eval_runner(lua_State *L, int opts, const char *fname) 
     }
     lua_getiuservalue(L, 1, 1); /* [exp, model] */
     ember_lua_runner *r = ember_lua_runner_attach(L, -2, -1, fname); /* [exp, model, runner] */
+    /* marked only after it succeeded: a failed on_model_loaded is called again next time */
+    if (!session_saw(L, -3, false)) {
+        ember_lua_runner_on_model_loaded(L, r);
+        session_saw(L, -3, true);
+    }
+    if (n_prefill > 0) ember_lua_runner_before_prefill(L, r, n_prefill, ember_session_position(ls->s));
     return r;
 }
 
@@ -112,7 +150,7 @@ static int s_prefill(lua_State *L) {
     lua_settop(L, 3); /* [self, ids, opts] then scratch */
     int64_t n_vocab = ember_model_get_info(ls->model->m)->n_vocab, n;
     int32_t *ids = read_ids(L, 2, n_vocab, "prefill", "ids", &n);
-    ember_lua_runner *r = eval_runner(L, 3, "prefill");
+    ember_lua_runner *r = eval_runner(L, ls, 3, "prefill", n);
     ember_error err = {0};
     ls->busy = true;
     ember_status st = ember_session_prefill(ls->s, ids, n, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
@@ -131,7 +169,7 @@ static int s_decode(lua_State *L) {
     if (id < 0 || id >= n_vocab)
         return luaL_error(L, "bad argument #1 to 'decode' (token id %I is outside the vocabulary 0..%I)", id,
                           (lua_Integer)n_vocab - 1);
-    ember_lua_runner *r = eval_runner(L, 3, "decode");
+    ember_lua_runner *r = eval_runner(L, ls, 3, "decode", 0);
     ember_error err = {0};
     ls->busy = true;
     ember_status st = ember_session_decode(ls->s, (int32_t)id, r ? ember_lua_runner_hooks(L, r) : NULL, &err);

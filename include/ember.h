@@ -146,6 +146,12 @@ ember_status ember_session_prefill(ember_session *s, const int32_t *ids, int64_t
                                    const ember_hooks *hooks, ember_error *err);
 ember_status ember_session_decode(ember_session *s, int32_t id, const ember_hooks *hooks, ember_error *err);
 const float *ember_session_logits(const ember_session *s); /* (n_vocab) */
+/* While on, each evaluation also keeps the logits of every row it evaluated (the final norm and
+ * the LM head run on all rows; the logits hooks still see only the last row, and the last row
+ * is bit for bit ember_session_logits). Off by default: one row's head is the cheap path. */
+void ember_session_set_all_logits(ember_session *s, bool on);
+/* (n_rows, n_vocab) of the last evaluation made while on, else NULL with *n_rows = 0. */
+const float *ember_session_all_logits(const ember_session *s, int64_t *n_rows);
 int64_t ember_session_position(const ember_session *s);
 int64_t ember_session_context(const ember_session *s);
 void ember_session_reset(ember_session *s);

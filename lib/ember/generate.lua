@@ -143,7 +143,14 @@ function M.generate(model, opts)
     runner:on_model_loaded()
     runner:before_prefill(n_prompt)
   end
+  -- all_logits: the prefill also keeps every prompt position's logits (out.prompt_logits)
+  if all_logits then internal.set_all_logits(session, true) end
   local id, prefill_ms = evaluate(session, ids, runner, sampler, "generate")
+  local prompt_logits
+  if all_logits then
+    prompt_logits = internal.all_logits(session)
+    internal.set_all_logits(session, false)
+  end
   local out_ids, decode_ms, decodes, stop = {}, 0.0, 0, "max_tokens"
   for k = 1, max_tokens do
     -- Ctrl-C: the flag was seen after the last evaluation; stop between tokens
@@ -190,6 +197,7 @@ function M.generate(model, opts)
     stop = stop,
     logits = logits_of(session),
     all_logits = all_logits,
+    prompt_logits = prompt_logits,
     stats = {
       prefill_ms = prefill_ms,
       decode_ms = decode_ms,

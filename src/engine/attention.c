@@ -62,5 +62,17 @@ ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember
     ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
     if (m->softcap > 0.0f) /* cap * tanh(logits / cap) */
         for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
-    return ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, 1, m->n_vocab, err);
+    st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, 1, m->n_vocab, err);
+    if (st != EMBER_OK || !s->all_logits) return st;
+    /* Every row: the earlier ones through the head without hooks, the last one copied from the
+     * path above, so it is bit for bit what the default path (and after_logits) produced. */
+    const int64_t n = ctx->input_token_count, v = m->n_vocab;
+    if (n > 1) {
+        ember_matmul(m->compute, &m->output, w->xn, w->all_logits, n - 1);
+        if (m->softcap > 0.0f)
+            for (int64_t i = 0; i < (n - 1) * v; i++) w->all_logits[i] = m->softcap * tanhf(w->all_logits[i] / m->softcap);
+    }
+    memcpy(w->all_logits + (n - 1) * v, w->logits, (size_t)v * sizeof(float));
+    return EMBER_OK;
 }
+

@@ -113,6 +113,8 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    /* all_logits: the other rows' final norm into xn, for the logits head */
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, eps);
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
     return ember_logits_head(s, hooks, &ctx, err);
 }

@@ -58,6 +58,9 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    /* all_logits: the other rows' final norm into xn, for the logits head */
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
+        ops->layernorm(w->xn + t * d, w->x + t * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
     ops->layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
     return ember_logits_head(s, hooks, &ctx, err);
 }

@@ -61,7 +61,10 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    /* Only the last position's logits are produced. */
+    /* Only the last position's logits are produced, unless the session asks for every row's:
+     * then the other rows' final norm goes into xn, where the logits head reads it. */
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
+        ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, m->norm_eps);
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
     return ember_logits_head(s, hooks, &ctx, err);
 }

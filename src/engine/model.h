@@ -102,6 +102,8 @@ typedef struct {
     float *scores; /* ember_attention_scratch_floats(n_threads, n_ctx, n_head, max head size) */
     float *last;   /* (n_embd) final-normed hidden of the last token */
     float *logits; /* (n_vocab) */
+    float *all_logits;     /* (all_cap, n_vocab) every row's logits, only while the session asks */
+    int64_t all_cap;       /* rows all_logits holds */
 } ember_workspace;
 
 struct ember_session {
@@ -113,6 +115,8 @@ struct ember_session {
     ember_phase phase;  /* of the evaluation in progress */
     bool has_logits;
     bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
+    bool all_logits;    /* the logits head also fills ws.all_logits for every evaluated row */
+    int64_t n_all;      /* rows of ws.all_logits from the last evaluation (0: not asked) */
 };
 
 
@@ -131,7 +135,9 @@ void ember_attention(struct ember_session *s, const ember_layer *L, float scale,
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
 /* The end every family shares, after its final norm has filled ws.last: before_logits, the LM
- * head, the optional final softcap (Gemma 4), after_logits. */
+ * head, the optional final softcap (Gemma 4), after_logits. When the session asks for all
+ * logits, the family has also normed rows 0..n-2 into ws.xn; they go through the same head
+ * (no hooks: the logits stages see the last row only), and the last row is the hooked one. */
 ember_status ember_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx,
                                ember_error *err);
 /* x[i] += d[i] */

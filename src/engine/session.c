@@ -71,7 +71,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
 
 static void workspace_free(ember_workspace *w) {
     float **all[] = {&w->x, &w->qkv, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp, &w->ple, &w->ple_gate, &w->ple_row,
-                     &w->scores, &w->last, &w->logits};
+                     &w->scores, &w->last, &w->logits, &w->all_logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(*all[i]);
         *all[i] = NULL;
@@ -215,7 +215,16 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     if (st != EMBER_OK) return st;
     st = ember_workspace_reserve(s, n, err);
     if (st != EMBER_OK) return st;
+    if (s->all_logits && n > s->ws.all_cap) { /* grown once to the largest batch asked, like the rest */
+        float *p = realloc(s->ws.all_logits, (size_t)n * (size_t)s->model->n_vocab * sizeof(float));
+        if (!p)
+            return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate the logits of %lld positions",
+                                   (long long)n);
+        s->ws.all_logits = p;
+        s->ws.all_cap = n;
+    }
     s->has_logits = false;
+    s->n_all = 0;
     s->phase = phase;
     st = s->model->forward(s, ids, n, hooks, err);
     /* a truncation during the evaluation: the weights read as zeros, so its result is void */
@@ -231,6 +240,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     }
     s->pos += n;
     s->has_logits = true;
+    s->n_all = s->all_logits ? n : 0;
     return EMBER_OK;
 }
 
@@ -244,6 +254,13 @@ ember_status ember_session_decode(ember_session *s, int32_t id, const ember_hook
 }
 
 const float *ember_session_logits(const ember_session *s) { return s->has_logits ? s->ws.logits : NULL; }
+
+void ember_session_set_all_logits(ember_session *s, bool on) { s->all_logits = on; }
+
+const float *ember_session_all_logits(const ember_session *s, int64_t *n_rows) {
+    *n_rows = s->has_logits ? s->n_all : 0;
+    return *n_rows > 0 ? s->ws.all_logits : NULL;
+}
 int64_t ember_session_position(const ember_session *s) { return s->pos; }
 int64_t ember_session_context(const ember_session *s) { return s->n_ctx; }
 const ember_model *ember_session_model(const ember_session *s) { return s->model; }
@@ -253,4 +270,5 @@ void ember_session_set_allow_nonfinite(ember_session *s, bool allow) { s->allow_
 void ember_session_reset(ember_session *s) {
     s->pos = 0;
     s->has_logits = false;
+    s->n_all = 0;
 }

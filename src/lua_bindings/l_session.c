@@ -125,7 +125,7 @@ static bool session_saw(lua_State *L, int exp_idx, bool mark) {
  * n_prefill is the prefill's token count, 0 for a decode. Pushes a runner (or nothing). */
 static ember_lua_runner *eval_runner(lua_State *L, ember_lua_session *ls, int opts, const char *fname,
                                      int64_t n_prefill) {
-    static const char *const valid[] = {"experiment", NULL};
+    static const char *const valid[] = {"experiment", "all_logits", NULL};
     if (lua_isnoneornil(L, opts)) return NULL;
     luaL_checktype(L, opts, LUA_TTABLE);
     ember_lua_check_options(L, opts, fname, valid);
@@ -144,23 +144,51 @@ static ember_lua_runner *eval_runner(lua_State *L, ember_lua_session *ls, int op
     return r;
 }
 
-/* s:prefill(ids [, {experiment=}]) -> Tensor [1, n_vocab] (a copy of the last position's logits) */
+/* The all_logits option of s:prefill / s:decode (checked by eval_runner's option list). */
+static bool want_all_logits(lua_State *L, int opts) {
+    if (!lua_istable(L, opts)) return false;
+    lua_getfield(L, opts, "all_logits");
+    bool on = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return on;
+}
+
+/* The logits of every row of the last evaluation, as one [n, n_vocab] tensor. */
+static void push_all_logits(lua_State *L, const ember_session *s, int64_t n_vocab) {
+    int64_t rows;
+    const float *all = ember_session_all_logits(s, &rows);
+    if (!all) {
+        lua_pushnil(L);
+        return;
+    }
+    ember_lua_tensor *t = ember_lua_push_tensor(L, rows, n_vocab);
+    memcpy(t->data, all, (size_t)rows * (size_t)n_vocab * sizeof(float));
+}
+
+/* s:prefill(ids [, {experiment=, all_logits=}]) -> Tensor [1, n_vocab] (a copy of the last
+ * position's logits), or with all_logits = true [#ids, n_vocab] (every position's; the last row
+ * is the default result bit for bit) */
 static int s_prefill(lua_State *L) {
     ember_lua_session *ls = check_session(L, 1, "prefill");
     lua_settop(L, 3); /* [self, ids, opts] then scratch */
     int64_t n_vocab = ember_model_get_info(ls->model->m)->n_vocab, n;
     int32_t *ids = read_ids(L, 2, n_vocab, "prefill", "ids", &n);
     ember_lua_runner *r = eval_runner(L, ls, 3, "prefill", n);
+    bool all = want_all_logits(L, 3);
     ember_error err = {0};
     ls->busy = true;
+    ember_session_set_all_logits(ls->s, all);
     ember_status st = ember_session_prefill(ls->s, ids, n, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
+    ember_session_set_all_logits(ls->s, false);
     ls->busy = false;
     if (st != EMBER_OK) return eval_error(L, r, "prefill", &err);
-    push_logits(L, ls->s, n_vocab);
+    if (all) push_all_logits(L, ls->s, n_vocab);
+    else push_logits(L, ls->s, n_vocab);
     return 1;
 }
 
-/* s:decode(id [, {experiment=}]) -> Tensor [1, n_vocab] */
+/* s:decode(id [, {experiment=, all_logits=}]) -> Tensor [1, n_vocab] (all_logits changes nothing:
+ * a decode has one row) */
 static int s_decode(lua_State *L) {
     ember_lua_session *ls = check_session(L, 1, "decode");
     lua_settop(L, 3);
@@ -330,6 +358,22 @@ static int l_evaluate(lua_State *L) {
     return 2;
 }
 
+/* core.internal.set_all_logits(session, on): ember_session_set_all_logits, for generate's prompt
+ * logits; core.internal.all_logits(session) -> [n, n_vocab] of the last evaluation, or nil. */
+static int l_set_all_logits(lua_State *L) {
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
+    ember_session_set_all_logits(ls->s, lua_toboolean(L, 2));
+    return 0;
+}
+
+static int l_all_logits(lua_State *L) {
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
+    push_all_logits(L, ls->s, ember_model_get_info(ember_session_model(ls->s))->n_vocab);
+    return 1;
+}
+
 /* core.internal.logits(session) -> the current logits (a copy) or nil; like evaluate, works
  * while the session is open even if its model was closed meanwhile. */
 static int l_logits(lua_State *L) {
@@ -349,7 +393,7 @@ void ember_lua_open_session(lua_State *L, int module) {
                                        {NULL, NULL}};
     static const luaL_Reg internal[] = {
         {"session", l_new_session}, {"check_ids", l_check_ids}, {"evaluate", l_evaluate}, {"logits", l_logits},
-        {NULL, NULL}};
+        {"set_all_logits", l_set_all_logits}, {"all_logits", l_all_logits}, {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_SESSION, methods, meta, getters);
     lua_pop(L, 1);
     ember_lua_set_internal(L, module, internal);

@@ -212,3 +212,26 @@ describe("the default model", function()
     assert.matches("default model: cannot create '" .. dir .. "/file/ember'", out, 1, true)
   end)
 end)
+
+describe("make-tiny-model --out", function()
+  after_each(H.cleanup)
+
+  it("creates the directories of --out, and the Lua maker names a missing one", function()
+    local tool = F.build .. "/make-tiny-model"
+    if not F.exists(tool) then return pending("missing " .. tool .. " (build the project first)") end
+    local dir = H.tmpdir()
+    local out, rc = sh(H.shell_quote(tool) .. " --family llama --dtype f32 --out " .. H.shell_quote(dir .. "/a/b/x.gguf"))
+    assert.equal(0, rc, out)
+    assert.is_true(F.exists(dir .. "/a/b/x.gguf"))
+    -- the same bytes as a file written into an existing directory
+    assert.is_true(require("ember").make_tiny_model(dir .. "/y.gguf", { family = "llama", dtype = "f32" }))
+    assert.equal(H.read(dir .. "/y.gguf"), H.read(dir .. "/a/b/x.gguf"))
+    local ok, err = require("ember").make_tiny_model(dir .. "/nope/x.gguf")
+    assert.is_nil(ok)
+    assert.equal(dir .. "/nope/x.gguf: directory '" .. dir .. "/nope' does not exist", err)
+    H.write(dir .. "/file", "")
+    out, rc = sh(H.shell_quote(tool) .. " --family llama --dtype f32 --out " .. H.shell_quote(dir .. "/file/x.gguf"))
+    assert.equal(1, rc)
+    assert.matches("make-tiny-model: " .. dir .. "/file/x.gguf: ", out, 1, true)
+  end)
+end)

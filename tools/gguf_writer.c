@@ -517,8 +517,14 @@ ember_status ember_gguf_writer_write(ember_gguf_writer *w, const char *path, emb
     }
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        ember_status st = ember_error_set(err, EMBER_ERR_IO, "%s: cannot create a temporary file: %s", path,
-                                          strerror(errno));
+        int e = errno;
+        /* the usual cause is a directory that is not there: name it rather than the temporary file */
+        const char *slash = strrchr(path, '/');
+        ember_status st = e == ENOENT && slash
+                              ? ember_error_set(err, EMBER_ERR_IO, "%s: directory '%.*s' does not exist", path,
+                                                (int)(slash == path ? 1 : slash - path), path)
+                              : ember_error_set(err, EMBER_ERR_IO, "%s: cannot create a temporary file: %s", path,
+                                                strerror(e));
         if (fd >= 0) {
             close(fd);
             unlink(tmp);

@@ -6,6 +6,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* Creates the directories leading to the file `path` (like mkdir -p of its dirname), so that
+ * --out DIR/x.gguf works for a DIR that is not there yet. Returns false with a message printed. */
+static bool make_parent_dirs(const char *path) {
+    char *dir = strdup(path);
+    if (!dir) return false;
+    char *slash = strrchr(dir, '/');
+    bool ok = true;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; ok; p++) {
+            if (*p != '/' && *p != '\0') continue;
+            char c = *p;
+            *p = '\0';
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+                fprintf(stderr, "make-tiny-model: --out %s: cannot create directory '%s': %s\n", path, dir,
+                        strerror(errno));
+                ok = false;
+            }
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    free(dir);
+    return ok;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -174,6 +201,7 @@ int main(int argc, char **argv) {
                 "q5_k or q6_k (got '%s')\n", dtype);
         return 2;
     }
+    if (!make_parent_dirs(out)) return 1;
     ember_error err = {0};
     if (ember_tiny_model_write(&p, out, &err) != EMBER_OK) {
         fprintf(stderr, "make-tiny-model: %s\n", err.msg);

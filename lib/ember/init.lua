@@ -18,13 +18,23 @@ core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_ca
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")
 
-local LOAD_OPTIONS = { model = true, tokenizer = true, arch = true, kernels = true, threads = true,
-  allow_nonfinite = true, tokenizer_check = true, provenance = true, verify_model = true,
-  kv_cache = true }
+-- The options of ember.load: the one list its checks and its error messages come from.
+M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",
+  "provenance", "verify_model", "kv_cache" }
 
 local function is_ember_tokenizer(v)
   local mt = getmetatable(v)
   return type(mt) == "table" and mt.__name == "ember.Tokenizer"
+end
+
+-- Errors of ember.load read as if the caller had raised them: a position on this file's lines (a
+-- core function called from here) is dropped and the caller's put instead (none when the caller
+-- is C, e.g. pcall), so no message shows a position inside lib/ember.
+local HERE = debug.getinfo(1, "S").short_src .. ":"
+local function rethrow(e, level)
+  if type(e) ~= "string" then error(e, 0) end
+  if e:sub(1, #HERE) == HERE then e = e:gsub("^[^\n]-:%d+: ", "", 1) end
+  error(e, level + 1)
 end
 
 -- ember.load{ model=, tokenizer=, arch=, kernels=, threads=, allow_nonfinite=, tokenizer_check=,
@@ -34,27 +44,24 @@ end
 -- ember.Tokenizer is compared with the GGUF's embedded vocabulary, when it has one (size, BOS/EOS,
 -- a sample of pieces); tokenizer_check = false skips that. allow_nonfinite = true lets evaluations
 -- go on when the logits hold NaN or infinity (by default they fail, naming where it started).
-function M.load(opts)
+local function load(opts)
   if type(opts) == "string" then return core.load(opts) end
   if type(opts) ~= "table" then
-    error("bad argument #1 to 'load' (table of options or model path expected, got " .. type(opts) .. ")", 2)
+    error("bad argument #1 to 'load' (table of options or model path expected, got " .. type(opts) .. ")", 0)
   end
+  core.internal.check_options(opts, "load", M.LOAD_OPTIONS)
   local copy = {}
   for k, v in pairs(opts) do
-    if not LOAD_OPTIONS[k] then
-      -- let the core name the option and suggest the closest one
-      return core.load(opts)
-    end
     if k ~= "tokenizer" and k ~= "tokenizer_check" then copy[k] = v end
   end
   if opts.tokenizer_check ~= nil and type(opts.tokenizer_check) ~= "boolean" then
     error("bad argument #1 to 'load' (option 'tokenizer_check' must be a boolean, got "
-      .. type(opts.tokenizer_check) .. ")", 2)
+      .. type(opts.tokenizer_check) .. ")", 0)
   end
   local tok = opts.tokenizer
   if tok ~= nil and type(tok) ~= "string" and type(tok) ~= "userdata" then
     error("bad argument #1 to 'load' (option 'tokenizer' must be a tokenizer.json path or an ember.Tokenizer, got "
-      .. type(tok) .. ")", 2)
+      .. type(tok) .. ")", 0)
   end
   if type(tok) == "string" then tok = M.tokenizer { file = tok } end -- before the model: fail fast
   local model = core.load(copy)
@@ -68,6 +75,24 @@ function M.load(opts)
   if tok ~= nil then model:set_tokenizer(tok) end
   return model
 end
+
+-- ember.load{ model=, tokenizer=, arch=, kernels=, threads=, allow_nonfinite=, tokenizer_check= }
+-- -> ember.Model
+-- tokenizer= is a tokenizer.json path or an ember.Tokenizer; without it the model uses the
+-- vocabulary embedded in its GGUF (looked up on first use of model.tokenizer). A given
+-- ember.Tokenizer is compared with the GGUF's embedded vocabulary, when it has one (size, BOS/EOS,
+-- a sample of pieces); tokenizer_check = false skips that. allow_nonfinite = true lets evaluations
+-- go on when the logits hold NaN or infinity (by default they fail, naming where it started).
+function M.load(opts)
+  local ok, model = pcall(load, opts)
+  if not ok then rethrow(model, 2) end
+  return model
+end
+
+-- ember.save_tensors(path, { name = tensor, ... } [, metadata]) / ember.load_tensors(path) ->
+-- { name = tensor }, metadata: named tensors in one safetensors file (lib/ember/tensor_file.lua)
+local tensor_file = require("ember.tensor_file")
+M.save_tensors, M.load_tensors = tensor_file.save, tensor_file.load
 
 -- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
 -- -> the causal sweep's result (lib/ember/sweep.lua, docs/sweeps.md)

@@ -302,6 +302,60 @@ describe("ember runs", function()
     assert.equal(records, doc.summary.aligned)
   end)
 
+  it("compare-artifacts prints a summary by default, every record with --records", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local N = 4
+    for _, run in ipairs({ { "A" }, { "B", "--zero-layer-output", "3:attention" } }) do
+      local code, _, err = ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N),
+        "--capture-activations", dir .. "/" .. run[1], table.unpack(run, 2))
+      assert.equal(0, code, err)
+    end
+    local n_records = (1 + N) * (4 * 6 + 2) -- evaluations x (4 stages x 6 layers + 2 logits stages)
+    local _, js = ember("compare-artifacts", dir .. "/A", dir .. "/B", "--json")
+    local doc = cjson.decode(js)
+    assert.equal(n_records, #doc.records)
+    -- the groups the summary must show, worked out from the JSON records
+    local expected, order = {}, {}
+    for _, r in ipairs(doc.records) do
+      local layer = r.layer == cjson.null and "-" or tostring(math.tointeger(r.layer))
+      local key = r.stage .. " " .. layer
+      if not expected[key] then expected[key] = { d = 0, t = 0 }; order[#order + 1] = key end
+      expected[key].t = expected[key].t + 1
+      if r.status ~= "identical" then expected[key].d = expected[key].d + 1 end
+    end
+    local code, text = ember("compare-artifacts", dir .. "/A", dir .. "/B")
+    assert.equal(0, code)
+    local _, lines = text:gsub("\n", "")
+    assert.is_true(lines < 60, "the summary has " .. lines .. " lines:\n" .. text)
+    assert.matches("first differing records", text, 1, true)
+    assert.matches("largest differences per stage and layer", text, 1, true)
+    local listed, differing_groups = 0, 0
+    local compare = require("ember.compare")
+    for _, key in ipairs(order) do
+      if expected[key].d > 0 then differing_groups = differing_groups + 1 end
+    end
+    for _, key in ipairs(order) do
+      local e = expected[key]
+      local stage, layer = key:match("^(%S+) (%S+)$")
+      local row = text:match("\n  " .. stage .. "%s+" .. layer:gsub("%-", "%%-") .. "%s+(%d+/%d+)")
+      if row then
+        listed = listed + 1
+        assert.equal(e.d .. "/" .. e.t, row, key)
+      else
+        -- not listed: no difference, or beyond the summary's number of groups
+        assert.is_true(e.d == 0 or differing_groups > compare.SUMMARY_GROUPS, key)
+      end
+    end
+    assert.is_true(differing_groups > 0)
+    assert.equal(math.min(differing_groups, compare.SUMMARY_GROUPS), listed)
+    assert.matches("class: ", text, 1, true)
+    local _, full = ember("compare-artifacts", dir .. "/A", dir .. "/B", "--records")
+    local _, rows = full:gsub("\n  %a[%w_]+%s+[%d%-]+%s+%a+%s+%d+%s+%d+x%d+", "")
+    assert.equal(n_records, rows)
+  end)
+
   it("compare-artifacts explains unreadable artifacts and bad arguments", function()
     local dir = H.tmpdir()
     local code, _, err = ember("compare-artifacts", dir, dir)

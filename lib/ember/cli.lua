@@ -71,14 +71,14 @@ M.BENCH_FLAGS_LIST = {
 }
 M.BENCH_FLAGS = flags.spec(M.BENCH_FLAGS_LIST)
 
-M.COMPARE_FLAGS = flags.spec({ { "json", "bool" }, { "require", selectors.parse_class } })
+M.COMPARE_FLAGS = flags.spec({ { "json", "bool" }, { "records", "bool" }, { "require", selectors.parse_class } })
 
 local usage_error = flags.usage_error
 
 function M.usage()
   return flags.usage({
     "usage: ember --model FILE.gguf --prompt TEXT [options]",
-    "       ember compare-artifacts DIR_A DIR_B [--json] [--require CLASS]",
+    "       ember compare-artifacts DIR_A DIR_B [--records] [--json] [--require CLASS]",
     "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
     "       ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR   (ember sweep --help)",
     "       ember compare-models A.gguf B.gguf --prompt TEXT --out DIR   (ember compare-models --help)",
@@ -86,9 +86,11 @@ function M.usage()
     "options:",
   }, M.FLAGS, {
     "",
-    "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints",
-    "  per-record metrics and a class: " .. table.concat(selectors.CLASSES, " > "),
+    "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints a summary",
+    "  (counts, the first differing records, the largest differences per stage and layer) and a class:",
+    "  " .. table.concat(selectors.CLASSES, " > "),
     "  (two sweep directories are compared cell by cell, with the same classes)",
+    "  --records         every aligned record instead of the summary",
     "  --json            machine-readable result",
     "  --require CLASS   exit 0 only for CLASS or a stricter class",
     "",
@@ -241,7 +243,12 @@ local function run_compare(args, io_)
   end
   local kind = sa and sweeps or compare
   local res = kind.compare_dirs(pos[1], pos[2])
-  if opts.json then io_.stdout:write(kind.to_json(res)) else io_.stdout:write(kind.format_text(res)) end
+  if opts.json then
+    io_.stdout:write(kind.to_json(res))
+  else
+    -- activation artifacts: a summary, or every record with --records
+    io_.stdout:write(kind.format_text(res, { records = opts.records }))
+  end
   if opts.require and not compare.at_least(res.class, opts.require) then
     io_.stderr:write(string.format("ember: compare-artifacts: class %s does not meet --require %s\n",
       res.class, opts.require))

@@ -264,8 +264,54 @@ local function num(x)
   return string.format("%.4g", x)
 end
 
--- format_text(result) -> the human-readable report.
-function M.format_text(res)
+-- How many differing records the summary lists in full, and how many stage/layer groups.
+M.SUMMARY_FIRST, M.SUMMARY_GROUPS = 5, 20
+
+local RECORD_HEADER = { "stage", "layer", "phase", "pos", "shape", "status", "max_abs", "mean_abs", "rms_abs",
+  "cosine", "rel_l2" }
+local RECORD_FMT = "  %-16s %5s %-7s %5s %-11s %-14s %10s %10s %10s %10s %10s"
+
+local function record_line(r)
+  local shape = r.shape_a or r.shape_b
+  local m = r.metrics or {}
+  local status = r.status
+  if r.top1_equal == false then status = status .. " top1!" end
+  return string.format(RECORD_FMT, r.stage, r.layer == nil and "-" or tostring(r.layer), r.phase,
+    tostring(r.start_position), string.format("%dx%d", shape[1], shape[2]), status, num(m.max_abs_diff),
+    num(m.mean_abs_diff), num(m.rms_abs_diff), num(m.cosine), num(m.rel_l2))
+end
+
+-- The records that are not bit-identical, grouped by (stage, layer) in the order the groups first
+-- appear: { stage, layer, differing, total, max_abs, min_cosine, max_rel_l2 }.
+local function groups_of(records)
+  local groups, by_key = {}, {}
+  for _, r in ipairs(records) do
+    local key = r.stage .. "|" .. tostring(r.layer)
+    local g = by_key[key]
+    if not g then
+      g = { stage = r.stage, layer = r.layer, differing = 0, total = 0 }
+      by_key[key] = g
+      groups[#groups + 1] = g
+    end
+    g.total = g.total + 1
+    if r.status ~= "identical" then
+      g.differing = g.differing + 1
+      local m = r.metrics or {}
+      if m.max_abs_diff and (g.max_abs == nil or m.max_abs_diff > g.max_abs) then g.max_abs = m.max_abs_diff end
+      if m.cosine and (g.min_cosine == nil or m.cosine < g.min_cosine) then g.min_cosine = m.cosine end
+      if m.rel_l2 and (g.max_rel_l2 == nil or m.rel_l2 > g.max_rel_l2) then g.max_rel_l2 = m.rel_l2 end
+    end
+  end
+  local out = {}
+  for _, g in ipairs(groups) do if g.differing > 0 then out[#out + 1] = g end end
+  return out
+end
+
+-- format_text(result [, { records = bool }]) -> the human-readable report: by default a summary
+-- (counts, the first differing records, the largest differences per stage and layer, ids,
+-- provenance, class); with records = true the table of every aligned record instead.
+function M.format_text(res, opts)
+  opts = opts or {}
   local out = {}
   local function line(...) out[#out + 1] = string.format(...) end
   line("compare-artifacts")
@@ -274,18 +320,37 @@ function M.format_text(res)
   local s = res.summary
   line("records: %d aligned, %d bit-identical, %d differ, %d only in A, %d only in B",
     s.aligned, s.identical, s.differing, s.only_in_a, s.only_in_b)
-  if #res.records > 0 then
-    line("  %-16s %5s %-7s %5s %-11s %-14s %10s %10s %10s %10s %10s", "stage", "layer", "phase", "pos",
-      "shape", "status", "max_abs", "mean_abs", "rms_abs", "cosine", "rel_l2")
+  if opts.records then
+    if #res.records > 0 then
+      line(RECORD_FMT, table.unpack(RECORD_HEADER))
+      for _, r in ipairs(res.records) do line("%s", record_line(r)) end
+    end
+  else
+    local first = {}
     for _, r in ipairs(res.records) do
-      local shape = r.shape_a or r.shape_b
-      local m = r.metrics or {}
-      local status = r.status
-      if r.top1_equal == false then status = status .. " top1!" end
-      line("  %-16s %5s %-7s %5d %-11s %-14s %10s %10s %10s %10s %10s", r.stage,
-        r.layer == nil and "-" or tostring(r.layer), r.phase, r.start_position,
-        string.format("%dx%d", shape[1], shape[2]), status, num(m.max_abs_diff), num(m.mean_abs_diff),
-        num(m.rms_abs_diff), num(m.cosine), num(m.rel_l2))
+      if r.status ~= "identical" then first[#first + 1] = r end
+    end
+    if #first > 0 then
+      line("first differing records (of %d; --records lists every record):", #first)
+      line(RECORD_FMT, table.unpack(RECORD_HEADER))
+      for i = 1, math.min(#first, M.SUMMARY_FIRST) do line("%s", record_line(first[i])) end
+      local groups = groups_of(res.records)
+      local shown = groups
+      if #groups > M.SUMMARY_GROUPS then -- the largest by max_abs, then in execution order
+        local sorted = { table.unpack(groups) }
+        table.sort(sorted, function(x, y) return (x.max_abs or -1) > (y.max_abs or -1) end)
+        local keep = {}
+        for i = 1, M.SUMMARY_GROUPS do keep[sorted[i]] = true end
+        shown = {}
+        for _, g in ipairs(groups) do if keep[g] then shown[#shown + 1] = g end end
+      end
+      line("largest differences per stage and layer%s:", #shown < #groups
+        and string.format(" (the %d largest of %d)", #shown, #groups) or "")
+      line("  %-16s %5s %9s %10s %10s %10s", "stage", "layer", "differ", "max_abs", "min_cos", "max_rel_l2")
+      for _, g in ipairs(shown) do
+        line("  %-16s %5s %9s %10s %10s %10s", g.stage, g.layer == nil and "-" or tostring(g.layer),
+          g.differing .. "/" .. g.total, num(g.max_abs), num(g.min_cosine), num(g.max_rel_l2))
+      end
     end
   end
   line("input ids: %s; generated ids: %s", res.input_ids_equal and "equal" or "DIFFER",

@@ -223,6 +223,44 @@ describe("ember runs", function()
     assert.equal("zero-layer-output", cjson.decode(H.read(cwd .. "/z.json")).experiment.name)
   end)
 
+  it("--experiment factories get (args, model): key=value pairs as a table, and a model handle", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    -- the factory tokenizes a word and reads the model's shape; its hook records what it saw
+    H.write(dir .. "/probe.lua", [[
+return function(args, model)
+  local ids = model:tokenize(args.word, { bos = false })
+  local exp = { name = "probe", stats = { word_id = ids[#ids], layers = model.info.n_layers,
+    layer = tonumber(args.layer), args_type = type(args), has_generate = model.generate ~= nil } }
+  function exp:after_layer(ctx) end
+  return exp
+end
+]])
+    local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--experiment", dir .. "/probe.lua",
+      "--experiment-args", "word=fox layer=2", "--run-manifest", dir .. "/run.json")
+    assert.equal(0, code, err)
+    local stats = cjson.decode(H.read(dir .. "/run.json")).experiment.members[1].stats
+    local ember_ = require("ember")
+    local m = ember_.load(path)
+    local want = m:tokenize("fox", { bos = false })
+    assert.equal(want[#want], stats.word_id)
+    assert.equal(m.info.n_layers, stats.layers)
+    -- ember.load_experiment passes the same (args, model handle)
+    local e = ember_.load_experiment(dir .. "/probe.lua", { word = "fox", layer = "1" }, m)
+    assert.same({ want[#want], m.info.n_layers, 1, false }, { e.stats.word_id, e.stats.layers, e.stats.layer,
+      e.stats.has_generate })
+    m:close()
+    assert.equal(2, stats.layer)
+    assert.equal("table", stats.args_type)
+    assert.is_false(stats.has_generate) -- a handle, not the model: no runs from a factory
+    -- a string that is not key=value pairs arrives unchanged (zero_layer_output's "4:attention")
+    code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--experiment",
+      "scripts/experiments/zero_layer_output.lua", "--experiment-args", "2:attention")
+    assert.equal(0, code, err)
+    assert.matches("MODIFIED", err, 1, true)
+  end)
+
   it("a failing hook exits 1 with the hook-failure message and writes nothing", function()
     local path = need_model()
     if not path then return end

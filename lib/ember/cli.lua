@@ -355,13 +355,15 @@ local function run_generate(args, argv, io_)
     if fs.exists(cap.dir) then usage_error("--capture-activations: '%s' already exists", cap.dir) end
   end
 
-  -- A user experiment is made before the model loads, so a broken file fails fast.
-  local user_exp
+  -- A user experiment file is compiled and run before the model loads, so a broken file fails
+  -- fast; its factory is called once the model is there: factory(args, model handle).
+  local builtin = require("ember.builtin")
+  local user_made
   if o.experiment then
     if not fs.exists(o.experiment) then usage_error("--experiment: cannot open '%s'", o.experiment) end
-    local okx, made = pcall(require("ember.builtin").load, o.experiment, o["experiment-args"])
+    local okx, made = pcall(builtin.compile, o.experiment)
     if not okx then error("--experiment: " .. tostring(made), 0) end
-    user_exp = made
+    user_made = made
   end
 
   local ember = require("ember")
@@ -392,6 +394,14 @@ local function run_generate(args, argv, io_)
   if cap then
     local okc, err = capture.check(cap.config, info)
     if not okc then usage_error("--%s", err:gsub("^capture layers", "capture-layers")) end
+  end
+
+  local user_exp
+  if user_made ~= nil then
+    local okx, made = pcall(builtin.make, user_made, o.experiment, builtin.args(o["experiment-args"]),
+      builtin.handle(model))
+    if not okx then error("--experiment: " .. tostring(made), 0) end
+    user_exp = made
   end
 
   local notice = function(msg) io_.stderr:write(msg, "\n") end

@@ -18,6 +18,9 @@ core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_ca
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")
 
+-- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
+M.selectors = require("ember.selectors")
+
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",
   "provenance", "verify_model", "kv_cache" }
@@ -98,14 +101,17 @@ M.save_tensors, M.load_tensors = tensor_file.save, tensor_file.load
 -- -> the causal sweep's result (lib/ember/sweep.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end
 
--- ember.load_experiment(path [, args]) -> experiment table
--- An experiment file returns a factory `function(args) return exp end` (or the table itself).
-function M.load_experiment(path, args)
+-- ember.load_experiment(path [, args [, model]]) -> experiment table
+-- An experiment file returns a factory `function(args, model) return exp end` (or the table
+-- itself); model (optional) is passed to the factory as the `ember` command passes it: a handle
+-- with info, tokenize, detokenize (and unembed).
+function M.load_experiment(path, args, model)
   if type(path) ~= "string" then
     error("bad argument #1 to 'load_experiment' (file path expected, got " .. type(path) .. ")", 2)
   end
   -- the one loader of experiment files (the CLI's too): errors name the file
-  local ok, made = pcall(require("ember.builtin").load, path, args)
+  local builtin = require("ember.builtin")
+  local ok, made = pcall(builtin.load, path, args, model and builtin.handle(model))
   if not ok then error("load_experiment: " .. tostring(made), 2) end
   return made
 end

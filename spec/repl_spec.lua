@@ -71,6 +71,67 @@ describe("ember.repl logic", function()
   end)
 end)
 
+describe("help()", function()
+  local help = require("ember.help")
+  local ember = require("ember")
+
+  it("has a line for every function of the ember module and every method of every class", function()
+    local missing = {}
+    for k, v in pairs(ember) do
+      if type(v) == "function" and not help.MODULE[k] then missing[#missing + 1] = "ember." .. k end
+    end
+    local path = require("helpers.fixtures").api_model()
+    local objects = { ember.tensor(1, 1) }
+    if path then
+      local m = ember.load(path)
+      local s = m:session { context = 4 }
+      objects[#objects + 1], objects[#objects + 2], objects[#objects + 3] = m, s, m.tokenizer
+      objects[#objects + 1] = ember.sampler { n_vocab = 4 }
+    end
+    -- views and contexts exist only inside a hook
+    local exp = { name = "grab" }
+    function exp:after_logits(ctx, v)
+      objects[#objects + 1], objects[#objects + 2] = ctx, v
+      for _, name in ipairs(help.members(v)) do
+        if not help.CLASSES["ember.TensorView"][name] then missing[#missing + 1] = "ember.TensorView." .. name end
+      end
+    end
+    if path then ember.load(path):session { context = 4 }:prefill({ 1 }, { experiment = exp }) end
+    for _, obj in ipairs(objects) do
+      local cname = getmetatable(obj).__name
+      local lines = help.CLASSES[cname]
+      if not lines then
+        missing[#missing + 1] = cname
+      elseif cname ~= "ember.TensorView" then
+        for _, name in ipairs(help.members(obj)) do
+          if not lines[name] then missing[#missing + 1] = cname .. "." .. name end
+        end
+      end
+    end
+    assert.are.same({}, missing, "add a line to lib/ember/help.lua for: " .. table.concat(missing, ", "))
+  end)
+
+  it("lists the module, an object's methods, and a function's line", function()
+    local text = help.text()
+    assert.is_truthy(text:find("ember.now() -> wall-clock seconds", 1, true), text)
+    assert.is_truthy(text:find("ember.load{", 1, true), text)
+    local t = help.text(ember.tensor(1, 2))
+    assert.is_truthy(t:match("^ember.Tensor:\n"), t)
+    assert.is_truthy(t:find("t:top1() -> per row", 1, true), t)
+    assert.are.equal(help.MODULE.save_tensors .. "\n", help.text(ember.save_tensors))
+    assert.is_truthy(help.text(42):find("a number", 1, true))
+  end)
+
+  it("ember.now() is the wall clock in seconds, finer than os.time", function()
+    local a = ember.now()
+    assert.is_true(math.abs(a - os.time()) <= 1.5)
+    local b
+    repeat b = ember.now() until b ~= a
+    assert.is_true(b > a and b - a < 0.5)
+    assert.is_true(a ~= math.floor(a) or b ~= math.floor(b)) -- sub-second resolution
+  end)
+end)
+
 -- ---- a real terminal ------------------------------------------------------------------------
 
 local function sh(cmd)
@@ -220,6 +281,26 @@ describe("ember-lua REPL in a terminal", function()
     sh("tmux kill-session -t " .. other)
     os.remove(script)
     assert(ok, err)
+  end)
+
+  it("help() and help(obj) print one line per function and method", function()
+    send("help()", "Enter")
+    wait_for("ember.now() -> wall-clock")
+    send("help(m)", "Enter")
+    wait_for("m:session{ context = N } -> Session")
+  end)
+
+  it("Ctrl-C during a generation keeps what was generated, with stop = interrupted", function()
+    send("n = 0; out = m:generate{ ids = {1, 2, 3}, max_tokens = 20000, context = 20004, eos = false, "
+      .. "on_token = function() n = n + 1 if n == 50 then io.write('generating\\n') end end }", "Enter")
+    wait_for("generating")
+    send("C-c")
+    send("=out.stop, #out.ids > 50, #out.ids < 20000, #out.ids == n", "Enter")
+    local s = wait_for("interrupted")
+    assert.is_truthy(s:match("interrupted%s+true%s+true%s+true"), s)
+    -- the next generation is not stopped by the Ctrl-C already handled
+    send("=m:generate{ ids = {1, 2, 3}, max_tokens = 3 }.stop", "Enter")
+    wait_for("\nmax_tokens\n")
   end)
 
   it("survives Ctrl-C during a computation and exits on Ctrl-D", function()

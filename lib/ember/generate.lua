@@ -118,6 +118,12 @@ local function rethrow(e)
   error((e:gsub("^[^\n]-:%d+: ", "", 1)), 3) -- 1: rethrow, 2: generate, 3: its caller
 end
 
+-- Whether an error is the interrupt ember-lua raises on Ctrl-C: "interrupted" itself, or as the
+-- message of a hook it interrupted ("experiment 'x' failed in after_mlp (...): interrupted").
+local function is_interrupt(e)
+  return e == "interrupted" or (type(e) == "string" and e:match("^experiment '.*' failed in [%w_]+.*: interrupted$") ~= nil)
+end
+
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
 --                 experiment=, on_token=, context=, eos=, all_logits= } -> out
 -- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
@@ -152,35 +158,44 @@ function M.generate(model, opts)
     internal.set_all_logits(session, false)
   end
   local out_ids, decode_ms, decodes, stop = {}, 0.0, 0, "max_tokens"
-  for k = 1, max_tokens do
-    -- Ctrl-C: the flag was seen after the last evaluation; stop between tokens
-    if id == false then
-      stop = "interrupted"
-      break
-    end
-    if all_logits then all_logits[k] = logits_of(session) end -- the distribution id was drawn from
-    out_ids[k] = id
-    if on_token ~= nil then
-      local piece = nil
-      if stream ~= nil then
-        piece = stream:push(id)
-      elseif tok ~= nil then
-        piece = tok:decode({ id })
-      end
-      if on_token(id, piece) == false then
-        stop = "callback"
+  -- The decode loop runs protected so that Ctrl-C (ember-lua raises "interrupted" in whatever Lua
+  -- code runs next: this loop, on_token, a hook) keeps the tokens generated so far.
+  local looped, loop_err = pcall(function()
+    for k = 1, max_tokens do
+      -- Ctrl-C: the flag was seen after the last evaluation; stop between tokens
+      if id == false then
+        stop = "interrupted"
         break
       end
+      if all_logits then all_logits[k] = logits_of(session) end -- the distribution id was drawn from
+      out_ids[k] = id
+      if on_token ~= nil then
+        local piece = nil
+        if stream ~= nil then
+          piece = stream:push(id)
+        elseif tok ~= nil then
+          piece = tok:decode({ id })
+        end
+        if on_token(id, piece) == false then
+          stop = "callback"
+          break
+        end
+      end
+      local next_id, ms = evaluate(session, id, runner, sampler, "generate")
+      decode_ms = decode_ms + ms
+      decodes = decodes + 1
+      if id == eos then
+        stop = "eos"
+        break
+      end
+      id = next_id
     end
-    local next_id, ms = evaluate(session, id, runner, sampler, "generate")
-    decode_ms = decode_ms + ms
-    decodes = decodes + 1
-    if id == eos then
-      stop = "eos"
-      break
-    end
-    id = next_id
+  end)
+  if not looped then
+    if not is_interrupt(loop_err) then error(loop_err, 0) end
+    stop = "interrupted"
   end
+  if stop == "interrupted" then internal.clear_interrupt() end
   local generated = #out_ids
   -- an interrupted run is not a completed one
   if runner and stop ~= "interrupted" then runner:on_generation_complete(n_prompt, generated, decodes) end

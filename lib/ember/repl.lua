@@ -181,6 +181,12 @@ function M.eval(fn, out, err)
   return true
 end
 
+-- help([obj]): the REPL's global `help` — the ember module's functions with one line each, or
+-- the methods and properties of an ember object (lib/ember/help.lua holds the lines).
+function M.help(obj)
+  io.write(require("ember.help").text(obj))
+end
+
 -- rl: { readline(prompt) -> line | nil (end) | false (Ctrl-C), add_history(line),
 --       load_history(path)?, set_completer(fn)? }
 function M.run(rl)
@@ -191,8 +197,9 @@ function M.run(rl)
     local ok, ember = pcall(require, "ember")
     if ok then rawset(_G, "ember", ember) end
   end
+  if rawget(_G, "help") == nil then rawset(_G, "help", M.help) end
   local core_ok, core = pcall(require, "ember.core")
-  io.write(string.format("ember-lua %s (%s); the ember module is the global `ember`. Ctrl-D exits.\n",
+  io.write(string.format("ember-lua %s (%s); the ember module is the global `ember`; help() lists it. Ctrl-D exits.\n",
     core_ok and core.version or "?", _VERSION))
   local buffer, done = nil, false
   local function step()

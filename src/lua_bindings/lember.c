@@ -298,7 +298,25 @@ static int l_now_ms(lua_State *L) {
     return 1;
 }
 
+/* ember.now() -> wall-clock seconds since the Unix epoch, to the microsecond (os.time is whole
+ * seconds and os.clock is processor time: neither times a generation). */
+static int l_now(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+/* core.internal.clear_interrupt(): forgets a Ctrl-C that Lua has already handled (generate kept
+ * the partial result), so the next generation does not stop at once. */
+static int l_clear_interrupt(lua_State *L) {
+    (void)L;
+    ember_lua_interrupted = 0;
+    return 0;
+}
+
 static const luaL_Reg module_funcs[] = {
+    {"now", l_now},
     {"cpu", l_cpu},
     {"read_file", l_read_file},
     {"now_ms", l_now_ms},
@@ -341,7 +359,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
     static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},
-                                        {NULL, NULL}};
+                                        {"clear_interrupt", l_clear_interrupt}, {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 
     /* The class metatables, so lib/ember can add Lua-side methods and getters, and the REPL can

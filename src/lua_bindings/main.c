@@ -35,6 +35,8 @@ static volatile sig_atomic_t in_readline = 0, readline_sigint = 0;
 
 #define STOP_MASK (LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT)
 
+/* Raises the plain string "interrupted" (no position), which generate recognises: it then
+ * returns what it has generated so far with stop = "interrupted" instead of losing it. */
 static void lstop(lua_State *L, lua_Debug *ar) {
     (void)ar;
     /* delivered: the flag and every hook armed for it go, so the next generate runs normally */
@@ -43,7 +45,8 @@ static void lstop(lua_State *L, lua_Debug *ar) {
     lua_sethook(globalL, NULL, 0, 0);
     lua_State *running = ember_lua_running;
     if (running) lua_sethook(running, NULL, 0, 0);
-    luaL_error(L, "interrupted");
+    lua_pushliteral(L, "interrupted");
+    lua_error(L);
 }
 
 static void on_sigint(int sig) {

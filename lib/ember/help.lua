@@ -1,0 +1,152 @@
+-- ember.help — the one-line descriptions behind the REPL's help() and help(obj): the functions of
+-- the ember module and the methods and properties of each ember class. Must stay complete: the
+-- spec (spec/repl_spec.lua) fails for any function or method of the API that has no line here.
+
+local M = {}
+
+-- ember.<name>
+M.MODULE = {
+  load = "ember.load{ model=, tokenizer=, arch=, kernels=, threads= } -> Model (or ember.load(path))",
+  load_experiment = "ember.load_experiment(path [, args [, model]]) -> experiment table from a file",
+  tensor = "ember.tensor(rows, cols [, values]) -> Tensor (values flat or nested; zeros by default)",
+  tensor_from_bytes = "ember.tensor_from_bytes(bytes, rows, cols) -> Tensor from little-endian f32 bytes",
+  save_tensors = "ember.save_tensors(path, { name = t, ... } [, metadata]) -> true (safetensors, atomic)",
+  load_tensors = "ember.load_tensors(path) -> { name = Tensor }, metadata",
+  tokenizer = "ember.tokenizer{ file = 'tokenizer.json' } | { gguf = 'vocab.gguf' } -> Tokenizer",
+  tokenizer_build = "ember.tokenizer_build(spec) -> Tokenizer from a parsed tokenizer description (internal to ember.tokenizer)",
+  tokenizer_from_gguf = "ember.tokenizer_from_gguf(path) -> Tokenizer from a GGUF's embedded vocabulary",
+  make_tiny_model = "ember.make_tiny_model(path [, { family, dtype, seed }]) -> true | nil, message",
+  sampler = "ember.sampler{ n_vocab, temperature, top_k, top_p, seed } -> Sampler (what generate samples with)",
+  check_experiment = "ember.check_experiment(exp [, fname]) -> { hook = fn }: the attach-time checks of an experiment",
+  sha256 = "ember.sha256(s) -> 64 lowercase hex characters",
+  sha256_file = "ember.sha256_file(path) -> hex | nil, message",
+  cpu = "ember.cpu() -> { avx2, avx512f, ..., kernels = best kernel set }",
+  now = "ember.now() -> wall-clock seconds since the Unix epoch (microseconds), for timing",
+}
+
+-- methods and properties per class (the metatable's __name)
+M.CLASSES = {
+  ["ember.Model"] = {
+    session = "m:session{ context = N } -> Session (a KV cache)",
+    generate = "m:generate{ prompt= | ids=, max_tokens=, experiment=, on_token=, all_logits=, ... } -> out",
+    tokenize = "m:tokenize(text [, { bos=, special= }]) -> { ids } (0-based token ids)",
+    detokenize = "m:detokenize(ids) -> text",
+    set_tokenizer = "m:set_tokenizer(tok) attaches a tokenizer (nil removes it)",
+    close = "m:close() frees the model (sessions keep the engine model alive)",
+    info = "m.info: family, n_layers, hidden_size, n_vocab, kernels, threads, ...",
+    tokenizer = "m.tokenizer: the Tokenizer, or nil",
+    closed = "m.closed: true after close()",
+  },
+  ["ember.Session"] = {
+    prefill = "s:prefill(ids [, { experiment=, all_logits= }]) -> logits [1, n_vocab] ([#ids, n_vocab] with all_logits)",
+    decode = "s:decode(id [, { experiment= }]) -> logits [1, n_vocab]",
+    logits = "s:logits() -> the current logits (a copy), or nil",
+    reset = "s:reset() empties the cache (position 0)",
+    close = "s:close() frees the cache",
+    position = "s.position: tokens in the cache",
+    context = "s.context: the cache's size",
+    model = "s.model: the Model",
+    closed = "s.closed: true after close()",
+  },
+  ["ember.Tensor"] = {
+    shape = "t:shape() -> { rows, cols }",
+    dtype = "t:dtype() -> 'f32'",
+    get = "t:get(r, c) -> value (1-based)",
+    set = "t:set(r, c, v) (1-based)",
+    row = "t:row(r) -> [1, cols] (a sub-view of a view, a copy of a tensor)",
+    values = "t:values() -> Lua array, row-major",
+    bytes = "t:bytes() -> raw little-endian f32 bytes",
+    l2_norm = "t:l2_norm() -> sqrt(sum x^2)",
+    abs_max = "t:abs_max() -> max |x|",
+    fingerprint = "t:fingerprint() -> FNV-1a 64 of the bytes",
+    sha256 = "t:sha256() -> hex SHA-256 of the bytes",
+    argmax = "t:argmax([r]) -> 1-based column of the largest value",
+    top1 = "t:top1() -> per row, the 0-based column of the largest value (token ids for logits)",
+    compare = "t:compare(u) -> { bitwise_equal, max_abs_diff, cosine, rel_l2, ... }",
+    clone = "t:clone() -> an owned copy",
+    zero = "t:zero() in place",
+    scale = "t:scale(k) in place",
+    add = "t:add(x [, k]) in place t += k*x (x: number, same shape, or one row for every row)",
+    copy_from = "t:copy_from(src) in place, same shape",
+  },
+  ["ember.Context"] = {
+    token_position = "ctx:token_position() -> the position of a one-token evaluation, else nil",
+  },
+  ["ember.Sampler"] = {
+    sample = "smp:sample(logits) -> token id",
+    close = "smp:close()",
+    n_vocab = "smp.n_vocab",
+    closed = "smp.closed",
+  },
+  ["ember.Tokenizer"] = {
+    encode = "tok:encode(text [, { bos=, special= }]) -> { ids }",
+    decode = "tok:decode(ids) -> text",
+    token = "tok:token(id) -> the token's text",
+    find = "tok:find(vocab_string) -> the id whose vocabulary string it is, or nil",
+    is_special = "tok:is_special(id) -> bool",
+    stream = "tok:stream([opts]) -> a streaming detokenizer (push(id) -> text)",
+    close = "tok:close()",
+    vocab_size = "tok.vocab_size",
+    bos_id = "tok.bos_id",
+    eos_id = "tok.eos_id",
+    adds_bos = "tok.adds_bos: whether encode adds BOS by default",
+  },
+}
+-- a view has a tensor's methods, and one more
+M.CLASSES["ember.TensorView"] = setmetatable({
+  expired = "v:expired() -> true once the hook call that received it has returned",
+}, { __index = M.CLASSES["ember.Tensor"] })
+
+-- members(obj) -> sorted names of obj's methods and properties (what its metatable lists).
+function M.members(obj)
+  local mt = getmetatable(obj)
+  local names, seen = {}, {}
+  if type(mt) ~= "table" then return names end
+  for _, list in ipairs({ "__methods", "__getters" }) do
+    for k in pairs(rawget(mt, list) or {}) do
+      if not seen[k] then seen[k] = true; names[#names + 1] = k end
+    end
+  end
+  if type(rawget(mt, "__index")) == "table" then
+    for k in pairs(rawget(mt, "__index")) do
+      if type(k) == "string" and not seen[k] then seen[k] = true; names[#names + 1] = k end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+local function class_name(obj)
+  local mt = getmetatable(obj)
+  return type(mt) == "table" and rawget(mt, "__name") or nil
+end
+
+-- text([obj]) -> the help text: without obj the ember module; for an ember object its class's
+-- methods; for a function of the module its line.
+function M.text(obj)
+  local ember = require("ember")
+  local lines = {}
+  if obj == nil or obj == ember then
+    lines[1] = "ember " .. ember.version .. ": the functions of the ember module (help(obj) for an object's methods)"
+    local names = {}
+    for k, v in pairs(ember) do if type(v) == "function" then names[#names + 1] = k end end
+    table.sort(names)
+    for _, k in ipairs(names) do lines[#lines + 1] = "  " .. (M.MODULE[k] or ("ember." .. k)) end
+    lines[#lines + 1] = "tables: ember.selectors (flag parsers), ember.stages, ember.hooks, ember.LOAD_OPTIONS"
+    return table.concat(lines, "\n") .. "\n"
+  end
+  if type(obj) == "function" then
+    for k, v in pairs(ember) do
+      if v == obj then return (M.MODULE[k] or ("ember." .. k)) .. "\n" end
+    end
+    return "a function (not one of the ember module's)\n"
+  end
+  local cname = class_name(obj)
+  local descr = cname and M.CLASSES[cname]
+  if not descr then return "a " .. type(obj) .. " (help() lists the ember module)\n" end
+  lines[1] = cname .. ":"
+  for _, k in ipairs(M.members(obj)) do lines[#lines + 1] = "  " .. (descr[k] or k) end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+return M

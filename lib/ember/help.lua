@@ -22,6 +22,7 @@ M.MODULE = {
   sha256_file = "ember.sha256_file(path) -> hex | nil, message",
   cpu = "ember.cpu() -> { avx2, avx512f, ..., kernels = best kernel set }",
   now = "ember.now() -> wall-clock seconds since the Unix epoch (microseconds), for timing",
+  sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> a causal sweep's result (docs/sweeps.md)",
 }
 
 -- methods and properties per class (the metatable's __name)

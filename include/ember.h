@@ -43,7 +43,7 @@ typedef struct {
     const char *path;      /* GGUF file, required */
     const char *arch;      /* optional: refuse the file if its family differs */
     ember_kernels kernels; /* EMBER_KERNELS_AUTO by default */
-    int n_threads;         /* <= 0: number of cores */
+    int n_threads;         /* <= 0: the physical cores (ember_cpu_physical_cores) */
     bool allow_nonfinite;  /* sessions of this model keep going on NaN/Inf logits instead of failing
                               (their default; see ember_session_set_allow_nonfinite) */
     ember_kv_type kv_cache; /* the KV cache of every session of this model; EMBER_KV_F32 by default */
@@ -57,6 +57,7 @@ typedef struct {
     const char *dtype_summary; /* e.g. "q8_0 (norms f32)" */
     const char *kernels;       /* kernel set actually used */
     int n_threads;
+    bool threads_default;      /* n_threads is the default (the physical cores), not asked for */
     bool experimental;
     size_t repacked_bytes;     /* weights copied into the kernel set's layout at load (0: all read
                                   in place from the file mapping) */

@@ -261,6 +261,29 @@ end
     assert.matches("MODIFIED", err, 1, true)
   end)
 
+  it("threads default to the physical cores; --verbose says so and the manifest records it", function()
+    local path = need_model()
+    if not path then return end
+    local dir = H.tmpdir()
+    local cpu = require("ember").cpu()
+    assert.is_true(cpu.physical_cores >= 1 and cpu.physical_cores <= cpu.logical_cores)
+    local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--verbose",
+      "--run-manifest", dir .. "/a.json")
+    assert.equal(0, code, err)
+    assert.matches(string.format("threads %d (default: the physical cores; %d physical cores, %d CPUs)",
+      cpu.physical_cores, cpu.physical_cores, cpu.logical_cores), err, 1, true)
+    local ex = cjson.decode(H.read(dir .. "/a.json")).execution
+    assert.same({ cpu.physical_cores, true, cpu.physical_cores }, { ex.threads, ex.threads_default, ex.physical_cores })
+    code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--verbose", "--threads", "1",
+      "--run-manifest", dir .. "/b.json")
+    assert.equal(0, code, err)
+    assert.matches("threads 1 (--threads;", err, 1, true)
+    ex = cjson.decode(H.read(dir .. "/b.json")).execution
+    assert.same({ 1, false }, { ex.threads, ex.threads_default })
+    code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1")
+    assert.is_nil(err:find("threads", 1, true)) -- quiet without --verbose
+  end)
+
   it("a failing hook exits 1 with the hook-failure message and writes nothing", function()
     local path = need_model()
     if not path then return end

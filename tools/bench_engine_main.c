@@ -198,8 +198,7 @@ int main(int argc, char **argv) {
         usage();
         return 2;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int bw_threads = threads > 0 ? threads : (int)(cores > 0 ? cores : 1);
+    const int bw_threads = threads > 0 ? threads : ember_cpu_physical_cores();
     double gbs = 0;
     if (bw && !model_path) {
         gbs = membw(bw_threads, bw_mib, 10);

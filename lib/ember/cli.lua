@@ -29,7 +29,7 @@ M.FLAGS = {
   { "top-p", flags.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
   { "seed", "uint", "N", "sampling seed (default 0)" },
   { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N", "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
-  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
+  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
@@ -48,6 +48,7 @@ M.FLAGS = {
   { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
+  { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
   { "help", "bool", nil, "show this help" },
   { "version", "bool", nil, "show the version" },
 }
@@ -58,7 +59,7 @@ M.BENCH_FLAGS_LIST = {
   { "model", "path", "FILE.gguf", "the model (required)" },
   { "prompt-tokens", positive, "N", "prompt length in tokens (default 52)" },
   { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
-  { "threads", flags.uint_in(1, flags.MAX_THREADS), "N", "worker threads (default: all cores)" },
+  { "threads", flags.uint_in(1, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
   { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
@@ -376,6 +377,12 @@ local function run_generate(args, argv, io_)
   })
   if not ok then error(tostring(model), 0) end
   local info = model.info
+  if o.verbose then
+    local cpu = ember.cpu()
+    io_.stderr:write(string.format("ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
+      info.path, info.family, info.dtype_summary, info.kernels, info.threads,
+      info.threads_default and "default: the physical cores" or "--threads", cpu.physical_cores, cpu.logical_cores))
+  end
   if model.tokenizer == nil then
     local _, why = pcall(require("ember.core").internal.need_tokenizer, model, "ember")
     why = tostring(why):match("the model has no tokenizer %((.*)%)") or "none attached"

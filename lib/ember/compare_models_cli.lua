@@ -18,7 +18,7 @@ M.FLAGS_LIST = {
   { "json", "bool", nil, "print the JSON report instead of the table" },
   { "shard", function(s) return require("ember.sweep").parse_shard(s) end, "I/N",
     "localise only the cells with index mod N = I (join with compare-models merge)" },
-  { "threads", "uint", "N", "worker threads (default: all cores)" },
+  { "threads", "uint", "N", "worker threads (default: the physical cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "no-plot", "bool", nil, "do not draw the plots" },
   { "help", "bool", nil, "show this help" },

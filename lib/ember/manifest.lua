@@ -95,11 +95,15 @@ function M.settings_section(gen)
   })
 end
 
--- execution_section(model) -> how it was computed: kernel set and threads (recorded), and the KV
--- cache type (a numerics setting: compare treats it as semantic).
+-- execution_section(model) -> how it was computed: kernel set, threads and whether the thread
+-- count was the default (the physical cores of the machine) -- recorded, not semantic -- and the
+-- KV cache type (a numerics setting: compare treats it as semantic).
 function M.execution_section(model)
-  return json.ordered({ "kernels", "threads", "kv_cache" }, { kernels = model.info.kernels,
-    threads = model.info.threads, kv_cache = model.info.kv_cache or "f32" })
+  local info = model.info
+  return json.ordered({ "kernels", "threads", "threads_default", "physical_cores", "kv_cache" }, {
+    kernels = info.kernels, threads = info.threads, threads_default = info.threads_default == true,
+    physical_cores = ember().cpu().physical_cores, kv_cache = info.kv_cache or "f32",
+  })
 end
 
 -- experiment_section(exp, args, out): what ran and whether it changed execution. Members of a

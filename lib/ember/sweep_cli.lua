@@ -33,7 +33,7 @@ M.FLAGS_LIST = {
   { "out", "path", "DIR", "the sweep artifact directory (required; an interrupted run resumes in it)" },
   { "shard", shard_value, "I/N", "compute only shard I of N (cells i with i mod N = I)" },
   { "jobs", positive, "N", "run N shards as local processes, then merge them into --out" },
-  { "threads", "uint", "N", "worker threads per process (default: all cores)" },
+  { "threads", "uint", "N", "worker threads per process (default: the physical cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "progress", progress_value, "MODE", "auto | tty | summary | none (default auto: one line on a terminal)" },
   { "max-cells", positive, "N", "stop after computing N new cells (rerun to continue)" },

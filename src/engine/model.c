@@ -295,8 +295,8 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         goto fail;
     }
     m->kv_type = kv_types[p->kv_cache];
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int n_threads = p->n_threads > 0 ? p->n_threads : (int)(cores > 0 ? cores : 1);
+    /* default: the physical cores (a hyper-thread pair shares one core's units) */
+    const int n_threads = p->n_threads > 0 ? p->n_threads : ember_cpu_physical_cores();
     if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
     ember_gguf_advise_willneed(m->gguf); /* readahead for the repacking copy or the first evaluation */
     if ((st = prepare_weights(m, err)) != EMBER_OK) goto fail;
@@ -318,6 +318,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .dtype_summary = m->dtype_summary,
         .kernels = ember_kernels_name(chosen),
         .n_threads = n_threads,
+        .threads_default = p->n_threads <= 0,
         .experimental = m->family == EMBER_FAMILY_QWEN2,
         .repacked_bytes = ember_compute_packed_bytes(m->compute),
         .kv_cache = ember_kv_type_name(p->kv_cache),

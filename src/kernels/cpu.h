@@ -46,6 +46,16 @@ ember_kernels ember_kernels_best(void);
 /* The CPU features set k needs that f lacks, space separated ("" when none). */
 void ember_kernels_missing(ember_kernels k, const ember_cpu_features *f, char *buf, size_t cap);
 
+/* The default thread count: the physical cores among the CPUs this process may run on (its
+ * affinity mask), from /sys/devices/system/cpu/cpuN/topology (else /proc/cpuinfo's core ids;
+ * else every allowed CPU). cpu_cores.c is the one owner of this rule. */
+int ember_cpu_physical_cores(void);
+/* The CPUs this process may run on (the affinity mask; else the online CPUs). */
+int ember_cpu_logical_cores(void);
+/* For tests: distinct (package, core) pairs under a sysfs-like directory (NULL: skip), else in a
+ * cpuinfo-like file (NULL: skip), counting only CPUs with allowed[cpu] (NULL: all); 0 if none. */
+int ember_cpu_cores_from(const char *sysfs_dir, const char *cpuinfo_path, const bool *allowed);
+
 #ifdef __cplusplus
 }
 #endif

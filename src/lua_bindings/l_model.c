@@ -74,6 +74,8 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     set_str(L, "dtype_summary", in->dtype_summary);
     set_str(L, "kernels", in->kernels);
     set_int(L, "threads", in->n_threads);
+    lua_pushboolean(L, in->threads_default);
+    lua_setfield(L, -2, "threads_default");
     set_int(L, "repacked_bytes", (lua_Integer)in->repacked_bytes);
     set_str(L, "kv_cache", in->kv_cache);
     lua_pushboolean(L, in->experimental);

@@ -243,6 +243,11 @@ static int l_cpu(lua_State *L) {
     lua_setfield(L, -2, "avx512");
     lua_pushstring(L, ember_kernels_name(ember_kernels_best()));
     lua_setfield(L, -2, "kernels");
+    /* the default thread count (physical cores) and the CPUs this process may use */
+    lua_pushinteger(L, ember_cpu_physical_cores());
+    lua_setfield(L, -2, "physical_cores");
+    lua_pushinteger(L, ember_cpu_logical_cores());
+    lua_setfield(L, -2, "logical_cores");
     return 1;
 }
 

@@ -261,6 +261,29 @@ end
     assert.matches("MODIFIED", err, 1, true)
   end)
 
+  it("--experiment runs report how often the experiment acted (hook calls that wrote a view)", function()
+    local path = need_model()
+    if not path then return end
+    local N = 3
+    local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", tostring(N), "--experiment",
+      "scripts/experiments/scale_attention.lua", "--experiment-args", "layer=1 factor=0.5")
+    assert.equal(0, code, err)
+    -- layer 1's after_attention, once in the prefill and once per decode
+    assert.matches(string.format("MODIFIED by experiment 'scale-attention': it wrote through a view in %d hook calls "
+      .. "over %d evaluations (prefill 1, decode %d)", 1 + N, 1 + N, N), err, 1, true)
+    -- out.modified_calls counts calls, not writes: two writes in one call count once; reads never
+    local m = require("ember").load(path)
+    local exp = { name = "twice-in-prefill" }
+    function exp:after_mlp(ctx, v)
+      if ctx.layer_index == 0 and ctx.phase == "prefill" then v:scale(1); v:zero() end
+      if ctx.layer_index == 1 then v:l2_norm() end
+    end
+    local out = m:generate { ids = { 1, 2 }, max_tokens = 2, experiment = exp }
+    assert.equal(1, out.modified_calls)
+    assert.equal(0, m:generate { ids = { 1, 2 }, max_tokens = 2, experiment = { name = "n" } }.modified_calls)
+    m:close()
+  end)
+
   it("threads default to the physical cores; --verbose says so and the manifest records it", function()
     local path = need_model()
     if not path then return end

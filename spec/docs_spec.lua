@@ -1,9 +1,9 @@
--- The documentation runs: every code block marked runnable in docs/quickstart.md and
--- docs/lua-api.md (an HTML comment `<!-- run -->` or `<!-- run: file PATH -->` on the line before
--- the fence; the grammar is in spec/helpers/docblocks.lua) is executed, page by page in one shell,
--- from the top of a clean checkout of the tree (spec/helpers/checkout.lua) against the tiny model
--- the quickstart makes; the default model goes to a temporary cache directory. A page passes when
--- every block exits 0 and the checkout is as clean afterwards as before (`git status`).
+-- The documentation runs: every code block marked runnable in docs/quickstart.md, docs/lua-api.md
+-- and docs/testing.md (an HTML comment `<!-- run -->` or `<!-- run: file PATH -->` on the line
+-- before the fence; the grammar is in spec/helpers/docblocks.lua) is executed, page by page in one
+-- shell, from the top of a clean checkout of the tree (spec/helpers/checkout.lua) against the tiny
+-- model the quickstart makes; the default model goes to a temporary cache directory. A page
+-- passes when every block exits 0 and the checkout is as clean afterwards as before (`git status`).
 
 local checkout = require("helpers.checkout")
 local docblocks = require("helpers.docblocks")
@@ -15,6 +15,7 @@ local q = fs.shell_quote
 local PAGES = {
   { "docs/quickstart.md", { "restoration criterion: HOLDS", "\nrestored\n" } },
   { "docs/lua-api.md", {} },
+  { "docs/testing.md", { "1 success / 0 failures" } },
 }
 
 describe("documented code", function()

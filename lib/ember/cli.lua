@@ -479,7 +479,9 @@ local function run_generate(args, argv, io_)
       o["activation-patch"], s.applied, s.prefill, s.decode))
   end
   if o.experiment and out.modified then
-    notice(string.format("ember: this run was MODIFIED by experiment '%s'", experiments[1].name))
+    notice(string.format("ember: this run was MODIFIED by experiment '%s': it wrote through a view in %d hook "
+      .. "calls over %d evaluations (prefill 1, decode %d)", experiments[1].name, out.modified_calls,
+      1 + out.stats.decode_count, out.stats.decode_count))
   end
   if stats_exp then
     notice(string.format("ember: activation-stats: %d records written to %s", #stats_exp.records, o["activation-stats"]))

@@ -209,6 +209,7 @@ function M.generate(model, opts)
     ids = out_ids,
     text = text,
     modified = runner ~= nil and runner.modified,
+    modified_calls = runner ~= nil and runner.modified_calls or 0,
     stop = stop,
     logits = logits_of(session),
     all_logits = all_logits,

@@ -18,8 +18,9 @@ local function sh(cmd)
 end
 M.sh = sh
 
--- The binaries a documented command may run from build/ (linked, not copied: no rebuild).
-local BINARIES = { "ember-lua", "ember", "make-tiny-model", "bench-engine" }
+-- What a documented command may use from build/ (linked, not copied: no rebuild); lua/ holds
+-- the core module stock lua5.4 loads.
+local BINARIES = { "ember-lua", "ember", "make-tiny-model", "bench-engine", "lua" }
 
 -- make() -> root of the copy, or nil and the reason. The copy's build/ holds links to the real
 -- build's binaries; it is ignored by the tree's .gitignore, as a real build/ is.

@@ -57,6 +57,7 @@ struct ember_lua_runner {
     int64_t n_layers;      /* sizes the view slots */
     int depth;             /* hook calls in progress: a nested call gets its own context and view */
     bool modified;         /* a view was written during this run */
+    int64_t modified_calls; /* tensor hook calls that wrote through their view (how often it acted) */
     bool failed;
     int fail_hook;
     ember_phase fail_phase;
@@ -366,8 +367,15 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
 
 static ember_status tensor_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *view,
                                 ember_error *err) {
-    hook_call c = {.r = user, .hook = (int)stage, .ev = ctx, .view = view};
-    return invoke(user, &c, err);
+    ember_lua_runner *r = user;
+    hook_call c = {.r = r, .hook = (int)stage, .ev = ctx, .view = view};
+    /* the views write into r->modified: cleared for this call, then merged back */
+    bool before = r->modified;
+    r->modified = false;
+    ember_status st = invoke(r, &c, err);
+    if (r->modified) r->modified_calls++;
+    r->modified = r->modified || before;
+    return st;
 }
 
 const ember_hooks *ember_lua_runner_hooks(lua_State *L, ember_lua_runner *r) {
@@ -462,6 +470,11 @@ static int r_on_generation_complete(lua_State *L) {
 
 static int r_get_modified(lua_State *L) {
     lua_pushboolean(L, ember_lua_check_runner(L, 1)->modified);
+    return 1;
+}
+
+static int r_get_modified_calls(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)ember_lua_check_runner(L, 1)->modified_calls);
     return 1;
 }
 
@@ -651,7 +664,8 @@ void ember_lua_open_experiment(lua_State *L, int module) {
                                        {"on_generation_complete", r_on_generation_complete},
                                        {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", runner_gc}, {NULL, NULL}};
-    static const luaL_Reg getters[] = {{"modified", r_get_modified}, {"name", r_get_name}, {NULL, NULL}};
+    static const luaL_Reg getters[] = {{"modified", r_get_modified}, {"modified_calls", r_get_modified_calls},
+                                       {"name", r_get_name}, {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
     lua_pop(L, 1);
 

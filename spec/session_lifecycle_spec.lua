@@ -87,6 +87,20 @@ describe("the experiment lifecycle in sessions", function()
     s:close()
   end)
 
+  it("keeps the session busy during its lifecycle hooks: re-entering it is refused", function()
+    local s = model:session { context = 16 }
+    local exp = { name = "reenter" }
+    function exp:before_prefill() s:decode(ids[1]) end
+    local ok, err = pcall(s.prefill, s, { ids[1] }, { experiment = exp })
+    assert.is_false(ok)
+    assert.is_truthy(err:find("experiment 'reenter' failed in before_prefill (phase=prefill): ", 1, true), err)
+    assert.is_truthy(err:find("decode: the session is busy", 1, true), err)
+    assert.are.equal(0, s.position)
+    s:prefill({ ids[1] }) -- not busy any more
+    assert.are.equal(1, s.position)
+    s:close()
+  end)
+
   local files = {}
   for _, f in ipairs(list("scripts/experiments")) do files[#files + 1] = f end
   for _, f in ipairs(list("lib/ember/experiments")) do files[#files + 1] = f end

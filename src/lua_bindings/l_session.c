@@ -118,6 +118,29 @@ static bool session_saw(lua_State *L, int exp_idx, bool mark) {
     return seen;
 }
 
+/* [runner, n_prefill, start, model_loaded]: one lifecycle call, under lua_pcall (session_lifecycle). */
+static int lifecycle_call(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    if (lua_toboolean(L, 4)) ember_lua_runner_on_model_loaded(L, r);
+    else ember_lua_runner_before_prefill(L, r, lua_tointeger(L, 2), lua_tointeger(L, 3));
+    return 0;
+}
+
+/* Runs a lifecycle hook of the runner at r_idx with the session busy (a hook that re-enters the
+ * session gets the busy error, as during an evaluation), then clears busy and re-raises a failure. */
+static void session_lifecycle(lua_State *L, ember_lua_session *ls, int r_idx, bool model_loaded, int64_t n) {
+    r_idx = lua_absindex(L, r_idx);
+    lua_pushcfunction(L, lifecycle_call);
+    lua_pushvalue(L, r_idx);
+    lua_pushinteger(L, n);
+    lua_pushinteger(L, ember_session_position(ls->s));
+    lua_pushboolean(L, model_loaded);
+    ls->busy = true;
+    int st = lua_pcall(L, 4, 0, 0);
+    ls->busy = false;
+    if (st != LUA_OK) lua_error(L);
+}
+
 /* Optional {experiment = exp} of s:prefill / s:decode. A session runs the lifecycle too: the
  * first evaluation with a given experiment calls its on_model_loaded, and every prefill calls
  * before_prefill (with that prefill's start position and token count) before the tensor hooks;
@@ -137,10 +160,10 @@ static ember_lua_runner *eval_runner(lua_State *L, ember_lua_session *ls, int op
     ember_lua_runner *r = ember_lua_runner_attach(L, -2, -1, fname); /* [exp, model, runner] */
     /* marked only after it succeeded: a failed on_model_loaded is called again next time */
     if (!session_saw(L, -3, false)) {
-        ember_lua_runner_on_model_loaded(L, r);
+        session_lifecycle(L, ls, -1, true, 0);
         session_saw(L, -3, true);
     }
-    if (n_prefill > 0) ember_lua_runner_before_prefill(L, r, n_prefill, ember_session_position(ls->s));
+    if (n_prefill > 0) session_lifecycle(L, ls, -1, false, n_prefill);
     return r;
 }
 

@@ -33,12 +33,17 @@ static int add_pair(long *pairs, int n, long pkg, long core) {
 
 /* From DIR/cpuN/topology/{physical_package_id,core_id} (DIR is /sys/devices/system/cpu). */
 static int cores_from_sysfs(const char *dir, const bool *allowed, long *pairs) {
-    int n = 0;
+    int n = 0, missing = 0;
     char path[1024];
-    for (int cpu = 0; cpu < MAX_CPUS; cpu++) {
+    /* CPU numbers may have gaps (offline or absent CPUs), but not hundreds in a row */
+    for (int cpu = 0; cpu < MAX_CPUS && missing < 256; cpu++) {
         snprintf(path, sizeof path, "%s/cpu%d/topology/core_id", dir, cpu);
         long core = read_long(path);
-        if (core < 0) continue;
+        if (core < 0) {
+            missing++;
+            continue;
+        }
+        missing = 0;
         if (allowed && !allowed[cpu]) continue;
         snprintf(path, sizeof path, "%s/cpu%d/online", dir, cpu);
         if (read_long(path) == 0) continue; /* offline (cpu0 has no such file: always online) */

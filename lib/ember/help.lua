@@ -19,6 +19,8 @@ M.MODULE = {
   sampler = "ember.sampler{ n_vocab, temperature, top_k, top_p, seed } -> Sampler (what generate samples with)",
   check_experiment = "ember.check_experiment(exp [, fname]) -> { hook = fn }: the attach-time checks of an experiment",
   sha256 = "ember.sha256(s) -> 64 lowercase hex characters",
+  read_file = "ember.read_file(path, max_bytes) -> contents | nil, message (regular files only, at most max_bytes)",
+  tokenizer_check = "ember.tokenizer_check(tok, model) -> true | false, why: tok against the GGUF's own vocabulary",
   sha256_file = "ember.sha256_file(path) -> hex | nil, message",
   cpu = "ember.cpu() -> { avx2, avx512f, ..., kernels = best kernel set }",
   now = "ember.now() -> wall-clock seconds since the Unix epoch (microseconds), for timing",

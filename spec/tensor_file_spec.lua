@@ -6,12 +6,7 @@ local ember = require("ember")
 local cjson = require("cjson")
 local H = require("helpers.artifacts")
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("helpers.files").read
 
 describe("save_tensors / load_tensors", function()
   after_each(H.cleanup)

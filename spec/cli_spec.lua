@@ -232,7 +232,9 @@ describe("ember runs", function()
 return function(args, model)
   local ids = model:tokenize(args.word, { bos = false })
   local exp = { name = "probe", stats = { word_id = ids[#ids], layers = model.info.n_layers,
-    layer = tonumber(args.layer), args_type = type(args), has_generate = model.generate ~= nil } }
+    layer = tonumber(args.layer), args_type = type(args), has_generate = model.generate ~= nil,
+    n_vocab = model.info.n_vocab,
+    unembed_cols = model.unembed and model:unembed(require("ember").tensor(1, model.info.hidden_size)):shape()[2] } }
   function exp:after_layer(ctx) end
   return exp
 end
@@ -254,6 +256,7 @@ end
     assert.equal(2, stats.layer)
     assert.equal("table", stats.args_type)
     assert.is_false(stats.has_generate) -- a handle, not the model: no runs from a factory
+    assert.equal(stats.n_vocab, stats.unembed_cols) -- the logit lens is there to set up with
     -- a string that is not key=value pairs arrives unchanged (zero_layer_output's "4:attention")
     code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--experiment",
       "scripts/experiments/zero_layer_output.lua", "--experiment-args", "2:attention")

@@ -90,10 +90,17 @@ ember_status ember_model_weight_f32(const ember_model *model, const char *name, 
 
 /* ---- hooks ----------------------------------------------------------------------------------- */
 
-/* The six tensor points of one evaluation, in execution order within a layer. */
+/* The tensor points of one evaluation, in execution order: the per-layer stages, then the
+ * logits stages. Inside a layer (docs/hooks.md gives the shapes):
+ *   attention_pattern  [n_head * rows, sequence_length] softmax probabilities, row h*rows + i
+ *   attention_heads    [rows, n_head * head_dim] mixed values before the output projection
+ *   mlp_activation     [rows, n_ff] the input of the down projection */
 typedef enum {
     EMBER_STAGE_BEFORE_LAYER = 0,
+    EMBER_STAGE_ATTENTION_PATTERN,
+    EMBER_STAGE_ATTENTION_HEADS,
     EMBER_STAGE_AFTER_ATTENTION,
+    EMBER_STAGE_MLP_ACTIVATION,
     EMBER_STAGE_AFTER_MLP,
     EMBER_STAGE_AFTER_LAYER,
     EMBER_STAGE_BEFORE_LOGITS,
@@ -106,6 +113,10 @@ typedef enum {
 const char *ember_stage_name(ember_stage s);
 /* EMBER_STAGE_COUNT, for callers that iterate the stages without the enum (e.g. across a build). */
 int ember_stage_count(void);
+/* True for the stages inside a layer's attention or MLP block (attention_pattern, attention_heads,
+ * mlp_activation), whose views are not the residual stream. Selections that mean "the residual
+ * stream" (capture's and activation-stats' defaults) leave these out unless they are named. */
+bool ember_stage_inside_block(ember_stage s);
 
 typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
 
@@ -113,6 +124,15 @@ typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
 typedef struct {
     float *data; /* (rows, cols) */
     int64_t rows, cols;
+    /* Attention heads the view holds, 0 when the stage is not per head: attention_pattern's rows
+     * split into n_heads blocks of rows/n_heads (one per head), attention_heads' columns into
+     * n_heads blocks of cols/n_heads. */
+    int64_t n_heads;
+    /* A hook that writes the view sets this (the Lua bindings do on every write, sub-views
+     * included). The engine reads it after attention_pattern: an unwritten pattern leaves the
+     * layer's attention to the fused kernel (bit for bit what a run without the hook computes),
+     * a written one is mixed with V as it stands. The other stages work in place and ignore it. */
+    bool written;
 } ember_view;
 
 /* Where an evaluation is; layer_index is -1 for the logits stages. */

@@ -122,6 +122,19 @@ describe("ember benchmark runs", function()
     assert.matches("B/A", out, 1, true)
   end)
 
+  it("stages_ab runs B with empty methods on the named stages, interleaved with A", function()
+    local path = need_model()
+    if not path then return end
+    local model <close> = require("ember").load { model = path }
+    local r = bench.stages_ab(model, { prompt_tokens = 4, gen_tokens = 2, ["repeat"] = 2, warmup = 0 },
+      { "attention_pattern", "mlp_activation" })
+    for _, side in ipairs({ r.a, r.b }) do
+      assert.is_true(side.prefill_tok_s > 0 and side.decode_tok_s > 0)
+      assert.equal(2, #side.decode)
+    end
+    assert.near(r.b.decode_tok_s / r.a.decode_tok_s, r.decode_ratio, 1e-12)
+  end)
+
   it("--provenance-ab times plain runs against manifest-writing runs, in alternating rounds", function()
     local path = need_model()
     if not path then return end

@@ -12,10 +12,16 @@ local function error_of(f, ...)
   return tostring(err)
 end
 
--- SPEC §4.1, written out here as the independent expectation.
-local STAGES = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
-local HOOKS = { "on_model_loaded", "before_prefill", "before_layer", "after_attention", "after_mlp", "after_layer",
-  "before_logits", "after_logits", "on_generation_complete" }
+-- SPEC §4.1 and the inside-the-layer stages of LUA_API.md, written out here as the independent
+-- expectation.
+local STAGES = { "before_layer", "attention_pattern", "attention_heads", "after_attention", "mlp_activation",
+  "after_mlp", "after_layer", "before_logits", "after_logits" }
+local LAYER_STAGES = { table.unpack(STAGES, 1, 7) }
+local INSIDE = { "attention_pattern", "attention_heads", "mlp_activation" }
+local RESIDUAL = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
+local HOOKS = { "on_model_loaded", "before_prefill", "before_layer", "attention_pattern", "attention_heads",
+  "after_attention", "mlp_activation", "after_mlp", "after_layer", "before_logits", "after_logits",
+  "on_generation_complete" }
 
 describe("name lists", function()
   it("exports the engine's stages, the per-layer ones and every hook, in order and as sets", function()
@@ -25,7 +31,8 @@ describe("name lists", function()
       return out
     end
     assert.are.same(STAGES, list(ember.stages))
-    assert.are.same({ STAGES[1], STAGES[2], STAGES[3], STAGES[4] }, list(ember.layer_stages))
+    assert.are.same(LAYER_STAGES, list(ember.layer_stages))
+    assert.are.same(INSIDE, list(ember.inside_stages))
     assert.are.same(HOOKS, list(ember.hooks))
     for i, st in ipairs(STAGES) do assert.are.equal(i, ember.stages[st]) end
     assert.is_nil(ember.stages.after_mpl)
@@ -34,7 +41,8 @@ describe("name lists", function()
 
   it("is what selectors and compose use", function()
     assert.are.same(STAGES, require("ember.selectors").STAGES)
-    assert.are.same({ STAGES[1], STAGES[2], STAGES[3], STAGES[4] }, require("ember.selectors").LAYER_STAGES)
+    assert.are.same(LAYER_STAGES, require("ember.selectors").LAYER_STAGES)
+    assert.are.same(RESIDUAL, require("ember.selectors").RESIDUAL_STAGES)
     assert.are.same(HOOKS, require("ember.compose").HOOKS)
   end)
 

@@ -19,11 +19,15 @@ end
 -- Arguments for each shipped experiment (a new file without an entry here fails the spec).
 local ARGS = {
   ["activation_stats.lua"] = "",
+  ["attention_knockout.lua"] = "layers=all keys=0",
+  ["head_ablation.lua"] = "layer=1 heads=0",
+  ["neuron_ablation.lua"] = "layer=1 neurons=0-3",
   ["scale_attention.lua"] = "layer=1 factor=0.5",
   ["steering_vector.lua"] = "layer=1 scale=4 dim=3",
   ["zero_layer_output.lua"] = { target = "1:mlp", notice = function() end },
 }
-local MODIFIES = { ["scale_attention.lua"] = true, ["steering_vector.lua"] = true, ["zero_layer_output.lua"] = true }
+local MODIFIES = { ["attention_knockout.lua"] = true, ["head_ablation.lua"] = true, ["neuron_ablation.lua"] = true,
+  ["scale_attention.lua"] = true, ["steering_vector.lua"] = true, ["zero_layer_output.lua"] = true }
 
 describe("the experiment lifecycle in sessions", function()
   local path, why = fx.api_model()

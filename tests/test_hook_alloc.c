@@ -111,7 +111,7 @@ int main(void) {
     lua_getglobal(L, "model"); /* [core, model] */
     lua_getglobal(L, "exp");   /* [core, model, exp] */
     int model_idx = core + 1, exp_idx = core + 2;
-    const int64_t n_layers = p.n_layer, per_step = 4 * n_layers + 2; /* tensor hook calls per evaluation */
+    const int64_t n_layers = p.n_layer, per_step = 7 * n_layers + 2; /* tensor hook calls per evaluation */
 
     /* ---- driven from C: the engine's decode with the runner's hook table ---- */
     ember_lua_runner *r = ember_lua_runner_attach(L, exp_idx, model_idx, "test"); /* [.., runner] */

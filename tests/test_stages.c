@@ -41,16 +41,17 @@ static void test_tracing_disabled(void) {
     CHECK(ember_session_prefill(s, ids, 3, &h, &err) == EMBER_OK);
     CHECK(ember_session_decode(s, 4, &h, &err) == EMBER_OK);
     const int64_t layers = ember_model_get_info(m)->n_layers;
-    CHECK_MSG(rec.calls == 2 * (4 * layers + 2), "%d hook calls for %lld layers", rec.calls, (long long)layers);
+    CHECK_MSG(rec.calls == 2 * (7 * layers + 2), "%d hook calls for %lld layers", rec.calls, (long long)layers);
     CHECK_MSG(rec.tracing == 0, "%d of %d hook calls saw tracing set", rec.tracing, rec.calls);
     ember_session_free(s);
     ember_model_free(m);
 }
 
 int main(void) {
-    static const char *const expected[] = {"before_layer", "after_attention", "after_mlp",
-                                           "after_layer",  "before_logits",   "after_logits"};
-    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 6);
+    static const char *const expected[] = {"before_layer",   "attention_pattern", "attention_heads",
+                                           "after_attention", "mlp_activation",   "after_mlp",
+                                           "after_layer",     "before_logits",    "after_logits"};
+    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 9);
     for (int i = 0; i < EMBER_STAGE_COUNT; i++) {
         const char *name = ember_stage_name((ember_stage)i);
         CHECK_MSG(name && strcmp(name, expected[i]) == 0, "stage %d is '%s', expected '%s'", i, name ? name : "(null)",

@@ -1,6 +1,6 @@
 -- ember.benchmark — prefill and decode speed of a loaded model through model:generate (the same
 -- path `ember` runs), peak RSS, the memory-bandwidth ceiling, and the hooks A/B (no experiment vs
--- an experiment that defines only `name`). Measures; never asserts a speed. Used by
+-- an experiment that defines only `name`, or empty methods on chosen stages). Measures; never asserts a speed. Used by
 -- `ember benchmark` (lib/ember/cli.lua) and bench/hooks_ab.lua.
 --
 -- Each run generates gen_tokens tokens greedily (end-of-sequence ignored) after a prompt of
@@ -101,18 +101,29 @@ end
 -- A, B, A, B, ... (repeat pairs, after `warmup` unreported A runs) so that machine noise hits both
 -- alike. result = { a = { prefill_tok_s, decode_tok_s, prefill, decode }, b = { ... },
 --                   prefill_ratio = B/A, decode_ratio = B/A, kernels, threads, ... , model }
-function M.hooks_ab(model, opts)
+local function interleaved_ab(model, opts, exp_b)
   local o, ids, result = prologue(model, opts)
   local a, b = { prefill = {}, decode = {} }, { prefill = {}, decode = {} }
   for r = 1, o["repeat"] do
     a.prefill[r], a.decode[r] = run_once(model, ids, o.gen_tokens, nil)
-    b.prefill[r], b.decode[r] = run_once(model, ids, o.gen_tokens, { name = "name-only" })
+    b.prefill[r], b.decode[r] = run_once(model, ids, o.gen_tokens, exp_b)
   end
   for _, side in ipairs({ a, b }) do
     side.prefill_tok_s, side.decode_tok_s = M.median(side.prefill), M.median(side.decode)
   end
   return result { a = a, b = b, prefill_ratio = b.prefill_tok_s / a.prefill_tok_s,
     decode_ratio = b.decode_tok_s / a.decode_tok_s }
+end
+
+function M.hooks_ab(model, opts) return interleaved_ab(model, opts, { name = "name-only" }) end
+
+-- stages_ab(model, opts, stages) -> the same result with B = an experiment whose methods on the
+-- given stages (every layer) do nothing: what observing those stages costs (for attention_pattern,
+-- the pattern is then computed into memory and mixed from it, layer by layer).
+function M.stages_ab(model, opts, stages)
+  local exp = { name = "read-only:" .. table.concat(stages, ",") }
+  for _, st in ipairs(stages) do exp[st] = function() end end
+  return interleaved_ab(model, opts, exp)
 end
 
 -- provenance_ab(load_opts, opts) -> result: does recording provenance delay the first token?

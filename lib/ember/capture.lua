@@ -2,7 +2,7 @@
 -- records during a generation and writes them as an activation artifact (SPEC §6.1).
 -- Must not change any value it sees: it reads views (a copy + sha256) and never writes them.
 --
--- Selection rules: layer filters apply to the four per-layer stages only (before_logits and
+-- Selection rules: layer filters apply to the per-layer stages only (before_logits and
 -- after_logits are captured whenever their stage is selected); prefill records cover the whole
 -- prompt; position filters apply to decode evaluations (position = start_position).
 
@@ -13,7 +13,7 @@ local selectors = require("ember.selectors")
 local M = {}
 
 -- config(opts) -> normalized configuration, or nil and a message.
--- opts: { layers = "all"|{...}, stages = "all"|{...}, phase = "all"|"prefill"|"decode",
+-- opts: { layers = "all"|{...}, stages = "all"|{...} (nil: the residual-stream stages), phase = "all"|"prefill"|"decode",
 --         positions = "all"|{...}, max_records = n|nil, omit_prompt = bool }
 -- Strings are parsed with the selector grammars, so CLI flags can be passed through unchanged.
 function M.config(opts)
@@ -29,8 +29,13 @@ function M.config(opts)
   local err
   cfg.layers, err = pick(opts.layers, selectors.parse_index_list, "capture layers", "layer")
   if not cfg.layers then return nil, err end
-  cfg.stages, err = pick(opts.stages, selectors.parse_stage_list, "capture stages")
-  if not cfg.stages then return nil, err end
+  -- no selection: the residual-stream stages; "all": every stage, inside the layer's blocks too
+  if opts.stages == nil then
+    cfg.stages = { table.unpack(selectors.RESIDUAL_STAGES) }
+  else
+    cfg.stages, err = pick(opts.stages, selectors.parse_stage_list, "capture stages")
+    if not cfg.stages then return nil, err end
+  end
   if cfg.stages == "all" then cfg.stages = { table.unpack(selectors.STAGES) } end
   for _, s in ipairs(cfg.stages) do
     if not selectors.STAGE_SET[s] then return nil, "capture stages: unknown stage '" .. tostring(s) .. "'" end

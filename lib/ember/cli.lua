@@ -38,7 +38,8 @@ M.FLAGS = {
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
-  { "capture-stages", selectors.parse_stage_list, "LIST", "stages to capture: all | before_layer,after_mlp,..." },
+  { "capture-stages", selectors.parse_stage_list, "LIST",
+    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... (default: the residual stream)" },
   { "capture-phase", selectors.parse_phase, "PHASE", "prefill | decode | all (default all)" },
   { "capture-positions", selectors.parse_index_list, "LIST", "decode positions to capture: all | 5,7-9" },
   { "capture-max-records", positive, "N", "stop capturing after N records" },
@@ -272,9 +273,12 @@ local function check_combinations(o)
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
   if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
-  for _, k in ipairs({ "capture-layers", "capture-stages", "capture-phase", "capture-positions",
+  for _, k in ipairs({ "capture-layers", "capture-phase", "capture-positions",
     "capture-max-records", "capture-omit-prompt" }) do
     if o[k] ~= nil and o["capture-activations"] == nil then usage_error("--%s needs --capture-activations DIR", k) end
+  end
+  if o["capture-stages"] ~= nil and o["capture-activations"] == nil and o["activation-stats"] == nil then
+    usage_error("--capture-stages needs --capture-activations DIR or --activation-stats FILE")
   end
   if o.model == nil then usage_error("--model FILE.gguf is required") end
   if o.prompt == nil then usage_error("--prompt TEXT is required") end
@@ -433,7 +437,8 @@ local function run_generate(args, argv, io_)
     experiments[#experiments + 1] = user_exp
   end
   if o["activation-stats"] then
-    stats_exp = require("ember.builtin").experiment("activation_stats", { output = o["activation-stats"] })
+    stats_exp = require("ember.builtin").experiment("activation_stats",
+      { output = o["activation-stats"], stages = o["capture-stages"] })
     experiments[#experiments + 1] = stats_exp
   end
 

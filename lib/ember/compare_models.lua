@@ -94,9 +94,8 @@ function M.run(opts)
   local n = opts.max_tokens or 4
   local stages = opts.stages or { "after_layer" }
   for _, s in ipairs(stages) do
-    if not selectors.LAYER_STAGE_SET[s] then
-      fail("localisation stage '%s' is not a per-layer stage (%s)", tostring(s), table.concat(selectors.LAYER_STAGES, "|"))
-    end
+    local ok, why = selectors.check_residual_layer_stage(s)
+    if not ok then fail("localisation %s", why) end
   end
   local step = opts.on_step or function() end
 

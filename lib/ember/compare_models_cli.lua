@@ -38,7 +38,7 @@ local function plots(dir, r)
   local xt = {}
   for l = 0, r.n_layers - 1 do xt[#xt + 1] = tostring(l) end
   local series = {}
-  for _, stage in ipairs(selectors.LAYER_STAGES) do
+  for _, stage in ipairs(selectors.RESIDUAL_LAYER_STAGES) do
     local v = {}
     for _, row in ipairs(r.divergence) do
       if row.stage == stage and row.prefill then v[row.layer + 1] = row.prefill.rel_l2 end
@@ -94,7 +94,7 @@ function M.main(args, io_)
   end
   local a, b = load(pos[1]), load(pos[2])
   local stages = o.stages
-  if stages == "all" then stages = { table.unpack(selectors.LAYER_STAGES) } end
+  if stages == "all" then stages = { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } end
   local cm = require("ember.compare_models")
   local r = cm.run { a = a, b = b, prompt = o.prompt, max_tokens = o["max-tokens"], stages = stages, shard = o.shard }
   M.write(o, r, io_)

@@ -33,8 +33,8 @@ function M.experiment(opts)
   if logits_stage then
     if L ~= nil then fail("target stage '%s' has no layer (got layer %s)", stage, tostring(L)) end
     if opts.positions ~= nil then fail("target stage '%s' holds only the last position; positions do not apply", stage) end
-  elseif not selectors.LAYER_STAGE_SET[stage] then
-    fail("target stage '%s' is not a per-layer stage (%s)", tostring(stage), table.concat(selectors.LAYER_STAGES, "|"))
+  elseif not selectors.RESIDUAL_LAYER_STAGE_SET[stage] then
+    fail("target %s", select(2, selectors.check_residual_layer_stage(stage)))
   elseif math.type(L) ~= "integer" or L < 0 or L >= info.n_layers then
     fail("target layer %s is out of range (the model has %d layers: 0-%d)", tostring(L), info.n_layers, info.n_layers - 1)
   end

@@ -21,6 +21,16 @@ local function list_of(names)
 end
 M.STAGES = list_of(core.stages)
 M.LAYER_STAGES = list_of(core.layer_stages)
+-- The stages inside a layer's attention or MLP block (attention_pattern, ...; the engine says which)
+-- and the residual-stream stages, the rest: what capture and activation-stats select by default.
+M.INSIDE_STAGES = list_of(core.inside_stages)
+M.RESIDUAL_STAGES, M.RESIDUAL_LAYER_STAGES = {}, {}
+for _, n in ipairs(M.STAGES) do
+  if not core.inside_stages[n] then M.RESIDUAL_STAGES[#M.RESIDUAL_STAGES + 1] = n end
+end
+for _, n in ipairs(M.LAYER_STAGES) do
+  if not core.inside_stages[n] then M.RESIDUAL_LAYER_STAGES[#M.RESIDUAL_LAYER_STAGES + 1] = n end
+end
 M.PHASES = { "prefill", "decode" }
 -- zero-layer-output's short names: the attention or MLP contribution, or the finished layer.
 M.ZERO_STAGES = { attention = "after_attention", mlp = "after_mlp", layer = "after_layer" }
@@ -32,6 +42,20 @@ local function set_of(list)
 end
 M.STAGE_SET = set_of(M.STAGES)
 M.LAYER_STAGE_SET = set_of(M.LAYER_STAGES)
+M.INSIDE_STAGE_SET = set_of(M.INSIDE_STAGES)
+M.RESIDUAL_LAYER_STAGE_SET = set_of(M.RESIDUAL_LAYER_STAGES)
+
+-- check_residual_layer_stage(s) -> true, or nil and why s is not a per-layer stage of the residual
+-- stream (what patching by position and cross-model localisation work on: one row per token,
+-- hidden_size wide).
+function M.check_residual_layer_stage(s)
+  if M.RESIDUAL_LAYER_STAGE_SET[s] then return true end
+  local list = table.concat(M.RESIDUAL_LAYER_STAGES, "|")
+  if M.INSIDE_STAGE_SET[s] then
+    return nil, string.format("stage '%s' is inside a layer's blocks, not on the residual stream (%s)", s, list)
+  end
+  return nil, string.format("stage '%s' is not a per-layer stage (%s)", tostring(s), list)
+end
 
 local digit = R("09")
 local space = S(" \t") ^ 0

@@ -90,12 +90,11 @@ local function config(model, opts)
   if type(stages) == "string" then
     local parsed, serr = selectors.parse_stage_list(stages)
     if not parsed then fail("stages: %s", serr) end
-    stages = parsed == "all" and { table.unpack(selectors.LAYER_STAGES) } or parsed
+    stages = parsed == "all" and { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } or parsed
   end
   for _, s in ipairs(stages) do
-    if not selectors.LAYER_STAGE_SET[s] then
-      fail("stage '%s' is not a per-layer stage (%s)", tostring(s), table.concat(selectors.LAYER_STAGES, "|"))
-    end
+    local ok, why = selectors.check_residual_layer_stage(s)
+    if not ok then fail("%s", why) end
   end
   local steps = opts.decode_steps or 0
   if math.type(steps) ~= "integer" or steps < 0 then

@@ -38,7 +38,7 @@ function M.capture_patch_restore(opts)
     error(string.format("layer %d is out of range (the model has %d layers: 0-%d)", L, info.n_layers,
       info.n_layers - 1), 0)
   end
-  local cfg = assert(capture.config { layers = "all", stages = "all", phase = "all", positions = "all" })
+  local cfg = assert(capture.config { layers = "all", phase = "all", positions = "all" })
   local ok_dir, derr = fs.mkdir(opts.out_dir)
   if not ok_dir then error("output directory '" .. opts.out_dir .. "': " .. derr, 0) end
   local dirs = { A = fs.join(opts.out_dir, "A"), B = fs.join(opts.out_dir, "B"), C = fs.join(opts.out_dir, "C") }

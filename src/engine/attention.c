@@ -44,6 +44,34 @@ void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_
     ember_compute_attention(m->compute, &a);
 }
 
+/* The layer's attention with its attention_pattern and attention_heads stages (model.h). */
+ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                    const ember_layer *L, float scale, int64_t window, ember_error *err) {
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    const int64_t pos0 = s->pos, n = ctx->input_token_count;
+    ember_status st;
+    if (!ember_hook_wants(hooks, EMBER_STAGE_ATTENTION_PATTERN)) {
+        ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
+    } else {
+        /* The pattern of this layer only (ember_session_reserve_pattern sized it before the pass). */
+        const ember_attention_args a = {
+            .q = w->q, .k = s->k_cache[L->kv_source], .v = s->v_cache[L->kv_source], .kv_type = m->kv_type,
+            .out = w->att, .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim,
+            .kv_stride = L->head_dim, .kv_head_stride = s->n_ctx * L->head_dim, .pos0 = pos0, .n = n,
+            .window = window, .scale = scale};
+        ember_compute_attention_probs(m->compute, &a, w->pattern);
+        ember_view v = {.data = w->pattern, .rows = m->n_head * n, .cols = pos0 + n, .n_heads = m->n_head};
+        if ((st = ember_hook_call_view(hooks, EMBER_STAGE_ATTENTION_PATTERN, ctx, l, &v, err))) return st;
+        /* A pattern the hook only read is left to the fused chunked kernel, so observing it changes
+         * no bit (the pattern path has its own order of operations). A written one is mixed as is. */
+        if (v.written) ember_compute_attention_mix(m->compute, &a, w->pattern);
+        else ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
+    }
+    return ember_hook_call_heads(hooks, EMBER_STAGE_ATTENTION_HEADS, ctx, l, w->att, n, m->n_head * L->head_dim,
+                                 m->n_head, err);
+}
+
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width) {
     if (!b) return;
     for (int64_t t = 0; t < n; t++)

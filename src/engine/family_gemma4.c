@@ -83,7 +83,8 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
             heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
             ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
         }
-        ember_attention(s, L, 1.0f, L->sliding ? m->window : 0, w->q, w->att, pos0, n);
+        /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
+        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, 1.0f, L->sliding ? m->window : 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         rmsnorm_rows(ops, w->attn, L->post_attn_norm, n, d, eps);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
@@ -94,6 +95,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
         ops->gelu_mul(w->gate, w->up, n * L->n_ff);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         rmsnorm_rows(ops, w->mlp, L->post_ffw_norm, n, d, eps);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;

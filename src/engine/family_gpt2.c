@@ -41,7 +41,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         for (int64_t t = 0; t < n; t++) /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
         ember_kv_store(s, l, pos0, n, w->qkv + d, w->qkv + 2 * d, 3 * d);
-        ember_attention(s, L, m->attn_scale, 0, w->q, w->att, pos0, n);
+        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_add_bias(w->attn, L->bo, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
@@ -51,6 +51,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
         ops->gelu_mul(w->up, NULL, n * L->n_ff);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->up, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->up, w->mlp, n);
         ember_add_bias(w->mlp, L->b_down, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;

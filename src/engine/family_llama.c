@@ -45,7 +45,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
         norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
         ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
-        ember_attention(s, L, m->attn_scale, 0, w->q, w->att, pos0, n);
+        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
@@ -55,6 +55,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
         ops->silu_mul(w->gate, w->up, n * L->n_ff);
+        if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);

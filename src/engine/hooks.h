@@ -6,14 +6,30 @@
 
 #include "ember.h"
 
-/* Calls the hook for `stage` if one is set; the disabled path is a pointer test. */
+/* Whether a hook is set for `stage` (the disabled path: a NULL table). */
+static inline bool ember_hook_wants(const ember_hooks *h, ember_stage stage) { return h && h->on_tensor[stage]; }
+
+/* Calls the hook for `stage` if one is set over the caller's view v (so the caller can read
+ * v->written afterwards); the disabled path is a pointer test. */
+static inline ember_status ember_hook_call_view(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
+                                                int64_t layer, ember_view *v, ember_error *err) {
+    if (!h || !h->on_tensor[stage]) return EMBER_OK;
+    ctx->layer_index = layer;
+    return h->on_tensor[stage](h->user, stage, ctx, v, err);
+}
+
+/* The same over a view made here, holding n_heads attention heads (0: not a per-head stage). */
+static inline ember_status ember_hook_call_heads(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
+                                                 int64_t layer, float *data, int64_t rows, int64_t cols,
+                                                 int64_t n_heads, ember_error *err) {
+    ember_view v = {.data = data, .rows = rows, .cols = cols, .n_heads = n_heads};
+    return ember_hook_call_view(h, stage, ctx, layer, &v, err);
+}
+
 static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
                                            int64_t layer, float *data, int64_t rows, int64_t cols,
                                            ember_error *err) {
-    if (!h || !h->on_tensor[stage]) return EMBER_OK;
-    ctx->layer_index = layer;
-    ember_view v = {.data = data, .rows = rows, .cols = cols};
-    return h->on_tensor[stage](h->user, stage, ctx, &v, err);
+    return ember_hook_call_heads(h, stage, ctx, layer, data, rows, cols, 0, err);
 }
 
 #endif

@@ -100,6 +100,9 @@ typedef struct {
     float *ple_gate; /* (n, ple_dim) */
     float *ple_row;  /* (n_layer*ple_dim) one token's per-layer embedding row */
     float *scores; /* ember_attention_scratch_floats(n_threads, n_ctx, n_head, max head size) */
+    float *pattern;    /* (n_head * n, pos + n) one layer's attention pattern; allocated only when the
+                        * attention_pattern stage is hooked (ember_session_reserve_pattern) */
+    int64_t cap_pattern; /* floats pattern holds */
     float *last;   /* (n_embd) final-normed hidden of the last token */
     float *logits; /* (n_vocab) */
     float *all_logits;     /* (all_cap, n_vocab) every row's logits, only while the session asks */
@@ -132,6 +135,12 @@ void ember_kv_store(struct ember_session *s, int64_t l, int64_t pos, int64_t n, 
  * p-window+1..p only. q: (n, n_head*hd), att: (n, n_head*hd). */
 void ember_attention(struct ember_session *s, const ember_layer *L, float scale, int64_t window, const float *q,
                      float *att, int64_t pos0, int64_t n);
+/* A layer's attention from w->q over the cache L reads into w->att, with its two hook stages:
+ * attention_pattern (only when hooked: the pattern is then computed into w->pattern, shown, and,
+ * if the hook wrote it, mixed with the values as the hook left it) and attention_heads (w->att
+ * before the output projection). Unhooked, or with a pattern only read, it is ember_attention. */
+ember_status ember_attention_stages(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                    const ember_layer *L, float scale, int64_t window, ember_error *err);
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
 /* The end every family shares, after its final norm has filled ws.last: before_logits, the LM

@@ -71,7 +71,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
 
 static void workspace_free(ember_workspace *w) {
     float **all[] = {&w->x, &w->qkv, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp, &w->ple, &w->ple_gate, &w->ple_row,
-                     &w->scores, &w->last, &w->logits, &w->all_logits};
+                     &w->scores, &w->last, &w->logits, &w->all_logits, &w->pattern};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(*all[i]);
         *all[i] = NULL;
@@ -168,7 +168,12 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
     const float bad_value = s->ws.logits[bad];
     nonfinite_locator lc = {.user = hooks};
     ember_hooks all = {.user = &lc};
-    for (int i = 0; i < EMBER_STAGE_COUNT; i++) all.on_tensor[i] = locate_hook;
+    /* Every residual-stream point, and the points inside a layer's blocks where the experiment
+     * hooks them (so a hook that writes a NaN there is found there; the pattern buffer exists
+     * only then). */
+    for (int i = 0; i < EMBER_STAGE_COUNT; i++)
+        if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i]))
+            all.on_tensor[i] = locate_hook;
     ember_error pass_err = {0};
     ember_status st = m->forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
@@ -199,6 +204,25 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
     return all_minus_inf ? 0 : -1;
 }
 
+/* The attention_pattern stage's buffer: one layer's pattern, n_head * n rows of pos + n keys.
+ * Grown before the forward pass (never inside it), and at least to one decode row per head over
+ * the whole context, so decoding after a hooked prefill does not grow it token by token. A run
+ * that never hooks the stage never allocates it. */
+static ember_status reserve_pattern(ember_session *s, int64_t n, ember_error *err) {
+    ember_workspace *w = &s->ws;
+    const int64_t heads = s->model->n_head, need = heads * n * (s->pos + n);
+    if (need <= w->cap_pattern) return EMBER_OK;
+    const int64_t want = need > heads * s->n_ctx ? need : heads * s->n_ctx;
+    float *p = realloc(w->pattern, (size_t)want * sizeof(float));
+    if (!p)
+        return ember_error_set(err, EMBER_ERR_NOMEM,
+                               "session: cannot allocate the attention pattern (%lld heads x %lld rows x %lld keys)",
+                               (long long)heads, (long long)n, (long long)(s->pos + n));
+    w->pattern = p;
+    w->cap_pattern = want;
+    return EMBER_OK;
+}
+
 static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
                              const ember_hooks *hooks, ember_error *err) {
     if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "session: no tokens to evaluate");
@@ -214,6 +238,8 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     ember_status st = ember_gguf_check_unchanged(s->model->gguf, err);
     if (st != EMBER_OK) return st;
     st = ember_workspace_reserve(s, n, err);
+    if (st == EMBER_OK && hooks && hooks->on_tensor[EMBER_STAGE_ATTENTION_PATTERN])
+        st = reserve_pattern(s, n, err);
     if (st != EMBER_OK) return st;
     if (s->all_logits && n > s->ws.all_cap) { /* grown once to the largest batch asked, like the rest */
         float *p = realloc(s->ws.all_logits, (size_t)n * (size_t)s->model->n_vocab * sizeof(float));

@@ -1,6 +1,7 @@
 /* compute.c — a model's compute context (kernel table, thread pool, activation scratch), the
- * threaded matrix products and the threaded attention. Must not hold model knowledge or change
- * what a kernel computes: it only decides which thread computes which output rows or heads. */
+ * threaded matrix products and the threaded attention (chunked and fused, and in two scalar
+ * passes for the attention_pattern stage). Must not hold model knowledge or change what a kernel
+ * computes: it only decides which thread computes which output rows or heads. */
 #include "kernels.h"
 
 #include <math.h>
@@ -476,4 +477,106 @@ void ember_compute_attention(ember_compute *c, const ember_attention_args *a) {
         }
     }
     ember_pool_for(c->pool, groups * j.n_tiles, 1, attn_tiled_items, &j);
+}
+
+/* ---- the attention_pattern stage: attention in two passes, the pattern in memory ----
+ * Plain scalar C, the same for every kernel set: scores and softmax into the pattern, then the
+ * pattern times V. Each (head, token) item is computed by the same code whatever thread takes it,
+ * so the result is identical for every set and thread count. It is a second implementation beside
+ * the chunked fused path (not its order), used only when a hook wrote the pattern. */
+
+typedef struct {
+    const ember_attention_args *a;
+    size_t esize;        /* bytes of one cache element (kv_type) */
+    float *fill;         /* probs pass: the pattern it writes */
+    const float *mixed;  /* mix pass: the pattern it reads */
+} pattern_job;
+
+/* Element i of a cache row of type t as f32 (exact, as the reference set reads the cache). */
+static float pattern_kv_value(ember_type t, const uint8_t *row, int64_t i) {
+    uint16_t h;
+    if (t == EMBER_TYPE_F32) {
+        float f;
+        memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, row + 2 * i, 2);
+    return t == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
+}
+
+/* Key or value j of KV head g in the head-major cache. */
+static const uint8_t *pattern_kv_row(const pattern_job *j, const void *base, int64_t g, int64_t key) {
+    const ember_attention_args *a = j->a;
+    return (const uint8_t *)base + (size_t)(g * a->kv_head_stride + key * a->kv_stride) * j->esize;
+}
+
+/* The keys query t sees: first..p (p = pos0 + t; a window keeps the last `window` of them). */
+static void visible_keys(const ember_attention_args *a, int64_t t, int64_t *first, int64_t *p) {
+    *p = a->pos0 + t;
+    *first = a->window > 0 && *p - a->window + 1 > 0 ? *p - a->window + 1 : 0;
+}
+
+/* Items are (head, token) pairs in head-major order. */
+static void probs_items(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const pattern_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd, group = a->n_head / a->n_head_kv, n_keys = a->pos0 + a->n;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t h = it / a->n, t = it % a->n, g = h / group;
+        int64_t first, p;
+        visible_keys(a, t, &first, &p);
+        float *row = j->fill + (h * a->n + t) * n_keys;
+        const float *q = a->q + (t * a->n_head + h) * hd;
+        for (int64_t k = 0; k < first; k++) row[k] = 0.0f; /* masked keys are exactly 0 */
+        for (int64_t k = p + 1; k < n_keys; k++) row[k] = 0.0f;
+        for (int64_t k = first; k <= p; k++) {
+            const uint8_t *kr = pattern_kv_row(j, a->k, g, k);
+            float dot = 0.0f;
+            for (int64_t i = 0; i < hd; i++) dot += q[i] * pattern_kv_value(a->kv_type, kr, i);
+            row[k] = dot * a->scale;
+        }
+        ember_softmax(row + first, p + 1 - first);
+    }
+}
+
+/* Mixes the values with the row as it now is. The visible range is always mixed; a masked key
+ * counts only if a hook wrote something other than 0 there, and then the range grows to reach it. */
+static void mix_items(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const pattern_job *j = arg;
+    const ember_attention_args *a = j->a;
+    const int64_t hd = a->hd, group = a->n_head / a->n_head_kv, n_keys = a->pos0 + a->n;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t h = it / a->n, t = it % a->n, g = h / group;
+        int64_t lo, hi;
+        visible_keys(a, t, &lo, &hi);
+        const float *row = j->mixed + (h * a->n + t) * n_keys;
+        for (int64_t k = 0; k < lo; k++)
+            if (row[k] != 0.0f) {
+                lo = k;
+                break;
+            }
+        for (int64_t k = n_keys - 1; k > hi; k--)
+            if (row[k] != 0.0f) {
+                hi = k;
+                break;
+            }
+        float *out = a->out + (t * a->n_head + h) * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int64_t k = lo; k <= hi; k++) {
+            const uint8_t *vr = pattern_kv_row(j, a->v, g, k);
+            for (int64_t d = 0; d < hd; d++) out[d] += row[k] * pattern_kv_value(a->kv_type, vr, d);
+        }
+    }
+}
+
+void ember_compute_attention_probs(ember_compute *c, const ember_attention_args *a, float *pattern) {
+    pattern_job j = {.a = a, .esize = ember_type_row_size(a->kv_type, 1), .fill = pattern};
+    ember_pool_for(c->pool, a->n * a->n_head, 1, probs_items, &j);
+}
+
+void ember_compute_attention_mix(ember_compute *c, const ember_attention_args *a, const float *pattern) {
+    pattern_job j = {.a = a, .esize = ember_type_row_size(a->kv_type, 1), .mixed = pattern};
+    ember_pool_for(c->pool, a->n * a->n_head, 1, mix_items, &j);
 }

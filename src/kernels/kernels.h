@@ -230,6 +230,16 @@ typedef struct {
 void ember_compute_attention(ember_compute *c, const ember_attention_args *a);
 /* Scratch floats ember_compute_attention needs for a context of n_ctx positions. */
 int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_head, int64_t hd_max);
+/* The attention_pattern stage's attention in two threaded passes with the whole pattern in memory
+ * between them (compute.c; a->scratch is not used). The pattern is (n_head * n, pos0 + n): row
+ * h*n + t holds query t of head h over every key of the sequence. attention_probs fills it with
+ * softmax(scale * q.K^T) over each query's visible keys and exactly 0 elsewhere; attention_mix
+ * computes a->out = pattern x V, taking the pattern as it is (no renormalisation). Both are plain
+ * scalar C shared by every kernel set (K and V read through the cache's kv_type exactly), each
+ * item's arithmetic fixed, so the result is identical for every set and thread count; it is not
+ * the chunked path's order, so it agrees with ember_compute_attention within rounding only. */
+void ember_compute_attention_probs(ember_compute *c, const ember_attention_args *a, float *pattern);
+void ember_compute_attention_mix(ember_compute *c, const ember_attention_args *a, const float *pattern);
 
 /* ---- small ops: the reference definitions (the reference table points at these) ---- */
 /* y = x / rms(x) * w (w may be NULL: no weight) */

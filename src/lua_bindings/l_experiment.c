@@ -27,7 +27,7 @@ static void hook_name_list(const char *out[EMBER_HOOK_COUNT + 1]) {
     out[EMBER_HOOK_COUNT] = NULL;
 }
 
-/* The four stages inside a layer come before the logits stages (include/ember.h). */
+/* The per-layer stages come before the logits stages (include/ember.h). */
 static bool is_layer_stage(int h) { return h < EMBER_STAGE_BEFORE_LOGITS; }
 
 /* Slots of the anchor table: the Lua values a runner needs, reachable from the registry. Every
@@ -103,7 +103,8 @@ static int ctx_token_position(lua_State *L) {
 
 /* The model context's fields are read from model.info; "id" is the file's general.name. */
 static int model_field(lua_State *L, const char *k) {
-    static const char *const allowed[] = {"family", "architecture", "n_layers", "hidden_size", "n_vocab", NULL};
+    static const char *const allowed[] = {"family", "architecture", "n_layers", "hidden_size", "n_vocab",
+                                          "n_heads", "n_kv_heads", NULL};
     lua_getiuservalue(L, 1, 1); /* [.., info] */
     if (strcmp(k, "id") == 0) {
         lua_getfield(L, -1, "name");
@@ -197,7 +198,8 @@ static void open_context(lua_State *L) {
     static const luaL_Reg meta[] = {{"__newindex", ctx_newindex}, {"__tostring", ctx_tostring}, {NULL, NULL}};
     static const char *const fields[] = {
         "kind", "model", "hook", "stage", "phase", "start_position", "input_token_count", "sequence_length",
-        "tracing", "layer_index", "family", "architecture", "n_layers", "hidden_size", "n_vocab", "id",
+        "tracing", "layer_index", "family", "architecture", "n_layers", "hidden_size", "n_vocab", "n_heads",
+        "n_kv_heads", "id",
         "prompt_token_count", "generated_token_count", "decode_count", NULL};
     luaL_newmetatable(L, EMBER_LUA_CONTEXT); /* [mt] */
     luaL_setfuncs(L, meta, 0);
@@ -301,14 +303,23 @@ static void push_call_view(lua_State *L, hook_call *c) {
             ember_lua_arm_view(c->v, c->view->data, c->view->rows, c->view->cols);
         } else {
             lua_pop(L, 1);
-            c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &r->modified);
+            c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &c->view->written);
             lua_pushvalue(L, -1);
             lua_rawseti(L, -3, slot);
         }
         lua_remove(L, -2); /* [.., view] */
-        return;
+    } else {
+        c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &c->view->written);
     }
-    c->v = ember_lua_push_view(L, c->view->data, c->view->rows, c->view->cols, &r->modified);
+    /* Writes during this call mark the engine's view (a reused slot view is pointed at this
+     * call's); tensor_hook passes them on to the run's flag. */
+    c->v->modified = &c->view->written;
+    /* The engine says how many heads the view holds; the stage says how they are laid out (the
+     * pattern's rows, the heads' columns), so v:head(h) needs no arguments. */
+    c->v->n_heads = c->view->n_heads;
+    c->v->heads_by = c->view->n_heads == 0                         ? EMBER_LUA_HEADS_NONE
+                     : c->hook == EMBER_STAGE_ATTENTION_PATTERN ? EMBER_LUA_HEADS_ROWS
+                                                                 : EMBER_LUA_HEADS_COLUMNS;
 }
 
 /* Runs under lua_pcall: pushes the method, self, the context (and view) and calls. [call] */
@@ -373,6 +384,7 @@ static ember_status tensor_hook(void *user, ember_stage stage, const ember_eval_
     bool before = r->modified;
     r->modified = false;
     ember_status st = invoke(r, &c, err);
+    if (view->written) r->modified = true; /* the pattern path mixes only a written view */
     if (r->modified) r->modified_calls++;
     r->modified = r->modified || before;
     return st;
@@ -669,8 +681,8 @@ void ember_lua_open_experiment(lua_State *L, int module) {
     ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
     lua_pop(L, 1);
 
-    /* core.stages (the engine's, in execution order), core.layer_stages (those inside a layer) and
-     * core.hooks (every hook of a generation, in the order they are first called). */
+    /* core.stages (the engine's, in execution order), core.layer_stages (those inside a layer),
+     * core.inside_stages (those inside a layer's attention or MLP block) and core.hooks (every hook of a generation, in the order they are first called). */
     const char *names[EMBER_HOOK_COUNT];
     int n_stages = EMBER_STAGE_COUNT, n_layer = 0;
     for (int s = 0; s < n_stages; s++) names[s] = ember_stage_name((ember_stage)s);
@@ -680,6 +692,12 @@ void ember_lua_open_experiment(lua_State *L, int module) {
         if (is_layer_stage(s)) n_layer++;
     push_name_list(L, names, n_layer);
     lua_setfield(L, module, "layer_stages");
+    const char *inside[EMBER_STAGE_COUNT];
+    int n_inside = 0;
+    for (int s = 0; s < n_stages; s++)
+        if (ember_stage_inside_block((ember_stage)s)) inside[n_inside++] = names[s];
+    push_name_list(L, inside, n_inside);
+    lua_setfield(L, module, "inside_stages");
     int n = 0;
     names[n++] = hook_name(EMBER_HOOK_ON_MODEL_LOADED);
     names[n++] = hook_name(EMBER_HOOK_BEFORE_PREFILL);

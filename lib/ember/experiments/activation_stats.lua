@@ -2,8 +2,10 @@
 -- hook it records where it is and what the activation looks like (L2 norm, max |x|, fingerprint).
 -- Must not write to any view: the run's logits and ids stay bit-identical to a run without it.
 --
--- Use: ember --activation-stats stats.json ...  or
+-- Use: ember --activation-stats stats.json [--capture-stages LIST] ...  or
 --      ember --experiment scripts/experiments/activation_stats.lua --experiment-args "output=stats.json"
+-- Stages: the residual-stream ones unless `stages` names others ("all", or a list such as
+-- "attention_pattern,mlp_activation").
 -- The JSON is written when the generation completes, atomically, keys in a fixed order.
 
 local json = require("ember.json")
@@ -41,7 +43,17 @@ return function(args)
   local exp = { name = "activation-stats", records = {}, output = args.output, stats = { records = 0 } }
   exp.to_json = function(self) return to_json(self.records) end
 
-  for _, stage in ipairs(selectors.STAGES) do
+  -- stages: a list or "all" | "a,b,..." (selectors.parse_stage_list); none: the residual stream
+  local stages = selectors.RESIDUAL_STAGES
+  if type(args.stages) == "table" then
+    stages = args.stages
+  elseif args.stages ~= nil then
+    local parsed, err = selectors.parse_stage_list(args.stages)
+    if not parsed then error("activation-stats: stages: " .. err, 0) end
+    stages = parsed == "all" and selectors.STAGES or parsed
+  end
+  for _, stage in ipairs(stages) do
+    if not selectors.STAGE_SET[stage] then error("activation-stats: stages: unknown stage '" .. tostring(stage) .. "'", 0) end
     local per_layer = selectors.LAYER_STAGE_SET[stage]
     exp[stage] = function(self, ctx, view)
       local shape = view:shape()

@@ -47,6 +47,10 @@ M.FLAGS = {
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
   { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
+  { "extract-hidden", function(v) return selectors.parse_index_list(v, "layer") end, "LAYERS",
+    "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
+  { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
+  { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
   { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
   { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
@@ -84,6 +88,10 @@ function M.usage()
     "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
     "       ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR   (ember sweep --help)",
     "       ember compare-models A.gguf B.gguf --prompt TEXT --out DIR   (ember compare-models --help)",
+    "       ember --model FILE.gguf --prompts FILE.jsonl --extract-hidden LAYERS --extract-out FILE.safetensors",
+    "       ember probe train|eval ...   (ember probe --help)",
+    "       ember demo [--model FILE.gguf]   (ember demo --help)",
+    "       ember interactive --model FILE.gguf [options]   (ember interactive --help)",
     "",
     "options:",
   }, M.FLAGS, {
@@ -110,17 +118,9 @@ end
 -- ---- subcommands -----------------------------------------------------------------------------------
 
 -- Inspection surfaces whose values have no defined meaning under an active experiment (SPEC §7).
-local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = true }
-local EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
-  "activation-patch" }
-
--- refuse_experiments(what, flag): `what` runs without experiments; flag is the experiment flag given.
-local function refuse_experiments(what, flag)
-  if flag then
-    usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
-      .. "is not defined for it", what, flag)
-  end
-end
+local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = true, probe = true }
+local EXPERIMENT_FLAGS = flags.EXPERIMENT_FLAGS
+local refuse_experiments = flags.refuse_experiments
 
 local function mib(kib) return kib and kib / 1024 or nil end
 
@@ -315,12 +315,12 @@ local function run_generate(args, argv, io_)
       for _, k in ipairs(EXPERIMENT_FLAGS) do
         if o[k] ~= nil then refuse_experiments(pos[1], k) end
       end
-      if pos[1] == "benchmark" then
-        usage_error("'benchmark' must be the first argument: ember benchmark --model FILE.gguf [options]")
-      end
-      usage_error("'%s' is not available in this build", pos[1])
+      usage_error("'%s' must be the first argument: ember %s [options] (ember %s --help)", pos[1], pos[1], pos[1])
     end
     usage_error("unexpected argument '%s'", pos[1])
+  end
+  if o["extract-hidden"] ~= nil or o["extract-out"] ~= nil or o.prompts ~= nil then
+    return require("ember.extract").cli(o, argv, io_)
   end
   check_combinations(o)
 
@@ -515,6 +515,9 @@ function M.main(arg, io_)
     if args[1] == "benchmark" then return run_benchmark(args, io_) end
     if args[1] == "sweep" then return require("ember.sweep_cli").main(args, io_) end
     if args[1] == "compare-models" then return require("ember.compare_models_cli").main(args, io_) end
+    if args[1] == "probe" then return require("ember.probe_cli").main(args, argv, io_) end
+    if args[1] == "demo" then return require("ember.demo").main(args, argv, io_) end
+    if args[1] == "interactive" then return require("ember.interactive").main(args, argv, io_) end
     return run_generate(args, argv, io_)
   end)
   if ok then return code end

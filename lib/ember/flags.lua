@@ -157,6 +157,29 @@ function M.present(args, first, names)
   return nil
 end
 
+-- ---- experiments and the commands that refuse them ------------------------------------------
+
+-- The flags that make a run an experiment: each attaches hooks that change or record what the
+-- network computes. Inspection surfaces (extraction, probes, demo, interactive, benchmark) refuse
+-- them (SPEC §7): whether a value would be read before or after the intervention is not defined.
+M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
+  "activation-patch" }
+
+-- refuse_experiments(what, flag): a usage error when flag (an experiment flag given) is set;
+-- `what` names the command or option that runs without experiments.
+function M.refuse_experiments(what, flag)
+  if flag then
+    usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
+      .. "is not defined for it", what, flag)
+  end
+end
+
+-- refuse_experiment_args(what, args, first): the same for a command line not parsed yet, so the
+-- refusal comes before anything else is looked at (or the model is loaded).
+function M.refuse_experiment_args(what, args, first)
+  M.refuse_experiments(what, M.present(args, first, M.EXPERIMENT_FLAGS))
+end
+
 -- ---- help text ----------------------------------------------------------------------------------
 
 -- usage(head, list, tail) -> head lines, one line per flag of list ("  --name META   help"),

@@ -1,4 +1,5 @@
--- ember.sweep_progress — progress of a long sweep on stderr: cells done / total, rate and ETA.
+-- ember.sweep_progress — progress of a long run on stderr (a sweep's cells, an extraction's prompts,
+-- a probe's iterations): done / total, rate and ETA.
 -- Must not slow the sweep or clutter logs: on a terminal one line is rewritten in place (at most a
 -- few times a second); elsewhere nothing is printed until the final summary line.
 
@@ -19,13 +20,14 @@ local function duration(s)
   return string.format("%dh%02dm", s // 3600, math.floor((s % 3600) / 60))
 end
 
--- new{ stream = io.stderr, mode = "auto"|"tty"|"summary"|"none", label = "sweep" } -> reporter
+-- new{ stream = io.stderr, mode = "auto"|"tty"|"summary"|"none", label = "sweep", unit = "cells" } -> reporter
 -- with :start(total, already_done), :step(), :finish(ok). "auto" picks tty or summary.
 function M.new(opts)
   opts = opts or {}
   local mode = opts.mode or "auto"
   if mode == "auto" then mode = M.stderr_is_tty() and "tty" or "summary" end
-  local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep", lines = 0 }
+  local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep", unit = opts.unit or "cells",
+    lines = 0 }
   function r:start(total, done)
     self.total, self.resumed, self.done, self.t0, self.last = total, done or 0, done or 0, store.now(), -1
   end
@@ -34,8 +36,8 @@ function M.new(opts)
     local new = self.done - self.resumed
     local rate = dt > 0 and new / dt or 0
     local eta = rate > 0 and (self.total - self.done) / rate or math.huge
-    return string.format("%s: %d/%d cells (%.0f%%), %.1f cells/s, ETA %s", self.label, self.done, self.total,
-      self.total > 0 and 100 * self.done / self.total or 100, rate, duration(eta))
+    return string.format("%s: %d/%d %s (%.0f%%), %.1f %s/s, ETA %s", self.label, self.done, self.total, self.unit,
+      self.total > 0 and 100 * self.done / self.total or 100, rate, self.unit, duration(eta))
   end
   function r:step()
     self.done = self.done + 1
@@ -52,9 +54,9 @@ function M.new(opts)
     if self.mode == "tty" then self.stream:write("\r\27[K") end
     local dt = store.now() - self.t0
     local new = self.done - self.resumed
-    self.stream:write(string.format("%s: %s %d/%d cells (%d computed, %d resumed) in %.1fs%s\n", self.label,
-      ok and "done," or "stopped at", self.done, self.total, new, self.resumed, dt,
-      dt > 0 and new > 0 and string.format(", %.1f cells/s", new / dt) or ""))
+    self.stream:write(string.format("%s: %s %d/%d %s (%d computed, %d resumed) in %.1fs%s\n", self.label,
+      ok and "done," or "stopped at", self.done, self.total, self.unit, new, self.resumed, dt,
+      dt > 0 and new > 0 and string.format(", %.1f %s/s", new / dt, self.unit) or ""))
   end
   return r
 end

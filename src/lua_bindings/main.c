@@ -486,10 +486,27 @@ static void setup_readline(void) {
     rl_basic_word_break_characters = " \t\n\"\\'><=;+-*/%^~#{}()[],&|";
 }
 
+static const luaL_Reg rl_funcs[] = {{"readline", l_readline},       {"add_history", l_add_history},
+                                    {"load_history", l_load_history}, {"set_completer", l_set_completer},
+                                    {NULL, NULL}};
+
+/* require("ember.readline") -> the same rl table the REPL gets, for Lua commands that read lines
+ * from a terminal themselves (`ember interactive`); only ember-lua has it, so stock Lua (the
+ * specs) falls back to plain reads. */
+static int open_readline(lua_State *L) {
+    setup_readline();
+    luaL_newlib(L, rl_funcs);
+    return 1;
+}
+
+static void preload_readline(lua_State *L) {
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* [preload] */
+    lua_pushcfunction(L, open_readline);
+    lua_setfield(L, -2, "ember.readline");
+    lua_pop(L, 1);
+}
+
 static int run_repl(lua_State *L) {
-    static const luaL_Reg rl[] = {{"readline", l_readline},       {"add_history", l_add_history},
-                                  {"load_history", l_load_history}, {"set_completer", l_set_completer},
-                                  {NULL, NULL}};
     setup_readline();
     lua_getglobal(L, "require");
     lua_pushliteral(L, "ember.repl");
@@ -497,7 +514,7 @@ static int run_repl(lua_State *L) {
     if (status != LUA_OK) return report(L, status);
     lua_getfield(L, -1, "run"); /* [repl, run] */
     lua_remove(L, -2);
-    luaL_newlib(L, rl);
+    luaL_newlib(L, rl_funcs);
     status = report(L, docall(L, 1, 0));
     if (history_path) history_truncate_file(history_path, 1000);
     clear_matches();
@@ -570,6 +587,7 @@ static int pmain(lua_State *L) {
     bool repl = (args & HAS_I) || (script == argc && !(args & (HAS_E | HAS_V)) && isatty(0));
     if ((args & HAS_V) && !repl) printf("ember-lua %s (%s)\n", EMBER_VERSION, LUA_RELEASE);
     set_global_ember(L);
+    preload_readline(L);
     if (!runargs(L, argv, script)) return 0;
     if (args & HAS_M) {
         if (handle_module(L, argv[script]) != LUA_OK) return 0;

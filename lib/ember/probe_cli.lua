@@ -67,8 +67,10 @@ local function is_extraction(path)
   return path:match("%.safetensors$") ~= nil or fs.exists(extract.sidecar_path(path)) and not path:match("%.jsonl$")
 end
 
+-- progress lines and summaries go where the command's stderr goes (set by main)
+local err_stream = io.stderr
 local function progress(label, unit)
-  return require("ember.sweep_progress").new { label = label, unit = unit }
+  return require("ember.sweep_progress").new { label = label, unit = unit, stream = err_stream }
 end
 
 local function load_model(o)
@@ -284,6 +286,7 @@ end
 -- else is read.
 function M.main(args, argv, io_)
   flags.refuse_experiment_args("probe", args, 2)
+  err_stream = io_.stderr
   local sub = args[2]
   if sub == "train" then return train(args, argv, io_) end
   if sub == "eval" then return eval(args, io_) end

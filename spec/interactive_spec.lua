@@ -1,0 +1,180 @@
+-- `ember interactive` (lib/ember/interactive.lua): the loop's logic through a scripted rl table
+-- (what a turn prints equals what generate gives for the same ids, /reset, /stats, /help), then a
+-- real pseudo-terminal (tmux, as spec/repl_spec.lua does): output streams while the generation
+-- runs, Ctrl-C stops it and the loop goes on, /stats and /reset, Ctrl-D exits.
+
+local C = require("helpers.cli")
+local fx = require("helpers.fixtures")
+local interactive = require("ember.interactive")
+
+local function scripted(lines)
+  local i = 0
+  return { readline = function() i = i + 1; return lines[i] end, add_history = function() end }
+end
+
+describe("ember interactive, scripted", function()
+  it("streams each turn, keeps the conversation as ids, and answers /stats, /reset, /help", function()
+    local path = C.need_model()
+    if not path then return end
+    local model = require("ember").load { model = path }
+    local out, err = C.sink(), C.sink()
+    local writes = 0
+    local counting = { write = function(self, ...) writes = writes + 1; out:write(...); return self end, flush = function() end }
+    local total = interactive.run(model, scripted({ "hello", "/stats", "again", "/reset", "/stats", false, "/help",
+      "/bogus", "   ", nil }), { stdout = counting, stderr = err }, { max_tokens = 6 })
+    local text = out:text()
+    assert.equal("", err:text())
+    assert.equal(2, total.turns)
+    assert.equal(12, total.generated)
+    -- the first turn's expectation, computed independently: the same ids through generate
+    local tok = model.tokenizer
+    local ids1 = tok:encode("hello\n")
+    local g1 = model:generate { ids = ids1, max_tokens = 6 }
+    assert.matches("\n" .. g1.text .. "\n", text, 1, true)
+    -- the second turn continues the first: its prompt is turn 1's ids, its output, the new line
+    local ids2 = {}
+    for _, id in ipairs(ids1) do ids2[#ids2 + 1] = id end
+    for _, id in ipairs(g1.ids) do ids2[#ids2 + 1] = id end
+    for _, id in ipairs(tok:encode("\nagain\n", { bos = false })) do ids2[#ids2 + 1] = id end
+    local g2 = model:generate { ids = ids2, max_tokens = 6 }
+    assert.matches(g2.text, text, 1, true)
+    assert.matches(string.format("last turn: %d prompt tokens, 6 generated (stop: max_tokens)", #ids1), text, 1, true)
+    assert.matches("conversation reset\nno turn yet\n", text, 1, true)
+    assert.matches("/reset   forget the conversation", text, 1, true)
+    assert.matches("unknown command /bogus (/help lists them)", text, 1, true)
+    -- streamed: more writes than lines printed (each token's text is written as it comes)
+    local _, lines = text:gsub("\n", "")
+    assert.is_true(writes > lines + 6, writes .. " writes for " .. lines .. " lines")
+    model:close()
+  end)
+
+  it("refuses a conversation that no longer fits the context", function()
+    local path = C.need_model()
+    if not path then return end
+    local model = require("ember").load { model = path }
+    local out = C.sink()
+    interactive.run(model, scripted({ "hello", nil }), { stdout = out, stderr = C.sink() }, { max_tokens = 6, context = 8 })
+    assert.matches("more than the context (8 positions): /reset to start over", out:text(), 1, true)
+    model:close()
+  end)
+end)
+
+-- ---- a real terminal ------------------------------------------------------------------------
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local s = p:read("a")
+  p:close()
+  return s
+end
+
+describe("ember interactive in a terminal", function()
+  local ember_bin = fx.build .. "/ember"
+  local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
+  if not os.execute("command -v tmux >/dev/null 2>&1") then
+    pending("tmux is not installed (apt-get install tmux)")
+    return
+  end
+  if not fx.exists(ember_bin) then
+    pending("missing " .. ember_bin .. " (build the project first)")
+    return
+  end
+  if not fx.exists(model) then
+    pending("missing fixture " .. model)
+    return
+  end
+
+  local session = "ember-interactive-spec-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e6))
+  local KEYS = { Enter = true, ["C-c"] = true, ["C-d"] = true }
+  local function send(...)
+    for _, k in ipairs({ ... }) do
+      local quoted = "'" .. k:gsub("'", "'\\''") .. "'"
+      sh("tmux send-keys -t " .. session .. (KEYS[k] and " " or " -l ") .. quoted)
+    end
+  end
+  local function screen() return sh("tmux capture-pane -p -J -t " .. session) end
+  -- Waits (up to 30 s) until test(screen) holds; returns the screen.
+  local function wait_until(what, test)
+    local s
+    for _ = 1, 600 do
+      s = screen()
+      if test(s) then return s end
+      os.execute("sleep 0.05")
+    end
+    error("the terminal never showed " .. what .. "; screen:\n" .. s, 2)
+  end
+  local function count(s, want)
+    local n, from = 0, 1
+    while true do
+      local a, b = s:find(want, from, true)
+      if not a then return n end
+      n, from = n + 1, b + 1
+    end
+  end
+  local function wait_for(want, n)
+    return wait_until(string.format("%q x%d", want, n or 1), function(s) return count(s, want) >= (n or 1) end)
+  end
+  -- streaming: the text after the last "> LINE" grows while the generation has not finished
+  local function wait_streaming(line)
+    return wait_until("output streaming after " .. line, function(s)
+      local at
+      local from = 1
+      while true do
+        local a, b = s:find("> " .. line, from, true)
+        if not a then break end
+        at, from = b, b + 1
+      end
+      return at ~= nil and #(s:sub(at + 1):gsub("%s", "")) >= 40
+    end)
+  end
+
+  setup(function()
+    sh("tmux new-session -d -s " .. session .. " -x 160 -y 50")
+    sh("tmux set-option -t " .. session .. " remain-on-exit on")
+    -- a long generation (20000 tokens, reference kernels): Ctrl-C lands while it runs
+    sh("tmux respawn-pane -k -t " .. session .. " '" .. ember_bin .. " interactive --model " .. model
+      .. " --kernels reference --max-tokens 20000 --context 20100 2>/dev/null'")
+    wait_for("/help lists commands")
+  end)
+
+  teardown(function() sh("tmux kill-session -t " .. session) end)
+
+  it("streams a generation, stops it on Ctrl-C and goes on", function()
+    send("hello", "Enter")
+    local before = wait_streaming("hello")
+    assert.equal(0, count(before, "[stopped]"), before) -- still running: what is shown was streamed
+    send("C-c")
+    wait_for("[stopped]")
+    send("/stats", "Enter")
+    local s = wait_for("stop: interrupted")
+    local generated = tonumber(s:match("(%d+) generated %(stop: interrupted%)"))
+    assert.is_truthy(generated and generated >= 1 and generated < 20000, s)
+    assert.matches("1 stopped with Ctrl-C", s, 1, true)
+  end)
+
+  it("/reset forgets the conversation and the next turn runs (and stops) too", function()
+    send("/reset", "Enter")
+    wait_for("conversation reset")
+    send("/stats", "Enter")
+    wait_for("no turn yet")
+    send("again", "Enter")
+    wait_streaming("again")
+    send("C-c")
+    wait_for("[stopped]", 2)
+    send("/stats", "Enter")
+    local s = wait_for("2 stopped with Ctrl-C")
+    -- the conversation after /reset: this turn's prompt only ("again\n" with BOS, a few tokens)
+    local prompt_tokens = tonumber(s:match("last turn: (%d+) prompt tokens[^\n]*\n[^\n]*2 stopped"))
+    assert.is_truthy(prompt_tokens and prompt_tokens < 10, s)
+  end)
+
+  it("exits on Ctrl-D", function()
+    send("C-d")
+    local dead = false
+    for _ = 1, 200 do
+      if sh("tmux display -p -t " .. session .. " '#{pane_dead}'"):match("^1") then dead = true; break end
+      os.execute("sleep 0.05")
+    end
+    assert.is_true(dead, "ember interactive did not exit on Ctrl-D:\n" .. screen())
+  end)
+end)

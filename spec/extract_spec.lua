@@ -176,6 +176,26 @@ describe("ember --extract-hidden", function()
     end
   end)
 
+  it("shows a progress line on a terminal and only the summary elsewhere", function()
+    local model_path = need_model()
+    if not model_path then return end
+    local extract, progress = require("ember.extract"), require("ember.sweep_progress")
+    local model = require("ember").load { model = model_path }
+    local prompts = { { prompt = "one" }, { prompt = "two" }, { prompt = "three" } }
+    local tty, plain = C.sink(), C.sink()
+    extract.run(model, prompts, { 1 }, progress.new { mode = "tty", stream = tty, label = "extract", unit = "prompts",
+      resumable = false })
+    extract.run(model, prompts, { 1 }, progress.new { mode = "summary", stream = plain, label = "extract",
+      unit = "prompts", resumable = false })
+    model:close()
+    -- the terminal: lines rewritten in place (carriage return, erase line), the last one at 3/3
+    local t = tty:text()
+    assert.matches("\r\27[Kextract: 3/3 prompts (100%)", t, 1, true)
+    assert.matches("\r\27%[Kextract: done, 3/3 prompts in [%d.]+s[^\n]*\n$", t)
+    -- elsewhere: exactly one line, the summary
+    assert.matches("^extract: done, 3/3 prompts in [%d.]+s[^\n]*\n$", plain:text())
+  end)
+
   it("refuses a layer the model does not have", function()
     local model_path = need_model()
     if not model_path then return end

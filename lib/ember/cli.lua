@@ -91,7 +91,7 @@ function M.usage()
     "       ember --model FILE.gguf --prompts FILE.jsonl --extract-hidden LAYERS --extract-out FILE.safetensors",
     "       ember probe train|eval ...   (ember probe --help)",
     "       ember demo [--model FILE.gguf]   (ember demo --help)",
-    "       ember interactive --model FILE.gguf [options]   (ember interactive --help)",
+    "       ember interactive [--model FILE.gguf] [options]   (ember interactive --help)",
     "",
     "options:",
   }, M.FLAGS, {

@@ -283,7 +283,7 @@ function M.cli(o, argv, io_)
     end
   end
   local progress = require("ember.sweep_progress").new { label = "extract", unit = "prompts",
-    stream = io_.stderr }
+    stream = io_.stderr, resumable = false }
   local results = M.run(model, prompts, layers, progress)
   for i, r in ipairs(results) do r.line = prompts[i].line end
   local doc = M.write(out, results, { model = model, layers = layers, tokenizer_path = o.tokenizer, data = data,

@@ -70,7 +70,8 @@ end
 -- progress lines and summaries go where the command's stderr goes (set by main)
 local err_stream = io.stderr
 local function progress(label, unit)
-  return require("ember.sweep_progress").new { label = label, unit = unit, stream = err_stream }
+  return require("ember.sweep_progress").new { label = label, unit = unit, stream = err_stream,
+    resumable = false }
 end
 
 local function load_model(o)

@@ -20,14 +20,15 @@ local function duration(s)
   return string.format("%dh%02dm", s // 3600, math.floor((s % 3600) / 60))
 end
 
--- new{ stream = io.stderr, mode = "auto"|"tty"|"summary"|"none", label = "sweep", unit = "cells" } -> reporter
+-- new{ stream = io.stderr, mode = "auto"|"tty"|"summary"|"none", label = "sweep", unit = "cells",
+--      resumable = true (false: the summary has no computed/resumed split) } -> reporter
 -- with :start(total, already_done), :step(), :finish(ok). "auto" picks tty or summary.
 function M.new(opts)
   opts = opts or {}
   local mode = opts.mode or "auto"
   if mode == "auto" then mode = M.stderr_is_tty() and "tty" or "summary" end
   local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep", unit = opts.unit or "cells",
-    lines = 0 }
+    resumable = opts.resumable ~= false, lines = 0 }
   function r:start(total, done)
     self.total, self.resumed, self.done, self.t0, self.last = total, done or 0, done or 0, store.now(), -1
   end
@@ -54,8 +55,10 @@ function M.new(opts)
     if self.mode == "tty" then self.stream:write("\r\27[K") end
     local dt = store.now() - self.t0
     local new = self.done - self.resumed
-    self.stream:write(string.format("%s: %s %d/%d %s (%d computed, %d resumed) in %.1fs%s\n", self.label,
-      ok and "done," or "stopped at", self.done, self.total, self.unit, new, self.resumed, dt,
+    -- a run that cannot resume (an extraction, a probe's training) has nothing to split the count by
+    local split = self.resumable and string.format(" (%d computed, %d resumed)", new, self.resumed) or ""
+    self.stream:write(string.format("%s: %s %d/%d %s%s in %.1fs%s\n", self.label,
+      ok and "done," or "stopped at", self.done, self.total, self.unit, split, dt,
       dt > 0 and new > 0 and string.format(", %.1f %s/s", new / dt, self.unit) or ""))
   end
   return r

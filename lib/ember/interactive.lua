@@ -122,6 +122,15 @@ function M.run(model, rl, io_, gen)
     if out.stop == "interrupted" then total.interrupted = total.interrupted + 1 end
   end
 
+  -- a --context beyond the model's context_length is said once, not at every turn
+  local generate = require("ember.generate")
+  local saved_notice = generate.notice
+  if gen.context and (info.context_length or 0) > 0 and gen.context > info.context_length then
+    saved_notice(string.format("context %d is beyond the model's context_length %d (positions past it were never "
+      .. "trained)", gen.context, info.context_length))
+  end
+  generate.notice = function() end
+
   local done = false
   local function step()
     local line = rl.readline(M.PROMPT)
@@ -156,6 +165,7 @@ function M.run(model, rl, io_, gen)
       end
     end
   end
+  generate.notice = saved_notice
   return total
 end
 

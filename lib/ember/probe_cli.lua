@@ -4,6 +4,7 @@
 
 local flags = require("ember.flags")
 local fs = require("ember.fs")
+local json = require("ember.json")
 local extract = require("ember.extract")
 local probe = require("ember.probe")
 local selectors = require("ember.selectors")
@@ -106,12 +107,12 @@ local function examples(o, layer, pool, need_label, model_sha256, default_model)
     end
     local X, labels = {}, {}
     for i, pr in ipairs(doc.prompts) do
-      if need_label and pr.label == require("ember.json").null then
+      if need_label and pr.label == json.null then
         usage_error("--data: prompt %d of the extraction '%s' has no label (a probe needs labels)", i - 1, path)
       end
       local t = ex.tensors[pr.tensors[tostring(layer)]]
       X[i] = probe.pool_rows(t.data, t.shape[1], t.shape[2], pool)
-      labels[i] = pr.label ~= require("ember.json").null and pr.label or nil
+      labels[i] = pr.label ~= json.null and pr.label or nil
     end
     return { X = X, labels = labels, n = #doc.prompts, model = doc.model,
       data = { source = "extraction", path = path, sha256 = doc.tensor_file.sha256, count = #doc.prompts } }
@@ -194,7 +195,7 @@ local function train(args, argv, io_)
   local training = {
     seed = seed, holdout = holdout, iterations = p.iterations, learning_rate = p.learning_rate, l2 = p.l2,
     loss = p.loss, n_train = #tr, n_heldout = #held, train_accuracy = train_acc,
-    heldout_accuracy = held_acc or require("ember.json").null, heldout_majority = majority or require("ember.json").null,
+    heldout_accuracy = held_acc or json.null, heldout_majority = majority or json.null,
     control_heldout_accuracy = control_acc,
   }
   if o.out then
@@ -205,7 +206,6 @@ local function train(args, argv, io_)
   for c = 1, k do counts[c] = 0 end
   for _, c in ipairs(y) do counts[c] = counts[c] + 1 end
   if o.json then
-    local json = require("ember.json")
     io_.stdout:write(json.encode(json.ordered({ "kind", "layer", "pool", "classes", "counts", "training", "out" }, {
       kind = p.kind, layer = o.layer, pool = pool, classes = json.array({ table.unpack(labels) }),
       counts = json.array(counts), training = json.ordered({ "seed", "holdout", "n_train", "n_heldout", "train_accuracy",
@@ -262,7 +262,6 @@ local function eval(args, io_)
     preds[i] = { index = i - 1, prediction = doc.classes[c], p = probs[c], label = label, correct = correct }
   end
   local acc = labelled > 0 and right / labelled or nil
-  local json = require("ember.json")
   if o.json then
     local list = json.array()
     for i, r in ipairs(preds) do

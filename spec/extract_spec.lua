@@ -125,6 +125,32 @@ describe("ember --extract-hidden", function()
     assert.equal(3, #back.sidecar.prompts)
   end)
 
+  it("keeps what a hook sees in the very same prefill (the reader composed with an observer)", function()
+    local model_path = need_model()
+    if not model_path then return end
+    if not have_python() then
+      pending("python3 with json, struct and hashlib is not available: the independent reader cannot run")
+      return
+    end
+    local ember, extract = require("ember"), require("ember.extract")
+    local model = ember.load { model = model_path }
+    local reader, seen = extract.reader({ 1, 4 }), {}
+    -- the observer comes after the reader: both see one and the same view of each layer
+    local observer = { name = "spec_observer", after_layer = function(_, ctx, view)
+      if ctx.phase == "prefill" then seen[ctx.layer_index] = ember.sha256(view:bytes()) end
+    end }
+    local out = model:generate { prompt = "same run", max_tokens = 0,
+      experiment = require("ember.compose").compose({ reader, observer }) }
+    local file = fs.join(dir, "same.safetensors")
+    extract.write(file, { { prompt = "same run", ids = out.prompt_ids, hidden = reader.hidden } },
+      { model = model, layers = { 1, 4 }, data = { source = "prompt", path = json.null, sha256 = ember.sha256("same run") } })
+    model:close()
+    local read = python_read(file)
+    assert.equal(seen[1], read["hidden.p0.L1"].sha256)
+    assert.equal(seen[4], read["hidden.p0.L4"].sha256)
+    assert.is_nil(read["hidden.p0.L2"])
+  end)
+
   it("extracts one --prompt the same way, byte for byte across runs", function()
     local model_path = need_model()
     if not model_path then return end

@@ -151,6 +151,37 @@ describe("ember --extract-hidden", function()
     assert.is_nil(read["hidden.p0.L2"])
   end)
 
+  it("ember.extract_hidden gives the same rows as tensors, and names bad arguments", function()
+    local model_path = need_model()
+    if not model_path then return end
+    local ember = require("ember")
+    local model = ember.load { model = model_path }
+    local res = ember.extract_hidden { model = model, prompts = { "abc", { prompt = "de f", label = 2 } }, layers = "1-2" }
+    assert.equal(2, #res)
+    assert.equal(2, res[2].label)
+    local seen = {}
+    model:generate { prompt = "de f", max_tokens = 0, experiment = { name = "spec_rows", after_layer = function(_, ctx, v)
+      if ctx.phase == "prefill" then seen[ctx.layer_index] = v:sha256() end
+    end } }
+    assert.same({ #res[2].ids, model.info.hidden_size }, res[2].hidden[2]:shape())
+    assert.equal(seen[1], res[2].hidden[1]:sha256())
+    assert.equal(seen[2], res[2].hidden[2]:sha256())
+    assert.is_nil(res[2].hidden[0])
+    for _, c in ipairs({
+      { { model = model, prompts = {} }, "prompts= must be a non-empty list" },
+      { { model = model, prompts = { 5 } }, "prompts[1] must be a string" },
+      { { model = model, prompts = { "x" }, layers = "9" }, "layers: layer 9 is out of range" },
+      { { model = model, prompts = { "x" }, layers = "1,x" }, "layers: expected 'all'" },
+      { { model = model, prompts = { "x" }, experiment = {} }, "experiment" },
+      { { prompts = { "x" } }, "model= is required" },
+    }) do
+      local ok, err = pcall(ember.extract_hidden, c[1])
+      assert.is_false(ok)
+      assert.matches(c[2], tostring(err), 1, true)
+    end
+    model:close()
+  end)
+
   it("extracts one --prompt the same way, byte for byte across runs", function()
     local model_path = need_model()
     if not model_path then return end

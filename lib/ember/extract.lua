@@ -128,6 +128,44 @@ function M.run(model, prompts, layers, progress)
   return results
 end
 
+-- hidden(opts) -> ember.extract_hidden{ model =, prompts = { text | { prompt =, label = }, ... },
+-- layers = "all" | { 0, 2 } | "0,2-3" } -> list of { prompt, label, ids, hidden = { [layer] =
+-- Tensor [tokens, hidden_size] } }: the same reading as --extract-hidden, as tensors, for scripts.
+local HIDDEN_OPTIONS = { "model", "prompts", "layers" }
+function M.hidden(opts)
+  local function bad(msg) error("bad argument to 'extract_hidden' (" .. msg .. ")", 3) end
+  if type(opts) ~= "table" then bad("table expected, got " .. type(opts)) end
+  require("ember.core").internal.check_options(opts, "extract_hidden", HIDDEN_OPTIONS)
+  local model = opts.model
+  if model == nil then bad("model= is required") end
+  local info = model.info -- raises for a closed model
+  if type(opts.prompts) ~= "table" or #opts.prompts == 0 then bad("prompts= must be a non-empty list") end
+  local prompts = {}
+  for i, p in ipairs(opts.prompts) do
+    if type(p) == "string" then p = { prompt = p } end
+    if type(p) ~= "table" or type(p.prompt) ~= "string" then
+      bad(string.format("prompts[%d] must be a string or { prompt = text, label = ... }", i))
+    end
+    prompts[i] = { prompt = p.prompt, label = p.label }
+  end
+  local layers = opts.layers or "all"
+  if type(layers) == "string" then
+    local err
+    layers, err = require("ember.selectors").parse_index_list(layers, "layer")
+    if not layers then bad("layers: " .. err) end
+  elseif type(layers) ~= "table" then
+    bad("layers must be \"all\", a list of layers or a string like \"0,2-3\"")
+  end
+  local checked, err = M.check_layers(layers, info)
+  if not checked then bad("layers: " .. err) end
+  local results = M.run(model, prompts, checked)
+  local ember = require("ember")
+  for _, r in ipairs(results) do
+    for l, bytes in pairs(r.hidden) do r.hidden[l] = ember.tensor_from_bytes(bytes, #r.ids, info.hidden_size) end
+  end
+  return results
+end
+
 -- ---- the files ----------------------------------------------------------------------------------
 
 local SIDECAR_ORDER = { "schema", "schema_version", "created_at_unix", "tool", "model", "tokenizer", "execution",

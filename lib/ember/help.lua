@@ -33,6 +33,7 @@ M.MODULE = {
   matmul_t = "ember.matmul_t(a, b) -> a times b transposed: [r, k] x [c, k] -> [r, c]",
   dot = "ember.dot(a, b) -> the sum of a * b over every element",
   cosine = "ember.cosine(a, b) -> the cosine of two tensors of one shape (NaN for all zeros)",
+  extract_hidden = "ember.extract_hidden{ model=, prompts={ text | {prompt=, label=} }, layers= } -> per prompt { ids, hidden = { [layer] = Tensor } } (docs/extraction.md)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> a causal sweep's result (docs/sweeps.md)",
 }
 

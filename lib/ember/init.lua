@@ -101,6 +101,10 @@ M.save_tensors, M.load_tensors = tensor_file.save, tensor_file.load
 -- -> the causal sweep's result (lib/ember/sweep.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end
 
+-- ember.extract_hidden{ model =, prompts =, layers = } -> per prompt { prompt, label, ids, hidden =
+-- { [layer] = Tensor } }: the residual stream after layers, every prompt token (docs/extraction.md)
+function M.extract_hidden(opts) return require("ember.extract").hidden(opts) end
+
 -- ember.load_experiment(path [, args [, model]]) -> experiment table
 -- An experiment file returns a factory `function(args, model) return exp end` (or the table
 -- itself); model (optional) is passed to the factory as the `ember` command passes it: a handle

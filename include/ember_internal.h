@@ -2,7 +2,7 @@
  * beyond the public API (include/ember.h) and nothing more. Not part of the installed API.
  * Today: opening a GGUF file and reading its embedded tokenizer (the tokenizer itself is its own
  * library, src/tokenizer/tokenizer.h, included here) and the regular-file reader behind
- * ember.core.read_file. tests/check_layers.sh fails when a binding includes any other engine header. */
+ * ember.core.read_file, and llama.cpp control-vector files (--control-vector). tests/check_layers.sh fails when a binding includes any other engine header. */
 #ifndef EMBER_INTERNAL_H
 #define EMBER_INTERNAL_H
 
@@ -27,5 +27,21 @@ ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **ou
  * embeds none, or when t has no more ids than g, BOS agrees where both name one, t's BOS and EOS
  * are the same tokens in g, and a spread sample of ids spells the same strings. Otherwise EMBER_ERR_ARG naming both files. */
 ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err);
+
+/* A llama.cpp control vector (the GGUF cvector-generator writes): its direction.N tensors in file
+ * order. Read and validated by src/engine/control_vector.c; applying it is the caller's. */
+typedef struct {
+    int64_t n_embd;       /* width of every direction */
+    int64_t n_directions; /* tensors in the file (at least 1) */
+    int64_t *layers;      /* (n_directions) N of each direction.N, N >= 1 (llama.cpp's layer index) */
+    float *values;        /* (n_directions, n_embd) row i = direction.layers[i] */
+    char *model_hint;     /* controlvector.model_hint, NULL when absent */
+    int64_t layer_count;  /* controlvector.layer_count, -1 when absent */
+} ember_control_vector;
+
+/* Reads and checks a control-vector GGUF: only direction.N tensors (N >= 1), f32, 1-D, one width;
+ * general.architecture, when present, must be "controlvector". Errors name the file and tensor. */
+ember_status ember_control_vector_read(const char *path, ember_control_vector **out, ember_error *err);
+void ember_control_vector_free(ember_control_vector *cv);
 
 #endif

@@ -36,6 +36,13 @@ M.FLAGS = {
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
+  { "steer", selectors.parse_steer, "L:STAGE:FILE[:SCALE]",
+    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, stage STAGE (repeatable)",
+    many = true },
+  { "control-vector", selectors.parse_control_vector, "FILE.gguf[:SCALE]",
+    "add a llama.cpp control vector (direction.N at after_layer of layer N; repeatable: vectors sum)", many = true },
+  { "control-vector-layers", function(v) return require("ember.control_vector").parse_range(v) end, "A-B",
+    "apply control vectors only at layers A..B, inclusive (default 1 to the last layer, as llama.cpp)" },
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
   { "capture-stages", selectors.parse_stage_list, "LIST",
@@ -264,11 +271,19 @@ local function check_combinations(o)
   for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment" }) do
     if o[k] ~= nil then interventions[#interventions + 1] = "--" .. k end
   end
+  -- --steer and --control-vector are additions of one kind (one experiment): they go together
+  if o.steer ~= nil or o["control-vector"] ~= nil then
+    interventions[#interventions + 1] = (o.steer and "--steer" or "") .. (o.steer and o["control-vector"] and "/" or "")
+      .. (o["control-vector"] and "--control-vector" or "")
+  end
   if #interventions > 1 then
     usage_error("%s cannot be combined: one intervention per run (capture and --activation-stats may be added to any)",
       table.concat(interventions, " and "))
   end
   if o["experiment-args"] ~= nil and o.experiment == nil then usage_error("--experiment-args needs --experiment") end
+  if o["control-vector-layers"] ~= nil and o["control-vector"] == nil then
+    usage_error("--control-vector-layers needs --control-vector FILE.gguf")
+  end
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
@@ -301,6 +316,45 @@ local function check_layer(flag, layer, info)
     usage_error("--%s: layer %d is out of range (the model has %d layers: 0-%d)", flag, layer, info.n_layers,
       info.n_layers - 1)
   end
+end
+
+-- steering_experiments(o, model, notice) -> the experiments of --steer and --control-vector (steer
+-- first), and their arguments as text for the manifest. Vector files are read here, before the
+-- run: a missing or malformed one is a usage error naming the flag and the file.
+function M.steering_experiments(o, model, notice)
+  local list, text = {}, {}
+  if o.steer then
+    local additions = {}
+    for i, st in ipairs(o.steer) do
+      local okv, r = pcall(require("ember.vector_file").read, st.source)
+      if not okv then usage_error("--steer: %s", tostring(r)) end
+      local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true, after_layer = true })[st.stage]
+      if stage_width and r.shape[2] ~= model.info.hidden_size then
+        usage_error("--steer: vector '%s' has %d values but %s is %d wide (the model's hidden size)", st.source,
+          r.shape[2], st.stage, model.info.hidden_size)
+      end
+      additions[i] = { layer = st.layers, stage = st.stage, vector = r.tensor, scale = st.scale, source = st.source }
+      text[#text + 1] = string.format("--steer %s:%s:%s:%g", require("ember.experiments.steer").layers_text(st.layers),
+        st.stage, st.source, st.scale)
+    end
+    list[#list + 1] = require("ember.experiments.steer").make { additions = additions, notice = notice }
+  end
+  if o["control-vector"] then
+    local cvec = require("ember.control_vector")
+    local files = {}
+    for i, f in ipairs(o["control-vector"]) do
+      local okc, cv = pcall(cvec.read, f.path)
+      if not okc then usage_error("--control-vector: %s", tostring(cv)) end
+      files[i] = { cv = cv, scale = f.scale }
+      text[#text + 1] = string.format("--control-vector %s:%g", f.path, f.scale)
+    end
+    local range = o["control-vector-layers"]
+    if range then text[#text + 1] = string.format("--control-vector-layers %d-%d", range[1], range[2]) end
+    local okx, exp = pcall(cvec.experiment, { files = files, layers = range, model = model, notice = notice })
+    if not okx then usage_error("--control-vector: %s", tostring(exp)) end
+    list[#list + 1] = exp
+  end
+  return list, table.concat(text, " ")
 end
 
 local function run_generate(args, argv, io_)
@@ -402,6 +456,11 @@ local function run_generate(args, argv, io_)
   -- Range checks need the model; they still come before anything runs.
   if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
   if o["patch-target"] then check_layer("patch-target", o["patch-target"].layer, info) end
+  for _, st in ipairs(o.steer or {}) do
+    if st.layers ~= "all" then
+      for _, l in ipairs(st.layers) do check_layer("steer", l, info) end
+    end
+  end
   if cap then
     local okc, err = capture.check(cap.config, info)
     if not okc then usage_error("--%s", err:gsub("^capture layers", "capture-layers")) end
@@ -435,6 +494,11 @@ local function run_generate(args, argv, io_)
     end
   elseif user_exp then
     experiments[#experiments + 1] = user_exp
+  end
+  if o.steer or o["control-vector"] then
+    local steer_exps, args_text = M.steering_experiments(o, model, notice)
+    for _, e in ipairs(steer_exps) do experiments[#experiments + 1] = e end
+    exp_args = args_text
   end
   if o["activation-stats"] then
     stats_exp = require("ember.builtin").experiment("activation_stats",

@@ -1,10 +1,12 @@
 -- ember.flags — the one flag grammar of ember's commands (the `ember` CLI and the workflow scripts):
--- `--name VALUE`, `--name=VALUE`, boolean `--name`, each flag at most once, values converted by
--- kind, and usage errors that name the flag. Must not know any command's flags or run anything.
+-- `--name VALUE`, `--name=VALUE`, boolean `--name`, each flag at most once (unless marked
+-- repeatable), values converted by kind, and usage errors that name the flag. Must not know any
+-- command's flags or run anything.
 --
--- A flag list is { { name, kind, META, help }, ... }; kind is "string" (any value), "path"
--- (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil, message
--- (M.uint_in and M.float_in make range-checked ones).
+-- A flag list is { { name, kind, META, help [, many = true] }, ... }; kind is "string" (any value),
+-- "path" (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil,
+-- message (M.uint_in and M.float_in make range-checked ones). A flag with `many = true` may be
+-- given several times; its value is then the list of converted values in command-line order.
 
 local selectors = require("ember.selectors")
 
@@ -91,7 +93,7 @@ function M.is_usage_error(e) return getmetatable(e) == UsageError end
 -- spec(list) -> name -> { name, kind, meta, help }, the form parse() looks flags up in.
 function M.spec(list)
   local spec = {}
-  for _, f in ipairs(list) do spec[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4] } end
+  for _, f in ipairs(list) do spec[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4], many = f.many } end
   return spec
 end
 
@@ -124,7 +126,7 @@ function M.parse(args, first, spec)
     else
       local flag = spec[name]
       if not flag then usage_error("unknown flag '--%s'", name) end
-      if opts[name] ~= nil then usage_error("flag '--%s' given more than once", name) end
+      if opts[name] ~= nil and not flag.many then usage_error("flag '--%s' given more than once", name) end
       if flag.kind == "bool" then
         if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end
         opts[name] = true
@@ -137,7 +139,12 @@ function M.parse(args, first, spec)
             usage_error("flag '--%s' needs a value (%s)", name, flag.meta or "VALUE")
           end
         end
-        opts[name] = convert(flag, value)
+        if flag.many then
+          opts[name] = opts[name] or {}
+          opts[name][#opts[name] + 1] = convert(flag, value)
+        else
+          opts[name] = convert(flag, value)
+        end
       end
     end
     i = i + 1
@@ -163,7 +170,7 @@ end
 -- network computes. Inspection surfaces (extraction, probes, demo, interactive, benchmark) refuse
 -- them (SPEC §7): whether a value would be read before or after the intervention is not defined.
 M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
-  "activation-patch" }
+  "activation-patch", "steer", "control-vector" }
 
 -- refuse_experiments(what, flag): a usage error when flag (an experiment flag given) is set;
 -- `what` names the command or option that runs without experiments.

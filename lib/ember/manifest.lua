@@ -117,7 +117,10 @@ function M.experiment_section(exp, args, out)
         if type(v) == "number" or type(v) == "string" or type(v) == "boolean" then stats[k] = v end
       end
     end
-    members[#members + 1] = json.ordered({ "name", "stats" }, { name = m.name, stats = stats })
+    -- `details`: what an intervention wants on record beyond counters (the steering vectors'
+    -- sha256, shape, scale, layers and stage), written as given; absent for most members
+    members[#members + 1] = json.ordered({ "name", "stats", "details" }, { name = m.name, stats = stats,
+      details = type(m.details) == "table" and m.details or nil })
   end
   return json.ordered({ "name", "args", "modified", "members" }, {
     name = exp and exp.name or "none", args = args or "", modified = out and out.modified == true or false,

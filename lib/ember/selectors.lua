@@ -146,6 +146,49 @@ function M.parse_layer_stage(s, kind)
   return { layer = layer, stage = full, short = short }
 end
 
+-- ---- steering ------------------------------------------------------------------------------------
+
+-- split_scale(s) -> text, scale: "TEXT:SCALE" when what follows the last ':' is a number (the
+-- scale), else s and 1.0. So a path may hold ':' as long as its last part is not a number.
+local function split_scale(s)
+  local text, num = s:match("^(.+):([^:]*)$")
+  if text then
+    local x = M.parse_float(num)
+    if x ~= nil then return text, x end
+  end
+  return s, 1.0
+end
+
+-- parse_steer(s) -> { layers = "all" | {n...}, stage = full name, source = "FILE", scale = x } from
+-- --steer's L:STAGE:FILE[:SCALE]. L is a layer list (3, 2-4, 0,5, all); STAGE a per-layer stage
+-- name or attention|mlp|layer; attention_pattern is refused (its width changes every token).
+function M.parse_steer(s)
+  local form = "L:STAGE:FILE[:SCALE] (e.g. 3:after_layer:v.npy:4)"
+  if type(s) ~= "string" then return nil, "expected " .. form end
+  local layers_s, stage, rest = s:match("^([^:]*):([^:]*):(.+)$")
+  if not layers_s then return nil, "expected " .. form .. ", got '" .. s .. "'" end
+  local layers, lerr = M.parse_index_list(layers_s, "layer")
+  if not layers then return nil, "layers: " .. lerr end
+  local full = M.ZERO_STAGES[stage] or stage
+  if full == "attention_pattern" then
+    return nil, "attention_pattern cannot be steered (its width is the sequence length, which grows with every "
+      .. "token); steer attention_heads, or knock keys out with scripts/experiments/attention_knockout.lua"
+  end
+  if not M.LAYER_STAGE_SET[full] then
+    return nil, string.format("unknown stage '%s' in '%s' (expected %s, or attention|mlp|layer)", stage, s,
+      table.concat(M.LAYER_STAGES, "|"))
+  end
+  local source, scale = split_scale(rest)
+  return { layers = layers, stage = full, source = source, scale = scale }
+end
+
+-- parse_control_vector(s) -> { path = "FILE.gguf", scale = x } from FILE.gguf[:SCALE].
+function M.parse_control_vector(s)
+  if type(s) ~= "string" or s == "" then return nil, "expected FILE.gguf[:SCALE]" end
+  local path, scale = split_scale(s)
+  return { path = path, scale = scale }
+end
+
 -- ---- lists and ranges ----------------------------------------------------------------------------
 
 -- "all" | item ("," item)* with item = N | N-M (inclusive); blanks around items are allowed.

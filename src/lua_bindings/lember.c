@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "l_control_vector.h"
 #include "l_experiment.h"
 #include "l_model.h"
 #include "l_model_lens.h"
@@ -361,6 +362,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_tiny_model(L, module);
     ember_lua_open_sampler(L, module);
     ember_lua_open_tokenizer(L, module);
+    ember_lua_open_control_vector(L, module);
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
     static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},

@@ -46,6 +46,39 @@ end
 --                     offset = first data byte (1-based) }
 function M.read(path) return parse(slurp(path), path) end
 
+-- half(x) -> the IEEE f16 bits of x, for values a half holds exactly (normal numbers and zero:
+-- what the specs write); anything else raises, so a spec never writes a rounded value unknowingly.
+local function half(x)
+  if x == 0 then return 0 end
+  local sign = x < 0 and 0x8000 or 0
+  local m, e = math.abs(x), 0
+  while m >= 2 do m = m / 2; e = e + 1 end
+  while m < 1 do m = m * 2; e = e - 1 end
+  local frac = (m - 1) * 1024
+  assert(e >= -14 and e <= 15 and frac == math.floor(frac), "npy.write: " .. x .. " is not exact in f16")
+  return sign | ((e + 15) << 10) | math.tointeger(frac)
+end
+
+-- npy.write(path, values, shape [, dtype]) -> path: a version 1.0 .npy file of little-endian
+-- float32 ('<f4', default) or float16 ('<f2') values in C order, written as NumPy's np.save does
+-- (header padded with blanks to a multiple of 64 bytes, ending in a newline).
+function M.write(path, values, shape, dtype)
+  dtype = dtype or "<f4"
+  local dims = {}
+  for i, d in ipairs(shape) do dims[i] = tostring(d) end
+  local shape_s = #dims == 1 and ("(" .. dims[1] .. ",)") or ("(" .. table.concat(dims, ", ") .. ")")
+  local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", dtype, shape_s)
+  header = header .. string.rep(" ", 63 - (10 + #header) % 64) .. "\n"
+  local parts = {}
+  for i, v in ipairs(values) do
+    parts[i] = dtype == "<f4" and string.pack("<f", v) or string.pack("<I2", half(v))
+  end
+  local f = assert(io.open(path, "wb"))
+  f:write("\147NUMPY\1\0", string.pack("<I2", #header), header, table.concat(parts))
+  f:close()
+  return path
+end
+
 -- Debian's lua-zlib (run.sh DEPS) inflates the entries np.savez_compressed writes; without it only
 -- stored entries can be read, and M.zlib_missing says why.
 local has_zlib, zlib = pcall(require, "zlib")

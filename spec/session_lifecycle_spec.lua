@@ -25,9 +25,17 @@ local ARGS = {
   ["scale_attention.lua"] = "layer=1 factor=0.5",
   ["steering_vector.lua"] = "layer=1 scale=4 dim=3",
   ["zero_layer_output.lua"] = { target = "1:mlp", notice = function() end },
+  ["logit_lens.lua"] = "k=3",
+  -- made once the model is known: the vector has its hidden size
+  ["steer.lua"] = function(m)
+    local v = {}
+    for i = 1, m.info.hidden_size do v[i] = (i % 5 - 2) / 4 end
+    return { layer = 1, stage = "after_mlp", vector = v, scale = 2, notice = function() end }
+  end,
 }
 local MODIFIES = { ["attention_knockout.lua"] = true, ["head_ablation.lua"] = true, ["neuron_ablation.lua"] = true,
-  ["scale_attention.lua"] = true, ["steering_vector.lua"] = true, ["zero_layer_output.lua"] = true }
+  ["scale_attention.lua"] = true, ["steering_vector.lua"] = true, ["zero_layer_output.lua"] = true,
+  ["steer.lua"] = true }
 
 describe("the experiment lifecycle in sessions", function()
   local path, why = fx.api_model()
@@ -115,7 +123,9 @@ describe("the experiment lifecycle in sessions", function()
     it(file .. " runs under s:prefill/s:decode and under generate, with the same logits", function()
       local args = ARGS[base]
       assert.is_not_nil(args, "no arguments for " .. file .. " in this spec's ARGS table")
-      local function make() return dofile(file)(args) end
+      if type(args) == "function" then args = args(model) end
+      -- factories get (args, model handle), as --experiment gives them
+      local function make() return dofile(file)(args, require("ember.builtin").handle(model)) end
       -- the session: prefill the prompt, decode one token
       local s = model:session { context = #ids + 2 }
       local exp = make()

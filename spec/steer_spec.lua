@@ -374,3 +374,28 @@ describe("llama.cpp control vectors", function()
     assert.matches("--control-vector-layers needs --control-vector", err, 1, true)
   end)
 end)
+
+describe("scripts/experiments/logit_lens.lua", function()
+  it("prints one row per layer; the last layer's top token is the run's greedy next token", function()
+    if not need_model() then return end
+    local exp = dofile("scripts/experiments/logit_lens.lua")("k=3", require("ember.builtin").handle(model))
+    local s = model:session {}
+    local ids = model:tokenize(models.PROMPT)
+    local logits = s:prefill(ids, { experiment = exp })
+    local lines = exp:lines()
+    assert.are.equal(2 + model.info.n_layers, #lines)
+    assert.matches("at position " .. (#ids - 1), lines[1], 1, true)
+    assert.matches("^%s+" .. (model.info.n_layers - 1) .. "%s", lines[#lines])
+    -- the last layer's lens is the run's own logits: same top ids, probabilities of their softmax
+    local L = model.info.n_layers - 1
+    local top = exp:top()
+    local want_ids, want_p = logits:softmax():topk(3)
+    assert.are.same(want_ids, top[L].ids)
+    assert.are.same(want_p, top[L].probs)
+    assert.are.equal(logits:token_argmax(), top[L].ids[1])
+    for l = 0, L - 1 do assert.are.equal(3, #top[l].ids) end
+    local ok, err = pcall(dofile("scripts/experiments/logit_lens.lua"), "k=3")
+    assert.is_false(ok)
+    assert.matches("needs the model", tostring(err), 1, true)
+  end)
+end)

@@ -5,24 +5,17 @@
 -- Use: ember --experiment scripts/experiments/head_ablation.lua --experiment-args "layer=1 heads='0,3'"
 --      (heads: a list like 0,2-3 or all; quote a list with a comma)
 
-local selectors = require("ember.selectors")
+local xargs = require("ember.experiment_args")
 
 return function(args)
-  local kv, err = selectors.parse_kv(type(args) == "string" and args or "")
-  if type(args) == "table" then kv, err = args, nil end
-  if not kv then error("head-ablation: " .. err, 0) end
-  local layer, lerr = selectors.parse_uint(tostring(kv.layer))
-  if not layer then error("head-ablation: layer: " .. lerr, 0) end
-  local heads, herr = selectors.parse_index_list(tostring(kv.heads or "all"), "head")
-  if not heads then error("head-ablation: heads: " .. herr, 0) end
+  local who = "head-ablation"
+  local kv = xargs.kv(args, who)
+  local layer = xargs.uint(kv, "layer", who)
+  local heads = xargs.list(kv, "heads", who, "all", "head")
 
   local exp = { name = "head-ablation", stats = { ablated = 0, layer = layer } }
 
-  function exp:on_model_loaded(ctx)
-    if layer >= ctx.model.n_layers then
-      error(string.format("head-ablation: layer %d is out of range (0-%d)", layer, ctx.model.n_layers - 1), 0)
-    end
-  end
+  function exp:on_model_loaded(ctx) xargs.check_layers(who, layer, ctx.model.n_layers) end
 
   function exp:attention_heads(ctx, z)
     if ctx.layer_index ~= layer then return end

@@ -5,24 +5,17 @@
 -- Use: ember --experiment scripts/experiments/neuron_ablation.lua --experiment-args "layer=2 neurons=0-99"
 --      (neurons: a list like 0,5-9 or all; quote a list with a comma)
 
-local selectors = require("ember.selectors")
+local xargs = require("ember.experiment_args")
 
 return function(args)
-  local kv, err = selectors.parse_kv(type(args) == "string" and args or "")
-  if type(args) == "table" then kv, err = args, nil end
-  if not kv then error("neuron-ablation: " .. err, 0) end
-  local layer, lerr = selectors.parse_uint(tostring(kv.layer))
-  if not layer then error("neuron-ablation: layer: " .. lerr, 0) end
-  local neurons, nerr = selectors.parse_index_list(tostring(kv.neurons or "all"), "neuron")
-  if not neurons then error("neuron-ablation: neurons: " .. nerr, 0) end
+  local who = "neuron-ablation"
+  local kv = xargs.kv(args, who)
+  local layer = xargs.uint(kv, "layer", who)
+  local neurons = xargs.list(kv, "neurons", who, "all", "neuron")
 
   local exp = { name = "neuron-ablation", stats = { ablated = 0, layer = layer } }
 
-  function exp:on_model_loaded(ctx)
-    if layer >= ctx.model.n_layers then
-      error(string.format("neuron-ablation: layer %d is out of range (0-%d)", layer, ctx.model.n_layers - 1), 0)
-    end
-  end
+  function exp:on_model_loaded(ctx) xargs.check_layers(who, layer, ctx.model.n_layers) end
 
   function exp:mlp_activation(ctx, a)
     if ctx.layer_index ~= layer then return end

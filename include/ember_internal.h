@@ -2,7 +2,8 @@
  * beyond the public API (include/ember.h) and nothing more. Not part of the installed API.
  * Today: opening a GGUF file and reading its embedded tokenizer (the tokenizer itself is its own
  * library, src/tokenizer/tokenizer.h, included here) and the regular-file reader behind
- * ember.core.read_file, and llama.cpp control-vector files (--control-vector). tests/check_layers.sh fails when a binding includes any other engine header. */
+ * ember.core.read_file, and llama.cpp control-vector files (--control-vector).
+ * tests/check_layers.sh fails when a binding includes any other engine header. */
 #ifndef EMBER_INTERNAL_H
 #define EMBER_INTERNAL_H
 

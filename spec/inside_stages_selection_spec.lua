@@ -62,6 +62,48 @@ describe("inside stages in selections", function()
     end
   end)
 
+  it("--capture-activations with --capture-stages captures the inside stages: shapes, causal zeros, rows summing to 1",
+    function()
+    local path = C.need_model()
+    if not path then return end
+    local model <close> = ember.load { model = path }
+    local info = model.info
+    local dir = H.tmpdir() .. "/cap"
+    local N = 2
+    local code, _, err = C.ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", tostring(N),
+      "--capture-activations", dir, "--capture-stages", "attention_pattern,attention_heads,mlp_activation",
+      "--capture-layers", "0,2")
+    assert.equal(0, code, err)
+    local art = require("ember.artifact").read(dir)
+    assert.equal((1 + N) * 3 * 2, #art.records) -- evaluations x stages x layers
+    local seen = {}
+    for _, r in ipairs(art.records) do
+      seen[r.stage] = (seen[r.stage] or 0) + 1
+      assert.is_true(r.layer == 0 or r.layer == 2)
+      local rows = r.phase == "prefill" and #model:tokenize(models.PROMPT) or 1
+      local keys = r.start_position + rows
+      if r.stage == "attention_pattern" then
+        assert.are.same({ info.n_heads * rows, keys }, r.shape)
+        for row = 1, r.shape[1] do
+          local i = (row - 1) % rows -- query i of its head
+          local sum = 0
+          for c = 1, keys do
+            local x = r.tensor:get(row, c)
+            if c - 1 > r.start_position + i then assert.equal(0, x) end -- a later key: exactly 0
+            sum = sum + x
+          end
+          assert.near(1, sum, 1e-5)
+        end
+      elseif r.stage == "attention_heads" then
+        assert.are.same({ rows, info.n_heads * info.head_dim }, r.shape)
+      else
+        assert.equal("mlp_activation", r.stage)
+        assert.equal(rows, r.shape[1])
+      end
+    end
+    assert.are.same({ attention_pattern = 6, attention_heads = 6, mlp_activation = 6 }, seen)
+  end)
+
   it("--capture-stages without a capture or statistics output is a usage error naming the flag", function()
     local code, out, err = C.ember("--model", "m.gguf", "--prompt", "x", "--capture-stages", "attention_heads")
     assert.equal(2, code)

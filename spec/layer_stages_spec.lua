@@ -1,9 +1,9 @@
 -- Inside the layer (../shared/fixtures/parity/README.md, "Inside the layer"): for every parity case
 -- the attention_pattern, attention_heads and mlp_activation views at every layer, in prefill and in
 -- the first decode step, match heads.npz (reference kernels: exact_rel; auto: llamacpp_rel), masked
--- keys are exactly 0, edits made through the views reach the output exactly as the same edit of the
--- fixture's values does, and views that are only read leave logits and ids bit-identical on every
--- kernel set and thread count.
+-- keys are exactly 0, edits made through the views reach the output as the same edit computed from
+-- the fixture's values and the stored weights outside the edited run does, and views that are only
+-- read leave logits and ids bit-identical on every kernel set and thread count.
 
 local ember = require("ember")
 local npy = require("helpers.npy")
@@ -248,6 +248,27 @@ describe("inside the layer (heads.npz)", function()
       -- Interventions on the reference path: the edit made through the view (run A) and the same
       -- edit applied to the fixture's exact values, written into a later view (run B), give the same
       -- final prefill logits within exact_rel; and the edit does change them.
+      -- The edits' expectations are built outside the engine's edited run: from the fixture's
+      -- values (heads.npz, boundaries.npz) and the stored weights (model:weight W_O, W_down), the
+      -- change of the stage right after the edited one is computed in Lua (these projections are
+      -- linear, so the delta is W times the change; a bias cancels). On Gemma 4 a norm follows
+      -- each projection, so there the edited values are handed to the engine at the edited stage.
+      local linear = ref_model.info.family ~= "gemma4" and fx.exists(c.dir .. "/boundaries.npz")
+      local bounds
+      local function boundaries()
+        bounds = bounds or npy.read_npz(c.dir .. "/boundaries.npz")
+        return bounds
+      end
+      -- the npy array as an ember.Tensor
+      local function tensor_of(a) return ember.tensor(a.rows, a.cols, flat(a)) end
+      -- (edited - original) of a stage's values, [P, cols], times W ([n_out, cols]) transposed:
+      -- the change it makes to the projection's output
+      local function projected_delta(expect, original, weight)
+        local d = {}
+        for k = 1, #expect do d[k] = expect[k] - original[k] end
+        return ember.tensor(P, #expect // P, d):matmul_t(ref_model:weight(weight))
+      end
+
       describe("interventions", function()
         local base_logits
         local function unedited()
@@ -290,11 +311,20 @@ describe("inside the layer (heads.npz)", function()
           })
           local rel = rel_flat(seen:values(), expect)
           assert.is_true(rel <= tol.exact_rel, string.format("layer 0 heads after the knockout: rel %.3g", rel))
-          local target = ember.tensor(P, z.cols, expect)
-          local b = prefill_logits(ref_model, case, {
-            name = "knockout-expected",
-            attention_heads = function(_, ctx, v) if ctx.layer_index == 0 then v:copy_from(target) end end,
-          })
+          local b
+          if linear then
+            local target = tensor_of(boundaries()["after_attention.0"]) + projected_delta(expect, zf, "blk.0.attn_output")
+            b = prefill_logits(ref_model, case, {
+              name = "knockout-expected",
+              after_attention = function(_, ctx, v) if ctx.layer_index == 0 then v:copy_from(target) end end,
+            })
+          else
+            local target = ember.tensor(P, z.cols, expect)
+            b = prefill_logits(ref_model, case, {
+              name = "knockout-expected",
+              attention_heads = function(_, ctx, v) if ctx.layer_index == 0 then v:copy_from(target) end end,
+            })
+          end
           assert_same_edit(a, b, "pattern knockout")
         end)
 
@@ -304,6 +334,7 @@ describe("inside the layer (heads.npz)", function()
           local z = w["attention_heads.1"]
           local H = w["attention_pattern.1"].rows // P
           local D = z.cols // H
+          local original = flat(z)
           local expect = flat(z)
           for i = 0, P - 1 do
             for d = D, 2 * D - 1 do expect[i * z.cols + d + 1] = 0 end
@@ -318,11 +349,22 @@ describe("inside the layer (heads.npz)", function()
               end
             end,
           })
-          local target = ember.tensor(P, z.cols, expect)
-          local b = prefill_logits(ref_model, case, {
-            name = "head-ablation-expected",
-            attention_heads = function(_, ctx, v) if ctx.layer_index == 1 then v:copy_from(target) end end,
-          })
+          local b
+          if linear then
+            -- without head 1 the O projection loses W_O[:, head 1 columns] times that head's values
+            local target = tensor_of(boundaries()["after_attention.1"])
+              + projected_delta(expect, original, "blk.1.attn_output")
+            b = prefill_logits(ref_model, case, {
+              name = "head-ablation-expected",
+              after_attention = function(_, ctx, v) if ctx.layer_index == 1 then v:copy_from(target) end end,
+            })
+          else
+            local target = ember.tensor(P, z.cols, expect)
+            b = prefill_logits(ref_model, case, {
+              name = "head-ablation-expected",
+              attention_heads = function(_, ctx, v) if ctx.layer_index == 1 then v:copy_from(target) end end,
+            })
+          end
           assert_same_edit(a, b, "head 1 ablation")
         end)
 
@@ -330,6 +372,7 @@ describe("inside the layer (heads.npz)", function()
           local last = n_layers - 1
           local act = fixture()["mlp_activation." .. last]
           local half = act.cols // 2
+          local original = flat(act)
           local expect = flat(act)
           for i = 0, P - 1 do
             for j = 0, half - 1 do expect[i * act.cols + j + 1] = 0 end
@@ -344,11 +387,20 @@ describe("inside the layer (heads.npz)", function()
               end
             end,
           })
-          local target = ember.tensor(P, act.cols, expect)
-          local b = prefill_logits(ref_model, case, {
-            name = "neuron-ablation-expected",
-            mlp_activation = function(_, ctx, v) if ctx.layer_index == last then v:copy_from(target) end end,
-          })
+          local b
+          if linear then
+            -- no engine run at all: the last layer's output loses W_down times the silenced
+            -- neurons, and the logits are the logit lens of that (model:unembed: final norm, LM head)
+            local resid = tensor_of(boundaries()["after_layer." .. last])
+              + projected_delta(expect, original, "blk." .. last .. ".ffn_down")
+            b = ref_model:unembed(resid:slice(P, P)):values()
+          else
+            local target = ember.tensor(P, act.cols, expect)
+            b = prefill_logits(ref_model, case, {
+              name = "neuron-ablation-expected",
+              mlp_activation = function(_, ctx, v) if ctx.layer_index == last then v:copy_from(target) end end,
+            })
+          end
           assert_same_edit(a, b, "neuron ablation")
         end)
       end)

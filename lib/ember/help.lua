@@ -16,6 +16,7 @@ M.MODULE = {
   tokenizer_build = "ember.tokenizer_build(spec) -> Tokenizer from a parsed tokenizer description (internal to ember.tokenizer)",
   tokenizer_from_gguf = "ember.tokenizer_from_gguf(path) -> Tokenizer from a GGUF's embedded vocabulary",
   make_tiny_model = "ember.make_tiny_model(path [, { family, dtype, seed }]) -> true | nil, message",
+  read_control_vector = "ember.read_control_vector(path) -> { n_embd, model_hint, layer_count, directions = { {layer, tensor} } } (llama.cpp control vector)",
   sampler = "ember.sampler{ n_vocab, temperature, top_k, top_p, seed } -> Sampler (what generate samples with)",
   check_experiment = "ember.check_experiment(exp [, fname]) -> { hook = fn }: the attach-time checks of an experiment",
   sha256 = "ember.sha256(s) -> 64 lowercase hex characters",

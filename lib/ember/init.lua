@@ -20,6 +20,14 @@ M.tokenizer = require("ember.tokenizer")
 
 -- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
 M.selectors = require("ember.selectors")
+-- ember.experiments.<name>: the built-in experiment factories (activation_stats, zero_layer_output,
+-- steer), loaded on first use: ember.experiments.steer{ layer =, stage =, vector =, scale = }
+M.experiments = setmetatable({}, { __index = function(t, name)
+  local ok, factory = pcall(require, "ember.experiments." .. tostring(name))
+  if not ok then error("ember.experiments: no built-in experiment '" .. tostring(name) .. "'", 2) end
+  rawset(t, name, factory)
+  return factory
+end })
 
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",

@@ -186,6 +186,14 @@ describe("ember.vector_file", function()
       assert.matches(p, tostring(err), 1, true)
       assert.matches(text, tostring(err), 1, true)
     end
+    -- a FIFO in a vector's place is an error naming it, never a read that waits forever
+    for _, suffix in ipairs({ ".npy", ".safetensors" }) do
+      local fifo = tmp(suffix)
+      assert(os.execute("mkfifo '" .. fifo .. "'"))
+      local ok, err = pcall(vf.read, fifo)
+      assert.is_false(ok)
+      assert.matches(fifo .. ": is a FIFO", tostring(err), 1, true)
+    end
     local good = io.open(npy.write(tmp(".npy"), { 1, 2, 3 }, { 3 }), "rb"):read("a")
     refuses("NOTNUMPY", "bad magic")
     refuses(good:sub(1, -3), "data bytes")

@@ -14,6 +14,7 @@ local function core() return require("ember.core") end
 
 -- The largest .npy read: a vector is hidden_size or n_ff values; a whole matrix is not one.
 M.MAX_NPY_BYTES = 256 * 1024 * 1024
+M.MAX_SAFETENSORS_BYTES = 4 * 1024 * 1024 * 1024
 
 -- f16 bits -> number (IEEE half: 1 sign, 5 exponent, 10 mantissa bits); exact in a double.
 local function f16_value(h)
@@ -152,10 +153,22 @@ function M.read(source)
     t = M.npy_tensor(bytes, what)
   elseif path:match("%.safetensors$") then
     kind = "safetensors"
-    local ok, tensors = pcall(require("ember.tensor_file").load, path)
-    if not ok then error(what .. ": " .. tostring(tensors), 0) end
-    local names = {}
-    for n in pairs(tensors) do names[#names + 1] = n end
+    -- through the regular-file gate (a FIFO or /dev/zero is an error, not a hang), then the
+    -- container decoder every safetensors reader of ember uses
+    local bytes, rerr = core().read_file(path, M.MAX_SAFETENSORS_BYTES)
+    if not bytes then error(what .. ": " .. tostring(rerr), 0) end
+    local st = require("ember.safetensors").decode(bytes, what)
+    local tensors, names = {}, {}
+    for _, n in ipairs(st.names) do
+      local e = st.tensors[n]
+      names[#names + 1] = n
+      if e.dtype == "F32" and (#e.shape == 1 or #e.shape == 2) then
+        local rows, cols = #e.shape == 2 and e.shape[1] or 1, e.shape[#e.shape]
+        if rows >= 1 and cols >= 1 then tensors[n] = { rows = rows, cols = cols, data = e.data, dtype = e.dtype } end
+      else
+        tensors[n] = { bad = string.format("is %s of rank %d (a vector is F32, of rank 1 or 2)", e.dtype, #e.shape) }
+      end
+    end
     table.sort(names)
     if name == nil then
       if #names ~= 1 then
@@ -164,10 +177,12 @@ function M.read(source)
       end
       name = names[1]
     end
-    t = tensors[name]
-    if not t then
+    local e = tensors[name]
+    if not e then
       error(string.format("%s: no tensor '%s' (it holds %s)", what, name, table.concat(names, ", ")), 0)
     end
+    if e.bad then error(string.format("%s: tensor '%s' %s", what, name, e.bad), 0) end
+    t = core().tensor_from_bytes(e.data, e.rows, e.cols)
   else
     error(what .. ": expected a .npy file, a .safetensors file or an artifact directory DIR#RECORD"
       .. (fs.exists(path) and "" or " (and '" .. path .. "' does not exist)"), 0)

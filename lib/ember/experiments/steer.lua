@@ -163,7 +163,7 @@ function M.make(args)
   -- residual vector of the wrong width, fail with both numbers.
   function exp:on_model_loaded(ctx)
     local n, hidden = ctx.model.n_layers, ctx.model.hidden_size
-    for i, a in ipairs(list) do
+    for _, a in ipairs(list) do
       if a.layers ~= "all" then
         for _, l in ipairs(a.layers) do
           if l >= n then
@@ -175,7 +175,6 @@ function M.make(args)
         error(string.format("steer: vector %s has %d values but %s is %d wide (the model's hidden size)",
           a.source, a.cols, a.stage, hidden), 0)
       end
-      a.index = i
     end
   end
 

@@ -1,8 +1,12 @@
 -- ember.fs — the few file-system operations artifacts need: whole-file read, atomic write
 -- (temporary file + rename), directories. Must not leave half-written outputs behind.
 --
--- Plain Lua has no mkdir/rmdir; rather than add a C dependency for three calls, directories go
+-- File tests (what a path is, what a directory holds) are system calls through ember.core
+-- (src/lua_bindings/l_fs.c): they run per artifact and per output, and a /bin/sh each time made
+-- them the cost of a read. Plain Lua has no mkdir/rmdir either; the few directory changes still go
 -- through /bin/sh with every path single-quoted (no word splitting, no globbing, no injection).
+
+local internal = require("ember.core").internal
 
 local M = {}
 
@@ -15,14 +19,14 @@ local function sh(cmd)
   return ok == true
 end
 
+-- exists(path): anything is there (a symbolic link counts by what it points to, as with test -e).
 function M.exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close(); return true end
-  return M.is_dir(path)
+  return internal.stat(path) ~= nil
 end
 
 function M.is_dir(path)
-  return sh("test -d " .. M.shell_quote(path))
+  local info = internal.stat(path)
+  return info ~= nil and info.type == "dir"
 end
 
 function M.dirname(path)
@@ -72,25 +76,25 @@ end
 -- longer runs; the older NAME.tmp-RANDOM form once it is an hour old). A live writer's are kept.
 function M.sweep_temps(dir)
   local removed = {}
-  local h = io.popen("find " .. M.shell_quote(dir) .. " -mindepth 1 -maxdepth 1 -name '*.tmp-*' -print 2>/dev/null")
-  if not h then return removed end
-  local stale_old = {}
-  local h2 = io.popen("find " .. M.shell_quote(dir) .. " -mindepth 1 -maxdepth 1 -name '*.tmp-*' -mmin +60 -print "
-    .. "2>/dev/null")
-  for line in h2:lines() do stale_old[line] = true end
-  h2:close()
-  for line in h:lines() do
-    local pid = line:match("%.tmp%-(%d+)%-%x+$")
-    local dead
-    if pid then
-      pid = tonumber(pid)
-      dead = pid ~= PID and pid > 0 and not M.exists("/proc/" .. pid)
-    else
-      dead = line:match("%.tmp%-%x+$") ~= nil and stale_old[line] == true
+  local names = internal.list_dir(dir)
+  if not names then return removed end
+  local hour_ago = os.time() - 3600
+  for _, name in ipairs(names) do
+    if name:find(".tmp-", 1, true) then
+      local path = M.join(dir, name)
+      local pid = name:match("%.tmp%-(%d+)%-%x+$")
+      local dead
+      if pid then
+        pid = tonumber(pid)
+        dead = pid ~= PID and pid > 0 and not M.exists("/proc/" .. pid)
+      elseif name:match("%.tmp%-%x+$") then
+        -- the older form carries no writer: only an hour without a change marks it abandoned
+        local info = internal.stat(path, true)
+        dead = info ~= nil and info.mtime < hour_ago
+      end
+      if dead and M.remove_tree(path) then removed[#removed + 1] = path end
     end
-    if dead and M.remove_tree(line) then removed[#removed + 1] = line end
   end
-  h:close()
   return removed
 end
 

@@ -8,6 +8,7 @@
 
 #include "l_control_vector.h"
 #include "l_experiment.h"
+#include "l_fs.h"
 #include "l_model.h"
 #include "l_model_lens.h"
 #include "l_sampler.h"
@@ -363,6 +364,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_sampler(L, module);
     ember_lua_open_tokenizer(L, module);
     ember_lua_open_control_vector(L, module);
+    ember_lua_open_fs(L, module);
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
     static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},

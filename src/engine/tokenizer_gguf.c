@@ -12,8 +12,7 @@
 /* The array under key, or NULL when absent; a value of another type is an error (in *st), since a
  * tokenizer read from a mistyped array would give wrong ids silently. */
 static const gguf_value *find_array(const ember_gguf *g, const char *key, gguf_value_type elem, bool numeric,
-                                    ember_error *err, ember_status *st)
-{
+                                    ember_error *err, ember_status *st) {
     *st = EMBER_OK;
     const gguf_kv *kv = ember_gguf_find(g, key);
     if (!kv) return NULL;
@@ -32,8 +31,7 @@ static const gguf_value *find_array(const ember_gguf *g, const char *key, gguf_v
 
 /* An optional integer key naming a token id; -1 when absent. */
 static ember_status get_token_id(const ember_gguf *g, const char *key, int64_t n_vocab, int32_t *out,
-                                 ember_error *err)
-{
+                                 ember_error *err) {
     int64_t v;
     *out = -1;
     if (!ember_gguf_find(g, key)) return EMBER_OK;
@@ -48,21 +46,18 @@ static ember_status get_token_id(const ember_gguf *g, const char *key, int64_t n
     return EMBER_OK;
 }
 
-static bool get_bool_or(const ember_gguf *g, const char *key, bool def)
-{
+static bool get_bool_or(const ember_gguf *g, const char *key, bool def) {
     bool b;
     return ember_gguf_get_bool(g, key, &b) ? b : def;
 }
 
-static bool streq(const char *a, const char *b)
-{
+static bool streq(const char *a, const char *b) {
     return a && strcmp(a, b) == 0;
 }
 
 /* Chooses the model and pattern from tokenizer.ggml.model / .pre, as llama.cpp does. */
 static ember_status gguf_config(const ember_gguf *g, const char *model, const char *pre, ember_tokenizer_config *cfg,
-                                ember_error *err)
-{
+                                ember_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = cfg->eos_id = cfg->unk_id = -1;
     if (streq(model, "gpt2")) {
@@ -110,8 +105,7 @@ static ember_status gguf_config(const ember_gguf *g, const char *model, const ch
 
 /* Token i of tokenizer.ggml.tokens becomes id i, with its type and score when the file has them. */
 static ember_status add_tokens(const ember_gguf *g, ember_tokenizer_builder *b, const gguf_value *tokens,
-                               const gguf_value *types, const gguf_value *scores, ember_error *err)
-{
+                               const gguf_value *types, const gguf_value *scores, ember_error *err) {
     uint64_t n = tokens->v.arr.count;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s;
@@ -137,8 +131,7 @@ static ember_status add_tokens(const ember_gguf *g, ember_tokenizer_builder *b, 
 }
 
 static ember_status add_merges(const ember_gguf *g, ember_tokenizer_builder *b, const gguf_value *merges,
-                               ember_error *err)
-{
+                               ember_error *err) {
     for (uint64_t i = 0; i < merges->v.arr.count; i++) {
         gguf_str s;
         if (!ember_gguf_array_string(merges, i, &s))
@@ -157,8 +150,7 @@ static ember_status add_merges(const ember_gguf *g, ember_tokenizer_builder *b, 
     return EMBER_OK;
 }
 
-ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **out, ember_error *err)
-{
+ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **out, ember_error *err) {
     *out = NULL;
     ember_status st;
     ember_tokenizer_config cfg;
@@ -230,8 +222,7 @@ done:
 
 #define TOK_CHECK_SAMPLES 64
 
-ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err)
-{
+ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err) {
     ember_status st;
     const gguf_value *tokens = find_array(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, false, err, &st);
     if (st != EMBER_OK) return st;

@@ -26,8 +26,7 @@ typedef struct {
 
 /* Raises msg as is: engine messages already name the file and the problem, and a position
  * prefix ("file.lua:12:") would only point into the loader. */
-static int raise_plain(lua_State *L, const char *fmt, ...)
-{
+static int raise_plain(lua_State *L, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     lua_pushvfstring(L, fmt, ap);
@@ -37,36 +36,31 @@ static int raise_plain(lua_State *L, const char *fmt, ...)
 
 /* ---- the tokenizer userdata ------------------------------------------------------------------- */
 
-static ltok *push_closed_tokenizer(lua_State *L)
-{
+static ltok *push_closed_tokenizer(lua_State *L) {
     ltok *u = lua_newuserdatauv(L, sizeof *u, 0); /* [tok] */
     u->t = NULL;
     luaL_setmetatable(L, EMBER_LUA_TOKENIZER);
     return u;
 }
 
-void ember_lua_push_tokenizer(lua_State *L, ember_tokenizer *t)
-{
+void ember_lua_push_tokenizer(lua_State *L, ember_tokenizer *t) {
     push_closed_tokenizer(L)->t = t;
 }
 
-ember_tokenizer *ember_lua_check_tokenizer(lua_State *L, int idx)
-{
+ember_tokenizer *ember_lua_check_tokenizer(lua_State *L, int idx) {
     ltok *u = luaL_checkudata(L, idx, EMBER_LUA_TOKENIZER);
     if (!u->t) luaL_error(L, CLOSED_MSG);
     return u->t;
 }
 
-static int tok_close(lua_State *L)
-{
+static int tok_close(lua_State *L) {
     ltok *u = luaL_checkudata(L, 1, EMBER_LUA_TOKENIZER);
     ember_tokenizer_free(u->t);
     u->t = NULL;
     return 0;
 }
 
-static int tok_tostring(lua_State *L)
-{
+static int tok_tostring(lua_State *L) {
     ltok *u = luaL_checkudata(L, 1, EMBER_LUA_TOKENIZER);
     if (!u->t) lua_pushstring(L, "ember.Tokenizer (closed)");
     else lua_pushfstring(L, "ember.Tokenizer (%I tokens)", (lua_Integer)ember_tokenizer_vocab_size(u->t));
@@ -74,8 +68,7 @@ static int tok_tostring(lua_State *L)
 }
 
 /* Reads an optional boolean option; a non-boolean raises naming the caller and the key. */
-static int opt_bool(lua_State *L, int opts, const char *fname, const char *key, int def)
-{
+static int opt_bool(lua_State *L, int opts, const char *fname, const char *key, int def) {
     if (!opts) return def;
     lua_getfield(L, opts, key); /* [.., v] */
     int v = def;
@@ -90,8 +83,7 @@ static int opt_bool(lua_State *L, int opts, const char *fname, const char *key, 
 }
 
 /* 0 for an absent or nil options argument, else its absolute index (which must hold a table). */
-static int opts_index(lua_State *L, int idx, const char *fname, const char *const *valid)
-{
+static int opts_index(lua_State *L, int idx, const char *fname, const char *const *valid) {
     if (idx == 0 || lua_isnoneornil(L, idx)) return 0;
     idx = lua_absindex(L, idx);
     if (!lua_istable(L, idx))
@@ -100,8 +92,7 @@ static int opts_index(lua_State *L, int idx, const char *fname, const char *cons
     return idx;
 }
 
-int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, int opts_idx, const char *fname)
-{
+int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, int opts_idx, const char *fname) {
     static const char *const valid[] = { "bos", "special", NULL };
     if (lua_type(L, text_idx) != LUA_TSTRING) /* checked first: lua_tolstring would convert numbers */
         luaL_error(L, "bad argument to '%s' (text must be a string, got %s)", fname, luaL_typename(L, text_idx));
@@ -130,8 +121,7 @@ int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, i
     return 1;
 }
 
-int ember_lua_tokenizer_decode(lua_State *L, ember_tokenizer *t, int ids_idx, int opts_idx, const char *fname)
-{
+int ember_lua_tokenizer_decode(lua_State *L, ember_tokenizer *t, int ids_idx, int opts_idx, const char *fname) {
     static const char *const valid[] = { "special", NULL };
     ids_idx = lua_absindex(L, ids_idx);
     if (!lua_istable(L, ids_idx))
@@ -170,23 +160,20 @@ int ember_lua_tokenizer_decode(lua_State *L, ember_tokenizer *t, int ids_idx, in
     return 1;
 }
 
-static int tok_encode(lua_State *L)
-{
+static int tok_encode(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     luaL_checktype(L, 2, LUA_TSTRING);
     return ember_lua_tokenizer_encode(L, t, 2, 3, "encode");
 }
 
-static int tok_decode(lua_State *L)
-{
+static int tok_decode(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     return ember_lua_tokenizer_decode(L, t, 2, 3, "decode");
 }
 
 /* tok:token(id) -> the text the token stands for, and its vocabulary string; nil if no token. */
-static int tok_token(lua_State *L)
-{
+static int tok_token(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     lua_Integer id = luaL_checkinteger(L, 2);
     size_t plen, rlen;
@@ -202,8 +189,7 @@ static int tok_token(lua_State *L)
 }
 
 /* tok:find(s) -> the id whose vocabulary string is s, or nil. */
-static int tok_find(lua_State *L)
-{
+static int tok_find(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     size_t len;
     const char *s = luaL_checklstring(L, 2, &len);
@@ -214,48 +200,41 @@ static int tok_find(lua_State *L)
 }
 
 /* tok:is_special(id) -> true for control and unknown tokens. */
-static int tok_is_special(lua_State *L)
-{
+static int tok_is_special(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     lua_Integer id = luaL_checkinteger(L, 2);
     lua_pushboolean(L, id >= 0 && id <= INT32_MAX && ember_tokenizer_is_special(t, (int32_t)id));
     return 1;
 }
 
-static void push_id_or_nil(lua_State *L, int32_t id)
-{
+static void push_id_or_nil(lua_State *L, int32_t id) {
     if (id < 0) lua_pushnil(L);
     else lua_pushinteger(L, id);
 }
 
-static int get_vocab_size(lua_State *L)
-{
+static int get_vocab_size(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)ember_tokenizer_vocab_size(ember_lua_check_tokenizer(L, 1)));
     return 1;
 }
 
-static int get_bos_id(lua_State *L)
-{
+static int get_bos_id(lua_State *L) {
     push_id_or_nil(L, ember_tokenizer_bos(ember_lua_check_tokenizer(L, 1)));
     return 1;
 }
 
-static int get_eos_id(lua_State *L)
-{
+static int get_eos_id(lua_State *L) {
     push_id_or_nil(L, ember_tokenizer_eos(ember_lua_check_tokenizer(L, 1)));
     return 1;
 }
 
-static int get_adds_bos(lua_State *L)
-{
+static int get_adds_bos(lua_State *L) {
     lua_pushboolean(L, ember_tokenizer_adds_bos(ember_lua_check_tokenizer(L, 1)));
     return 1;
 }
 
 /* ---- streaming -------------------------------------------------------------------------------- */
 
-static lstream *check_stream(lua_State *L, int idx)
-{
+static lstream *check_stream(lua_State *L, int idx) {
     lstream *s = luaL_checkudata(L, idx, EMBER_LUA_DETOK);
     if (!s->s) luaL_error(L, "attempt to use a closed detokenizer stream");
     if (!s->owner->t) luaL_error(L, CLOSED_MSG);
@@ -265,8 +244,7 @@ static lstream *check_stream(lua_State *L, int idx)
 /* tok:stream([{skip_special=false, strip_space=false, exact=false}]) -> ember.DetokStream
  * exact: the chunks add up to tok:decode(ids) byte for byte (EMBER_DETOK_AS_DECODE; the other
  * options may not be combined with it). */
-static int tok_stream(lua_State *L)
-{
+static int tok_stream(lua_State *L) {
     static const char *const valid[] = { "skip_special", "strip_space", "exact", NULL };
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     int opts = opts_index(L, 2, "stream", valid);
@@ -291,8 +269,7 @@ static int tok_stream(lua_State *L)
 }
 
 /* stream:push(id) -> the text completed by this token ("" while a character is unfinished) */
-static int stream_push(lua_State *L)
-{
+static int stream_push(lua_State *L) {
     lstream *s = check_stream(L, 1);
     lua_Integer id = luaL_checkinteger(L, 2);
     if (id < INT32_MIN || id > INT32_MAX) return luaL_argerror(L, 2, "not a token id");
@@ -306,8 +283,7 @@ static int stream_push(lua_State *L)
 
 /* stream:flush() -> what was held back (an unfinished character becomes U+FFFD, or stays as it is
  * with exact); restarts. */
-static int stream_flush(lua_State *L)
-{
+static int stream_flush(lua_State *L) {
     lstream *s = check_stream(L, 1);
     const char *text;
     size_t len;
@@ -316,8 +292,7 @@ static int stream_flush(lua_State *L)
     return 1;
 }
 
-static int stream_close(lua_State *L)
-{
+static int stream_close(lua_State *L) {
     lstream *s = luaL_checkudata(L, 1, EMBER_LUA_DETOK);
     ember_detok_stream_free(s->s);
     s->s = NULL;
@@ -330,8 +305,7 @@ static void gguf_close_box(void *g) { ember_gguf_close(g); }
 static void builder_free_box(void *b) { ember_tokenizer_builder_free(b); }
 
 /* core.tokenizer_from_gguf(path) */
-static int l_tokenizer_from_gguf(lua_State *L)
-{
+static int l_tokenizer_from_gguf(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     ltok *u = push_closed_tokenizer(L);              /* [path, tok] */
     void **box = ember_lua_box(L, gguf_close_box); /* [path, tok, box] */
@@ -347,8 +321,7 @@ static int l_tokenizer_from_gguf(lua_State *L)
 }
 
 /* Field of the spec table as a boolean (absent = false). */
-static bool spec_bool(lua_State *L, int spec, const char *key)
-{
+static bool spec_bool(lua_State *L, int spec, const char *key) {
     lua_getfield(L, spec, key);
     bool v = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -356,21 +329,18 @@ static bool spec_bool(lua_State *L, int spec, const char *key)
 }
 
 /* Field of the spec table as a token id (absent = -1). */
-static int32_t spec_id(lua_State *L, int spec, const char *key)
-{
+static int32_t spec_id(lua_State *L, int spec, const char *key) {
     lua_Integer v = ember_lua_opt_int_field(L, spec, "tokenizer_build", key, -1);
     if (v < -1 || v >= INT32_MAX) raise_plain(L, "ember.tokenizer: %s = %I is not a token id", key, v);
     return (int32_t)v;
 }
 
-static void check_status(lua_State *L, ember_status st, const ember_error *err)
-{
+static void check_status(lua_State *L, ember_status st, const ember_error *err) {
     if (st != EMBER_OK) raise_plain(L, "ember.tokenizer: %s", err->msg);
 }
 
 /* spec.vocab: { [string] = id } (tokenizer.json's model.vocab). [.., vocab] on top. */
-static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *source)
-{
+static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *source) {
     ember_error err = { 0 };
     int vocab = lua_gettop(L);
     lua_pushnil(L);
@@ -388,8 +358,7 @@ static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *so
 }
 
 /* spec.added: array of { id=, content=, special=, lstrip=, rstrip=, single_word= }. [.., added] */
-static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *source)
-{
+static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *source) {
     ember_error err = { 0 };
     int added = lua_gettop(L);
     lua_Unsigned n = lua_rawlen(L, added);
@@ -416,8 +385,7 @@ static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *so
 }
 
 /* spec.merges: array of "left right" strings or { left, right } pairs. [.., merges] */
-static void build_merges(lua_State *L, ember_tokenizer_builder *b, const char *source)
-{
+static void build_merges(lua_State *L, ember_tokenizer_builder *b, const char *source) {
     ember_error err = { 0 };
     int merges = lua_gettop(L);
     lua_Unsigned n = lua_rawlen(L, merges);
@@ -452,8 +420,7 @@ static void build_merges(lua_State *L, ember_tokenizer_builder *b, const char *s
     }
 }
 
-static int parse_enum(lua_State *L, int spec, const char *key, const char *const *names, const char *def)
-{
+static int parse_enum(lua_State *L, int spec, const char *key, const char *const *names, const char *def) {
     const char *v = ember_lua_opt_str_field(L, spec, "tokenizer_build", key, def);
     for (int i = 0; names[i]; i++)
         if (strcmp(v, names[i]) == 0) return i;
@@ -464,8 +431,7 @@ static int parse_enum(lua_State *L, int spec, const char *key, const char *const
  * "qwen2"|"newlines", vocab={}, added={}, merges={}, bos_id=, eos_id=, unk_id=, and the booleans
  * of ember_tokenizer_config: nfc, add_space_prefix, escape_spaces, byte_level, byte_fallback,
  * ignore_merges, newline_runs_whole, fuse_unk, decode_strip_space, add_bos }. */
-static int l_tokenizer_build(lua_State *L)
-{
+static int l_tokenizer_build(lua_State *L) {
     static const char *const models[] = { "bpe", "spm", NULL };
     static const char *const pres[] = { "none", "gpt2", "llama3", "qwen2", "newlines", NULL };
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -512,8 +478,7 @@ static int l_tokenizer_build(lua_State *L)
 
 /* core.tokenizer_check(tok, model) -> true | nil, message: tok against the vocabulary the model's
  * GGUF embeds (ember_tokenizer_check_gguf). */
-static int l_tokenizer_check(lua_State *L)
-{
+static int l_tokenizer_check(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     ember_lua_model *lm = ember_lua_check_model(L, 2);
     ember_error err = { 0 };
@@ -528,8 +493,7 @@ static int l_tokenizer_check(lua_State *L)
 
 /* ---- registration ----------------------------------------------------------------------------- */
 
-void ember_lua_open_tokenizer(lua_State *L, int module_index)
-{
+void ember_lua_open_tokenizer(lua_State *L, int module_index) {
     static const luaL_Reg tok_methods[] = {
         { "encode", tok_encode }, { "decode", tok_decode },         { "token", tok_token },
         { "find", tok_find },     { "is_special", tok_is_special }, { "stream", tok_stream },

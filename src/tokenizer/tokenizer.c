@@ -9,8 +9,7 @@
 
 /* ---- hashing --------------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
+static uint64_t mix64(uint64_t x) {
     /* splitmix64's finalizer: every input bit reaches every output bit. */
     x ^= x >> 30;
     x *= 0xBF58476D1CE4E5B9ull;
@@ -20,8 +19,7 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-uint64_t tok_hash_bytes(const char *s, size_t len)
-{
+uint64_t tok_hash_bytes(const char *s, size_t len) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)len;
     size_t i = 0;
     for (; i + 8 <= len; i += 8) {
@@ -38,8 +36,7 @@ uint64_t tok_hash_bytes(const char *s, size_t len)
 
 /* A token string quoted for an error message: printable ASCII and UTF-8 as is, the rest \xNN,
  * cut short after ~48 bytes. */
-static const char *tok_quote(char *dst, size_t cap, const char *s, size_t len)
-{
+static const char *tok_quote(char *dst, size_t cap, const char *s, size_t len) {
     size_t o = 0;
     for (size_t i = 0; i < len && o + 8 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -58,8 +55,7 @@ static const char *tok_quote(char *dst, size_t cap, const char *s, size_t len)
     return dst;
 }
 
-static ember_status tok_nomem(ember_error *err, const char *source)
-{
+static ember_status tok_nomem(ember_error *err, const char *source) {
     return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory building the tokenizer", source);
 }
 
@@ -70,8 +66,7 @@ static ember_status tok_nomem(ember_error *err, const char *source)
  * one token at id 16,777,215 must not cost a 16M-entry table. Ids never given stay without a token
  * (attr 0). */
 
-static void tok_table_free(tok_table *tab)
-{
+static void tok_table_free(tok_table *tab) {
     free(tab->text);
     free(tab->off);
     free(tab->len);
@@ -81,8 +76,7 @@ static void tok_table_free(tok_table *tab)
 }
 
 /* Room for entries 0..n (grown by doubling). */
-static bool tok_table_reserve(tok_table *tab, int64_t n)
-{
+static bool tok_table_reserve(tok_table *tab, int64_t n) {
     if (n < tab->cap) return true;
     int64_t cap = tab->cap ? tab->cap : 1024;
     while (cap <= n) cap *= 2;
@@ -100,8 +94,7 @@ static bool tok_table_reserve(tok_table *tab, int64_t n)
     return true;
 }
 
-static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uint64_t *off)
-{
+static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uint64_t *off) {
     if (tab->text_used + len + 1 > tab->text_cap) {
         size_t cap = tab->text_cap ? tab->text_cap : 65536;
         while (cap < tab->text_used + len + 1) cap *= 2;
@@ -120,8 +113,7 @@ static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uin
  * Open addressing with linear probing over ids: the strings stay in the arena, so the map costs 4
  * bytes a slot and a 262k vocabulary fits in 2 MB. Load factor stays at or below one half. */
 
-int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, size_t len)
-{
+int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, size_t len) {
     if (!m->cap) return -1;
     size_t mask = m->cap - 1;
     for (size_t i = tok_hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
@@ -131,8 +123,7 @@ int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, 
     }
 }
 
-static bool tok_map_grow(tok_str_map *m, const tok_table *tab)
-{
+static bool tok_map_grow(tok_str_map *m, const tok_table *tab) {
     size_t cap = m->cap ? m->cap * 2 : 4096;
     int32_t *slots = malloc(cap * sizeof *slots);
     if (!slots) return false;
@@ -152,8 +143,7 @@ static bool tok_map_grow(tok_str_map *m, const tok_table *tab)
 
 /* Inserts id under its string; an id already holding that string is replaced (the later wins,
  * as in llama.cpp's token_to_id map). */
-static bool tok_map_put(tok_str_map *m, const tok_table *tab, int32_t id)
-{
+static bool tok_map_put(tok_str_map *m, const tok_table *tab, int32_t id) {
     if ((m->count + 1) * 2 > m->cap && !tok_map_grow(m, tab)) return false;
     const char *s = tab->text + tab->off[id];
     size_t len = tab->len[id], mask = m->cap - 1;
@@ -175,13 +165,11 @@ static bool tok_map_put(tok_str_map *m, const tok_table *tab, int32_t id)
  * Merges are looked up by the ids of the two symbols, never by their strings: the merge loop then
  * does no string work at all. */
 
-static uint64_t tok_merge_key(int32_t left, int32_t right)
-{
+static uint64_t tok_merge_key(int32_t left, int32_t right) {
     return (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
 }
 
-bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result)
-{
+bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result) {
     if (!m->cap) return false;
     uint64_t key = tok_merge_key(left, right);
     size_t mask = m->cap - 1;
@@ -196,8 +184,7 @@ bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t
     }
 }
 
-static bool tok_merge_grow(tok_merge_map *m)
-{
+static bool tok_merge_grow(tok_merge_map *m) {
     size_t cap = m->cap ? m->cap * 2 : 4096;
     tok_merge_slot *slots = calloc(cap, sizeof *slots);
     if (!slots) return false;
@@ -214,8 +201,7 @@ static bool tok_merge_grow(tok_merge_map *m)
 }
 
 /* Inserts unless the pair is already there (then the first rank stays, as in llama.cpp). */
-static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t result)
-{
+static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t result) {
     if ((m->count + 1) * 2 > m->cap && !tok_merge_grow(m)) return false;
     uint64_t key = tok_merge_key(left, right);
     size_t mask = m->cap - 1;
@@ -234,8 +220,7 @@ static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t
 
 /* ---- id -> entry map (builder only) ----------------------------------------------------------- */
 
-static int32_t tok_id_find(const tok_id_map *m, int64_t id)
-{
+static int32_t tok_id_find(const tok_id_map *m, int64_t id) {
     if (!m->cap) return -1;
     size_t mask = m->cap - 1;
     for (size_t i = mix64((uint64_t)id) & mask;; i = (i + 1) & mask) {
@@ -244,8 +229,7 @@ static int32_t tok_id_find(const tok_id_map *m, int64_t id)
     }
 }
 
-static bool tok_id_put(tok_id_map *m, int32_t id, int32_t entry)
-{
+static bool tok_id_put(tok_id_map *m, int32_t id, int32_t entry) {
     if ((m->count + 1) * 2 > m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 4096;
         int32_t *keys = malloc(cap * sizeof *keys), *vals = malloc(cap * sizeof *vals);
@@ -278,8 +262,7 @@ static bool tok_id_put(tok_id_map *m, int32_t id, int32_t entry)
 
 /* ---- builder --------------------------------------------------------------------------------- */
 
-ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_builder **out, ember_error *err)
-{
+ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_builder **out, ember_error *err) {
     *out = NULL;
     ember_tokenizer_builder *b = calloc(1, sizeof *b);
     char *src = strdup(source ? source : "tokenizer");
@@ -294,8 +277,7 @@ ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_bui
     return EMBER_OK;
 }
 
-void ember_tokenizer_builder_free(ember_tokenizer_builder *b)
-{
+void ember_tokenizer_builder_free(ember_tokenizer_builder *b) {
     if (!b) return;
     tok_table_free(&b->tab);
     free(b->entry_id);
@@ -308,8 +290,7 @@ void ember_tokenizer_builder_free(ember_tokenizer_builder *b)
 }
 
 ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text,
-                                               size_t len, float score, unsigned attr, ember_error *err)
-{
+                                               size_t len, float score, unsigned attr, ember_error *err) {
     char q1[256], q2[256];
     unsigned kind = attr & EMBER_TOKEN_KIND_MASK;
     if (id < 0 || id >= TOK_MAX_ID)
@@ -354,8 +335,7 @@ ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64
 }
 
 ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const char *left, size_t llen,
-                                               const char *right, size_t rlen, ember_error *err)
-{
+                                               const char *right, size_t rlen, ember_error *err) {
     char q[256];
     tok_table *tab = &b->tab;
     int32_t rank = b->n_merges;
@@ -387,8 +367,7 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
 static bool tok_ids_dense_enough(int64_t max_id, int64_t n_tokens) { return max_id < 2 * n_tokens + 1024; }
 
 /* The compact table laid out by id, and the string map re-pointed from entries to ids. */
-static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, ember_error *err)
-{
+static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, ember_error *err) {
     const tok_table *c = &b->tab;
     memset(out, 0, sizeof *out);
     if (!tok_ids_dense_enough(b->max_id, c->n))
@@ -424,8 +403,7 @@ static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, 
  * added-token trie, and every token's decoded text. */
 
 /* "<0xNN>" (upper-case hex, SentencePiece's byte token spelling) -> the byte, else -1. */
-static int tok_parse_byte_token(const char *s, size_t len)
-{
+static int tok_parse_byte_token(const char *s, size_t len) {
     if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
     int v = 0;
     for (int i = 3; i < 5; i++) {
@@ -438,8 +416,7 @@ static int tok_parse_byte_token(const char *s, size_t len)
     return v;
 }
 
-static ember_status tok_trie_add(ember_tokenizer *t, int32_t id, tok_trie_node **nodes, int32_t *cap)
-{
+static ember_status tok_trie_add(ember_tokenizer *t, int32_t id, tok_trie_node **nodes, int32_t *cap) {
     const char *s = t->tab.text + t->tab.off[id];
     size_t len = t->tab.len[id];
     if (len == 0) return EMBER_OK;
@@ -477,8 +454,7 @@ static ember_status tok_trie_add(ember_tokenizer *t, int32_t id, tok_trie_node *
 }
 
 /* What the token contributes to decoded text, appended to the piece arena. */
-static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t *used, size_t *cap)
-{
+static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t *used, size_t *cap) {
     const tok_table *tab = &t->tab;
     const char *s = tab->text + tab->off[id];
     size_t len = tab->len[id];
@@ -535,16 +511,14 @@ static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t 
     return true;
 }
 
-static ember_status tok_check_special_id(const ember_tokenizer *t, const char *what, int32_t id, ember_error *err)
-{
+static ember_status tok_check_special_id(const ember_tokenizer *t, const char *what, int32_t id, ember_error *err) {
     if (id == -1 || tok_has(&t->tab, id)) return EMBER_OK;
     return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the %s id %d is not a token of the vocabulary", t->source,
                            what, id);
 }
 
 ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const ember_tokenizer_config *cfg,
-                                            ember_tokenizer **out, ember_error *err)
-{
+                                            ember_tokenizer **out, ember_error *err) {
     *out = NULL;
     ember_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
@@ -659,8 +633,7 @@ fail:
     return st;
 }
 
-void ember_tokenizer_free(ember_tokenizer *t)
-{
+void ember_tokenizer_free(ember_tokenizer *t) {
     if (!t) return;
     tok_table_free(&t->tab);
     free(t->map.slots);
@@ -682,39 +655,33 @@ int32_t ember_tokenizer_bos(const ember_tokenizer *t) { return t->cfg.bos_id; }
 int32_t ember_tokenizer_eos(const ember_tokenizer *t) { return t->cfg.eos_id; }
 bool ember_tokenizer_adds_bos(const ember_tokenizer *t) { return t->cfg.add_bos; }
 
-const char *ember_tokenizer_piece(const ember_tokenizer *t, int32_t id, size_t *len)
-{
+const char *ember_tokenizer_piece(const ember_tokenizer *t, int32_t id, size_t *len) {
     if (!tok_has(&t->tab, id)) return NULL;
     *len = t->piece_len[id];
     return t->piece ? t->piece + t->piece_off[id] : "";
 }
 
-const char *ember_tokenizer_token_text(const ember_tokenizer *t, int32_t id, size_t *len)
-{
+const char *ember_tokenizer_token_text(const ember_tokenizer *t, int32_t id, size_t *len) {
     if (!tok_has(&t->tab, id)) return NULL;
     *len = t->tab.len[id];
     return t->tab.text + t->tab.off[id];
 }
 
-unsigned ember_tokenizer_token_attr(const ember_tokenizer *t, int32_t id)
-{
+unsigned ember_tokenizer_token_attr(const ember_tokenizer *t, int32_t id) {
     return tok_has(&t->tab, id) ? t->tab.attr[id] : 0;
 }
 
-bool ember_tokenizer_is_special(const ember_tokenizer *t, int32_t id)
-{
+bool ember_tokenizer_is_special(const ember_tokenizer *t, int32_t id) {
     if (!tok_has(&t->tab, id)) return false;
     unsigned kind = tok_kind(&t->tab, id);
     return kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_UNKNOWN;
 }
 
-int32_t ember_tokenizer_find(const ember_tokenizer *t, const char *text, size_t len)
-{
+int32_t ember_tokenizer_find(const ember_tokenizer *t, const char *text, size_t len) {
     return tok_map_find(&t->map, &t->tab, text, len);
 }
 
-ember_status tok_ids_push(tok_ids *a, int32_t id, ember_error *err)
-{
+ember_status tok_ids_push(tok_ids *a, int32_t id, ember_error *err) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
         int32_t *v = realloc(a->v, cap * sizeof *v);

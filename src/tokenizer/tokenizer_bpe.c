@@ -23,13 +23,11 @@ typedef struct {
     int32_t rank;
 } tok_pair;
 
-static ember_status work_nomem(ember_error *err)
-{
+static ember_status work_nomem(ember_error *err) {
     return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory while encoding");
 }
 
-static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err)
-{
+static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_sym) return EMBER_OK;
     size_t cap = w->cap_sym ? w->cap_sym : 256;
     while (cap < n) cap *= 2;
@@ -40,8 +38,7 @@ static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err)
     return EMBER_OK;
 }
 
-static ember_status reserve_heap(tok_work *w, size_t n, ember_error *err)
-{
+static ember_status reserve_heap(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_heap) return EMBER_OK;
     size_t cap = w->cap_heap ? w->cap_heap : 256;
     while (cap < n) cap *= 2;
@@ -52,8 +49,7 @@ static ember_status reserve_heap(tok_work *w, size_t n, ember_error *err)
     return EMBER_OK;
 }
 
-static ember_status push_symbol(tok_work *w, int32_t id, uint32_t start, uint32_t n, ember_error *err)
-{
+static ember_status push_symbol(tok_work *w, int32_t id, uint32_t start, uint32_t n, ember_error *err) {
     ember_status st = reserve_symbols(w, w->n_sym + 1, err);
     if (st != EMBER_OK) return st;
     tok_symbol *s = &w->sym[w->n_sym];
@@ -69,13 +65,11 @@ static ember_status push_symbol(tok_work *w, int32_t id, uint32_t start, uint32_
 
 /* ---- the candidate heap ---------------------------------------------------------------------- */
 
-static bool pair_before(const tok_pair *a, const tok_pair *b)
-{
+static bool pair_before(const tok_pair *a, const tok_pair *b) {
     return a->key > b->key || (a->key == b->key && a->left < b->left);
 }
 
-static ember_status heap_push(tok_work *w, tok_pair e, ember_error *err)
-{
+static ember_status heap_push(tok_work *w, tok_pair e, ember_error *err) {
     ember_status st = reserve_heap(w, w->n_heap + 1, err);
     if (st != EMBER_OK) return st;
     tok_pair *h = w->heap;
@@ -90,8 +84,7 @@ static ember_status heap_push(tok_work *w, tok_pair e, ember_error *err)
     return EMBER_OK;
 }
 
-static tok_pair heap_pop(tok_work *w)
-{
+static tok_pair heap_pop(tok_work *w) {
     tok_pair *h = w->heap;
     tok_pair top = h[0], last = h[--w->n_heap];
     size_t i = 0, n = w->n_heap;
@@ -110,8 +103,7 @@ static tok_pair heap_pop(tok_work *w)
 /* ---- BPE ------------------------------------------------------------------------------------- */
 
 /* Queues the pair (a, a.next) when a merge exists for it. */
-static ember_status bpe_consider(const ember_tokenizer *t, tok_work *w, int32_t a, ember_error *err)
-{
+static ember_status bpe_consider(const ember_tokenizer *t, tok_work *w, int32_t a, ember_error *err) {
     if (a < 0 || w->sym[a].next < 0) return EMBER_OK;
     int32_t rank, result;
     if (!tok_merge_find(&t->merges, w->sym[a].id, w->sym[w->sym[a].next].id, &rank, &result)) return EMBER_OK;
@@ -122,8 +114,7 @@ static ember_status bpe_consider(const ember_tokenizer *t, tok_work *w, int32_t 
 /* The initial symbols of a word that is not byte-level: one per character, with byte fallback
  * and unknown-token handling the way HF's BPE model does it. */
 static ember_status bpe_char_symbols(const ember_tokenizer *t, tok_work *w, const char *word, size_t len,
-                                     ember_error *err)
-{
+                                     ember_error *err) {
     ember_status st;
     bool last_unk = false;
     for (size_t i = 0; i < len;) {
@@ -154,16 +145,14 @@ static ember_status bpe_char_symbols(const ember_tokenizer *t, tok_work *w, cons
     return EMBER_OK;
 }
 
-static bool all_newlines(const char *s, size_t len)
-{
+static bool all_newlines(const char *s, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (s[i] != '\n') return false;
     return len > 0;
 }
 
 ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *word, size_t len, tok_ids *out,
-                          ember_error *err)
-{
+                          ember_error *err) {
     ember_status st;
     if (len == 0) return EMBER_OK;
     w->n_sym = 0;
@@ -217,8 +206,7 @@ ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *wor
 
 /* Queues (left, right) when their joined text is a token of the vocabulary. */
 static ember_status spm_consider(const ember_tokenizer *t, tok_work *w, const char *run, int32_t left, int32_t right,
-                                 ember_error *err)
-{
+                                 ember_error *err) {
     if (left < 0 || right < 0) return EMBER_OK;
     const tok_symbol *l = &w->sym[left], *r = &w->sym[right];
     uint32_t size = l->n + r->n;
@@ -229,8 +217,7 @@ static ember_status spm_consider(const ember_tokenizer *t, tok_work *w, const ch
 }
 
 ember_status tok_spm_run(const ember_tokenizer *t, tok_work *w, const char *run, size_t len, tok_ids *out,
-                         ember_error *err)
-{
+                         ember_error *err) {
     ember_status st;
     w->n_sym = 0;
     w->n_heap = 0;

@@ -7,16 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ember_status check_id(const ember_tokenizer *t, int32_t id, ember_error *err)
-{
+static ember_status check_id(const ember_tokenizer *t, int32_t id, ember_error *err) {
     if (tok_has(&t->tab, id)) return EMBER_OK;
     return ember_error_set(err, EMBER_ERR_ARG, "tokenizer: id %d is not a token (vocabulary size %lld)", id,
                            (long long)t->tab.n);
 }
 
 ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                                    size_t *len, ember_error *err)
-{
+                                    size_t *len, ember_error *err) {
     *text = NULL;
     *len = 0;
     ember_status st;
@@ -65,8 +63,7 @@ struct ember_detok_stream {
 };
 
 ember_status ember_detok_stream_new(const ember_tokenizer *t, unsigned flags, ember_detok_stream **out,
-                                    ember_error *err)
-{
+                                    ember_error *err) {
     *out = NULL;
     ember_detok_stream *s = calloc(1, sizeof *s);
     if (s) s->pending = malloc(8);
@@ -80,8 +77,7 @@ ember_status ember_detok_stream_new(const ember_tokenizer *t, unsigned flags, em
     return EMBER_OK;
 }
 
-void ember_detok_stream_free(ember_detok_stream *s)
-{
+void ember_detok_stream_free(ember_detok_stream *s) {
     if (!s) return;
     free(s->pending);
     free(s->out);
@@ -89,8 +85,7 @@ void ember_detok_stream_free(ember_detok_stream *s)
     free(s);
 }
 
-void ember_detok_stream_reset(ember_detok_stream *s)
-{
+void ember_detok_stream_reset(ember_detok_stream *s) {
     s->started = false;
     s->any_id = false;
     s->n_pending = 0;
@@ -98,8 +93,7 @@ void ember_detok_stream_reset(ember_detok_stream *s)
 
 /* Length of the longest prefix of s[0..n) that can begin a UTF-8 character (the "maximal subpart"
  * of Unicode's replacement rules); 0 when s[0] cannot start one. */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
-{
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     unsigned char lo = 0x80, hi = 0xBF;
     size_t need;
     unsigned char c = s[0];
@@ -124,8 +118,7 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
     return k;
 }
 
-static bool grow(char **buf, size_t *cap, size_t n)
-{
+static bool grow(char **buf, size_t *cap, size_t n) {
     if (n <= *cap) return true;
     size_t c = *cap ? *cap : 256;
     while (c < n) c *= 2;
@@ -136,16 +129,14 @@ static bool grow(char **buf, size_t *cap, size_t n)
     return true;
 }
 
-static bool out_reserve(ember_detok_stream *s, size_t n)
-{
+static bool out_reserve(ember_detok_stream *s, size_t n) {
     return grow(&s->out, &s->cap_out, n);
 }
 
 /* Moves the complete characters of bytes[0..n) to s->out (at *o); invalid bytes become U+FFFD (or
  * pass through unchanged with EMBER_DETOK_AS_DECODE) and a valid but unfinished tail is kept in
  * pending (unless final: then it is treated as invalid). */
-static void emit_valid(ember_detok_stream *s, const unsigned char *bytes, size_t n, size_t *o, bool final)
-{
+static void emit_valid(ember_detok_stream *s, const unsigned char *bytes, size_t n, size_t *o, bool final) {
     const bool raw = s->flags & EMBER_DETOK_AS_DECODE;
     size_t i = 0;
     while (i < n) {
@@ -180,8 +171,7 @@ static void emit_valid(ember_detok_stream *s, const unsigned char *bytes, size_t
 }
 
 ember_status ember_detok_stream_push(ember_detok_stream *s, int32_t id, const char **text, size_t *len,
-                                     ember_error *err)
-{
+                                     ember_error *err) {
     *text = "";
     *len = 0;
     const ember_tokenizer *t = s->t;
@@ -214,8 +204,7 @@ ember_status ember_detok_stream_push(ember_detok_stream *s, int32_t id, const ch
     return EMBER_OK;
 }
 
-void ember_detok_stream_flush(ember_detok_stream *s, const char **text, size_t *len)
-{
+void ember_detok_stream_flush(ember_detok_stream *s, const char **text, size_t *len) {
     *text = "";
     *len = 0;
     if (s->n_pending && out_reserve(s, 3 * s->n_pending + 1)) {

@@ -9,8 +9,7 @@
 
 #define SPACE_MARK "\xE2\x96\x81" /* U+2581, SentencePiece's visible space */
 
-void tok_work_free(tok_work *w)
-{
+void tok_work_free(tok_work *w) {
     free(w->sym);
     free(w->heap);
     free(w->buf);
@@ -21,8 +20,7 @@ void tok_work_free(tok_work *w)
     memset(w, 0, sizeof *w);
 }
 
-static bool grow_bytes(char **p, size_t *cap, size_t n)
-{
+static bool grow_bytes(char **p, size_t *cap, size_t n) {
     if (n <= *cap) return true;
     size_t c = *cap ? *cap : 4096;
     while (c < n) c *= 2;
@@ -33,15 +31,13 @@ static bool grow_bytes(char **p, size_t *cap, size_t n)
     return true;
 }
 
-ember_status tok_work_reserve_buf(tok_work *w, size_t n, ember_error *err)
-{
+ember_status tok_work_reserve_buf(tok_work *w, size_t n, ember_error *err) {
     if (!grow_bytes(&w->buf, &w->cap_buf, n))
         return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory while encoding");
     return EMBER_OK;
 }
 
-static ember_status reserve_cps(tok_work *w, size_t n, ember_error *err)
-{
+static ember_status reserve_cps(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_cp) return EMBER_OK;
     size_t cap = w->cap_cp ? w->cap_cp : 1024;
     while (cap < n) cap *= 2;
@@ -62,8 +58,7 @@ static ember_status reserve_cps(tok_work *w, size_t n, ember_error *err)
  * to code points once, with their classes, so the matchers never re-decode UTF-8 or ask utf8proc
  * twice about the same character. */
 static ember_status encode_words(const ember_tokenizer *t, tok_work *w, const char *run, size_t len, tok_ids *out,
-                                 ember_error *err)
-{
+                                 ember_error *err) {
     ember_status st;
     if (t->cfg.pre == EMBER_TOK_PRE_NONE) return tok_bpe_word(t, w, run, len, out, err);
     if ((st = reserve_cps(w, len + 1, err)) != EMBER_OK) return st;
@@ -96,8 +91,7 @@ static ember_status encode_words(const ember_tokenizer *t, tok_work *w, const ch
  * also why a SentencePiece prefix space comes back after every special token (llama.cpp does the
  * same with its is_prev_special flag). */
 static ember_status encode_run(const ember_tokenizer *t, tok_work *w, const char *text, size_t len, tok_ids *out,
-                               ember_error *err)
-{
+                               ember_error *err) {
     ember_status st = EMBER_OK;
     if (len == 0) return EMBER_OK;
     char *nfc = NULL;
@@ -139,21 +133,18 @@ static ember_status encode_run(const ember_tokenizer *t, tok_work *w, const char
 
 /* ---- added tokens ---------------------------------------------------------------------------- */
 
-static bool is_ascii_space(char c)
-{
+static bool is_ascii_space(char c) {
     return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
 /* A word character for single_word tokens: letter, number or '_' (what \w means to HF). */
-static bool word_char_at(const char *s, size_t n, size_t i)
-{
+static bool word_char_at(const char *s, size_t n, size_t i) {
     int32_t c;
     if (i >= n || !ember_utf8_decode(s + i, n - i, &c)) return false;
     return c == '_' || (ember_unicode_flags(c) & (EMBER_CP_LETTER | EMBER_CP_NUMBER));
 }
 
-static bool word_char_before(const char *s, size_t n, size_t i)
-{
+static bool word_char_before(const char *s, size_t n, size_t i) {
     if (i == 0) return false;
     size_t k = i - 1;
     while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
@@ -165,8 +156,7 @@ static bool word_char_before(const char *s, size_t n, size_t i)
  * gives HF's leftmost-longest rule when the caller tries positions left to right. Control tokens
  * count only with parse_special; user-defined ones always (llama.cpp and HF agree on that). */
 static bool match_added(const ember_tokenizer *t, const char *text, size_t len, size_t i, bool parse_special,
-                        int32_t *id, size_t *mlen)
-{
+                        int32_t *id, size_t *mlen) {
     int32_t node = t->trie_root[(unsigned char)text[i]];
     bool found = false;
     size_t k = i;
@@ -194,8 +184,7 @@ static bool match_added(const ember_tokenizer *t, const char *text, size_t len, 
 }
 
 ember_status ember_tokenizer_encode(const ember_tokenizer *t, const char *text, size_t len, bool add_bos,
-                                    bool parse_special, int32_t **ids, size_t *n_ids, ember_error *err)
-{
+                                    bool parse_special, int32_t **ids, size_t *n_ids, ember_error *err) {
     *ids = NULL;
     *n_ids = 0;
     if (!text && len) return ember_error_set(err, EMBER_ERR_ARG, "tokenizer: encode was given no text");

@@ -94,13 +94,11 @@ int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, 
 bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result);
 uint64_t tok_hash_bytes(const char *s, size_t len);
 
-static inline bool tok_has(const tok_table *tab, int64_t id)
-{
+static inline bool tok_has(const tok_table *tab, int64_t id) {
     return id >= 0 && id < tab->n && tab->attr[id] != 0;
 }
 
-static inline unsigned tok_kind(const tok_table *tab, int32_t id)
-{
+static inline unsigned tok_kind(const tok_table *tab, int32_t id) {
     return tab->attr[id] & EMBER_TOKEN_KIND_MASK;
 }
 

@@ -6,8 +6,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-unsigned ember_unicode_flags(int32_t cp)
-{
+unsigned ember_unicode_flags(int32_t cp) {
     /* ASCII first: most text is ASCII and these answers are what utf8proc would give. */
     if (cp < 0x80) {
         if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return EMBER_CP_LETTER;
@@ -38,8 +37,7 @@ unsigned ember_unicode_flags(int32_t cp)
     }
 }
 
-size_t ember_utf8_seq_len(unsigned char lead)
-{
+size_t ember_utf8_seq_len(unsigned char lead) {
     if (lead < 0x80) return 1;
     if ((lead & 0xE0) == 0xC0) return 2;
     if ((lead & 0xF0) == 0xE0) return 3;
@@ -47,8 +45,7 @@ size_t ember_utf8_seq_len(unsigned char lead)
     return 1;
 }
 
-size_t ember_utf8_decode(const char *str, size_t n, int32_t *cp)
-{
+size_t ember_utf8_decode(const char *str, size_t n, int32_t *cp) {
     const unsigned char *s = (const unsigned char *)str;
     if (n == 0) return 0;
     if (s[0] < 0x80) {
@@ -76,8 +73,7 @@ size_t ember_utf8_decode(const char *str, size_t n, int32_t *cp)
     return len;
 }
 
-size_t ember_utf8_validate(const char *s, size_t n)
-{
+size_t ember_utf8_validate(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         if ((unsigned char)s[i] < 0x80) {
@@ -92,21 +88,18 @@ size_t ember_utf8_validate(const char *s, size_t n)
     return n;
 }
 
-size_t ember_utf8_encode(int32_t cp, char out[4])
-{
+size_t ember_utf8_encode(int32_t cp, char out[4]) {
     if (cp < 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     return (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
 }
 
-bool ember_ascii_only(const char *s, size_t n)
-{
+bool ember_ascii_only(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] >= 0x80) return false;
     return true;
 }
 
-ember_status ember_unicode_nfc(const char *s, size_t n, char **out, size_t *out_len, ember_error *err)
-{
+ember_status ember_unicode_nfc(const char *s, size_t n, char **out, size_t *out_len, ember_error *err) {
     utf8proc_uint8_t *dst = NULL;
     /* STABLE + COMPOSE is NFC (utf8proc_NFC uses the same options, but needs NUL termination). */
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
@@ -122,13 +115,11 @@ ember_status ember_unicode_nfc(const char *s, size_t n, char **out, size_t *out_
 }
 
 /* The bytes that stand for themselves in GPT-2's alphabet. */
-static bool byte_is_printable(unsigned b)
-{
+static bool byte_is_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
-int32_t ember_byte_to_cp(uint8_t b)
-{
+int32_t ember_byte_to_cp(uint8_t b) {
     if (byte_is_printable(b)) return b;
     int32_t shifted = 0; /* how many non-printable bytes come before b */
     for (unsigned i = 0; i < b; i++)
@@ -136,8 +127,7 @@ int32_t ember_byte_to_cp(uint8_t b)
     return 256 + shifted;
 }
 
-int ember_cp_to_byte(int32_t cp)
-{
+int ember_cp_to_byte(int32_t cp) {
     if (cp >= 0 && cp < 256) return byte_is_printable((unsigned)cp) ? cp : -1;
     if (cp < 256 || cp >= 256 + 68) return -1;
     int32_t k = cp - 256;

@@ -219,6 +219,66 @@ describe("added token flags (a small tokenizer.json written here)", function()
   end)
 end)
 
+describe("added tokens that share prefixes (small tokenizer.json files written here)", function()
+  local json = [=[{
+    "added_tokens": [
+      {"id": 5, "content": "<a", "special": false},
+      {"id": 6, "content": "<ab>", "special": true},
+      {"id": 7, "content": "<abc>", "special": false}
+    ],
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<": 2, ">": 3, "c": 4}, "merges": []}
+  }]=]
+
+  it("the longest acceptable one wins; a control token is passed over without special", function()
+    local path = write_temp(json)
+    local tok = tokenizer{ file = path, config = false }
+    os.remove(path)
+    assert.are.same({ 6 }, tok:encode("<ab>", { special = true }))
+    assert.are.same({ 5, 1, 3 }, tok:encode("<ab>", { special = false })) -- back to "<a"
+    assert.are.same({ 7 }, tok:encode("<abc>", { special = false }))
+    assert.are.same({ 5, 1, 4 }, tok:encode("<abc", { special = true })) -- text ends inside "<abc>"
+    assert.are.same({ 4, 5, 7, 2 }, tok:encode("c<a<abc><", { special = true }))
+    tok:close()
+  end)
+
+  it("thousands of reserved tokens match as a plain leftmost-longest search says", function()
+    -- the vocabulary: one token per character; added: <|reserved_0|> .. <|reserved_2999|> and a
+    -- few that are prefixes of others
+    local chars, vocab, added, n = "<|>_abcdefghijklmnopqrstuvwxyz0123456789 ", {}, {}, 0
+    for c in chars:gmatch(".") do vocab[c] = n; n = n + 1 end
+    local strings = { "<|res", "<|reserved_1", "<|reserved_12|>x" }
+    for i = 0, 2999 do strings[#strings + 1] = "<|reserved_" .. i .. "|>" end
+    local id_of = {}
+    for _, str in ipairs(strings) do
+      added[#added + 1] = { id = n, content = str, special = true }
+      id_of[str] = n
+      n = n + 1
+    end
+    local path = write_temp(cjson.encode({ added_tokens = added, model = { type = "BPE", vocab = vocab } }))
+    local tok = tokenizer{ file = path, config = false }
+    os.remove(path)
+    local function expect(text) -- at each position the longest added string, else the character
+      local out, i = {}, 1
+      while i <= #text do
+        local best
+        for _, str in ipairs(strings) do
+          if text:sub(i, i + #str - 1) == str and (not best or #str > #best) then best = str end
+        end
+        if best then out[#out + 1] = id_of[best]; i = i + #best
+        else out[#out + 1] = vocab[text:sub(i, i)]; i = i + 1 end
+      end
+      return out
+    end
+    local texts = { "<|reserved_12|><|reserved_123|>x<|reserved_2999|><|reserved_3000|>",
+      "<|reserved_12|>x <|res<|reserved_1<|reserved_|> <|reserved_0|>_<|reserved_29990|>",
+      "<|", "abc <|reserved_7" }
+    for _, text in ipairs(texts) do
+      assert.are.same(expect(text), tok:encode(text, { special = true }), text)
+    end
+    tok:close()
+  end)
+end)
+
 describe("tokens and lookups", function()
   it("token(id) gives the text and the vocabulary string", function()
     local tok, why = load("file", "tokenizers/gpt2/tokenizer.json")

@@ -65,7 +65,10 @@ bool gguf_str_eq(gguf_str s, const char *c) {
 }
 
 static void value_free(gguf_value *v) {
-    if (v->type != GGUF_TYPE_ARRAY || !v->v.arr.items) return;
+    if (v->type != GGUF_TYPE_ARRAY) return;
+    free(v->v.arr.str_off);
+    v->v.arr.str_off = NULL;
+    if (!v->v.arr.items) return;
     if (v->v.arr.elem_type == GGUF_TYPE_ARRAY)
         for (uint64_t i = 0; i < v->v.arr.count; i++) value_free(&v->v.arr.items[i]);
     free(v->v.arr.items);
@@ -84,6 +87,7 @@ static ember_status read_array(reader *r, gguf_value *out, int depth) {
     out->v.arr.count = count;
     out->v.arr.data = r->base + r->pos;
     out->v.arr.items = NULL;
+    out->v.arr.str_off = NULL;
     if (et != GGUF_TYPE_STRING && et != GGUF_TYPE_ARRAY) {
         size_t es = scalar_size[et];
         if (count > (r->size - r->pos) / es) return fail(r, "array count runs past the end of the file");
@@ -93,6 +97,17 @@ static ember_status read_array(reader *r, gguf_value *out, int depth) {
     /* Each string needs at least its 8-byte length: a cheap bound before allocating. */
     if (count > (r->size - r->pos) / (et == GGUF_TYPE_STRING ? 8 : 12))
         return fail(r, "array count runs past the end of the file");
+    if (et == GGUF_TYPE_STRING) {
+        /* only where each string starts: a parsed item each would cost 40 bytes */
+        out->v.arr.str_off = malloc((count ? count : 1) * sizeof *out->v.arr.str_off);
+        if (!out->v.arr.str_off) return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", r->path);
+        for (uint64_t i = 0; i < count; i++) {
+            gguf_str str;
+            out->v.arr.str_off[i] = (uint64_t)(r->base + r->pos - out->v.arr.data);
+            if (!rd_str(r, &str)) return fail(r, "truncated string");
+        }
+        return EMBER_OK;
+    }
     out->v.arr.items = calloc(count ? count : 1, sizeof(gguf_value));
     if (!out->v.arr.items) return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", r->path);
     for (uint64_t i = 0; i < count; i++) {
@@ -556,7 +571,10 @@ bool ember_gguf_array_number(const gguf_value *a, uint64_t i, double *out) {
 
 bool ember_gguf_array_string(const gguf_value *a, uint64_t i, gguf_str *out) {
     if (a->type != GGUF_TYPE_ARRAY || a->v.arr.elem_type != GGUF_TYPE_STRING || i >= a->v.arr.count) return false;
-    *out = a->v.arr.items[i].v.str;
+    /* read_array checked every length against the file when it recorded the offsets */
+    const uint8_t *p = a->v.arr.data + a->v.arr.str_off[i];
+    memcpy(&out->len, p, sizeof out->len);
+    out->ptr = (const char *)p + sizeof out->len;
     return true;
 }
 

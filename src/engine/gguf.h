@@ -59,7 +59,9 @@ typedef struct gguf_value {
             gguf_value_type elem_type;
             uint64_t count;
             const uint8_t *data;        /* raw elements (strings: u64 len + bytes each) */
-            struct gguf_value *items;   /* parsed items for arrays of strings/arrays, else NULL */
+            struct gguf_value *items;   /* parsed items for arrays of arrays, else NULL */
+            uint64_t *str_off;          /* strings: (count) where item i's length starts, from data;
+                                         * 8 bytes an item (a vocabulary and its merges are 300k) */
         } arr;
     } v;
 } gguf_value;

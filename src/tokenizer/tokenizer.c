@@ -75,12 +75,9 @@ static void tok_table_free(tok_table *tab) {
     memset(tab, 0, sizeof *tab);
 }
 
-/* Room for entries 0..n (grown by doubling). */
-static bool tok_table_reserve(tok_table *tab, int64_t n) {
-    if (n < tab->cap) return true;
-    int64_t cap = tab->cap ? tab->cap : 1024;
-    while (cap <= n) cap *= 2;
-    uint64_t *off = realloc(tab->off, (size_t)cap * sizeof *off);
+/* Room for exactly cap entries (attr of the new ones 0); also shrinks. */
+static bool tok_table_resize(tok_table *tab, int64_t cap) {
+    uint32_t *off = realloc(tab->off, (size_t)cap * sizeof *off);
     if (off) tab->off = off;
     uint32_t *len = realloc(tab->len, (size_t)cap * sizeof *len);
     if (len) tab->len = len;
@@ -89,29 +86,48 @@ static bool tok_table_reserve(tok_table *tab, int64_t n) {
     uint16_t *attr = realloc(tab->attr, (size_t)cap * sizeof *attr);
     if (attr) tab->attr = attr;
     if (!off || !len || !score || !attr) return false;
-    memset(tab->attr + tab->cap, 0, (size_t)(cap - tab->cap) * sizeof *attr);
+    if (cap > tab->cap) memset(tab->attr + tab->cap, 0, (size_t)(cap - tab->cap) * sizeof *attr);
     tab->cap = cap;
     return true;
 }
 
-static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uint64_t *off) {
-    if (tab->text_used + len + 1 > tab->text_cap) {
-        size_t cap = tab->text_cap ? tab->text_cap : 65536;
-        while (cap < tab->text_used + len + 1) cap *= 2;
-        char *text = realloc(tab->text, cap);
-        if (!text) return false;
-        tab->text = text;
-        tab->text_cap = cap;
-    }
+/* Room for entries 0..n (grown by doubling, while building). */
+static bool tok_table_reserve(tok_table *tab, int64_t n) {
+    if (n < tab->cap) return true;
+    int64_t cap = tab->cap ? tab->cap : 1024;
+    while (cap <= n) cap *= 2;
+    return tok_table_resize(tab, cap);
+}
+
+/* Room for len more bytes of text (grown by doubling); false when out of memory or when the
+ * arena would pass TOK_MAX_TEXT_BYTES (its offsets are 32-bit). */
+static bool tok_table_reserve_text(tok_table *tab, size_t len) {
+    if (len > TOK_MAX_TEXT_BYTES - 1 - tab->text_used) return false;
+    if (tab->text_used + len + 1 <= tab->text_cap) return true;
+    size_t cap = tab->text_cap ? tab->text_cap : 65536;
+    while (cap < tab->text_used + len + 1) cap *= 2;
+    char *text = realloc(tab->text, cap);
+    if (!text) return false;
+    tab->text = text;
+    tab->text_cap = cap;
+    return true;
+}
+
+static bool tok_table_append_text(tok_table *tab, const char *s, size_t len, uint32_t *off) {
+    if (!tok_table_reserve_text(tab, len)) return false;
     memcpy(tab->text + tab->text_used, s, len);
-    *off = tab->text_used;
+    *off = (uint32_t)tab->text_used;
     tab->text_used += len;
     return true;
 }
 
 /* ---- string -> id map ------------------------------------------------------------------------
  * Open addressing with linear probing over ids: the strings stay in the arena, so the map costs 4
- * bytes a slot and a 262k vocabulary fits in 2 MB. Load factor stays at or below one half. */
+ * bytes a slot and a 262k vocabulary fits in 2 MB. Load factor stays at or below three quarters
+ * (linear probing stays short there, and a 152k vocabulary takes 1 MB instead of 2). */
+
+/* Whether a table of cap slots holding count entries must grow before one more goes in. */
+static bool tok_load_full(size_t count, size_t cap) { return (count + 1) * 4 > cap * 3; }
 
 int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, size_t len) {
     if (!m->cap) return -1;
@@ -144,7 +160,7 @@ static bool tok_map_grow(tok_str_map *m, const tok_table *tab) {
 /* Inserts id under its string; an id already holding that string is replaced (the later wins,
  * as in llama.cpp's token_to_id map). */
 static bool tok_map_put(tok_str_map *m, const tok_table *tab, int32_t id) {
-    if ((m->count + 1) * 2 > m->cap && !tok_map_grow(m, tab)) return false;
+    if (tok_load_full(m->count, m->cap) && !tok_map_grow(m, tab)) return false;
     const char *s = tab->text + tab->off[id];
     size_t len = tab->len[id], mask = m->cap - 1;
     for (size_t i = tok_hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
@@ -202,7 +218,7 @@ static bool tok_merge_grow(tok_merge_map *m) {
 
 /* Inserts unless the pair is already there (then the first rank stays, as in llama.cpp). */
 static bool tok_merge_put(tok_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t result) {
-    if ((m->count + 1) * 2 > m->cap && !tok_merge_grow(m)) return false;
+    if (tok_load_full(m->count, m->cap) && !tok_merge_grow(m)) return false;
     uint64_t key = tok_merge_key(left, right);
     size_t mask = m->cap - 1;
     for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
@@ -273,6 +289,7 @@ ember_status ember_tokenizer_builder_new(const char *source, ember_tokenizer_bui
     }
     b->source = src;
     b->max_id = -1;
+    b->in_order = true;
     *out = b;
     return EMBER_OK;
 }
@@ -303,7 +320,14 @@ ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: token %lld is %zu bytes long (limit %d)", b->source,
                                (long long)id, len, TOK_MAX_TOKEN_LEN);
     tok_table *tab = &b->tab;
-    int32_t e = tok_id_find(&b->ids, id);
+    /* while ids come in order, id n is new and id < n is entry id: the id map is made only when
+     * the first id out of order arrives */
+    if (b->in_order && id > b->tab.n) {
+        for (int64_t k = 0; k < b->tab.n; k++)
+            if (!tok_id_put(&b->ids, (int32_t)k, (int32_t)k)) return tok_nomem(err, b->source);
+        b->in_order = false;
+    }
+    int32_t e = b->in_order ? (id < b->tab.n ? (int32_t)id : -1) : tok_id_find(&b->ids, id);
     if (e >= 0) {
         const char *old = tab->text + tab->off[e];
         if (tab->len[e] != len || memcmp(old, text, len) != 0)
@@ -314,7 +338,7 @@ ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64
         tab->score[e] = score;
         return EMBER_OK;
     }
-    uint64_t off;
+    uint32_t off;
     int64_t old_cap = tab->cap;
     e = (int32_t)tab->n;
     if (!tok_table_reserve(tab, e) || !tok_table_append_text(tab, text, len, &off)) return tok_nomem(err, b->source);
@@ -330,7 +354,8 @@ ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64
     b->entry_id[e] = (int32_t)id;
     tab->n = e + 1;
     if (id > b->max_id) b->max_id = id;
-    if (!tok_id_put(&b->ids, (int32_t)id, e) || !tok_map_put(&b->map, tab, e)) return tok_nomem(err, b->source);
+    if ((!b->in_order && !tok_id_put(&b->ids, (int32_t)id, e)) || !tok_map_put(&b->map, tab, e))
+        return tok_nomem(err, b->source);
     return EMBER_OK;
 }
 
@@ -350,7 +375,7 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
     if (llen + rlen > TOK_MAX_TOKEN_LEN)
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d is too long", b->source, rank);
     /* The merged string goes through the arena's spare room, so no other buffer is needed. */
-    uint64_t off;
+    uint32_t off;
     if (!tok_table_append_text(tab, left, llen, &off) || !tok_table_append_text(tab, right, rlen, &off))
         return tok_nomem(err, b->source);
     tab->text_used -= llen + rlen;
@@ -366,16 +391,25 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
 /* Ids may leave gaps (a padded vocabulary), but not many: beyond this the ids are refused. */
 static bool tok_ids_dense_enough(int64_t max_id, int64_t n_tokens) { return max_id < 2 * n_tokens + 1024; }
 
-/* The compact table laid out by id, and the string map re-pointed from entries to ids. */
+/* The compact table laid out by id (exactly max_id + 1 entries), and the string map re-pointed
+ * from entries to ids. When entry e already is id e (a GGUF vocabulary, or a tokenizer.json whose
+ * ids came in order), the builder's arrays are the answer: they move over, trimmed, and no second
+ * table exists even for a moment. */
 static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, ember_error *err) {
-    const tok_table *c = &b->tab;
+    tok_table *c = &b->tab;
     memset(out, 0, sizeof *out);
     if (!tok_ids_dense_enough(b->max_id, c->n))
         return ember_error_set(err, EMBER_ERR_FORMAT,
                                "%s: token ids go up to %lld but only %lld tokens are given (ids must be about "
                                "contiguous: at most %lld for this many tokens)",
                                b->source, (long long)b->max_id, (long long)c->n, (long long)(2 * c->n + 1023));
-    if (!tok_table_reserve(out, b->max_id)) {
+    if (b->in_order) {
+        if (!tok_table_resize(c, c->n)) return tok_nomem(err, b->source);
+        *out = *c;
+        memset(c, 0, sizeof *c);
+        return EMBER_OK; /* the map's entries are its ids already */
+    }
+    if (!tok_table_resize(out, b->max_id + 1)) {
         tok_table_free(out);
         return tok_nomem(err, b->source);
     }
@@ -391,7 +425,7 @@ static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, 
     out->text = c->text;
     out->text_used = c->text_used;
     out->text_cap = c->text_cap;
-    b->tab.text = NULL;
+    c->text = NULL;
     /* slots stay where they are: their position depends only on the string */
     for (size_t i = 0; i < b->map.cap; i++)
         if (b->map.slots[i] >= 0) b->map.slots[i] = b->entry_id[b->map.slots[i]];
@@ -400,7 +434,7 @@ static ember_status tok_table_by_id(ember_tokenizer_builder *b, tok_table *out, 
 
 /* ---- finishing -------------------------------------------------------------------------------
  * finish() derives everything encode and decode need so they never search: the byte tokens, the
- * added-token trie, and every token's decoded text. */
+ * sorted added tokens, and every token's decoded text. */
 
 /* "<0xNN>" (upper-case hex, SentencePiece's byte token spelling) -> the byte, else -1. */
 static int tok_parse_byte_token(const char *s, size_t len) {
@@ -416,58 +450,74 @@ static int tok_parse_byte_token(const char *s, size_t len) {
     return v;
 }
 
-static ember_status tok_trie_add(ember_tokenizer *t, int32_t id, tok_trie_node **nodes, int32_t *cap) {
-    const char *s = t->tab.text + t->tab.off[id];
-    size_t len = t->tab.len[id];
-    if (len == 0) return EMBER_OK;
-    int32_t parent = -1; /* -1: the root, whose children are indexed by byte in trie_root */
-    for (size_t i = 0; i < len; i++) {
-        uint8_t byte = (uint8_t)s[i];
-        int32_t child = parent < 0 ? t->trie_root[byte] : (*nodes)[parent].first_child, prev = -1;
-        if (parent >= 0) {
-            while (child >= 0 && (*nodes)[child].byte != byte) {
-                prev = child;
-                child = (*nodes)[child].next_sibling;
-            }
-        }
-        if (child < 0) {
-            if (t->n_trie == *cap) {
-                int32_t ncap = *cap ? *cap * 2 : 1024;
-                tok_trie_node *grown = realloc(*nodes, (size_t)ncap * sizeof *grown);
-                if (!grown) return EMBER_ERR_NOMEM;
-                *nodes = grown;
-                *cap = ncap;
-            }
-            child = t->n_trie++;
-            tok_trie_node *n = &(*nodes)[child];
-            n->first_child = n->next_sibling = n->token = -1;
-            n->byte = byte;
-            if (parent < 0) t->trie_root[byte] = child;
-            else if (prev < 0) (*nodes)[parent].first_child = child;
-            else (*nodes)[prev].next_sibling = child;
-        }
-        parent = child;
+/* The table the added ids being sorted index: qsort takes no context argument, and a sort runs
+ * within one call on one thread. */
+static _Thread_local const tok_table *tok_sort_tab;
+
+/* Bytewise, a prefix before its extensions, then by id. */
+static int tok_added_cmp(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    const tok_table *tab = tok_sort_tab;
+    uint32_t la = tab->len[a], lb = tab->len[b];
+    int c = memcmp(tab->text + tab->off[a], tab->text + tab->off[b], la < lb ? la : lb);
+    if (c) return c;
+    if (la != lb) return la < lb ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* t->added and t->added_first from the control, user-defined and unknown tokens (the ones cut out
+ * of text before merging). Of several ids with one string the highest is kept. */
+static ember_status tok_build_added(ember_tokenizer *t) {
+    int64_t n = 0;
+    for (int64_t id = 0; id < t->tab.n; id++) {
+        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
+        if (t->tab.len[id] > 0 &&
+            (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN))
+            n++;
     }
-    (*nodes)[parent].token = id;
-    if (len > t->added_max_len) t->added_max_len = len;
+    for (int b = 0; b <= 256; b++) t->added_first[b] = 0;
+    if (n == 0) return EMBER_OK;
+    if (!(t->added = malloc((size_t)n * sizeof *t->added))) return EMBER_ERR_NOMEM;
+    int64_t k = 0;
+    for (int64_t id = 0; id < t->tab.n; id++) {
+        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
+        if (t->tab.len[id] > 0 &&
+            (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN))
+            t->added[k++] = (int32_t)id;
+    }
+    tok_sort_tab = &t->tab;
+    qsort(t->added, (size_t)n, sizeof *t->added, tok_added_cmp);
+    tok_sort_tab = NULL;
+    const tok_table *tab = &t->tab;
+    int32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        /* equal strings sort by id: the last of a run is the highest */
+        int32_t id = t->added[i], nx = i + 1 < n ? t->added[i + 1] : -1;
+        const char *s = tab->text + tab->off[id];
+        if (nx >= 0 && tab->len[nx] == tab->len[id] && memcmp(tab->text + tab->off[nx], s, tab->len[id]) == 0)
+            continue;
+        t->added[m++] = id;
+        t->added_first[(unsigned char)s[0] + 1] = m; /* one past the last with this byte */
+        if (tab->len[id] > t->added_max_len) t->added_max_len = tab->len[id];
+    }
+    t->n_added = m;
+    /* the ends found above, made monotone: a byte no token starts with gets an empty range */
+    for (int b = 1; b <= 256; b++)
+        if (t->added_first[b] < t->added_first[b - 1]) t->added_first[b] = t->added_first[b - 1];
+    int32_t *trimmed = realloc(t->added, (size_t)m * sizeof *trimmed);
+    if (trimmed) t->added = trimmed;
     return EMBER_OK;
 }
 
-/* What the token contributes to decoded text, appended to the piece arena. */
-static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t *used, size_t *cap) {
-    const tok_table *tab = &t->tab;
-    const char *s = tab->text + tab->off[id];
+/* What the token contributes to decoded text: written after the arena's last byte, and kept
+ * there only when it differs from the token's own string (else the piece is that string). */
+static bool tok_make_piece(ember_tokenizer *t, int32_t id) {
+    tok_table *tab = &t->tab;
     size_t len = tab->len[id];
+    if (!tok_table_reserve_text(tab, len + 4)) return false; /* may move the arena: s comes after */
+    const char *s = tab->text + tab->off[id];
     unsigned kind = tok_kind(tab, id);
-    if (*used + len + 4 > *cap) {
-        size_t ncap = *cap ? *cap * 2 : 65536;
-        while (ncap < *used + len + 4) ncap *= 2;
-        char *grown = realloc(*arena, ncap);
-        if (!grown) return false;
-        *arena = grown;
-        *cap = ncap;
-    }
-    char *dst = *arena + *used;
+    char *dst = tab->text + tab->text_used;
     size_t n = 0;
     int byte = tok_parse_byte_token(s, len);
     bool sentencepiece = t->cfg.model == EMBER_TOK_MODEL_SPM || t->cfg.byte_fallback;
@@ -505,9 +555,13 @@ static bool tok_make_piece(ember_tokenizer *t, int32_t id, char **arena, size_t 
         memcpy(dst, s, len);
         n = len;
     }
-    t->piece_off[id] = *used;
     t->piece_len[id] = (uint32_t)n;
-    *used += n;
+    if (n == len && memcmp(dst, s, n) == 0) {
+        t->piece_off[id] = tab->off[id];
+    } else {
+        t->piece_off[id] = (uint32_t)tab->text_used;
+        tab->text_used += n;
+    }
     return true;
 }
 
@@ -543,9 +597,6 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
     ember_tokenizer_builder_free(b);
 
     char q[64];
-    tok_trie_node *nodes = NULL;
-    int32_t trie_cap = 0;
-    size_t piece_used = 0, piece_cap = 0;
 
     if (t->tab.n <= 0) {
         st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: the vocabulary is empty", t->source);
@@ -588,18 +639,10 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
     }
 
     /* Added tokens: control, user-defined and unknown tokens are cut out of text before merging. */
-    for (int i = 0; i < 256; i++) t->trie_root[i] = -1;
-    for (int64_t id = 0; id < t->tab.n; id++) {
-        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
-        if (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN) {
-            if ((st = tok_trie_add(t, (int32_t)id, &nodes, &trie_cap)) != EMBER_OK) {
-                ember_error_set(err, st, "%s: out of memory building the tokenizer", t->source);
-                goto fail;
-            }
-        }
+    if ((st = tok_build_added(t)) != EMBER_OK) {
+        ember_error_set(err, st, "%s: out of memory building the tokenizer", t->source);
+        goto fail;
     }
-    t->trie = nodes;
-    nodes = NULL;
 
     if (t->tab.n <= 0 || t->tab.n > TOK_MAX_ID) { /* cannot happen: add_token bounds ids */
         st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: bad vocabulary size", t->source);
@@ -615,20 +658,22 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
     for (int64_t id = 0; id < t->tab.n; id++) {
         t->piece_off[id] = 0;
         if (!tok_has(&t->tab, id)) continue;
-        if (!tok_make_piece(t, (int32_t)id, &t->piece, &piece_used, &piece_cap)) {
+        if (!tok_make_piece(t, (int32_t)id)) {
             st = tok_nomem(err, t->source);
             goto fail;
         }
     }
-    if (!t->piece && !(t->piece = malloc(1))) { /* every piece empty: keep the base pointer valid */
-        st = tok_nomem(err, t->source);
-        goto fail;
+    /* the arena is complete: give back its doubling slack (the spare byte stays, so a vocabulary
+     * of empty strings still has a valid base pointer) */
+    char *fitted = realloc(t->tab.text, t->tab.text_used + 1);
+    if (fitted) {
+        t->tab.text = fitted;
+        t->tab.text_cap = t->tab.text_used + 1;
     }
     *out = t;
     return EMBER_OK;
 
 fail:
-    free(nodes);
     ember_tokenizer_free(t);
     return st;
 }
@@ -638,10 +683,9 @@ void ember_tokenizer_free(ember_tokenizer *t) {
     tok_table_free(&t->tab);
     free(t->map.slots);
     free(t->merges.slots);
-    free(t->piece);
     free(t->piece_off);
     free(t->piece_len);
-    free(t->trie);
+    free(t->added);
     free(t->source);
     free(t);
 }
@@ -658,7 +702,7 @@ bool ember_tokenizer_adds_bos(const ember_tokenizer *t) { return t->cfg.add_bos;
 const char *ember_tokenizer_piece(const ember_tokenizer *t, int32_t id, size_t *len) {
     if (!tok_has(&t->tab, id)) return NULL;
     *len = t->piece_len[id];
-    return t->piece ? t->piece + t->piece_off[id] : "";
+    return t->tab.text + t->piece_off[id];
 }
 
 const char *ember_tokenizer_token_text(const ember_tokenizer *t, int32_t id, size_t *len) {

@@ -31,7 +31,7 @@ ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids
     if (!out) return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *p = t->piece + t->piece_off[ids[i]];
+        const char *p = t->tab.text + t->piece_off[ids[i]];
         size_t l = t->piece_len[ids[i]];
         /* the space the SentencePiece prefix put before the first word is not text */
         if (i == 0 && t->cfg.decode_strip_space && l > 0 && p[0] == ' ') {
@@ -181,7 +181,7 @@ ember_status ember_detok_stream_push(ember_detok_stream *s, int32_t id, const ch
     s->any_id = true;
     if ((s->flags & EMBER_DETOK_AS_DECODE) && first_id && t->cfg.add_bos && id == t->cfg.bos_id) return EMBER_OK;
     if ((s->flags & EMBER_DETOK_SKIP_SPECIAL) && ember_tokenizer_is_special(t, id)) return EMBER_OK;
-    const char *p = t->piece + t->piece_off[id];
+    const char *p = t->tab.text + t->piece_off[id];
     size_t l = t->piece_len[id];
     if (!s->started && (s->flags & EMBER_DETOK_STRIP_LEADING_SPACE) && t->cfg.decode_strip_space && l > 0 &&
         p[0] == ' ') {

@@ -151,34 +151,53 @@ static bool word_char_before(const char *s, size_t n, size_t i) {
     return word_char_at(s, n, k);
 }
 
+/* The byte at depth d of added[j]'s string; every string in the range searched is longer than d. */
+static unsigned char added_byte(const ember_tokenizer *t, int32_t j, size_t d) {
+    int32_t id = t->added[j];
+    return (unsigned char)t->tab.text[t->tab.off[id] + d];
+}
+
+/* First j in [lo, hi) whose byte at depth d is above c (above = false: at least c). */
+static int32_t added_bound(const ember_tokenizer *t, int32_t lo, int32_t hi, size_t d, unsigned char c, bool above) {
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        unsigned char b = added_byte(t, mid, d);
+        if (above ? b <= c : b < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* The longest added token that starts at text[i] and may be matched here; its id and length.
- * Walks the byte trie as deep as the text allows and keeps the last acceptable token seen, which
- * gives HF's leftmost-longest rule when the caller tries positions left to right. Control tokens
- * count only with parse_special; user-defined ones always (llama.cpp and HF agree on that). */
+ * Narrows the sorted added tokens byte by byte to those spelling text[i..i+d) as deep as the text
+ * allows, and keeps the last acceptable token seen (the one exactly d bytes long sorts first in
+ * its range), which gives HF's leftmost-longest rule when the caller tries positions left to
+ * right. Control tokens count only with parse_special; user-defined ones always (llama.cpp and HF
+ * agree on that). */
 static bool match_added(const ember_tokenizer *t, const char *text, size_t len, size_t i, bool parse_special,
                         int32_t *id, size_t *mlen) {
-    int32_t node = t->trie_root[(unsigned char)text[i]];
+    unsigned char first = (unsigned char)text[i];
+    int32_t lo = t->added_first[first], hi = t->added_first[first + 1];
     bool found = false;
-    size_t k = i;
-    while (node >= 0) {
-        k++;
-        int32_t tok = t->trie[node].token;
-        if (tok >= 0) {
+    for (size_t d = 1; lo < hi; d++) {
+        /* added[lo..hi): the added strings that begin with text[i..i+d) */
+        int32_t tok = t->added[lo];
+        if (t->tab.len[tok] == d) {
             unsigned attr = t->tab.attr[tok], kind = attr & EMBER_TOKEN_KIND_MASK;
             bool ok = parse_special || kind == EMBER_TOKEN_USER_DEFINED;
             if (ok && (attr & EMBER_TOKEN_SINGLE_WORD))
-                ok = !word_char_before(text, len, i) && !word_char_at(text, len, k);
+                ok = !word_char_before(text, len, i) && !word_char_at(text, len, i + d);
             if (ok) {
                 found = true;
                 *id = tok;
-                *mlen = k - i;
+                *mlen = d;
             }
+            lo++;
         }
-        if (k >= len) break;
-        unsigned char next = (unsigned char)text[k];
-        int32_t child = t->trie[node].first_child;
-        while (child >= 0 && t->trie[child].byte != next) child = t->trie[child].next_sibling;
-        node = child;
+        if (i + d >= len) break;
+        unsigned char next = (unsigned char)text[i + d];
+        lo = added_bound(t, lo, hi, d, next, false);
+        hi = added_bound(t, lo, hi, d, next, true);
     }
     return found;
 }
@@ -201,13 +220,14 @@ ember_status ember_tokenizer_encode(const ember_tokenizer *t, const char *text, 
     tok_work w = { 0 };
     if (add_bos && t->cfg.bos_id >= 0 && (st = tok_ids_push(&out, t->cfg.bos_id, err)) != EMBER_OK) goto done;
 
-    /* Cut added tokens out first: the text between them is encoded run by run. trie_root makes
-     * the common case (no added token can start at this byte) one table load. */
+    /* Cut added tokens out first: the text between them is encoded run by run. added_first makes
+     * the common case (no added token can start at this byte) two table loads. */
     size_t seg = 0; /* start of the plain text not yet encoded */
     for (size_t i = 0; i < len;) {
         int32_t id;
         size_t mlen;
-        if (t->trie_root[(unsigned char)text[i]] < 0 || !match_added(t, text, len, i, parse_special, &id, &mlen)) {
+        unsigned char c = (unsigned char)text[i];
+        if (t->added_first[c] == t->added_first[c + 1] || !match_added(t, text, len, i, parse_special, &id, &mlen)) {
             i++;
             continue;
         }

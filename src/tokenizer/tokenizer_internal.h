@@ -31,19 +31,14 @@ typedef struct {
     size_t count;
 } tok_merge_map;
 
-/* A byte trie of the added tokens, for leftmost-longest matching in raw text. */
+/* The token table, shared by builder and tokenizer: strings in one arena, per-id offsets. The
+ * arena stays below 4 GiB (TOK_MAX_TEXT_BYTES), so offsets are 32-bit. */
+#define TOK_MAX_TEXT_BYTES ((size_t)UINT32_MAX)
 typedef struct {
-    int32_t first_child;  /* node index or -1 */
-    int32_t next_sibling; /* node index or -1 */
-    int32_t token;        /* token ending here, or -1 */
-    uint8_t byte;
-} tok_trie_node;
-
-/* The token table, shared by builder and tokenizer: strings in one arena, per-id offsets. */
-typedef struct {
-    char *text;           /* (text_used) all vocabulary strings, back to back */
+    char *text;           /* (text_used) all vocabulary strings, back to back, then the decoded
+                           * pieces that differ from their token's string */
     size_t text_used, text_cap;
-    uint64_t *off;        /* (n) start of id's string in text */
+    uint32_t *off;        /* (n) start of id's string in text */
     uint32_t *len;        /* (n) its length */
     float *score;         /* (n) SentencePiece score, 0 elsewhere */
     uint16_t *attr;       /* (n) EMBER_TOKEN_*; 0 = no token with this id */
@@ -56,14 +51,17 @@ struct ember_tokenizer {
     tok_table tab;
     tok_str_map map;
     tok_merge_map merges;
-    char *piece;                 /* decoded pieces, back to back */
-    uint64_t *piece_off;         /* (tab.n) */
+    uint32_t *piece_off;         /* (tab.n) start of the decoded piece in tab.text: the token's own
+                                  * string when decoding leaves it as is (most tokens) */
     uint32_t *piece_len;         /* (tab.n) */
     int32_t byte_token[256];     /* byte-level: id of the alphabet character of each byte */
     int32_t byte_fallback[256];  /* id of <0xNN> for each byte, -1 when absent */
-    tok_trie_node *trie;         /* (n_trie) added tokens below the first byte */
-    int32_t n_trie;
-    int32_t trie_root[256];      /* node of each first byte, -1 when no added token starts so */
+    /* The added tokens for leftmost-longest matching in raw text: ids sorted by their strings
+     * (bytewise, a prefix before its extensions), one id per string (the highest, as a map that
+     * lets the later id win). 4 bytes a token, where a byte trie cost ~50 for reserved tokens. */
+    int32_t *added;              /* (n_added) */
+    int32_t n_added;
+    int32_t added_first[257];    /* added[added_first[b] .. added_first[b + 1]) start with byte b */
     size_t added_max_len;        /* longest added token in bytes */
 };
 
@@ -81,7 +79,8 @@ struct ember_tokenizer_builder {
     char *source;
     tok_table tab;        /* compact: entry e at index e; tab.n = number of entries */
     int32_t *entry_id;    /* (tab.cap) the id of each entry */
-    tok_id_map ids;       /* id -> entry */
+    tok_id_map ids;       /* id -> entry; empty while in_order */
+    bool in_order;        /* every entry e so far has id e (a GGUF vocabulary): no id map needed */
     int64_t max_id;       /* largest id given, -1 before any */
     tok_str_map map;      /* string -> entry */
     tok_merge_map merges; /* ids, as in the finished tokenizer */

@@ -7,17 +7,15 @@
  * The Lua code is not compiled, so the sanitizer coverage of C alone cannot guide the fuzzer
  * through it: a line hook feeds Lua-level coverage (edges between source lines) into a counter
  * array registered with libFuzzer as an extra module of inline 8-bit counters. */
+#include "fuzz_lua_state.h"
+
 #include <lauxlib.h>
 #include <lua.h>
-#include <lualib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int luaopen_ember_core(lua_State *L);
-int luaopen_cjson(lua_State *L);
-int luaopen_lpeg(lua_State *L);
 
 #if !defined(EMBER_SOURCE_DIR) || !defined(EMBER_FUZZ_DRIVER)
 #error "EMBER_SOURCE_DIR (the source tree) and EMBER_FUZZ_DRIVER (a fuzz/drivers/ name) must be defined"
@@ -50,20 +48,7 @@ static void lua_cov_hook(lua_State *L, lua_Debug *ar) {
 static lua_State *state(void) {
     static lua_State *L;
     if (L) return L;
-    L = luaL_newstate();
-    luaL_openlibs(L);
-    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* [preload] */
-    lua_pushcfunction(L, luaopen_ember_core);
-    lua_setfield(L, -2, "ember.core");
-    lua_pushcfunction(L, luaopen_cjson);
-    lua_setfield(L, -2, "cjson");
-    lua_pushcfunction(L, luaopen_lpeg);
-    lua_setfield(L, -2, "lpeg");
-    lua_pop(L, 1);
-    lua_getglobal(L, "package"); /* [package] */
-    lua_pushstring(L, EMBER_SOURCE_DIR "/lib/?.lua;" EMBER_SOURCE_DIR "/lib/?/init.lua");
-    lua_setfield(L, -2, "path");
-    lua_pop(L, 1);
+    L = ember_fuzz_lua_new();
     const char *file = EMBER_SOURCE_DIR "/fuzz/drivers/" EMBER_FUZZ_DRIVER ".lua";
     if (luaL_loadfile(L, file) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_isfunction(L, -1)) {
         fprintf(stderr, "fuzz driver %s: %s\n", file, lua_isstring(L, -1) ? lua_tostring(L, -1) : "did not return a function");

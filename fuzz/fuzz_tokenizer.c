@@ -3,22 +3,15 @@
  * fixed text and of the input's own first bytes. One Lua state serves every input; a Lua error is
  * the expected answer to bad bytes, a crash or sanitizer report is a bug. */
 #include "fuzz_input.h"
+#include "fuzz_lua_state.h"
 
 #include <lauxlib.h>
 #include <lua.h>
-#include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int luaopen_ember_core(lua_State *L);
-int luaopen_cjson(lua_State *L);
-int luaopen_lpeg(lua_State *L);
-
-#ifndef EMBER_SOURCE_DIR
-#error "EMBER_SOURCE_DIR must name the source tree (its lib/ holds the Lua library)"
-#endif
 
 /* Runs for each input: load, then encode/decode; returns nothing, errors are caught by pcall. */
 static const char driver[] =
@@ -35,20 +28,7 @@ static const char driver[] =
 static lua_State *state(void) {
     static lua_State *L;
     if (L) return L;
-    L = luaL_newstate();
-    luaL_openlibs(L);
-    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* [preload] */
-    lua_pushcfunction(L, luaopen_ember_core);
-    lua_setfield(L, -2, "ember.core");
-    lua_pushcfunction(L, luaopen_cjson);
-    lua_setfield(L, -2, "cjson");
-    lua_pushcfunction(L, luaopen_lpeg);
-    lua_setfield(L, -2, "lpeg");
-    lua_pop(L, 1);
-    lua_getglobal(L, "package"); /* [package] */
-    lua_pushstring(L, EMBER_SOURCE_DIR "/lib/?.lua;" EMBER_SOURCE_DIR "/lib/?/init.lua");
-    lua_setfield(L, -2, "path");
-    lua_pop(L, 1);
+    L = ember_fuzz_lua_new();
     if (luaL_loadbuffer(L, driver, sizeof driver - 1, "=fuzz_tokenizer") != LUA_OK) abort();
     lua_setfield(L, LUA_REGISTRYINDEX, "ember.fuzz.driver");
     return L;

@@ -8,6 +8,7 @@
 #include "tiny_model.h"
 #include "ember_internal.h"
 #include "tokenizer.h"
+#include "test_models.h"
 #include "test_support.h"
 
 #include <errno.h>
@@ -290,24 +291,10 @@ static void test_special_files(void) {
 
 /* ---- hyper-parameters (items 6, 7, 13) ------------------------------------------------------- */
 
-static ember_gguf_writer *tiny(const char *family, ember_type dtype) {
-    ember_tiny_model_params p;
-    ember_tiny_model_defaults(&p);
-    p.family = family;
-    p.dtype = dtype;
-    ember_gguf_writer *w = ember_gguf_writer_new();
-    ember_error err = {0};
-    CHECK_MSG(ember_tiny_model_build(&p, w, &err) == EMBER_OK, "%.900s", err.msg);
-    return w;
-}
+static ember_gguf_writer *tiny(const char *family, ember_type dtype) { return ember_test_tiny_writer(family, dtype); }
 
-static const char *finish(ember_gguf_writer *w, const char *name) {
-    const char *path = tmp_path(name);
-    ember_error err = {0};
-    CHECK_MSG(ember_gguf_writer_write(w, path, &err) == EMBER_OK, "%.900s", err.msg);
-    ember_gguf_writer_free(w);
-    return path;
-}
+/* Writes w to tmp/name, frees w, returns the path (static). */
+static const char *finish(ember_gguf_writer *w, const char *name) { return ember_test_write_model(w, tmp_path(name)); }
 
 static const char *with_u32(const char *family, const char *key, uint32_t v, const char *name) {
     ember_gguf_writer *w = tiny(family, EMBER_TYPE_F32);

@@ -3,6 +3,7 @@
 #include "ember.h"
 #include "gguf.h"
 #include "tiny_model.h"
+#include "test_models.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -19,25 +20,10 @@ static const char *tmp_path(const char *name) {
     return path;
 }
 
-static ember_gguf_writer *tiny(const char *family, ember_type dtype) {
-    ember_tiny_model_params p;
-    ember_tiny_model_defaults(&p);
-    p.family = family;
-    p.dtype = dtype;
-    ember_gguf_writer *w = ember_gguf_writer_new();
-    ember_error err = {0};
-    CHECK_MSG(ember_tiny_model_build(&p, w, &err) == EMBER_OK, "%.900s", err.msg);
-    return w;
-}
+static ember_gguf_writer *tiny(const char *family, ember_type dtype) { return ember_test_tiny_writer(family, dtype); }
 
 /* Writes w to tmp/name, frees w, returns the path (static). */
-static const char *finish(ember_gguf_writer *w, const char *name) {
-    const char *path = tmp_path(name);
-    ember_error err = {0};
-    CHECK_MSG(ember_gguf_writer_write(w, path, &err) == EMBER_OK, "%.900s", err.msg);
-    ember_gguf_writer_free(w);
-    return path;
-}
+static const char *finish(ember_gguf_writer *w, const char *name) { return ember_test_write_model(w, tmp_path(name)); }
 
 static ember_status load(const char *path, const char *arch, ember_model **m, ember_error *err) {
     ember_model_params p = {.path = path, .arch = arch, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1};

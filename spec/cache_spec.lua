@@ -87,12 +87,11 @@ describe("model:run_with_cache on the parity cases", function()
 end)
 
 describe("model:run_with_cache options", function()
-  local path, why = fx.api_model()
-  if not path then
+  local m, why = fx.api_model_loaded()
+  if not m then
     pending(why)
     return
   end
-  local m = ember.load { model = path, kernels = "reference" }
   local n_layers = m.info.n_layers
   local ids = { 1, 5, 9, 2 }
 

@@ -137,12 +137,11 @@ describe("model:unembed (logit lens)", function()
 end)
 
 describe("model:unembed arguments", function()
-  local path, why = fx.api_model()
-  if not path then
+  local m, why = fx.api_model_loaded()
+  if not m then
     pending(why)
     return
   end
-  local m = ember.load { model = path, kernels = "reference" }
 
   it("refuses a residual of the wrong width, naming both widths", function()
     local d = m.info.hidden_size

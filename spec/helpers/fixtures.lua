@@ -80,4 +80,11 @@ function M.api_model()
   return nil, "no model for the API specs: neither build/make-tiny-model nor " .. fixture
 end
 
+-- The api_model loaded on the reference kernels, or nil and the reason it is missing (for pending).
+function M.api_model_loaded()
+  local path, why = M.api_model()
+  if not path then return nil, why end
+  return require("ember").load { model = path, kernels = "reference" }
+end
+
 return M

@@ -307,6 +307,21 @@ local function groups_of(records)
   return out
 end
 
+-- provenance_lines(differences) -> the report lines for provenance_differences' list: "provenance:
+-- identical", or a heading and one line a difference with values over 60 characters cut short.
+-- Shared by the reports of both comparisons (format_text here, compare_sweeps.format_text).
+function M.provenance_lines(diffs)
+  if #diffs == 0 then return { "provenance: identical" } end
+  local lines = { "provenance differences:" }
+  for _, d in ipairs(diffs) do
+    local a, b = d.a, d.b
+    if #a > 60 then a = a:sub(1, 57) .. "..." end
+    if #b > 60 then b = b:sub(1, 57) .. "..." end
+    lines[#lines + 1] = string.format("  %-9s %s: %s -> %s", d.kind, d.path, a, b)
+  end
+  return lines
+end
+
 -- format_text(result [, { records = bool }]) -> the human-readable report: by default a summary
 -- (counts, the first differing records, the largest differences per stage and layer, ids,
 -- provenance, class); with records = true the table of every aligned record instead.
@@ -355,17 +370,7 @@ function M.format_text(res, opts)
   end
   line("input ids: %s; generated ids: %s", res.input_ids_equal and "equal" or "DIFFER",
     res.generated_ids_equal and "equal" or "DIFFER")
-  if #res.provenance_differences == 0 then
-    line("provenance: identical")
-  else
-    line("provenance differences:")
-    for _, d in ipairs(res.provenance_differences) do
-      local a, b = d.a, d.b
-      if #a > 60 then a = a:sub(1, 57) .. "..." end
-      if #b > 60 then b = b:sub(1, 57) .. "..." end
-      line("  %-9s %s: %s -> %s", d.kind, d.path, a, b)
-    end
-  end
+  for _, l in ipairs(M.provenance_lines(res.provenance_differences)) do out[#out + 1] = l end
   line("class: %s (%s)", res.class, res.reason)
   return table.concat(out, "\n") .. "\n"
 end

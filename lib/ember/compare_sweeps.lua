@@ -140,17 +140,7 @@ function M.format_text(res)
     line("  cell %d (%s): %s", c.index, c.target, c.what)
   end
   line("input ids: %s", res.input_ids_equal and "equal" or "DIFFER")
-  if #res.provenance_differences == 0 then
-    line("provenance: identical")
-  else
-    line("provenance differences:")
-    for _, d in ipairs(res.provenance_differences) do
-      local a, b = d.a, d.b
-      if #a > 60 then a = a:sub(1, 57) .. "..." end
-      if #b > 60 then b = b:sub(1, 57) .. "..." end
-      line("  %-9s %s: %s -> %s", d.kind, d.path, a, b)
-    end
-  end
+  for _, l in ipairs(compare.provenance_lines(res.provenance_differences)) do out[#out + 1] = l end
   line("class: %s (%s)", res.class, res.reason)
   return table.concat(out, "\n") .. "\n"
 end

@@ -44,10 +44,10 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 trap 'stop' EXIT INT TERM # a failed start leaves nothing running
 
-# MUNGE: a fresh key and a private socket, all owned by munge (munged refuses anything looser)
+# MUNGE: a fresh key and a private socket, all owned by munge (munged refuses anything looser);
+# every path munged uses is given, so the host's /run/munge is neither needed nor created
 m=$dir/munge
-mkdir -p "$m" /run/munge
-chown munge:munge /run/munge
+mkdir -p "$m"
 chmod 755 "$dir"
 chown munge:munge "$m"
 chmod 755 "$m" # the socket directory must be searchable by every client

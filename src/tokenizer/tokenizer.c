@@ -465,26 +465,24 @@ static int tok_added_cmp(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
+/* Whether id is cut out of text before merging: a non-empty control, user-defined or unknown token. */
+static bool tok_is_added(const tok_table *tab, int64_t id) {
+    unsigned kind = tab->attr[id] & EMBER_TOKEN_KIND_MASK;
+    return tab->len[id] > 0 &&
+           (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN);
+}
+
 /* t->added and t->added_first from the control, user-defined and unknown tokens (the ones cut out
  * of text before merging). Of several ids with one string the highest is kept. */
 static ember_status tok_build_added(ember_tokenizer *t) {
     int64_t n = 0;
-    for (int64_t id = 0; id < t->tab.n; id++) {
-        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
-        if (t->tab.len[id] > 0 &&
-            (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN))
-            n++;
-    }
+    for (int64_t id = 0; id < t->tab.n; id++) n += tok_is_added(&t->tab, id);
     for (int b = 0; b <= 256; b++) t->added_first[b] = 0;
     if (n == 0) return EMBER_OK;
     if (!(t->added = malloc((size_t)n * sizeof *t->added))) return EMBER_ERR_NOMEM;
     int64_t k = 0;
-    for (int64_t id = 0; id < t->tab.n; id++) {
-        unsigned kind = t->tab.attr[id] & EMBER_TOKEN_KIND_MASK;
-        if (t->tab.len[id] > 0 &&
-            (kind == EMBER_TOKEN_CONTROL || kind == EMBER_TOKEN_USER_DEFINED || kind == EMBER_TOKEN_UNKNOWN))
-            t->added[k++] = (int32_t)id;
-    }
+    for (int64_t id = 0; id < t->tab.n; id++)
+        if (tok_is_added(&t->tab, id)) t->added[k++] = (int32_t)id;
     tok_sort_tab = &t->tab;
     qsort(t->added, (size_t)n, sizeof *t->added, tok_added_cmp);
     tok_sort_tab = NULL;

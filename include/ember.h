@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* The kernels' public types (weight types, errors) and kernel-set choice: the one layer below. */
 #include "cpu.h"
@@ -142,8 +143,8 @@ typedef struct {
     int64_t input_token_count;
     int64_t sequence_length;   /* start_position + input_token_count */
     int64_t layer_index;
-    /* Reserved for a tracing mode that does not exist yet: every forward pass zero-initialises the
-     * context, so it is always false ("disabled"); hooks may read it but nothing sets it. */
+    /* Whether the session is tracing this evaluation (ember_session_set_trace). Read-only to
+     * hooks: a hook can neither start, stop nor write the trace stream. */
     bool tracing;
 } ember_eval_ctx;
 
@@ -182,6 +183,26 @@ const ember_model *ember_session_model(const ember_session *s);
  * naming the first stage and layer where a non-finite value appeared (found by a second pass that
  * runs only then). allow = true skips the check, for research runs that want the NaNs. */
 void ember_session_set_allow_nonfinite(ember_session *s, bool allow);
+
+/* ---- tracing (src/engine/trace.c; docs/inspection.md) ------------------------------------------
+ * A trace writes one JSON line per executed step of every evaluation of the sessions it is set on:
+ * eval_start, one "op" line per op of the forward pass (layer, op name, phase, output shape, the
+ * kernel variant that computed it, the value fingerprint of its output), eval_end (with the
+ * evaluation's time). Field order is fixed. The normalized fingerprint is FNV-1a 64 over every
+ * line with its timing fields left out: identical for identical runs, different when any traced
+ * value, shape, kernel variant or op differs. Off (NULL) the forward pass pays one pointer test per
+ * op. */
+typedef struct ember_trace ember_trace;
+/* out stays the caller's (not closed by ember_trace_free). */
+ember_status ember_trace_new(FILE *out, ember_trace **t, ember_error *err);
+void ember_trace_free(ember_trace *t);
+uint64_t ember_trace_fingerprint(const ember_trace *t);
+int64_t ember_trace_event_count(const ember_trace *t);
+int64_t ember_trace_eval_count(const ember_trace *t);
+/* EMBER_ERR_IO when a write to the stream failed since the trace began. */
+ember_status ember_trace_status(const ember_trace *t, ember_error *err);
+/* Traces every later evaluation of s into t (NULL: stop). t must outlive its use by s. */
+void ember_session_set_trace(ember_session *s, ember_trace *t);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 

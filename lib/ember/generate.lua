@@ -12,7 +12,7 @@ local check_options, opt_int = internal.check_options, internal.opt_int
 local M = {}
 
 local OPTIONS = { "ids", "prompt", "bos", "max_tokens", "temperature", "top_k", "top_p", "seed", "experiment",
-  "on_token", "context", "eos", "all_logits" }
+  "on_token", "context", "eos", "all_logits", "trace" }
 
 -- (level 1: rethrow moves the position to generate's caller)
 local function bad(msg) error("bad argument to 'generate' (" .. msg .. ")", 1) end
@@ -108,6 +108,23 @@ local function prepare(run, model, opts, self_arg)
   local n_ctx = context > 0 and context or #ids + (max_tokens > 0 and max_tokens or 1)
   M.check_context(info, #ids, max_tokens, context, function(msg) bad(msg) end, M.notice)
   run.session = internal.session(model, n_ctx, "generate")
+  -- trace=: an ember.Trace (kept open for the caller), or a path (opened here, finished at the end);
+  -- else the trace of ember.load{trace=}. Attached to this run's session only.
+  local tr = opts.trace
+  if tr == nil then tr = require("ember.trace").for_model(model) end
+  if type(tr) == "string" then
+    if tr == "" then bad("trace must be an ember.Trace or a file path, got an empty string") end
+    run.trace = require("ember.trace").open(tr, model)
+    run.owns_trace = true
+  elseif tr ~= nil and tr ~= false then
+    local mt = getmetatable(tr)
+    if type(mt) ~= "table" or mt.__name ~= "ember.Trace" then
+      bad("trace must be an ember.Trace or a file path, got " .. type(tr))
+    end
+    if tr.closed then bad("trace: the trace is closed") end
+    run.trace = tr
+  end
+  if run.trace then internal.set_trace(run.session, run.trace) end
 end
 
 -- Errors of the set-up read as the C function's did: positioned at generate's caller (the message
@@ -136,6 +153,7 @@ function M.generate(model, opts)
   if not ok then
     if run.session then run.session:close() end
     if run.sampler then run.sampler:close() end
+    if run.owns_trace then run.trace:close() end
     rethrow(err)
   end
   -- the KV cache and the sampler are freed when this function returns or raises
@@ -151,6 +169,13 @@ function M.generate(model, opts)
   end
   -- all_logits: the prefill also keeps every prompt position's logits (out.prompt_logits)
   if all_logits then internal.set_all_logits(session, true) end
+  -- a trace this call opened is finished whether the run succeeds or fails
+  local owned_trace <close> = run.owns_trace and setmetatable({}, { __close = function()
+    if not run.trace.closed then
+      internal.set_trace(session, nil)
+      pcall(run.trace.close, run.trace)
+    end
+  end }) or nil
   local id, prefill_ms = evaluate(session, ids, runner, sampler, "generate")
   local prompt_logits
   if all_logits then
@@ -200,6 +225,13 @@ function M.generate(model, opts)
   -- an interrupted run is not a completed one
   if runner and stop ~= "interrupted" then runner:on_generation_complete(n_prompt, generated, decodes) end
 
+  local trace_summary
+  if run.trace then
+    internal.set_trace(session, nil)
+    trace_summary = { fingerprint = run.trace:fingerprint(), events = run.trace.events,
+      evaluations = run.trace.evaluations }
+    if run.owns_trace then trace_summary = run.trace:finish() end
+  end
   local text = nil
   if tok ~= nil then -- the generated ids without a final stop token
     text = tok:decode(table.move(out_ids, 1, generated - (stop == "eos" and 1 or 0), 1, {}))
@@ -214,6 +246,7 @@ function M.generate(model, opts)
     logits = logits_of(session),
     all_logits = all_logits,
     prompt_logits = prompt_logits,
+    trace = trace_summary,
     stats = {
       prefill_ms = prefill_ms,
       decode_ms = decode_ms,

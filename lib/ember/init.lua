@@ -18,6 +18,18 @@ core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_ca
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")
 
+-- ember.trace(path [, model]) -> ember.Trace (lib/ember/trace.lua, docs/inspection.md)
+M.trace = require("ember.trace").open
+-- ember.fingerprint(t) -> the value fingerprint of a tensor or view (t:fingerprint())
+function M.fingerprint(t)
+  local mt = getmetatable(t)
+  local name = type(mt) == "table" and rawget(mt, "__name")
+  if name ~= "ember.Tensor" and name ~= "ember.TensorView" then
+    error("bad argument #1 to 'fingerprint' (ember.Tensor or ember.TensorView expected, got " .. type(t) .. ")", 2)
+  end
+  return t:fingerprint()
+end
+
 -- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
 M.selectors = require("ember.selectors")
 -- ember.experiments.<name>: the built-in experiment factories (activation_stats, zero_layer_output,
@@ -31,7 +43,7 @@ end })
 
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",
-  "provenance", "verify_model", "kv_cache" }
+  "provenance", "verify_model", "kv_cache", "trace" }
 
 local function is_ember_tokenizer(v)
   local mt = getmetatable(v)
@@ -63,7 +75,7 @@ local function load(opts)
   core.internal.check_options(opts, "load", M.LOAD_OPTIONS)
   local copy = {}
   for k, v in pairs(opts) do
-    if k ~= "tokenizer" and k ~= "tokenizer_check" then copy[k] = v end
+    if k ~= "tokenizer" and k ~= "tokenizer_check" and k ~= "trace" then copy[k] = v end
   end
   if opts.tokenizer_check ~= nil and type(opts.tokenizer_check) ~= "boolean" then
     error("bad argument #1 to 'load' (option 'tokenizer_check' must be a boolean, got "
@@ -84,6 +96,16 @@ local function load(opts)
     end
   end
   if tok ~= nil then model:set_tokenizer(tok) end
+  -- trace=: every generate of this model writes into one trace (model.trace; finish it with
+  -- model.trace:finish())
+  if opts.trace ~= nil then
+    if type(opts.trace) ~= "string" or opts.trace == "" then
+      model:close()
+      error("bad argument #1 to 'load' (option 'trace' must be a file path, got " .. type(opts.trace) .. ")", 0)
+    end
+    local tr = require("ember.trace")
+    tr.for_model(model, tr.open(opts.trace, model))
+  end
   return model
 end
 

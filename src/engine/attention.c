@@ -51,6 +51,7 @@ ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, 
     ember_workspace *w = &s->ws;
     const int64_t pos0 = s->pos, n = ctx->input_token_count;
     ember_status st;
+    ember_kop kop = EMBER_KOP_ATTENTION;
     if (!ember_hook_wants(hooks, EMBER_STAGE_ATTENTION_PATTERN)) {
         ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
     } else {
@@ -65,9 +66,14 @@ ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, 
         if ((st = ember_hook_call_view(hooks, EMBER_STAGE_ATTENTION_PATTERN, ctx, l, &v, err))) return st;
         /* A pattern the hook only read is left to the fused chunked kernel, so observing it changes
          * no bit (the pattern path has its own order of operations). A written one is mixed as is. */
-        if (v.written) ember_compute_attention_mix(m->compute, &a, w->pattern);
-        else ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
+        if (v.written) {
+            ember_compute_attention_mix(m->compute, &a, w->pattern);
+            kop = EMBER_KOP_ATTENTION_PATTERN;
+        } else {
+            ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
+        }
     }
+    ember_trace_step(s->trace, "attention", l, kop, NULL, w->att, n, m->n_head * L->head_dim);
     return ember_hook_call_heads(hooks, EMBER_STAGE_ATTENTION_HEADS, ctx, l, w->att, n, m->n_head * L->head_dim,
                                  m->n_head, err);
 }
@@ -88,8 +94,11 @@ ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember
     ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, 1, m->n_embd, err);
     if (st != EMBER_OK) return st;
     ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
-    if (m->softcap > 0.0f) /* cap * tanh(logits / cap) */
+    ember_trace_step(s->trace, "output", -1, EMBER_KOP_PRODUCT, &m->output, w->logits, 1, m->n_vocab);
+    if (m->softcap > 0.0f) { /* cap * tanh(logits / cap) */
         for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
+        ember_trace_step(s->trace, "softcap", -1, EMBER_KOP_ENGINE, NULL, w->logits, 1, m->n_vocab);
+    }
     st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, 1, m->n_vocab, err);
     if (st != EMBER_OK || !s->all_logits) return st;
     /* Every row: the earlier ones through the head without hooks, the last one copied from the

@@ -54,15 +54,20 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
     const int64_t d = m->n_embd, pos0 = s->pos, ple = m->ple_dim;
     const float eps = m->norm_eps;
     ember_status st;
+    ember_trace *tr = s->trace;
     ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1};
+                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
 
     const float emb_scale = sqrtf((float)d);
     for (int64_t t = 0; t < n; t++) {
         ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
         for (int64_t i = 0; i < d; i++) w->x[t * d + i] *= emb_scale;
     }
-    if (ple > 0) per_layer_inputs(m, ids, w->x, w->ple, w->ple_row, n);
+    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    if (ple > 0) {
+        per_layer_inputs(m, ids, w->x, w->ple, w->ple_row, n);
+        ember_trace_step(tr, "per_layer_inputs", -1, EMBER_KOP_PRODUCT, &m->ple_proj, w->ple, n, m->n_layer * ple);
+    }
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
@@ -71,53 +76,76 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
         /* attention */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
+        ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         /* Q, and K/V when this layer computes its own cache, in one product over the shared input */
         const bool own_kv = L->kv_source == l, has_v = own_kv && L->wv.data;
         ember_matmul_multi(m->compute, own_kv ? (has_v ? 3 : 2) : 1,
                            (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
                            (float *const[]){w->q, w->k, w->v}, n);
+        ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
+        if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
+        if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
         heads_norm_rope(ops, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+        ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
         if (own_kv) {
             if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
             heads_norm_rope(ops, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
             heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
+            ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
+            ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
             ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
         }
         /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
         if ((st = ember_attention_stages(s, hooks, &ctx, l, L, 1.0f, L->sliding ? m->window : 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
+        ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
         rmsnorm_rows(ops, w->attn, L->post_attn_norm, n, d, eps);
+        ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
+        ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         /* GELU-gated MLP */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
+        ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
+        ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
+        ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
         ops->gelu_mul(w->gate, w->up, n * L->n_ff);
+        ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
+        ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
         rmsnorm_rows(ops, w->mlp, L->post_ffw_norm, n, d, eps);
+        ember_trace_step(tr, "ffn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
+        ember_trace_step(tr, "ffn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         /* per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add */
         if (ple > 0) {
             ember_matmul(m->compute, &L->inp_gate, w->x, w->ple_gate, n);
+            ember_trace_step(tr, "ple_gate", l, EMBER_KOP_PRODUCT, &L->inp_gate, w->ple_gate, n, ple);
             for (int64_t t = 0; t < n; t++)
                 ops->gelu_mul_ref(w->ple_gate + t * ple, w->ple + t * m->n_layer * ple + l * ple, ple);
+            ember_trace_step(tr, "ple_act", l, EMBER_KOP_GELU_MUL_REF, NULL, w->ple_gate, n, ple);
             ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
+            ember_trace_step(tr, "ple_proj", l, EMBER_KOP_PRODUCT, &L->proj, w->mlp, n, d);
             rmsnorm_rows(ops, w->mlp, L->post_norm, n, d, eps);
+            ember_trace_step(tr, "ple_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
             ember_add_into(w->x, w->mlp, n * d);
         }
         if (L->out_scale != 1.0f)
             for (int64_t i = 0; i < n * d; i++) w->x[i] *= L->out_scale;
+        ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
     /* all_logits: the other rows' final norm into xn, for the logits head */
     for (int64_t t = 0; s->all_logits && t + 1 < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, eps);
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
+    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
     return ember_logits_head(s, hooks, &ctx, err);
 }
 

@@ -19,8 +19,9 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     ember_workspace *w = &s->ws;
     const int64_t d = m->n_embd, pos0 = s->pos;
     ember_status st;
+    ember_trace *tr = s->trace;
     ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1};
+                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
     if (pos0 + n > m->n_ctx_train)
         return ember_error_set(err, EMBER_ERR_CONTEXT, "gpt2: position %lld is beyond the %lld learned positions",
                                (long long)(pos0 + n - 1), (long long)m->n_ctx_train);
@@ -30,32 +31,42 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         ops->get_row(&m->pos_embd, pos0 + t, w->xn);
         ember_add_into(w->x + t * d, w->xn, d);
     }
+    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         layernorm_rows(ops, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
+        ember_trace_step(tr, "attn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
         ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
         ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
+        ember_trace_step(tr, "attn_qkv", l, EMBER_KOP_PRODUCT, &L->wqkv, w->qkv, n, 3 * d);
         for (int64_t t = 0; t < n; t++) /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
         ember_kv_store(s, l, pos0, n, w->qkv + d, w->qkv + 2 * d, 3 * d);
         if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_add_bias(w->attn, L->bo, n, d);
+        ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
+        ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         layernorm_rows(ops, w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
+        ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
         ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
+        ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
         ops->gelu_mul(w->up, NULL, n * L->n_ff);
+        ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->up, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->up, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->up, w->mlp, n);
         ember_add_bias(w->mlp, L->b_down, n, d);
+        ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
+        ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
@@ -63,6 +74,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
         ops->layernorm(w->xn + t * d, w->x + t * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
     ops->layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
+    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_LAYERNORM, NULL, w->last, 1, d);
     return ember_logits_head(s, hooks, &ctx, err);
 }
 

@@ -25,10 +25,12 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     ember_workspace *w = &s->ws;
     const int64_t d = m->n_embd, pos0 = s->pos;
     ember_status st;
+    ember_trace *tr = s->trace;
     ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1};
+                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
 
     for (int64_t t = 0; t < n; t++) ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
+    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
@@ -37,28 +39,43 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
 
         /* attention block */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, m->norm_eps);
+        ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
                            (float *const[]){w->q, w->k, w->v}, n);
+        /* the projections' events include their biases (qwen2), as their hooks would (SPEC §4.6) */
         ember_add_bias(w->q, L->bq, n, q_dim);
         ember_add_bias(w->k, L->bk, n, L->kv_dim);
         ember_add_bias(w->v, L->bv, n, L->kv_dim);
+        ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
+        ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
+        ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
         norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
         norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
+        ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
+        ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
         ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
         if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
+        ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
+        ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         /* SwiGLU MLP */
         for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
+        ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
+        ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
+        ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
         ops->silu_mul(w->gate, w->up, n * L->n_ff);
+        ember_trace_step(tr, "ffn_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
+        ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
+        ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
@@ -67,6 +84,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
         ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, m->norm_eps);
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
+    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
     return ember_logits_head(s, hooks, &ctx, err);
 }
 

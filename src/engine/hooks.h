@@ -1,10 +1,12 @@
-/* hooks.h — how a forward pass reaches the hook points. The types (stages, the evaluation
- * context, views, the callback table) are public in include/ember.h so the bindings can fill them;
- * this is the one call site helper, kept inline so a NULL table (the disabled path) costs a branch. */
+/* hooks.h — how a forward pass reaches the hook points and the trace. The types (stages, the
+ * evaluation context, views, the callback table) are public in include/ember.h so the bindings can
+ * fill them; these are the call site helpers, kept inline so a NULL table or a NULL trace (the
+ * disabled paths) costs a branch. */
 #ifndef EMBER_HOOKS_H
 #define EMBER_HOOKS_H
 
 #include "ember.h"
+#include "trace.h"
 
 /* Whether a hook is set for `stage` (the disabled path: a NULL table). */
 static inline bool ember_hook_wants(const ember_hooks *h, ember_stage stage) { return h && h->on_tensor[stage]; }
@@ -30,6 +32,15 @@ static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage sta
                                            int64_t layer, float *data, int64_t rows, int64_t cols,
                                            ember_error *err) {
     return ember_hook_call_heads(h, stage, ctx, layer, data, rows, cols, 0, err);
+}
+
+/* Records one executed op in the trace, if the session traces (t = s->trace): its output (rows,
+ * cols) at data, the kernel kind that computed it (a product passes its weights w, else NULL).
+ * Called after the op and before the stage's hook, so it records what the op computed. The
+ * disabled path is a pointer test. */
+static inline void ember_trace_step(ember_trace *t, const char *op, int64_t layer, ember_kop kop, const ember_matrix *w,
+                                    const float *data, int64_t rows, int64_t cols) {
+    if (t) ember_trace_emit(t, op, layer, kop, w, data, rows, cols);
 }
 
 #endif

@@ -120,6 +120,7 @@ struct ember_session {
     bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
     bool all_logits;    /* the logits head also fills ws.all_logits for every evaluated row */
     int64_t n_all;      /* rows of ws.all_logits from the last evaluation (0: not asked) */
+    ember_trace *trace; /* the trace every evaluation writes to, NULL when off (trace.c) */
 };
 
 

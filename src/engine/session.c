@@ -252,18 +252,27 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     s->has_logits = false;
     s->n_all = 0;
     s->phase = phase;
+    if (s->trace) ember_trace_eval_start(s->trace, s, phase, n);
     st = s->model->forward(s, ids, n, hooks, err);
     /* a truncation during the evaluation: the weights read as zeros, so its result is void */
     ember_error changed = {0};
     if (ember_gguf_check_unchanged(s->model->gguf, &changed) != EMBER_OK) {
         if (err) *err = changed;
+        if (s->trace) ember_trace_eval_end(s->trace, false);
         return changed.code;
     }
-    if (st != EMBER_OK) return st; /* the cache beyond pos may hold partial rows; pos is unchanged */
-    if (!s->allow_nonfinite) {
+    if (st == EMBER_OK && !s->allow_nonfinite) {
         int64_t bad = first_nonfinite(s->ws.logits, s->model->n_vocab);
-        if (bad >= 0) return nonfinite_error(s, ids, n, hooks, bad, err);
+        if (bad >= 0) {
+            /* the locating pass repeats the evaluation: it is not a step of the run, so untraced */
+            ember_trace *t = s->trace;
+            s->trace = NULL;
+            st = nonfinite_error(s, ids, n, hooks, bad, err);
+            s->trace = t;
+        }
     }
+    if (s->trace) ember_trace_eval_end(s->trace, st == EMBER_OK);
+    if (st != EMBER_OK) return st; /* the cache beyond pos may hold partial rows; pos is unchanged */
     s->pos += n;
     s->has_logits = true;
     s->n_all = s->all_logits ? n : 0;

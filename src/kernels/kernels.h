@@ -160,6 +160,29 @@ static inline const ember_type_kernels *ember_kernels_mm(const ember_kernel_ops 
     return (unsigned)t < EMBER_TYPE_COUNT && ops->mm[t].rows ? &ops->mm[t] : NULL;
 }
 
+/* ---- kernel variants: what a trace records for each op (variant.c) ---- */
+typedef enum {
+    EMBER_KOP_GET_ROW = 0,         /* embedding lookups */
+    EMBER_KOP_RMSNORM,
+    EMBER_KOP_LAYERNORM,
+    EMBER_KOP_SILU_MUL,
+    EMBER_KOP_GELU_MUL,
+    EMBER_KOP_GELU_MUL_REF,
+    EMBER_KOP_ROPE,
+    EMBER_KOP_ATTENTION,           /* the fused chunked attention (attn_chunk) */
+    EMBER_KOP_ATTENTION_PATTERN,   /* attention_probs + attention_mix, shared by every set */
+    EMBER_KOP_ENGINE,              /* the engine's own element loops (residual adds, biases, scales) */
+    EMBER_KOP_PRODUCT              /* a matrix product: named by ember_kernels_product_variant */
+} ember_kop;
+/* "reference" when set `ops` runs the reference function for op, its own name otherwise, "shared"
+ * for code every set shares. A static string. */
+const char *ember_kernels_op_variant(const ember_kernel_ops *ops, ember_kop op);
+/* The product of ops for w: "<set>/<type>" + "_x4" when w is repacked; a type on the fallback list
+ * names "reference". Written into buf (32 bytes are enough). */
+void ember_kernels_product_variant(const ember_kernel_ops *ops, const ember_matrix *w, char *buf, size_t n);
+/* The activations that product multiplies with: "f32" or the quantized block type ("q8_0", ...). */
+const char *ember_kernels_product_activations(const ember_kernel_ops *ops, const ember_matrix *w);
+
 /* The table of a set this CPU can run (NULL for auto or a set it cannot run). */
 const ember_kernel_ops *ember_kernels_table(ember_kernels k);
 /* Resolves a requested set: AUTO takes EMBER_KERNELS (ember_kernels_env; a bad value is an error)

@@ -189,6 +189,15 @@ bool ember_type_nbytes(ember_type t, int64_t n_elements, size_t *out);
 /* Bytes of one row of n values; 0 when ember_type_nbytes fails. */
 size_t ember_type_row_size(ember_type t, int64_t n);
 
+/* ---- the value fingerprint (fingerprint.c) -----------------------------------------------------
+ * FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over the little-endian bytes of
+ * n f32 values in order; the shape is not included. The one fingerprint of traces, dumps and
+ * activation-stats (docs/inspection.md). _start and _bytes continue a hash over any bytes (the
+ * normalized trace fingerprint hashes its event lines with them). */
+uint64_t ember_fingerprint_f32(const float *x, int64_t n);
+uint64_t ember_fingerprint_start(void);
+uint64_t ember_fingerprint_bytes(uint64_t h, const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include "l_experiment.h"
 #include "l_sampler.h"
 #include "l_tensor.h"
+#include "l_trace.h"
 
 #define SESSION_CLOSED_MSG "attempt to use a closed session"
 
@@ -21,8 +22,9 @@ static void session_free(ember_lua_session *ls) {
 ember_lua_session *ember_lua_new_session(lua_State *L, int model_idx, int64_t n_ctx, const char *fname) {
     model_idx = lua_absindex(L, model_idx);
     ember_lua_model *lm = ember_lua_check_model(L, model_idx);
-    /* user values: 1 the model, 2 the experiments that had on_model_loaded here (session_saw) */
-    ember_lua_session *ls = lua_newuserdatauv(L, sizeof *ls, 2); /* [session] */
+    /* user values: 1 the model, 2 the experiments that had on_model_loaded here (session_saw),
+     * 3 the trace it writes into (l_trace.c) */
+    ember_lua_session *ls = lua_newuserdatauv(L, sizeof *ls, 3); /* [session] */
     ls->s = NULL;
     ls->model = lm;
     ls->busy = false;
@@ -246,13 +248,16 @@ static int s_reset(lua_State *L) {
 static int s_close(lua_State *L) {
     ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
     if (ls->busy) return luaL_error(L, "close: the session is busy (it cannot be closed from inside its own evaluation)");
+    if (ls->s) ember_lua_trace_detach(L, 1);
     session_free(ls);
     return 0;
 }
 
 /* __gc never sees a busy session: an evaluating session is on the stack of its caller. */
 static int s_gc(lua_State *L) {
-    session_free(luaL_checkudata(L, 1, EMBER_LUA_SESSION));
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (ls->s) ember_lua_trace_detach(L, 1);
+    session_free(ls);
     return 0;
 }
 

@@ -199,17 +199,12 @@ static int t_abs_max(lua_State *L) {
     return 1;
 }
 
-/* FNV-1a 64 over the raw little-endian f32 bytes, row-major; the shape is not included. Returned
- * as the u64's bit pattern in a Lua integer (negative when the top bit is set). */
+/* The value fingerprint (ember_fingerprint_f32, the kernels' one owner: FNV-1a 64 over the raw
+ * little-endian f32 bytes, row-major; the shape is not included). Returned as the u64's bit
+ * pattern in a Lua integer (negative when the top bit is set). */
 static int t_fingerprint(lua_State *L) {
     tref t = to_tref(L, 1);
-    const unsigned char *p = (const unsigned char *)t.data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0, n = (size_t)count(&t) * sizeof(float); i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    lua_pushinteger(L, (lua_Integer)h);
+    lua_pushinteger(L, (lua_Integer)ember_fingerprint_f32(t.data, count(&t)));
     return 1;
 }
 

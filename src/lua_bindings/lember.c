@@ -17,6 +17,7 @@
 #include "l_tensor_ops.h"
 #include "l_tiny_model.h"
 #include "l_tokenizer.h"
+#include "l_trace.h"
 
 volatile sig_atomic_t ember_lua_interrupted = 0;
 lua_State *volatile ember_lua_running = NULL;
@@ -365,6 +366,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_tokenizer(L, module);
     ember_lua_open_control_vector(L, module);
     ember_lua_open_fs(L, module);
+    ember_lua_open_trace(L, module);
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
     static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},
@@ -376,7 +378,8 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     lua_newtable(L); /* [core, classes] */
     const char *classes[][2] = {{"Model", EMBER_LUA_MODEL},   {"Session", EMBER_LUA_SESSION},
                                 {"Tensor", EMBER_LUA_TENSOR}, {"TensorView", EMBER_LUA_VIEW},
-                                {"Context", EMBER_LUA_CONTEXT}, {"Sampler", EMBER_LUA_SAMPLER}};
+                                {"Context", EMBER_LUA_CONTEXT}, {"Sampler", EMBER_LUA_SAMPLER},
+                                {"Trace", EMBER_LUA_TRACE}};
     for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
         luaL_getmetatable(L, classes[i][1]);
         lua_setfield(L, -2, classes[i][0]);

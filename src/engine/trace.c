@@ -1,0 +1,99 @@
+/* trace.c — structured tracing: one JSON line per executed step, written by one fixed-order
+ * emitter, and the normalized trace fingerprint over those lines with their timings left out.
+ * Never reads or changes a value it traces beyond fingerprinting it; calls no hook. */
+#include "trace.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static const char *phase_name(ember_phase p) { return p == EMBER_PHASE_DECODE ? "decode" : "prefill"; }
+
+ember_status ember_trace_new(FILE *out, ember_trace **t, ember_error *err) {
+    *t = NULL;
+    if (!out) return ember_error_set(err, EMBER_ERR_ARG, "trace: no output stream");
+    ember_trace *n = calloc(1, sizeof *n);
+    if (!n) return ember_error_set(err, EMBER_ERR_NOMEM, "trace: out of memory");
+    n->out = out;
+    n->fp = ember_fingerprint_start();
+    *t = n;
+    return EMBER_OK;
+}
+
+void ember_trace_free(ember_trace *t) { free(t); }
+
+uint64_t ember_trace_fingerprint(const ember_trace *t) { return t->fp; }
+int64_t ember_trace_event_count(const ember_trace *t) { return t->events; }
+int64_t ember_trace_eval_count(const ember_trace *t) { return t->evals; }
+
+ember_status ember_trace_status(const ember_trace *t, ember_error *err) {
+    if (t->write_failed || ferror(t->out)) return ember_error_set(err, EMBER_ERR_IO, "trace: writing the trace failed");
+    return EMBER_OK;
+}
+
+void ember_session_set_trace(ember_session *s, ember_trace *t) { s->trace = t; }
+
+/* Writes one line: `norm` (a JSON object without its closing brace: the normalized part, which
+ * goes into the fingerprint) then `timing` (fields left out of it, may be "") and the brace. */
+static void put_line(ember_trace *t, const char *norm, int len, const char *timing) {
+    if (len < 0) return;
+    t->fp = ember_fingerprint_bytes(t->fp, norm, (size_t)len);
+    t->fp = ember_fingerprint_bytes(t->fp, "}\n", 2);
+    if (fputs(norm, t->out) == EOF || fputs(timing, t->out) == EOF || fputs("}\n", t->out) == EOF)
+        t->write_failed = true;
+    t->events++;
+}
+
+void ember_trace_eval_start(ember_trace *t, const ember_session *s, ember_phase phase, int64_t n) {
+    char line[256];
+    t->evals++;
+    t->ops = s->model->ops;
+    t->phase = phase;
+    int len = snprintf(line, sizeof line,
+                       "{\"event\":\"eval_start\",\"eval\":%" PRId64 ",\"phase\":\"%s\",\"position\":%" PRId64
+                       ",\"tokens\":%" PRId64,
+                       t->evals, phase_name(phase), s->pos, n);
+    put_line(t, line, len, "");
+    t->t0_ms = now_ms();
+}
+
+void ember_trace_eval_end(ember_trace *t, bool ok) {
+    char line[160], timing[64];
+    const double ms = now_ms() - t->t0_ms;
+    int len = snprintf(line, sizeof line, "{\"event\":\"eval_end\",\"eval\":%" PRId64 ",\"phase\":\"%s\",\"ok\":%s",
+                       t->evals, phase_name(t->phase), ok ? "true" : "false");
+    snprintf(timing, sizeof timing, ",\"ms\":%.3f", ms);
+    put_line(t, line, len, timing);
+}
+
+/* Op names and kernel names are the engine's own identifiers ([a-z0-9_/]), so they are written
+ * as they are; the fingerprint is 16 hex digits (JSON readers that hold numbers as doubles would
+ * round a 20-digit integer). */
+void ember_trace_emit(ember_trace *t, const char *op, int64_t layer, ember_kop kop, const ember_matrix *w,
+                      const float *data, int64_t rows, int64_t cols) {
+    char line[384], variant[48];
+    const char *act = NULL;
+    if (kop == EMBER_KOP_PRODUCT && w) {
+        ember_kernels_product_variant(t->ops, w, variant, sizeof variant);
+        act = ember_kernels_product_activations(t->ops, w);
+    } else {
+        snprintf(variant, sizeof variant, "%s", ember_kernels_op_variant(t->ops, kop));
+    }
+    const uint64_t fp = ember_fingerprint_f32(data, rows * cols);
+    int len = snprintf(line, sizeof line,
+                       "{\"event\":\"op\",\"eval\":%" PRId64 ",\"phase\":\"%s\",\"layer\":%" PRId64
+                       ",\"op\":\"%s\",\"rows\":%" PRId64 ",\"cols\":%" PRId64 ",\"kernel\":\"%s\"%s%s%s"
+                       ",\"fingerprint\":\"%016" PRIx64 "\"",
+                       t->evals, phase_name(t->phase), layer, op, rows, cols, variant, act ? ",\"act\":\"" : "",
+                       act ? act : "", act ? "\"" : "", fp);
+    put_line(t, line, len, "");
+}

@@ -1,0 +1,150 @@
+/* l_trace.c — ember.Trace: a JSONL trace file the engine writes its events into while the
+ * trace is attached to a session (core.internal.set_trace); lib/ember/trace.lua adds the header and
+ * the summary line. Hooks get no handle on it: only the library attaches or detaches a trace. */
+#include "l_trace.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "l_session.h"
+
+typedef struct {
+    ember_trace *t; /* NULL once closed */
+    FILE *f;
+    int attached;   /* sessions tracing into it right now: it cannot close under them */
+} lua_trace;
+
+static lua_trace *check_trace(lua_State *L, int i) {
+    lua_trace *lt = luaL_checkudata(L, i, EMBER_LUA_TRACE);
+    if (!lt->t) luaL_error(L, "attempt to use a closed trace");
+    return lt;
+}
+
+/* Closes the file; true when every write reached it. */
+static bool trace_close(lua_trace *lt) {
+    if (!lt->t) return true;
+    bool ok = ember_trace_status(lt->t, NULL) == EMBER_OK;
+    ember_trace_free(lt->t);
+    lt->t = NULL;
+    if (fclose(lt->f) != 0) ok = false;
+    lt->f = NULL;
+    return ok;
+}
+
+/* core.internal.trace_open(path) -> Trace, or raises "trace: cannot create 'path': reason". */
+static int l_trace_open(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    lua_trace *lt = lua_newuserdatauv(L, sizeof *lt, 0); /* [path, trace] */
+    lt->t = NULL;
+    lt->f = NULL;
+    lt->attached = 0;
+    luaL_setmetatable(L, EMBER_LUA_TRACE);
+    FILE *f = fopen(path, "w");
+    if (!f) return luaL_error(L, "trace: cannot create '%s': %s", path, strerror(errno));
+    ember_error err = {0};
+    if (ember_trace_new(f, &lt->t, &err) != EMBER_OK) {
+        fclose(f);
+        return luaL_error(L, "%s", err.msg);
+    }
+    lt->f = f;
+    return 1;
+}
+
+/* core.internal.trace_write(trace, line): a line the library writes itself (the header and the
+ * summary); not an engine event, so it is not part of the normalized fingerprint. */
+static int l_trace_write(lua_State *L) {
+    lua_trace *lt = check_trace(L, 1);
+    size_t n;
+    const char *s = luaL_checklstring(L, 2, &n);
+    if (fwrite(s, 1, n, lt->f) != n || fputc('\n', lt->f) == EOF) return luaL_error(L, "trace: write failed");
+    return 0;
+}
+
+void ember_lua_trace_detach(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    ember_lua_session *ls = luaL_checkudata(L, idx, EMBER_LUA_SESSION);
+    if (lua_getiuservalue(L, idx, 3) == LUA_TUSERDATA) {
+        lua_trace *old = luaL_testudata(L, -1, EMBER_LUA_TRACE);
+        if (old) old->attached--;
+    }
+    lua_pop(L, 1);
+    if (ls->s) ember_session_set_trace(ls->s, NULL);
+    lua_pushnil(L);
+    lua_setiuservalue(L, idx, 3);
+}
+
+/* core.internal.set_trace(session, trace | nil): the session's later evaluations write into trace
+ * (nil detaches whatever it had). The session's user value 3 keeps the trace alive meanwhile. */
+static int l_set_trace(lua_State *L) {
+    ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
+    if (!ls->s) return luaL_error(L, "attempt to use a closed session");
+    if (ls->busy) return luaL_error(L, "set_trace: the session is busy (a hook cannot change its trace)");
+    lua_trace *lt = lua_isnoneornil(L, 2) ? NULL : check_trace(L, 2);
+    ember_lua_trace_detach(L, 1);
+    ember_session_set_trace(ls->s, lt ? lt->t : NULL);
+    if (lt) lt->attached++;
+    lua_pushvalue(L, 2);
+    lua_setiuservalue(L, 1, 3);
+    return 0;
+}
+
+/* t:close() -> true; raises when a write failed or a session is still tracing into it. */
+static int t_close(lua_State *L) {
+    lua_trace *lt = luaL_checkudata(L, 1, EMBER_LUA_TRACE);
+    if (lt->attached > 0) return luaL_error(L, "trace: cannot close a trace a running session writes into");
+    if (!trace_close(lt)) return luaL_error(L, "trace: writing the trace file failed (disk full?)");
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int t_gc(lua_State *L) {
+    lua_trace *lt = luaL_checkudata(L, 1, EMBER_LUA_TRACE);
+    /* a session holding it keeps it alive, so at collection nothing writes into it any more */
+    trace_close(lt);
+    return 0;
+}
+
+/* t:fingerprint() -> the normalized trace fingerprint so far, 16 lowercase hex digits. */
+static int t_fingerprint(lua_State *L) {
+    lua_trace *lt = check_trace(L, 1);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, ember_trace_fingerprint(lt->t));
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+static int t_get_events(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)ember_trace_event_count(check_trace(L, 1)->t));
+    return 1;
+}
+
+static int t_get_evaluations(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)ember_trace_eval_count(check_trace(L, 1)->t));
+    return 1;
+}
+
+static int t_get_closed(lua_State *L) {
+    lua_pushboolean(L, ((lua_trace *)luaL_checkudata(L, 1, EMBER_LUA_TRACE))->t == NULL);
+    return 1;
+}
+
+static int t_tostring(lua_State *L) {
+    lua_trace *lt = luaL_checkudata(L, 1, EMBER_LUA_TRACE);
+    if (!lt->t) lua_pushstring(L, "ember.Trace (closed)");
+    else lua_pushfstring(L, "ember.Trace (%I events)", (lua_Integer)ember_trace_event_count(lt->t));
+    return 1;
+}
+
+void ember_lua_open_trace(lua_State *L, int module) {
+    static const luaL_Reg methods[] = {{"close", t_close}, {"fingerprint", t_fingerprint}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__close", t_gc}, {"__tostring", t_tostring}, {NULL, NULL}};
+    static const luaL_Reg getters[] = {
+        {"events", t_get_events}, {"evaluations", t_get_evaluations}, {"closed", t_get_closed}, {NULL, NULL}};
+    static const luaL_Reg internal[] = {
+        {"trace_open", l_trace_open}, {"trace_write", l_trace_write}, {"set_trace", l_set_trace}, {NULL, NULL}};
+    ember_lua_new_class(L, EMBER_LUA_TRACE, methods, meta, getters);
+    lua_pop(L, 1);
+    ember_lua_set_internal(L, module, internal);
+}

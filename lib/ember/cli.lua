@@ -58,6 +58,9 @@ M.FLAGS = {
     "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
   { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
+  { "trace", "path", "FILE.jsonl", "write a structured trace: one JSON line per executed op (docs/inspection.md)" },
+  { "dump-layers", "path", "DIR", "dump every layer's output of every evaluation into a new directory" },
+  { "dump-logits", "path", "FILE", "dump every evaluation's logits (safetensors, with a FILE.json sidecar)" },
   { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
   { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
@@ -295,6 +298,18 @@ local function check_combinations(o)
   if o["capture-stages"] ~= nil and o["capture-activations"] == nil and o["activation-stats"] == nil then
     usage_error("--capture-stages needs --capture-activations DIR or --activation-stats FILE")
   end
+  -- dumps show the values of an unmodified run; under an experiment they would mix pre- and
+  -- post-intervention values (SPEC §7). --trace may run with one.
+  for _, dump in ipairs({ "dump-layers", "dump-logits" }) do
+    if o[dump] ~= nil then
+      for _, k in ipairs(EXPERIMENT_FLAGS) do
+        if o[k] ~= nil then
+          usage_error("--%s refuses active experiments (--%s): the meaning of pre- vs post-intervention values is "
+            .. "not defined for a dump (--trace may run with an experiment)", dump, k)
+        end
+      end
+    end
+  end
   if o.model == nil then usage_error("--model FILE.gguf is required") end
   if o.prompt == nil then usage_error("--prompt TEXT is required") end
 end
@@ -387,9 +402,16 @@ local function run_generate(args, argv, io_)
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
     { flag = "--run-manifest", path = run_manifest, kind = "file", default = default_manifest },
+    { flag = "--trace", path = o.trace, kind = "file" },
+    { flag = "--dump-layers", path = o["dump-layers"], kind = "dir" },
+    { flag = "--dump-logits", path = o["dump-logits"], kind = "file" },
   }
   if clash then usage_error("%s", clash) end
-  for _, k in ipairs({ "activation-stats", "capture-activations", "run-manifest" }) do
+  if o["dump-layers"] and fs.exists(o["dump-layers"]) then
+    usage_error("--dump-layers: '%s' already exists", o["dump-layers"])
+  end
+  for _, k in ipairs({ "activation-stats", "capture-activations", "run-manifest", "trace", "dump-layers",
+    "dump-logits" }) do
     local path = o[k]
     -- "new/" names the directory "new": its parent is what must exist
     local parent = path and fs.dirname((path:gsub("(.)/+$", "%1")))
@@ -508,6 +530,11 @@ local function run_generate(args, argv, io_)
 
   local outputs = {}
   if o["activation-stats"] then outputs.activation_stats = o["activation-stats"] end
+  local dumps
+  if o["dump-layers"] or o["dump-logits"] then
+    dumps = { layers = o["dump-layers"], logits = o["dump-logits"],
+      observer = require("ember.dump").observer { layers = o["dump-layers"] ~= nil, logits = o["dump-logits"] ~= nil } }
+  end
 
   -- Text is streamed as it is generated, byte for byte what the final text will be: an exact
   -- detokenizer stream hands back each token's bytes as they complete characters, holding back
@@ -533,7 +560,7 @@ local function run_generate(args, argv, io_)
     gen = { max_tokens = max_tokens, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
       top_p = o["top-p"] or 1.0, seed = o.seed or 0, context = o.context },
     experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
-    run_manifest = run_manifest, outputs = outputs, on_token = on_token,
+    run_manifest = run_manifest, outputs = outputs, on_token = on_token, trace = o.trace, dumps = dumps,
   })
   generate.notice = saved_notice
   if not okr then error(result, 0) end
@@ -563,6 +590,12 @@ local function run_generate(args, argv, io_)
         cap.config.max_records, result.capture.stats.dropped))
     end
   end
+  if out.trace then
+    notice(string.format("ember: trace: %d events over %d evaluations written to %s (normalized fingerprint %s)",
+      out.trace.events, out.trace.evaluations, o.trace, out.trace.fingerprint))
+  end
+  if dumps and dumps.layers then notice("ember: layer dump written to " .. dumps.layers) end
+  if dumps and dumps.logits then notice("ember: logits dump written to " .. dumps.logits) end
   if run_manifest then notice("ember: run manifest written to " .. run_manifest) end
   return 0
 end

@@ -31,24 +31,45 @@ end
 function M.execute(p)
   local list = {}
   for _, e in ipairs(p.experiments or {}) do list[#list + 1] = e end
+  -- the dump observer reads views only; it is not an experiment of the run (no manifest section)
+  local dump_obs = p.dumps and p.dumps.observer
   local cap
   if p.capture then
     cap = capture.experiment(p.capture.config)
     list[#list + 1] = cap -- last: it records what the network actually used
   end
   local exp = #list > 0 and compose.compose(list) or nil
+  local hooks = exp
+  if dump_obs then hooks = exp and compose.compose({ exp, dump_obs }) or dump_obs end
   -- The manifest needs the model file's digest: start it now (if load did not) so it runs in the
   -- background while generating; it is collected only when the manifest is written.
   if exp or p.run_manifest then p.model:sha256_start() end
   local gen = p.gen or {}
   local req = {
     max_tokens = gen.max_tokens, temperature = gen.temperature, top_k = gen.top_k, top_p = gen.top_p,
-    seed = gen.seed, context = gen.context, experiment = exp, on_token = p.on_token,
+    seed = gen.seed, context = gen.context, experiment = hooks, on_token = p.on_token, trace = p.trace,
   }
   if p.ids then req.ids = p.ids else req.prompt = p.prompt end
   local out = p.model:generate(req)
 
   local result = { out = out, experiment = exp, capture = cap }
+  local written = {}
+  if dump_obs then
+    local dump = require("ember.dump")
+    local prov = dump.provenance(p.model, p.prompt, p.tokenizer_path, gen, out)
+    if p.dumps.layers then
+      dump.write_layers(p.dumps.layers, dump_obs, prov, p.model.info.n_layers)
+      written.layer_dump = p.dumps.layers
+    end
+    if p.dumps.logits then
+      dump.write_logits(p.dumps.logits, dump_obs, prov)
+      written.logits_dump = p.dumps.logits
+    end
+  end
+  if out.trace then
+    written.trace = p.trace
+    written.trace_fingerprint = out.trace.fingerprint
+  end
   if exp or p.run_manifest then
     result.sections = manifest.sections {
       model = p.model, tokenizer_path = p.tokenizer_path, prompt_text = p.prompt, gen = gen, out = out,
@@ -61,6 +82,7 @@ function M.execute(p)
     if p.run_manifest then
       local outputs = {}
       for k, v in pairs(p.outputs or {}) do outputs[k] = v end
+      for k, v in pairs(written) do outputs[k] = v end
       if cap then outputs.capture_artifact = p.capture.dir end
       -- binds the run manifest to the artifact it describes (sha256 of its manifest.json)
       if cap then outputs.capture_manifest_sha256 = result.capture_manifest_sha256 end

@@ -1,0 +1,157 @@
+-- ember.dump — layer dumps (--dump-layers DIR: every layer's output of every evaluation) and logits
+-- dumps (--dump-logits FILE: every evaluation's logits) as safetensors with a JSON sidecar.
+-- Deterministic bytes: nothing in a dump depends on the time, the paths or the digest cache, so two
+-- identical runs give byte-identical dumps. Written atomically. Must not intervene in a run: the
+-- observer reads views only, and runs with an active experiment are refused by the callers.
+
+local fs = require("ember.fs")
+local json = require("ember.json")
+local safetensors = require("ember.safetensors")
+
+local M = {}
+
+M.SCHEMA_VERSION = "1.0.0"
+
+-- observer{ layers = bool, logits = bool } -> an experiment table that keeps the after_layer view
+-- of every layer (layers) and the after_logits view (logits) of every evaluation, as bytes.
+-- Evaluations are numbered from 1 in the order they run (one prefill, then one per decode).
+function M.observer(cfg)
+  local exp = { name = "dump", evals = {}, layers = {}, logits = {}, stats = { evaluations = 0 } }
+  local function eval_of(self, ctx)
+    local e = self.evals[#self.evals]
+    if e == nil or e.start_position ~= ctx.start_position then
+      e = { eval = #self.evals + 1, phase = ctx.phase, start_position = ctx.start_position,
+        tokens = ctx.input_token_count }
+      self.evals[#self.evals + 1] = e
+      self.stats.evaluations = #self.evals
+    end
+    return e
+  end
+  if cfg.layers then
+    function exp:after_layer(ctx, view)
+      local e = eval_of(self, ctx)
+      local l = ctx.layer_index
+      self.layers[l] = self.layers[l] or {}
+      local shape = view:shape()
+      table.insert(self.layers[l], { eval = e.eval, rows = shape[1], cols = shape[2], data = view:bytes(),
+        fingerprint = view:fingerprint() })
+    end
+  end
+  if cfg.logits then
+    function exp:after_logits(ctx, view)
+      local e = eval_of(self, ctx)
+      local shape = view:shape()
+      table.insert(self.logits, { eval = e.eval, rows = shape[1], cols = shape[2], data = view:bytes(),
+        fingerprint = view:fingerprint() })
+    end
+  end
+  return exp
+end
+
+local function hex64(fp) return string.format("%016x", fp) end
+local function tensor_name(eval) return string.format("eval_%04d", eval) end
+
+-- provenance(model, prompt_text, tokenizer_path, gen, out) -> what the dump was computed from,
+-- without what differs between identical runs (paths, time, where the digest came from).
+function M.provenance(model, prompt_text, tokenizer_path, gen, out)
+  local manifest = require("ember.manifest")
+  local info = model.info
+  local sha = manifest.model_sha256(model)
+  local tok = manifest.tokenizer_section(tokenizer_path, sha)
+  if tok.path then tok.path = nil end
+  return json.ordered({ "tool", "model", "tokenizer", "prompt", "input_ids", "generated_ids", "settings",
+    "execution", "intervention" }, {
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = require("ember").version }),
+    model = json.ordered({ "sha256", "family", "architecture", "name", "n_layers", "hidden_size", "n_vocab",
+      "dtype_summary" }, {
+      sha256 = sha, family = info.family, architecture = info.architecture, name = info.name,
+      n_layers = info.n_layers, hidden_size = info.hidden_size, n_vocab = info.n_vocab,
+      dtype_summary = info.dtype_summary }),
+    tokenizer = tok,
+    prompt = manifest.prompt_section(prompt_text, out.prompt_ids, false),
+    input_ids = json.array({ table.unpack(out.prompt_ids) }),
+    generated_ids = json.array({ table.unpack(out.ids) }),
+    settings = manifest.settings_section(gen or {}),
+    execution = json.ordered({ "kernels", "kv_cache" }, { kernels = info.kernels, kv_cache = info.kv_cache or "f32" }),
+    -- dumps never run under an experiment (the command line refuses the combination)
+    intervention = "none",
+  })
+end
+
+local function evaluations(exp)
+  local list = json.array()
+  for i, e in ipairs(exp.evals) do
+    list[i] = json.ordered({ "eval", "phase", "start_position", "tokens" }, e)
+  end
+  return list
+end
+
+-- One safetensors file of entries { eval, rows, cols, data }; returns its bytes and the tensor list.
+local function encode(entries, kind, extra)
+  local tensors, listed = {}, json.array()
+  for i, r in ipairs(entries) do
+    tensors[i] = { name = tensor_name(r.eval), shape = { r.rows, r.cols }, data = r.data }
+    listed[i] = json.ordered({ "name", "eval", "shape", "fingerprint" }, {
+      name = tensors[i].name, eval = r.eval, shape = json.array({ r.rows, r.cols }), fingerprint = hex64(r.fingerprint) })
+  end
+  local meta = { format = kind, schema_version = M.SCHEMA_VERSION }
+  for k, v in pairs(extra or {}) do meta[k] = v end
+  return safetensors.encode(tensors, meta), listed
+end
+
+local function sidecar(kind, prov, exp, files)
+  return json.encode(json.ordered({ "schema", "schema_version", "observation_only", "provenance", "evaluations",
+    "files" }, {
+    schema = kind, schema_version = M.SCHEMA_VERSION, observation_only = true, provenance = prov,
+    evaluations = evaluations(exp), files = files,
+  }), { indent = "  " }) .. "\n"
+end
+
+-- write_layers(dir, exp, prov, n_layers): DIR/layer_NN.safetensors (tensor eval_NNNN: that layer's
+-- output [rows, hidden] of evaluation NNNN) and DIR/dump.json; the directory appears whole (built
+-- beside it, then renamed). Returns the sidecar's path.
+function M.write_layers(dir, exp, prov, n_layers)
+  if fs.exists(dir) then error(string.format("--dump-layers: '%s' already exists", dir), 0) end
+  local tmp = fs.temp_sibling((dir:gsub("(.)/+$", "%1")))
+  local ok, err = fs.mkdir(tmp)
+  if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
+  local sha256 = require("ember").sha256
+  local files = json.array()
+  local wrote, werr = pcall(function()
+    for l = 0, n_layers - 1 do
+      local name = string.format("layer_%02d.safetensors", l)
+      local bytes, listed = encode(exp.layers[l] or {}, "ember.layer_dump", { layer = tostring(l) })
+      fs.write_atomic(fs.join(tmp, name), bytes, "--dump-layers")
+      files[#files + 1] = json.ordered({ "layer", "file", "sha256", "tensors" },
+        { layer = l, file = name, sha256 = sha256(bytes), tensors = listed })
+    end
+    fs.write_atomic(fs.join(tmp, "dump.json"), sidecar("ember.layer_dump", prov, exp, files), "--dump-layers")
+  end)
+  if not wrote then
+    fs.remove_tree(tmp)
+    error(werr, 0)
+  end
+  local rok, rerr = os.rename(tmp, dir)
+  if not rok then
+    fs.remove_tree(tmp)
+    error(string.format("--dump-layers: cannot move into place '%s': %s", dir, rerr), 0)
+  end
+  return fs.join(dir, "dump.json")
+end
+
+-- The sidecar of a logits dump: FILE.safetensors -> FILE.json (else FILE.json beside FILE).
+function M.logits_sidecar(path) return (path:gsub("%.safetensors$", "")) .. ".json" end
+
+-- write_logits(path, exp, prov): PATH (tensor eval_NNNN: the logits [1, n_vocab] of evaluation NNNN)
+-- and its sidecar, each written atomically.
+function M.write_logits(path, exp, prov)
+  local bytes, listed = encode(exp.logits, "ember.logits_dump")
+  fs.write_atomic(path, bytes, "--dump-logits")
+  local files = json.array({ json.ordered({ "file", "sha256", "tensors" },
+    { file = fs.basename(path), sha256 = require("ember").sha256(bytes), tensors = listed }) })
+  local side = M.logits_sidecar(path)
+  fs.write_atomic(side, sidecar("ember.logits_dump", prov, exp, files), "--dump-logits")
+  return side
+end
+
+return M

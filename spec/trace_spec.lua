@@ -182,14 +182,20 @@ describe("tracing from Lua", function()
     local path = H.need_model()
     local m = ember.load({ model = path })
     local seen = {}
-    local obs = { name = "obs", after_layer = function(_, ctx) seen[#seen + 1] = ctx.tracing end }
+    local obs = { name = "obs", after_layer = function(_, ctx) seen[#seen + 1] = ctx.tracing end,
+      before_prefill = function(_, ctx) seen.before = ctx.tracing end,
+      on_generation_complete = function(_, ctx) seen.complete = ctx.tracing end }
     local plain = m:generate({ prompt = "hi", max_tokens = 2, trace = p("x.jsonl") })
     local with = m:generate({ prompt = "hi", max_tokens = 2, trace = p("y.jsonl"), experiment = obs })
     assert.are.equal(plain.trace.fingerprint, with.trace.fingerprint)
     assert.are.equal("enabled", seen[1])
+    assert.are.equal("enabled", seen.before)
+    assert.are.equal("enabled", seen.complete)
     seen = {}
     m:generate({ prompt = "hi", max_tokens = 1, experiment = obs })
     assert.are.equal("disabled", seen[1])
+    assert.are.equal("disabled", seen.before)
+    assert.are.equal("disabled", seen.complete)
     -- one trace over several generations, then finished by the caller
     local t = ember.trace(p("z.jsonl"), m)
     m:generate({ prompt = "hi", max_tokens = 2, trace = t })

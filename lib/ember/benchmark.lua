@@ -39,8 +39,8 @@ function M.peak_rss_kib()
 end
 
 -- One generate run -> prefill tok/s, decode tok/s.
-local function run_once(model, ids, gen_tokens, exp)
-  local out = model:generate { ids = ids, max_tokens = gen_tokens, eos = false, experiment = exp }
+local function run_once(model, ids, gen_tokens, exp, trace)
+  local out = model:generate { ids = ids, max_tokens = gen_tokens, eos = false, experiment = exp, trace = trace }
   return out.stats.prefill_tok_s, out.stats.decode_tok_s
 end
 
@@ -101,12 +101,12 @@ end
 -- A, B, A, B, ... (repeat pairs, after `warmup` unreported A runs) so that machine noise hits both
 -- alike. result = { a = { prefill_tok_s, decode_tok_s, prefill, decode }, b = { ... },
 --                   prefill_ratio = B/A, decode_ratio = B/A, kernels, threads, ... , model }
-local function interleaved_ab(model, opts, exp_b)
+local function interleaved_ab(model, opts, exp_b, trace_b)
   local o, ids, result = prologue(model, opts)
   local a, b = { prefill = {}, decode = {} }, { prefill = {}, decode = {} }
   for r = 1, o["repeat"] do
     a.prefill[r], a.decode[r] = run_once(model, ids, o.gen_tokens, nil)
-    b.prefill[r], b.decode[r] = run_once(model, ids, o.gen_tokens, exp_b)
+    b.prefill[r], b.decode[r] = run_once(model, ids, o.gen_tokens, exp_b, trace_b)
   end
   for _, side in ipairs({ a, b }) do
     side.prefill_tok_s, side.decode_tok_s = M.median(side.prefill), M.median(side.decode)
@@ -116,6 +116,16 @@ local function interleaved_ab(model, opts, exp_b)
 end
 
 function M.hooks_ab(model, opts) return interleaved_ab(model, opts, { name = "name-only" }) end
+
+-- trace_ab(model, opts) -> the same result with B = a run traced (generate{trace=}) into a temporary
+-- file, removed afterwards: what tracing costs when it is on (docs/inspection.md).
+function M.trace_ab(model, opts)
+  local path = os.tmpname()
+  local ok, res = pcall(interleaved_ab, model, opts, nil, path)
+  os.remove(path)
+  if not ok then error(res, 0) end
+  return res
+end
 
 -- stages_ab(model, opts, stages) -> the same result with B = an experiment whose methods on the
 -- given stages (every layer) do nothing: what observing those stages costs (for attention_pattern,

@@ -82,6 +82,7 @@ M.BENCH_FLAGS_LIST = {
   { "json", "bool", nil, "print one JSON object" },
   { "membw", "bool", nil, "also measure read bandwidth (bench-engine --membw) and the decode ceiling" },
   { "hooks-ab", "bool", nil, "interleave no experiment (A) with a name-only experiment (B); report both" },
+  { "trace-ab", "bool", nil, "interleave untraced runs (A) with runs writing a --trace file (B); report both" },
   { "provenance-ab", "bool", nil, "time to first token: plain runs (A) against runs writing a manifest (B)" },
   { "help", "bool", nil, "show this help" },
 }
@@ -139,6 +140,7 @@ local function run_benchmark(args, io_)
   local o, pos = flags.parse(args, 2, M.BENCH_FLAGS)
   if o.help then io_.stdout:write(M.bench_usage()); return 0 end
   if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
+  if o["hooks-ab"] and o["trace-ab"] then usage_error("benchmark: --hooks-ab and --trace-ab are two runs; give one") end
   if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
   local bench = require("ember.benchmark")
   if o["provenance-ab"] then
@@ -166,8 +168,8 @@ local function run_benchmark(args, io_)
   local opts = { prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"],
     warmup = o.warmup }
   local res, ab
-  if o["hooks-ab"] then
-    ab = bench.hooks_ab(model, opts)
+  if o["hooks-ab"] or o["trace-ab"] then
+    ab = o["trace-ab"] and bench.trace_ab(model, opts) or bench.hooks_ab(model, opts)
     res = ab
     res.prefill_tok_s, res.decode_tok_s = ab.a.prefill_tok_s, ab.a.decode_tok_s
   else
@@ -193,7 +195,7 @@ local function run_benchmark(args, io_)
     local doc = json.ordered({ "model", "kernels", "kv_cache", "threads", "prompt_tokens", "gen_tokens", "repeat",
       "warmup",
       "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs", "peak_rss_mib", "membw_gbs",
-      "decode_ceiling_tok_s", "paired", "hooks_ab" }, {
+      "decode_ceiling_tok_s", "paired", "hooks_ab", "trace_ab" }, {
       model = json.ordered({ "path", "family", "name", "dtype", "n_layers", "hidden_size", "n_vocab",
         "weight_bytes_per_token" }, {
         path = m.path, family = m.family, name = m.name, dtype = m.dtype, n_layers = m.n_layers,
@@ -204,8 +206,11 @@ local function run_benchmark(args, io_)
       decode_runs = json.array(ab and ab.a.decode or res.decode), peak_rss_mib = rss, membw_gbs = gbs,
       decode_ceiling_tok_s = ceiling,
       paired = paired and json.ordered({ "pairs", "share", "decode_tok_s", "membw_gbs" }, paired) or nil,
-      hooks_ab = ab and json.ordered({ "no_experiment", "name_only", "prefill_ratio", "decode_ratio" }, {
-        no_experiment = side(ab.a), name_only = side(ab.b), prefill_ratio = ab.prefill_ratio,
+      hooks_ab = ab and not o["trace-ab"] and json.ordered({ "no_experiment", "name_only", "prefill_ratio",
+        "decode_ratio" }, { no_experiment = side(ab.a), name_only = side(ab.b), prefill_ratio = ab.prefill_ratio,
+        decode_ratio = ab.decode_ratio }) or nil,
+      trace_ab = ab and o["trace-ab"] and json.ordered({ "untraced", "traced", "prefill_ratio", "decode_ratio" }, {
+        untraced = side(ab.a), traced = side(ab.b), prefill_ratio = ab.prefill_ratio,
         decode_ratio = ab.decode_ratio }) or nil,
     })
     io_.stdout:write(json.encode(doc, { indent = "  " }))
@@ -215,8 +220,8 @@ local function run_benchmark(args, io_)
   w:write(string.format("model      %s (%s, %s)\n", m.path, m.family, m.dtype))
   w:write(string.format("kernels    %s, %d threads, %s KV cache\n", res.kernels, res.threads, res.kv_cache))
   if ab then
-    w:write(string.format("hooks A/B  %d interleaved pairs: A no experiment, B an experiment with only a name\n",
-      res["repeat"]))
+    w:write(string.format(o["trace-ab"] and "trace A/B  %d interleaved pairs: A untraced, B traced into a file\n"
+      or "hooks A/B  %d interleaved pairs: A no experiment, B an experiment with only a name\n", res["repeat"]))
     w:write(string.format("prefill    A %.1f tok/s, B %.1f tok/s, B/A %.3f (medians, %d-token prompt)\n",
       ab.a.prefill_tok_s, ab.b.prefill_tok_s, ab.prefill_ratio, res.prompt_tokens))
     w:write(string.format("decode     A %.2f tok/s, B %.2f tok/s, B/A %.3f (medians, %d tokens)\n",

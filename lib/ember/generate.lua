@@ -124,7 +124,10 @@ local function prepare(run, model, opts, self_arg)
     if tr.closed then bad("trace: the trace is closed") end
     run.trace = tr
   end
-  if run.trace then internal.set_trace(run.session, run.trace) end
+  if run.trace then
+    internal.set_trace(run.session, run.trace)
+    if run.runner then run.runner:set_tracing(true) end
+  end
 end
 
 -- Errors of the set-up read as the C function's did: positioned at generate's caller (the message

@@ -6,7 +6,7 @@ local M = {}
 
 -- ember.<name>
 M.MODULE = {
-  load = "ember.load{ model=, tokenizer=, arch=, kernels=, threads= } -> Model (or ember.load(path))",
+  load = "ember.load{ model=, tokenizer=, arch=, kernels=, threads=, trace= } -> Model (or ember.load(path))",
   load_experiment = "ember.load_experiment(path [, args [, model]]) -> experiment table from a file",
   tensor = "ember.tensor(rows, cols [, values]) -> Tensor (values flat or nested; zeros by default)",
   tensor_from_bytes = "ember.tensor_from_bytes(bytes, rows, cols) -> Tensor from little-endian f32 bytes",
@@ -35,6 +35,8 @@ M.MODULE = {
   dot = "ember.dot(a, b) -> the sum of a * b over every element",
   cosine = "ember.cosine(a, b) -> the cosine of two tensors of one shape (NaN for all zeros)",
   extract_hidden = "ember.extract_hidden{ model=, prompts={ text | {prompt=, label=} }, layers= } -> per prompt { ids, hidden = { [layer] = Tensor } } (docs/extraction.md)",
+  trace = "ember.trace(path [, model]) -> Trace: a structured trace file for generate{trace=} (docs/inspection.md)",
+  fingerprint = "ember.fingerprint(t) -> the value fingerprint of a tensor or view (FNV-1a 64 of its f32 bytes)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> a causal sweep's result (docs/sweeps.md)",
 }
 
@@ -42,7 +44,7 @@ M.MODULE = {
 M.CLASSES = {
   ["ember.Model"] = {
     session = "m:session{ context = N } -> Session (a KV cache)",
-    generate = "m:generate{ prompt= | ids=, max_tokens=, experiment=, on_token=, all_logits=, ... } -> out",
+    generate = "m:generate{ prompt= | ids=, max_tokens=, experiment=, on_token=, all_logits=, trace=, ... } -> out",
     tokenize = "m:tokenize(text [, { bos=, special= }]) -> { ids } (0-based token ids)",
     detokenize = "m:detokenize(ids) -> text",
     set_tokenizer = "m:set_tokenizer(tok) attaches a tokenizer (nil removes it)",
@@ -55,6 +57,15 @@ M.CLASSES = {
     info = "m.info: family, n_layers, hidden_size, n_vocab, kernels, threads, ...",
     tokenizer = "m.tokenizer: the Tokenizer, or nil",
     closed = "m.closed: true after close()",
+    trace = "m.trace: the Trace of ember.load{ trace= }, or nil",
+  },
+  ["ember.Trace"] = {
+    fingerprint = "tr:fingerprint() -> the normalized trace fingerprint so far (16 hex digits)",
+    finish = "tr:finish() -> { events, evaluations, fingerprint }: writes the summary line and closes",
+    close = "tr:close() closes the file without a summary line",
+    events = "tr.events: lines the engine wrote",
+    evaluations = "tr.evaluations: evaluations traced",
+    closed = "tr.closed: true once finished or closed",
   },
   ["ember.Session"] = {
     prefill = "s:prefill(ids [, { experiment=, all_logits= }]) -> logits [1, n_vocab] ([#ids, n_vocab] with all_logits)",

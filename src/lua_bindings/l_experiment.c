@@ -62,6 +62,7 @@ struct ember_lua_runner {
     int fail_hook;
     ember_phase fail_phase;
     int64_t fail_layer;
+    bool tracing;          /* the generation is traced: what the lifecycle contexts report (set_tracing) */
 };
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
@@ -288,6 +289,8 @@ static void push_call_ctx(lua_State *L, hook_call *c) {
     if (c->ev) {
         x->ev = *c->ev;
         if (!is_layer_stage(c->hook)) x->ev.layer_index = -1;
+    } else {
+        x->ev.tracing = c->r->tracing; /* on_generation_complete */
     }
 }
 
@@ -452,7 +455,7 @@ void ember_lua_runner_on_model_loaded(lua_State *L, ember_lua_runner *r) {
 
 void ember_lua_runner_before_prefill(lua_State *L, ember_lua_runner *r, int64_t n, int64_t start) {
     ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .start_position = start, .input_token_count = n,
-                         .sequence_length = start + n, .layer_index = -1};
+                         .sequence_length = start + n, .layer_index = -1, .tracing = r->tracing};
     hook_call c = {.r = r, .hook = EMBER_HOOK_BEFORE_PREFILL, .ev = &ev};
     lifecycle(L, r, &c);
 }
@@ -468,6 +471,13 @@ static int r_before_prefill(lua_State *L) {
     ember_lua_runner *r = ember_lua_check_runner(L, 1);
     lua_Integer n = luaL_checkinteger(L, 2), start = luaL_optinteger(L, 3, 0);
     ember_lua_runner_before_prefill(L, r, n, start);
+    return 0;
+}
+
+/* runner:set_tracing(on): the generation this runner serves is traced, so before_prefill and
+ * on_generation_complete report ctx.tracing = "enabled" (tensor hooks get it from the engine). */
+static int r_set_tracing(lua_State *L) {
+    ember_lua_check_runner(L, 1)->tracing = lua_toboolean(L, 2);
     return 0;
 }
 
@@ -673,6 +683,7 @@ void ember_lua_open_experiment(lua_State *L, int module) {
     open_context(L);
     static const luaL_Reg methods[] = {{"on_model_loaded", r_on_model_loaded},
                                        {"before_prefill", r_before_prefill},
+                                       {"set_tracing", r_set_tracing},
                                        {"on_generation_complete", r_on_generation_complete},
                                        {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", runner_gc}, {NULL, NULL}};

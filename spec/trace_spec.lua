@@ -106,6 +106,40 @@ describe("--trace", function()
     end
   end)
 
+  it("is identical run to run for every family (Gemma 4 and GPT-2 included)", function()
+    for _, family in ipairs({ "gemma4", "gpt2", "qwen3", "qwen2" }) do
+      local model = fx.tiny_model("--family " .. family .. " --dtype q8_0 --seed 2")
+      if not model then pending("make-tiny-model unavailable") return end
+      local fps = {}
+      for i = 1, 2 do
+        local code, _, err = H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace",
+          p(family .. i .. ".jsonl"))
+        assert.are.equal(0, code, err)
+        fps[i] = err:match("normalized fingerprint (%x+)")
+      end
+      assert.is_truthy(fps[1])
+      assert.are.equal(fps[1], fps[2], family)
+      assert.are.same(normalized_lines(p(family .. "1.jsonl")), normalized_lines(p(family .. "2.jsonl")))
+    end
+  end)
+
+  it("refuses a directory or a missing directory as its file, before the model loads", function()
+    local code, _, err = H.ember("--model", p("none.gguf"), "--prompt", "x", "--trace", tmp)
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("--trace: '" .. tmp .. "' is a directory", 1, true), err)
+    code, _, err = H.ember("--model", p("none.gguf"), "--prompt", "x", "--trace", p("no/such/t.jsonl"))
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("--trace: directory '" .. p("no/such") .. "' does not exist", 1, true), err)
+    -- the logits dump's sidecar never replaces an existing file
+    local f = assert(io.open(p("l.json"), "w"))
+    f:write("keep")
+    f:close()
+    code, _, err = H.ember("--model", p("none.gguf"), "--prompt", "x", "--dump-logits", p("l.safetensors"))
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("already exists and would be overwritten", 1, true), err)
+    assert.are.equal("keep", read(p("l.json")))
+  end)
+
   it("a zeroed layer changes the fingerprint, and the trace agrees with the run up to that layer", function()
     local model = H.need_model()
     assert.are.equal(0, (H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace", p("a.jsonl"))))

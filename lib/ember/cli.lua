@@ -410,8 +410,14 @@ local function run_generate(args, argv, io_)
     { flag = "--trace", path = o.trace, kind = "file" },
     { flag = "--dump-layers", path = o["dump-layers"], kind = "dir" },
     { flag = "--dump-logits", path = o["dump-logits"], kind = "file" },
+    -- the logits dump's sidecar is a derived path: it never replaces an existing file
+    { flag = "--dump-logits", path = o["dump-logits"] and require("ember.dump").logits_sidecar(o["dump-logits"]),
+      kind = "file", default = true },
   }
   if clash then usage_error("%s", clash) end
+  for _, k in ipairs({ "trace", "dump-logits" }) do
+    if o[k] and fs.is_dir(o[k]) then usage_error("--%s: '%s' is a directory (a file path is expected)", k, o[k]) end
+  end
   if o["dump-layers"] and fs.exists(o["dump-layers"]) then
     usage_error("--dump-layers: '%s' already exists", o["dump-layers"])
   end

@@ -42,7 +42,10 @@ static int l_trace_open(lua_State *L) {
     lt->attached = 0;
     luaL_setmetatable(L, EMBER_LUA_TRACE);
     FILE *f = fopen(path, "w");
-    if (!f) return luaL_error(L, "trace: cannot create '%s': %s", path, strerror(errno));
+    if (!f) { /* no position: the message names the file, which is what the caller needs */
+        lua_pushfstring(L, "trace: cannot create '%s': %s", path, strerror(errno));
+        return lua_error(L);
+    }
     ember_error err = {0};
     if (ember_trace_new(f, &lt->t, &err) != EMBER_OK) {
         fclose(f);

@@ -123,6 +123,15 @@ describe("--trace", function()
     end
   end)
 
+  it("is recorded in the run manifest with its normalized fingerprint", function()
+    local code, _, err = H.ember("--model", H.need_model(), "--prompt", "hi", "--max-tokens", "1", "--trace",
+      p("t.jsonl"), "--run-manifest", p("run.json"))
+    assert.are.equal(0, code, err)
+    local doc = require("cjson").decode(read(p("run.json")))
+    assert.are.equal(p("t.jsonl"), doc.outputs.trace)
+    assert.are.equal(err:match("normalized fingerprint (%x+)"), doc.outputs.trace_fingerprint)
+  end)
+
   it("refuses a directory or a missing directory as its file, before the model loads", function()
     local code, _, err = H.ember("--model", p("none.gguf"), "--prompt", "x", "--trace", tmp)
     assert.are.equal(2, code)

@@ -243,8 +243,14 @@ describe("tracing from Lua", function()
     local t = ember.trace(p("z.jsonl"), m)
     m:generate({ prompt = "hi", max_tokens = 2, trace = t })
     m:generate({ prompt = "hi", max_tokens = 2, trace = t })
+    -- a hook cannot close the trace its own run writes into
+    local closer = { name = "closer", after_layer = function() t:close() end }
+    local ok, err = pcall(m.generate, m, { prompt = "hi", max_tokens = 1, trace = t, experiment = closer })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("cannot close a trace a running session writes into", 1, true), err)
+    assert.is_false(t.closed)
     local s = t:finish()
-    assert.are.equal(6, s.evaluations)
+    assert.are.equal(7, s.evaluations) -- the failed run's prefill started and is in the trace
     assert.is_true(t.closed)
     assert.has_error(function() m:generate({ prompt = "hi", trace = 3 }) end,
       "bad argument to 'generate' (trace must be an ember.Trace or a file path, got number)")

@@ -43,9 +43,13 @@ ember_status ember_trace_status(const ember_trace *t, ember_error *err) {
 void ember_session_set_trace(ember_session *s, ember_trace *t) { s->trace = t; }
 
 /* Writes one line: `norm` (a JSON object without its closing brace: the normalized part, which
- * goes into the fingerprint) then `timing` (fields left out of it, may be "") and the brace. */
-static void put_line(ember_trace *t, const char *norm, int len, const char *timing) {
-    if (len < 0) return;
+ * goes into the fingerprint; len of the cap bytes snprintf had) then `timing` (fields left out of
+ * it, may be "") and the brace. A line that did not fit is a bug in the emitter, not input. */
+static void put_line(ember_trace *t, const char *norm, int len, size_t cap, const char *timing) {
+    if (len < 0 || (size_t)len >= cap) {
+        t->write_failed = true;
+        return;
+    }
     t->fp = ember_fingerprint_bytes(t->fp, norm, (size_t)len);
     t->fp = ember_fingerprint_bytes(t->fp, "}\n", 2);
     if (fputs(norm, t->out) == EOF || fputs(timing, t->out) == EOF || fputs("}\n", t->out) == EOF)
@@ -62,7 +66,7 @@ void ember_trace_eval_start(ember_trace *t, const ember_session *s, ember_phase 
                        "{\"event\":\"eval_start\",\"eval\":%" PRId64 ",\"phase\":\"%s\",\"position\":%" PRId64
                        ",\"tokens\":%" PRId64,
                        t->evals, phase_name(phase), s->pos, n);
-    put_line(t, line, len, "");
+    put_line(t, line, len, sizeof line, "");
     t->t0_ms = now_ms();
 }
 
@@ -72,7 +76,7 @@ void ember_trace_eval_end(ember_trace *t, bool ok) {
     int len = snprintf(line, sizeof line, "{\"event\":\"eval_end\",\"eval\":%" PRId64 ",\"phase\":\"%s\",\"ok\":%s",
                        t->evals, phase_name(t->phase), ok ? "true" : "false");
     snprintf(timing, sizeof timing, ",\"ms\":%.3f", ms);
-    put_line(t, line, len, timing);
+    put_line(t, line, len, sizeof line, timing);
 }
 
 /* Op names and kernel names are the engine's own identifiers ([a-z0-9_/]), so they are written
@@ -95,5 +99,5 @@ void ember_trace_emit(ember_trace *t, const char *op, int64_t layer, ember_kop k
                        ",\"fingerprint\":\"%016" PRIx64 "\"",
                        t->evals, phase_name(t->phase), layer, op, rows, cols, variant, act ? ",\"act\":\"" : "",
                        act ? act : "", act ? "\"" : "", fp);
-    put_line(t, line, len, "");
+    put_line(t, line, len, sizeof line, "");
 }

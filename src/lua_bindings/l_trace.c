@@ -142,7 +142,9 @@ static int t_tostring(lua_State *L) {
 
 void ember_lua_open_trace(lua_State *L, int module) {
     static const luaL_Reg methods[] = {{"close", t_close}, {"fingerprint", t_fingerprint}, {NULL, NULL}};
-    static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__close", t_gc}, {"__tostring", t_tostring}, {NULL, NULL}};
+    /* __close is close (it refuses while a session writes into the trace); __gc runs only once no
+     * session holds it */
+    static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__close", t_close}, {"__tostring", t_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
         {"events", t_get_events}, {"evaluations", t_get_evaluations}, {"closed", t_get_closed}, {NULL, NULL}};
     static const luaL_Reg internal[] = {

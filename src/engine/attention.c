@@ -7,12 +7,15 @@
 
 /* The cache of a layer is head-major, (n_head_kv, n_ctx, head_dim): the keys of one KV head are
  * contiguous, so attention streams them in order instead of taking head_dim values from every
- * position's row of all heads. */
+ * position's row of all heads. An f16 / bf16 cache is converted by the kernel set's row function
+ * (SIMD on avx2/avx512, the same bits as the scalar conversion on every set). */
 void ember_kv_store(ember_session *s, int64_t l, int64_t pos, int64_t n, const float *k, const float *v,
                     int64_t row_stride) {
     const ember_model *m = s->model;
     const ember_layer *L = &m->layers[l];
     const int64_t hd = L->head_dim;
+    void (*to_half)(uint16_t *, const float *, int64_t) =
+        m->kv_type == EMBER_TYPE_F16 ? m->ops->f32_to_f16_row : m->ops->f32_to_bf16_row;
     for (int64_t t = 0; t < n; t++)
         for (int64_t g = 0; g < L->n_head_kv; g++) {
             const float *kt = k + t * row_stride + g * hd, *vt = v + t * row_stride + g * hd;
@@ -22,12 +25,8 @@ void ember_kv_store(ember_session *s, int64_t l, int64_t pos, int64_t n, const f
                 memcpy((float *)s->v_cache[l] + at, vt, (size_t)hd * sizeof(float));
                 continue;
             }
-            uint16_t *kc = (uint16_t *)s->k_cache[l] + at, *vc = (uint16_t *)s->v_cache[l] + at;
-            const bool f16 = m->kv_type == EMBER_TYPE_F16;
-            for (int64_t i = 0; i < hd; i++) {
-                kc[i] = f16 ? ember_f32_to_f16(kt[i]) : ember_f32_to_bf16(kt[i]);
-                vc[i] = f16 ? ember_f32_to_f16(vt[i]) : ember_f32_to_bf16(vt[i]);
-            }
+            to_half((uint16_t *)s->k_cache[l] + at, kt, hd);
+            to_half((uint16_t *)s->v_cache[l] + at, vt, hd);
         }
 }
 

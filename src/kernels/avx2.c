@@ -4,6 +4,7 @@
  *
  * Matrix products are register-tiled (2 rows x 2 tokens, or 4 rows for a single token); AVX2's 16
  * registers hold 8 accumulator pairs at most. */
+#include "half_convert.h"
 #include "q8_groups.h"
 #include "quant_dots.h"
 
@@ -554,4 +555,6 @@ const ember_kernel_ops ember_kernels_avx2 = {
     .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ember_rope_heads_fast,
     .get_row = ember_matrix_get_row,
+    .f32_to_f16_row = ember_half_f16_row,
+    .f32_to_bf16_row = ember_half_bf16_row,
 };

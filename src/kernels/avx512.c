@@ -4,6 +4,7 @@
  *
  * Matrix products are register-tiled: R weight rows x T tokens of 16-lane accumulators, so each
  * weight vector loaded is used T times (prefill) and each activation vector R times. */
+#include "half_convert.h"
 #include "q8_groups.h"
 #include "quant_dots.h"
 
@@ -540,4 +541,6 @@ const ember_kernel_ops ember_kernels_avx512 = {
     .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ember_rope_heads_fast,
     .get_row = ember_matrix_get_row,
+    .f32_to_f16_row = ember_half_f16_row,
+    .f32_to_bf16_row = ember_half_bf16_row,
 };

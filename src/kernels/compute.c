@@ -184,6 +184,10 @@ const ember_kernel_ops *ember_compute_ops(const ember_compute *c) { return c->op
 ember_kernels ember_compute_kernels(const ember_compute *c) { return c->kernels; }
 int ember_compute_threads(const ember_compute *c) { return ember_pool_threads(c->pool); }
 
+void ember_compute_for(ember_compute *c, int64_t n, int64_t grain, ember_pool_fn fn, void *arg) {
+    ember_pool_for(c->pool, n, grain, fn, arg);
+}
+
 typedef struct {
     const ember_type_kernels *mm;
     const ember_matrix *w;

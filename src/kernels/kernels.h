@@ -130,6 +130,10 @@ typedef struct {
                        const float *freq_factors);
     /* Row r of m as f32 (n_in values), through the type's to_float: embedding lookups. */
     void (*get_row)(const ember_matrix *m, int64_t r, float *out);
+    /* y[i] = ember_f32_to_f16(x[i]) / ember_f32_to_bf16(x[i]) for i < n, bit for bit on every set:
+     * keys and values stored into an f16 / bf16 KV cache. */
+    void (*f32_to_f16_row)(uint16_t *y, const float *x, int64_t n);
+    void (*f32_to_bf16_row)(uint16_t *y, const float *x, int64_t n);
 } ember_kernel_ops;
 
 extern const ember_kernel_ops ember_kernels_reference;
@@ -152,6 +156,9 @@ void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa,
     [EMBER_TYPE_Q2_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q3_K] = {.rows = ember_rows_reference}
 /* ref.c: the get_row every set uses (the type's traits to_float; exact). */
 void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out);
+/* ref.c: the reference rows of f32_to_f16_row / f32_to_bf16_row (the scalar conversions above). */
+void ember_f32_to_f16_row(uint16_t *y, const float *x, int64_t n);
+void ember_f32_to_bf16_row(uint16_t *y, const float *x, int64_t n);
 /* ref.c: the gelu_mul_ref every set uses. */
 void ember_gelu_mul_ref(float *g, const float *u, int64_t n);
 
@@ -216,6 +223,11 @@ ember_status ember_compute_reserve(ember_compute *c, ember_type type, int64_t n_
 const ember_kernel_ops *ember_compute_ops(const ember_compute *c);
 ember_kernels ember_compute_kernels(const ember_compute *c);
 int ember_compute_threads(const ember_compute *c);
+
+/* fn over items [0, n) on the pool in chunks of `grain` items (n <= grain: on the caller, no job):
+ * for the row-wise small ops of a prefill, each row computed by the same code whichever thread
+ * takes it, so the split changes no result. */
+void ember_compute_for(ember_compute *c, int64_t n, int64_t grain, ember_pool_fn fn, void *arg);
 
 /* y = x W^T, split by output rows over the pool. Activations are prepared (q8_0: quantized) once
  * per product into scratch that only grows during warm-up. Each output element is computed by the

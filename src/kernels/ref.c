@@ -59,6 +59,14 @@ uint16_t ember_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+void ember_f32_to_f16_row(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ember_f32_to_f16(x[i]);
+}
+
+void ember_f32_to_bf16_row(uint16_t *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ember_f32_to_bf16(x[i]);
+}
+
 void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out) {
     ember_type_traits_get(m->type)->to_float((const uint8_t *)m->data + (size_t)r * m->row_bytes, out, m->n_in);
 }
@@ -193,6 +201,8 @@ const ember_kernel_ops ember_kernels_reference = {
     .gelu_mul_ref = ember_gelu_mul_ref,
     .rope_heads = ref_rope_heads,
     .get_row = ember_matrix_get_row,
+    .f32_to_f16_row = ember_f32_to_f16_row,
+    .f32_to_bf16_row = ember_f32_to_bf16_row,
 };
 
 /* ---- Q8_0 activation quantization and the quantized dot: the oracle for the SIMD sets ---- */

@@ -1,21 +1,18 @@
 /* family_llama.c — the forward pass of the llama, qwen3 and qwen2 families on the kernel table.
  * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order), never hidden branches. */
 #include "model_bind.h"
+#include "rows.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows. */
+/* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows, split by token (rows.c). */
 static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd,
                           const float *norm, int64_t pos0) {
-    for (int64_t t = 0; t < n; t++) {
-        float *xt = x + t * n_heads * hd;
-        if (norm)
-            for (int64_t h = 0; h < n_heads; h++) m->ops->rmsnorm(xt + h * hd, xt + h * hd, norm, hd, m->norm_eps);
-        m->ops->rope_heads(xt, n_heads, hd, m->n_rot, pos0 + t, m->rope_base, m->rope_neox, m->rope_freqs);
-    }
+    ember_rows_norm_rope(m, x, n, n_heads, hd, norm, m->norm_eps, m->n_rot, pos0, m->rope_base, m->rope_neox,
+                         m->rope_freqs);
 }
 
 ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -38,7 +35,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         /* attention block */
-        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, m->norm_eps);
+        ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
         ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
                            (float *const[]){w->q, w->k, w->v}, n);
@@ -62,13 +59,13 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         /* SwiGLU MLP */
-        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, m->norm_eps);
+        ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, m->norm_eps);
         ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
         ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
-        ops->silu_mul(w->gate, w->up, n * L->n_ff);
+        ember_rows_silu_mul(m, w->gate, w->up, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);

@@ -439,8 +439,7 @@ EMBER_AI void chunk_block(load8_fn load, load1_fn load1, size_t esize, int R, co
     for (int r = 0; r < R; r++) {
         const int64_t nr = hi[r] - lo[r];
         if (nr <= 0) continue;
-        float *er = e[r] + lo[r], mx = -INFINITY;
-        for (j = 0; j < nr; j++) mx = er[j] > mx ? er[j] : mx;
+        float *er = e[r] + lo[r], mx = ember_max_row(er, nr);
         const __m256 vmx = _mm256_set1_ps(mx);
         const int64_t n16 = nr & ~(int64_t)15;
         __m256 slo = _mm256_setzero_ps(), shi = _mm256_setzero_ps();

@@ -314,6 +314,30 @@ EMBER_AI __m512 exp512(__m512 x) {
  * vector their 4 weighted sums. Every score and every sum element is still its own chain in the
  * common order, so the blocking changes which values are computed together, never a result. */
 
+/* reduce512 of the 16 accumulators a[r][c] at once, lane 4r + c of the result: each step adds the
+ * same pairs as the tree of ember_reduce16 (lanes 8, 4, 2 and 1 apart), four or eight accumulators
+ * per instruction, so every result is bit for bit its reduce512. */
+EMBER_AI __m512 reduce512x16(__m512 a[4][4]) {
+    __m512 x[8], y[4], z[2];
+    /* v[4c + r] = a[r][c]: step 4 leaves v[4m + k] in lane 4k + m */
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) { /* lanes l and l + 8 of v[2p], v[2p+1] */
+        const __m512 u = a[(2 * p) % 4][(2 * p) / 4], w = a[(2 * p + 1) % 4][(2 * p + 1) / 4];
+        x[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) /* 4 apart: [v4q, v4q+1, v4q+2, v4q+3] one per 128-bit block */
+        y[q] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * q], x[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(x[2 * q], x[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) /* 2 apart, within each block */
+        z[r] = _mm512_add_ps(_mm512_shuffle_ps(y[2 * r], y[2 * r + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(y[2 * r], y[2 * r + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), /* 1 apart */
+                         _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /* Scores of R rows with 4 keys at once: R x 4 independent chains, each in the common reduction
  * order; the keys are `stride` bytes apart. out[r][c] = q[r] . key c (unscaled). */
 EMBER_AI void kdot_rx4(load16_fn load, load1_fn load1, int R, const float *const *q, const uint8_t *k, size_t stride,
@@ -334,6 +358,15 @@ EMBER_AI void kdot_rx4(load16_fn load, load1_fn load1, int R, const float *const
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
         }
+    }
+    if (R == 4 && n16 == n) { /* the 16 trees at once */
+        float s[16];
+        _mm512_storeu_ps(s, reduce512x16(acc));
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) out[r][c] = s[4 * r + c];
+        return;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -425,8 +458,7 @@ EMBER_AI void chunk_block(load16_fn load, load1_fn load1, size_t esize, int R, c
     for (int r = 0; r < R; r++) {
         const int64_t nr = hi[r] - lo[r];
         if (nr <= 0) continue;
-        float *er = e[r] + lo[r], mx = -INFINITY;
-        for (j = 0; j < nr; j++) mx = er[j] > mx ? er[j] : mx;
+        float *er = e[r] + lo[r], mx = ember_max_row(er, nr);
         const __m512 vmx = _mm512_set1_ps(mx);
         const int64_t n16 = nr & ~(int64_t)15;
         __m512 vs = _mm512_setzero_ps();

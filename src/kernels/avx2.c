@@ -346,6 +346,22 @@ EMBER_AI void kdot_rx2(load8_fn load, load1_fn load1, int R, const float *const 
             }
         }
     }
+    if (R == 2 && n16 == n) { /* the 4 trees at once: the same pairs as ember_reduce16 */
+        __m256 b[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) b[i] = _mm256_add_ps(lo[i / 2][i % 2], hi[i / 2][i % 2]); /* 8 apart */
+        const __m256 x0 = _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20), _mm256_permute2f128_ps(b[0], b[1], 0x31));
+        const __m256 x1 = _mm256_add_ps(_mm256_permute2f128_ps(b[2], b[3], 0x20), _mm256_permute2f128_ps(b[2], b[3], 0x31));
+        /* 4 apart: x0 = [c0 | c1], x1 = [c2 | c3]; 2 apart: z = [d0 d0' d2 d2' | d1 d1' d3 d3'] */
+        const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(z, z, _MM_SHUFFLE(2, 0, 2, 0)), /* 1 apart */
+                                       _mm256_shuffle_ps(z, z, _MM_SHUFFLE(3, 1, 3, 1)));
+        float t[8];
+        _mm256_storeu_ps(t, e); /* [s0 s2 s0 s2 | s1 s3 s1 s3], s_i of b[i] = row i / 2, key i % 2 */
+        out[0][0] = t[0], out[0][1] = t[4], out[1][0] = t[1], out[1][1] = t[5];
+        return;
+    }
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2

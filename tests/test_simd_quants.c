@@ -215,7 +215,8 @@ static const int64_t b32_blocks[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 96}
 static const int64_t outs[] = {1, 2, 3, 5, 7, 9};
 static const int64_t toks[] = {1, 2, 3, 4, 5, 7, 9};
 
-/* Every output against the documented order (bit for bit) and the exact product (NMSE). */
+/* Every output, weights read in place and repacked at load, against the documented order (bit for
+ * bit) and the exact product (NMSE). */
 static void test_type(ember_kernels k, const qtype *q) {
     ember_compute *c = new_compute(k, 2);
     if (!c) return;
@@ -237,14 +238,19 @@ static void test_type(ember_kernels k, const qtype *q) {
                     ember_matrix w = make_matrix(q, n_out, n_in, real, &buf);
                     float *x = random_vec(n_tok * n_in), *y = malloc(sizeof(float) * (size_t)(n_tok * n_out));
                     float *wf = malloc(sizeof(float) * (size_t)n_in);
+                    float *yp = malloc(sizeof(float) * (size_t)(n_tok * n_out));
                     ember_matmul(c, &w, x, y, n_tok);
+                    /* the same weights repacked at load (Q4_0/Q4_K/Q6_K: the 4-row groups) */
+                    ember_matrix wp = w;
+                    CHECK(ember_compute_pack(c, &wp, false, &err) == EMBER_OK && wp.packed != NULL);
+                    ember_matmul(c, &wp, x, yp, n_tok);
                     for (int64_t t = 0; t < n_tok; t++) {
                         void *xq = quantize_act(q->type, x + t * n_in, n_in);
                         for (int64_t o = 0; o < n_out; o++) {
                             const uint8_t *row = (const uint8_t *)w.data + (size_t)o * w.row_bytes;
                             const float want = documented_order(q->type, row, xq, n_in), got = y[t * n_out + o];
-                            total++;
-                            bad += !same_bits(&want, &got, 1);
+                            total += 2;
+                            bad += !same_bits(&want, &got, 1) + !same_bits(&want, &yp[t * n_out + o], 1);
                             if (real) { /* the exact product, in double */
                                 ember_type_traits_get(q->type)->to_float(row, wf, n_in);
                                 double e = 0;
@@ -256,6 +262,7 @@ static void test_type(ember_kernels k, const qtype *q) {
                         free(xq);
                     }
                     free(wf);
+                    free(yp);
                     free(x);
                     free(y);
                     free(buf);
@@ -363,6 +370,18 @@ static void test_cross_isa(const qtype *q) {
             test_matmul(&ember_kernels_avx512, &w, x, yb, n_tok);
             total++;
             bad += !same_bits(ya, yb, n_tok * n_out);
+            { /* repacked weights (both sets share the layout) */
+                const ember_type_kernels *mm = ember_kernels_mm(&ember_kernels_avx2, q->type);
+                ember_matrix wp = w;
+                void *pk = malloc(mm->pack_size(&w));
+                mm->pack(&w, pk);
+                wp.packed = pk;
+                test_matmul(&ember_kernels_avx2, &wp, x, ya, n_tok);
+                test_matmul(&ember_kernels_avx512, &wp, x, yb, n_tok);
+                total++;
+                bad += !same_bits(ya, yb, n_tok * n_out);
+                free(pk);
+            }
             free(x);
             free(buf);
         }

@@ -16,6 +16,7 @@
 
 #include "quants.h"
 #include "q8_groups.h"
+#include "quant_groups.h"
 
 /* Tokens one row kernel call multiplies (the weight row is unpacked once for all of them). */
 #define QD_MAX_T 4
@@ -381,37 +382,59 @@ QD_INSTANCES(qd_kern_q51, QD_CALL_Q51)
         (void)x;                                                                                                       \
         qd_rows(kern, block, w, xa, xa_stride, y, n_tok, o0, o1);                                                      \
     }
-QD_ROWS_FN(qd_rows_q4_k, qd_kern_q4k, EMBER_QK_K)
 QD_ROWS_FN(qd_rows_q5_k, qd_kern_q5k, EMBER_QK_K)
-QD_ROWS_FN(qd_rows_q6_k, qd_kern_q6k, EMBER_QK_K)
-QD_ROWS_FN(qd_rows_q4_0, qd_kern_q40, 32)
 QD_ROWS_FN(qd_rows_q4_1, qd_kern_q41, 32)
 QD_ROWS_FN(qd_rows_q5_0, qd_kern_q50, 32)
 QD_ROWS_FN(qd_rows_q5_1, qd_kern_q51, 32)
 
+/* Q4_0, Q4_K, Q6_K: repacked weights go through the 4-row group kernels (quant_groups.h); weights
+ * read in place (EMBER_WEIGHTS=mapped) through the row kernels, which for the K-quants read the
+ * Q8_K blocks stored after the reordered activations. Both give the same bits. */
+static void qd_rows_q4_0(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                         int64_t n_tok, int64_t o0, int64_t o1) {
+    (void)x;
+    const int64_t nb = w->n_in / 32;
+    if (w->packed) qg_rows(qg40_kern, QG_MAX_T, (size_t)qg40_quads(nb) * QG40_QUAD_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
+    else qd_rows(qd_kern_q40, 32, w, xa, xa_stride, y, n_tok, o0, o1);
+}
+static void qd_rows_q4_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                         int64_t n_tok, int64_t o0, int64_t o1) {
+    (void)x;
+    const int64_t nb = w->n_in / EMBER_QK_K;
+    if (w->packed) qg_rows(qg4k_kern, QG_MAX_T, (size_t)nb * QG4K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
+    else qd_rows(qd_kern_q4k, EMBER_QK_K, w, (const uint8_t *)xa + qg4k_off_q8k(nb), xa_stride, y, n_tok, o0, o1);
+}
+static void qd_rows_q6_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                         int64_t n_tok, int64_t o0, int64_t o1) {
+    (void)x;
+    const int64_t nb = w->n_in / EMBER_QK_K;
+    if (w->packed) qg_rows(qg6k_kern, QG_MAX_T, (size_t)nb * QG6K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
+    else qd_rows(qd_kern_q6k, EMBER_QK_K, w, (const uint8_t *)xa + qg6k_off_q8k(nb), xa_stride, y, n_tok, o0, o1);
+}
+
 /* The kernel-table entries; q8_size / q8_prep: the set's Q8_0 activation layout and quantizer,
  * q81_prep: the same followed by qd_q81_sums. Q2_K/Q3_K: the explicit fallback (kernels.h). */
 #define QD_MM_ENTRIES(q8_size, q8_prep, q81_prep)                                                                      \
-    [EMBER_TYPE_Q4_K] = {.act_size = qd_q8k_act_size,                                                                  \
-                         .act_prepare = qd_q8k_act_prepare,                                                            \
+    [EMBER_TYPE_Q4_K] = {.act_size = qg4k_act_size,                                                                    \
+                         .act_prepare = qg4k_act_prepare,                                                              \
                          .rows = qd_rows_q4_k,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg4k_pack_size,                                                                  \
+                         .pack = qg4k_pack},                                                                             \
     [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size,                                                                  \
                          .act_prepare = qd_q8k_act_prepare,                                                            \
                          .rows = qd_rows_q5_k,                                                                         \
                          .pack_size = qd_pack_size,                                                                    \
                          .pack = qd_pack},                                                                             \
-    [EMBER_TYPE_Q6_K] = {.act_size = qd_q8k_act_size,                                                                  \
-                         .act_prepare = qd_q8k_act_prepare,                                                            \
+    [EMBER_TYPE_Q6_K] = {.act_size = qg6k_act_size,                                                                    \
+                         .act_prepare = qg6k_act_prepare,                                                              \
                          .rows = qd_rows_q6_k,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg6k_pack_size,                                                                  \
+                         .pack = qg6k_pack},                                                                             \
     [EMBER_TYPE_Q4_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q4_0,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg40_pack_size,                                                                  \
+                         .pack = qg40_pack},                                                                             \
     [EMBER_TYPE_Q5_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q5_0,                                                                         \

@@ -1,0 +1,491 @@
+/* quant_groups.h — the 4-row interleaved layouts of Q4_0, Q4_K and Q6_K weights (repacked once at
+ * load, still 4.5 / 4.6 / 6.6 bits per weight) and their kernels, shared by avx2.c and avx512.c.
+ *
+ * Why: a row-at-a-time kernel spends its instructions unpacking one row's nibbles and reducing
+ * one row's sums; with 4 rows side by side, one 32-byte vector holds 4 bytes of each of 8
+ * (row, sub-block) pairs, every integer lane accumulates a whole (sub-)block before any reduction,
+ * and the activation side is one 16-byte broadcast shared by all rows (as Q8_0's groups,
+ * q8_groups.h). The integers are the same exact sums as the row kernels' (quant_dots.h), and the
+ * f32 operations are the documented order of each type unchanged, so a group kernel and a row
+ * kernel give the same bits; which instructions produce the integers is the only per-set part:
+ * avx512.c (VNNI) uses vpdpbusd, avx2.c vpmaddubsw + vpmaddwd.
+ *
+ * Register halves: every 64-byte step is two 256-bit vectors, rows 0-1 and rows 2-3; in a half,
+ * 32-bit lane l belongs to row 2h + l / 4, and each 128-bit half of it to one row. */
+#ifndef EMBER_QUANT_GROUPS_H
+#define EMBER_QUANT_GROUPS_H
+
+#include "q8_groups.h"
+#include "quants.h"
+
+/* Tokens one group kernel call multiplies (the group is unpacked once for all of them). */
+#define QG_MAX_T 4
+
+/* acc + the exact sums of 4 products u8 x s8 per int32 lane (u <= 63 here: no saturation). */
+EMBER_AI __m256i qg_dot(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+EMBER_AI __m256i qg_bcast16(const uint8_t *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Row sums of two halves (8 lanes each, 4 per row): [row 0, row 1, row 2, row 3]. Exact. */
+EMBER_AI __m128i qg_rowsum(__m256i h0, __m256i h1) {
+    const __m256i a = _mm256_hadd_epi32(h0, h1); /* [r0 r0 r2 r2 | r1 r1 r3 r3] partials */
+    const __m256i b = _mm256_hadd_epi32(a, a);   /* [r0 r2 r0 r2 | r1 r3 r1 r3] */
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+
+/* Stores the first `rows` of 4 results. */
+EMBER_AI void qg_store(float *y, __m128 v, int rows) {
+    if (rows == 4) {
+        _mm_storeu_ps(y, v);
+        return;
+    }
+    float l[4];
+    _mm_storeu_ps(l, v);
+    for (int r = 0; r < rows; r++) y[r] = l[r];
+}
+
+/* One group kernel call: a whole 4-row group g times T tokens; writes y[t * n_out + r], r < rows. */
+typedef void (*qg_kernel_fn)(const uint8_t *g, const uint8_t *const *xs, int64_t nb, float *y, int64_t n_out, int rows);
+
+/* Rows [o0, o1) (o0 a multiple of 4) of repacked weights, tokens t_max at a time; the group is the
+ * outer loop so its bytes stay in L1 across every token tile. */
+static void qg_rows(const qg_kernel_fn *kern, int t_max, size_t group_bytes, int64_t nb, const ember_matrix *w,
+                    const void *xa, size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
+    if (n_tok > EMBER_MATMUL_MAX_TOKENS) { /* callers slice longer runs; stay in bounds if one does not */
+        for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_MATMUL_MAX_TOKENS)
+            qg_rows(kern, t_max, group_bytes, nb, w, (const uint8_t *)xa + (size_t)t0 * xa_stride, xa_stride,
+                    y + t0 * w->n_out, n_tok - t0 < EMBER_MATMUL_MAX_TOKENS ? n_tok - t0 : EMBER_MATMUL_MAX_TOKENS, o0,
+                    o1);
+        return;
+    }
+    const uint8_t *xs[EMBER_MATMUL_MAX_TOKENS];
+    const int64_t nt = n_tok;
+    for (int64_t t = 0; t < nt; t++) xs[t] = (const uint8_t *)xa + (size_t)t * xa_stride;
+    for (int64_t o = o0; o < o1; o += 4) {
+        const int rows = o1 - o < 4 ? (int)(o1 - o) : 4;
+        const uint8_t *g = (const uint8_t *)w->packed + (size_t)(o / 4) * group_bytes;
+        for (int64_t t = 0; t < nt; t += t_max) {
+            const int T = nt - t < t_max ? (int)(nt - t) : t_max;
+            kern[T - 1](g, xs + t, nb, y + t * w->n_out + o, w->n_out, rows);
+        }
+    }
+}
+
+/* ======================== Q4_0 x Q8_0 ========================
+ * Group layout: quads of 4 blocks (a row's blocks padded with zero blocks to a multiple of 4; rows
+ * past n_out are zeros); one quad is 288 bytes:
+ *     [0, 32)     16 f16 scales: entry r*4 + j = d of row r, block 4Q + j
+ *     [32, 288)   step k = 0..3: 64 bytes, entry (r*4 + j)*4 + i = qs[4k + i] of row r, block 4Q + j
+ * Byte qs[l] holds quant l (low nibble) and quant l + 16 (high nibble), so step k's low nibbles
+ * meet Q8_0 activation step k and its high nibbles step k + 4 (q8_groups.h's activation layout,
+ * unchanged). Lanes start from -8 * sum y = (-128 * sum y) >> 4 (exact), so each holds the block's
+ * isum exactly; then Q8_0's order: lane (r, j) is p_j of row r. */
+#define QG40_QUAD_BYTES 288
+
+EMBER_AI int64_t qg40_quads(int64_t nb) { return (nb + 3) / 4; }
+static size_t qg40_pack_size(const ember_matrix *w) {
+    return (size_t)((w->n_out + 3) / 4) * (size_t)qg40_quads(w->n_in / 32) * QG40_QUAD_BYTES;
+}
+
+static void qg40_pack(const ember_matrix *w, void *dst) {
+    const int64_t nb = w->n_in / 32, nq = qg40_quads(nb);
+    uint8_t *d = dst;
+    for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
+        for (int64_t qd = 0; qd < nq; qd++, d += QG40_QUAD_BYTES) {
+            memset(d, 0, 32);            /* scale 0 for missing rows and blocks */
+            memset(d + 32, 0x88, 256);   /* quant 8 = weight 0 */
+            for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes;
+                for (int j = 0; j < 4 && 4 * qd + j < nb; j++) {
+                    const uint8_t *blk = row + (size_t)(4 * qd + j) * sizeof(ember_block_q4_0);
+                    memcpy(d + 2 * (r * 4 + j), blk, 2);
+                    for (int k = 0; k < 4; k++) memcpy(d + 32 + 64 * k + (r * 4 + j) * 4, blk + 2 + 4 * k, 4);
+                }
+            }
+        }
+}
+
+EMBER_AI void qg40_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n_out,
+                         int rows) {
+    const size_t odx = q8g_off_dx(nb), ocorr = q8g_off_corr(nb);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 p[QG_MAX_T][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) p[t][0] = p[t][1] = _mm256_setzero_ps();
+    const int64_t nq = qg40_quads(nb);
+    for (int64_t qd = 0; qd < nq; qd++, g += QG40_QUAD_BYTES) {
+        __m256i acc[QG_MAX_T][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t][0] = acc[t][1] = _mm256_srai_epi32(qg_bcast16(xs[t] + ocorr + 16 * qd), 4);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i lo[2], hi[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 32 + 64 * k + 32 * h));
+                lo[h] = _mm256_and_si256(v, low4);
+                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i ylo = qg_bcast16(xs[t] + 128 * qd + 16 * k), yhi = qg_bcast16(xs[t] + 128 * qd + 16 * (k + 4));
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) acc[t][h] = qg_dot(qg_dot(acc[t][h], lo[h], ylo), hi[h], yhi);
+            }
+        }
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256 dx = _mm256_broadcast_ps((const __m128 *)((const float *)(xs[t] + odx) + 4 * qd));
+            p[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][0]), _mm256_mul_ps(dw0, dx), p[t][0]);
+            p[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][1]), _mm256_mul_ps(dw1, dx), p[t][1]);
+        }
+    }
+    /* (p0 + p1) + (p2 + p3) in every 128-bit half (one row each) */
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        __m256 s[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 pairs = _mm256_add_ps(p[t][h], _mm256_permute_ps(p[t][h], 0xB1));
+            s[h] = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0x4E));
+        }
+        /* lane 0 of each 128-bit half: rows 0, 1 (s[0]) and 2, 3 (s[1]) */
+        const __m256 u = _mm256_shuffle_ps(s[0], s[1], 0x00); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+        const __m128 out = _mm_unpacklo_ps(_mm_shuffle_ps(_mm256_castps256_ps128(u), _mm256_castps256_ps128(u), 0x08),
+                                           _mm_shuffle_ps(_mm256_extractf128_ps(u, 1), _mm256_extractf128_ps(u, 1), 0x08));
+        qg_store(y + t * n_out, out, rows);
+    }
+}
+
+/* ======================== Q4_K x Q8_K ========================
+ * Group layout: per super-block b, 592 bytes:
+ *     [0, 512)    step k = 0..7: 64 bytes, entry (r*4 + c)*4 + i = qs[32c + 4k + i] of row r
+ *     [512, 544)  the 6-bit sub-block scales, unpacked: entry r*8 + j = sc_j of row r
+ *     [544, 576)  the 6-bit minimums: entry r*8 + j = mn_j of row r
+ *     [576, 584)  d of rows 0-3 (f16); [584, 592) dmin of rows 0-3 (f16)
+ * Byte qs[32c + l] holds value 64c + l (low nibble, sub-block 2c) and 64c + 32 + l (high nibble,
+ * sub-block 2c + 1). So lane (r, c) of step k's low nibbles accumulates sub-block 2c of row r,
+ * the high nibbles sub-block 2c + 1, and after 8 steps each lane holds one sub-block's exact sum.
+ * A_b = sum of sc x those sums, B_b = sum_j mn_j * bsum32_j, then the documented order.
+ *
+ * Prepared activations of one token: per super-block 288 bytes (the Q8_K block's values, reordered)
+ *     [0, 256)    step k: 16 bytes y[64c + 4k + i] (entry c*4 + i), then 16 bytes y[64c + 32 + 4k + i]
+ *     [256, 272)  int16 bsum32_j = sum of the 32 quants of sub-block j, j = 0..7
+ *     [272, 276)  d (f32); [276, 288) zero
+ * followed by the Q8_K blocks themselves (for the row kernels, which read weights in place). */
+#define QG4K_SB_BYTES 592
+#define QG4K_ACT_BYTES 288
+
+static size_t qg4k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * (QG4K_ACT_BYTES + sizeof(ember_block_q8_K)); }
+EMBER_AI size_t qg4k_off_q8k(int64_t nb) { return (size_t)nb * QG4K_ACT_BYTES; }
+
+static void qg4k_act_prepare(const float *x, void *xa, int64_t n_in) {
+    const int64_t nb = n_in / EMBER_QK_K;
+    uint8_t *o = xa;
+    ember_block_q8_K *q = (ember_block_q8_K *)(o + qg4k_off_q8k(nb));
+    ember_quantize_act_q8_k(x, q, n_in);
+    for (int64_t b = 0; b < nb; b++, o += QG4K_ACT_BYTES) {
+        const ember_block_q8_K *y = &q[b];
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < 4; c++) {
+                memcpy(o + 32 * k + 4 * c, y->qs + 64 * c + 4 * k, 4);
+                memcpy(o + 32 * k + 16 + 4 * c, y->qs + 64 * c + 32 + 4 * k, 4);
+            }
+        int16_t bs[8];
+        for (int j = 0; j < 8; j++) bs[j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        memcpy(o + 256, bs, 16);
+        memcpy(o + 272, &y->d, 4);
+        memset(o + 276, 0, 12);
+    }
+}
+
+static size_t qg4k_pack_size(const ember_matrix *w) {
+    return (size_t)((w->n_out + 3) / 4) * (size_t)(w->n_in / EMBER_QK_K) * QG4K_SB_BYTES;
+}
+
+/* sub-block j's 6-bit scale and minimum from the 12 packed bytes (ggml's layout) */
+static void qg_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+static void qg4k_pack(const ember_matrix *w, void *dst) {
+    const int64_t nb = w->n_in / EMBER_QK_K;
+    uint8_t *d = dst;
+    for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
+        for (int64_t b = 0; b < nb; b++, d += QG4K_SB_BYTES) {
+            memset(d, 0, QG4K_SB_BYTES); /* missing rows: scales, minimums and d of 0 */
+            for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes +
+                                     (size_t)b * sizeof(ember_block_q4_K);
+                for (int k = 0; k < 8; k++)
+                    for (int c = 0; c < 4; c++) memcpy(d + 64 * k + (r * 4 + c) * 4, blk + 16 + 32 * c + 4 * k, 4);
+                for (int j = 0; j < 8; j++) qg_k4_scale_min(blk + 4, j, d + 512 + r * 8 + j, d + 544 + r * 8 + j);
+                memcpy(d + 576 + 2 * r, blk, 2);
+                memcpy(d + 584 + 2 * r, blk + 2, 2);
+            }
+        }
+}
+
+EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n_out,
+                         int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0xFFFF);
+    __m128 p[QG_MAX_T], m[QG_MAX_T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) p[t] = m[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += QG4K_SB_BYTES) {
+        /* int32 lane l of half h: sc of (row, sub-block 2c) in the low 16 bits, of 2c + 1 in the high */
+        __m256i sclo[2], schi[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + 512 + 16 * h)));
+            sclo[h] = _mm256_and_si256(s, lo16);
+            schi[h] = _mm256_srli_epi32(s, 16);
+        }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        /* VNNI: unscaled sums per sub-block (low / high nibbles apart), scaled once at the end */
+        __m256i alo[QG_MAX_T][2], ahi[QG_MAX_T][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) alo[t][0] = alo[t][1] = ahi[t][0] = ahi[t][1] = _mm256_setzero_si256();
+#else
+        /* AVX2: the 16-bit pair sums times the lane's scale, both nibbles into one sum */
+        __m256i acc[QG_MAX_T][2], s16lo[2], s16hi[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            s16lo[h] = _mm256_or_si256(sclo[h], _mm256_slli_epi32(sclo[h], 16));
+            s16hi[h] = _mm256_or_si256(schi[h], _mm256_slli_epi32(schi[h], 16));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+#endif
+        const size_t ya = (size_t)b * QG4K_ACT_BYTES;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i lo[2], hi[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * k + 32 * h));
+                lo[h] = _mm256_and_si256(v, low4);
+                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i ylo = qg_bcast16(xs[t] + ya + 32 * k), yhi = qg_bcast16(xs[t] + ya + 32 * k + 16);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                    alo[t][h] = _mm256_dpbusd_epi32(alo[t][h], lo[h], ylo);
+                    ahi[t][h] = _mm256_dpbusd_epi32(ahi[t][h], hi[h], yhi);
+#else
+                    /* pair sums <= 2 * 15 * 127; times a 6-bit scale, summed in int32 */
+                    acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], ylo), s16lo[h]));
+                    acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], yhi), s16hi[h]));
+#endif
+                }
+            }
+        }
+        __m256i mn[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) mn[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + 544 + 16 * h)));
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 576)));
+        const __m128 dmw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 584)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256i a[2], bm[2];
+            const __m256i bs = qg_bcast16(xs[t] + ya + 256);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                a[h] = _mm256_add_epi32(_mm256_mullo_epi32(alo[t][h], sclo[h]), _mm256_mullo_epi32(ahi[t][h], schi[h]));
+#else
+                a[h] = acc[t][h];
+#endif
+                bm[h] = _mm256_madd_epi16(mn[h], bs); /* lane (r, j pair): mn x bsum32, exact */
+            }
+            const __m128i A = qg_rowsum(a[0], a[1]), B = qg_rowsum(bm[0], bm[1]);
+            float dxs;
+            memcpy(&dxs, xs[t] + ya + 272, 4);
+            const __m128 dx = _mm_set1_ps(dxs);
+            p[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(A), _mm_mul_ps(dw, dx), p[t]);
+            m[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(B), _mm_mul_ps(dmw, dx), m[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) qg_store(y + t * n_out, _mm_sub_ps(p[t], m[t]), rows);
+}
+
+/* ======================== Q6_K x Q8_K ========================
+ * A row's value v (0..255) is reached as step k = 0..15, lane c = 0..3, byte i = 0..3 with
+ *     v = 64 (k / 4) + 16 c + 4 (k % 4) + i
+ * so lane c over the 4 steps of quarter g = k / 4 covers exactly sub-block 4g + c (16 values, one
+ * scale). Group layout: per super-block b, 840 bytes (the file's 4 x 210, reordered):
+ *     [0, 512)    m = 0..7: 64 bytes, entry (r*4 + c)*4 + i: low nibble = low 4 bits of row r's
+ *                 value at step m, high nibble = of its value at step m + 8
+ *     [512, 768)  n = 0..3: 64 bytes, entry (r*4 + c)*4 + i: bits 2l, 2l+1 = the high 2 bits of
+ *                 the value at step n + 4l (l = 0..3)
+ *     [768, 832)  quarter g: 16 bytes, entry r*4 + c = int8 scale of sub-block 4g + c of row r
+ *     [832, 840)  d of rows 0-3 (f16)
+ * The unsigned quants (0..63) are multiplied; each lane starts from -32 * bsum16 of its sub-block,
+ * so after a quarter it holds the exact sum of (q - 32) * y, which is then scaled: A_b exactly.
+ *
+ * Prepared activations of one token: per super-block 336 bytes
+ *     [0, 256)    step k: 16 bytes, entry c*4 + i = y[64 (k / 4) + 16 c + 4 (k % 4) + i]
+ *     [256, 320)  quarter g: 4 int32, entry c = -32 * bsums[4g + c]
+ *     [320, 324)  d (f32); [324, 336) zero
+ * followed by the Q8_K blocks themselves (for the row kernels). */
+#define QG6K_SB_BYTES 840
+#define QG6K_ACT_BYTES 336
+
+static size_t qg6k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * (QG6K_ACT_BYTES + sizeof(ember_block_q8_K)); }
+EMBER_AI size_t qg6k_off_q8k(int64_t nb) { return (size_t)nb * QG6K_ACT_BYTES; }
+
+EMBER_AI int qg6k_value(int k, int c, int i) { return 64 * (k / 4) + 16 * c + 4 * (k % 4) + i; }
+
+static void qg6k_act_prepare(const float *x, void *xa, int64_t n_in) {
+    const int64_t nb = n_in / EMBER_QK_K;
+    uint8_t *o = xa;
+    ember_block_q8_K *q = (ember_block_q8_K *)(o + qg6k_off_q8k(nb));
+    ember_quantize_act_q8_k(x, q, n_in);
+    for (int64_t b = 0; b < nb; b++, o += QG6K_ACT_BYTES) {
+        const ember_block_q8_K *y = &q[b];
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < 4; c++) memcpy(o + 16 * k + 4 * c, y->qs + qg6k_value(k, c, 0), 4);
+        int32_t corr[16];
+        for (int s = 0; s < 16; s++) corr[s] = -32 * y->bsums[s];
+        memcpy(o + 256, corr, 64);
+        memcpy(o + 320, &y->d, 4);
+        memset(o + 324, 0, 12);
+    }
+}
+
+static size_t qg6k_pack_size(const ember_matrix *w) {
+    return (size_t)((w->n_out + 3) / 4) * (size_t)(w->n_in / EMBER_QK_K) * QG6K_SB_BYTES;
+}
+
+/* The 6-bit quant of value v of a Q6_K super-block (ggml's layout, quants_dequant.c). */
+static int qg6k_quant(const uint8_t *blk, int v) {
+    const int n = v / 128, k = (v % 128) / 32, l = v % 32;
+    const uint8_t lo = blk[64 * n + (k % 2) * 32 + l];
+    const int nib = k < 2 ? lo & 0xF : lo >> 4;
+    return nib | ((blk[128 + 32 * n + l] >> (2 * k)) & 3) << 4;
+}
+
+static void qg6k_pack(const ember_matrix *w, void *dst) {
+    const int64_t nb = w->n_in / EMBER_QK_K;
+    uint8_t *d = dst;
+    for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
+        for (int64_t b = 0; b < nb; b++, d += QG6K_SB_BYTES) {
+            memset(d, 0, QG6K_SB_BYTES); /* missing rows: quants 0 with scale 0 and d 0 */
+            for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes +
+                                     (size_t)b * sizeof(ember_block_q6_K);
+                for (int c = 0; c < 4; c++)
+                    for (int i = 0; i < 4; i++) {
+                        const int e = (r * 4 + c) * 4 + i;
+                        for (int mm = 0; mm < 8; mm++)
+                            d[64 * mm + e] = (uint8_t)((qg6k_quant(blk, qg6k_value(mm, c, i)) & 15) |
+                                                       (qg6k_quant(blk, qg6k_value(mm + 8, c, i)) & 15) << 4);
+                        for (int n = 0; n < 4; n++) {
+                            uint8_t h = 0;
+                            for (int l = 0; l < 4; l++) h |= (uint8_t)((qg6k_quant(blk, qg6k_value(n + 4 * l, c, i)) >> 4) << (2 * l));
+                            d[512 + 64 * n + e] = h;
+                        }
+                    }
+                for (int qq = 0; qq < 4; qq++)
+                    for (int c = 0; c < 4; c++) d[768 + 16 * qq + r * 4 + c] = blk[192 + 4 * qq + c];
+                memcpy(d + 832 + 2 * r, blk + 208, 2);
+            }
+        }
+}
+
+EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n_out,
+                         int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m128 p[QG_MAX_T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) p[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += QG6K_SB_BYTES) {
+        const size_t ya = (size_t)b * QG6K_ACT_BYTES;
+        __m256i A[QG_MAX_T][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) A[t][0] = A[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int qq = 0; qq < 4; qq++) {
+            __m256i acc[QG_MAX_T][2];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = qg_bcast16(xs[t] + ya + 256 + 16 * qq);
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; kk++) {
+                const int k = 4 * qq + kk;
+                __m256i q[2];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i l = _mm256_loadu_si256((const __m256i *)(g + 64 * (k % 8) + 32 * h));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(g + 512 + 64 * kk + 32 * h));
+                    const __m256i lo = qq < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+                    const __m256i hi = qq == 0   ? _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)
+                                       : qq == 1 ? _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)
+                                       : qq == 2 ? _mm256_and_si256(hb, m30)
+                                                 : _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
+                    q[h] = _mm256_or_si256(lo, hi);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i yv = qg_bcast16(xs[t] + ya + 16 * k);
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) acc[t][h] = qg_dot(acc[t][h], q[h], yv);
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + 768 + 16 * qq + 8 * h)));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) A[t][h] = _mm256_add_epi32(A[t][h], _mm256_mullo_epi32(acc[t][h], sc));
+            }
+        }
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 832)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float dxs;
+            memcpy(&dxs, xs[t] + ya + 320, 4);
+            p[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(qg_rowsum(A[t][0], A[t][1])), _mm_mul_ps(dw, _mm_set1_ps(dxs)), p[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) qg_store(y + t * n_out, p[t], rows);
+}
+
+/* Instances with T fixed (1..4), so each is compiled for its tile. */
+#define QG_INSTANCES(name, fn)                                                                                         \
+    static void name##_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, float *y, int64_t n, int rows) {      \
+        fn(g, xs, 1, nb, y, n, rows);                                                                                  \
+    }                                                                                                                  \
+    static void name##_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, float *y, int64_t n, int rows) {      \
+        fn(g, xs, 2, nb, y, n, rows);                                                                                  \
+    }                                                                                                                  \
+    static void name##_3(const uint8_t *g, const uint8_t *const *xs, int64_t nb, float *y, int64_t n, int rows) {      \
+        fn(g, xs, 3, nb, y, n, rows);                                                                                  \
+    }                                                                                                                  \
+    static void name##_4(const uint8_t *g, const uint8_t *const *xs, int64_t nb, float *y, int64_t n, int rows) {      \
+        fn(g, xs, 4, nb, y, n, rows);                                                                                  \
+    }                                                                                                                  \
+    static const qg_kernel_fn name[QG_MAX_T] = {name##_1, name##_2, name##_3, name##_4};
+QG_INSTANCES(qg40_kern, qg40_group)
+QG_INSTANCES(qg4k_kern, qg4k_group)
+QG_INSTANCES(qg6k_kern, qg6k_group)
+
+#endif

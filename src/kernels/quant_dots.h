@@ -8,9 +8,10 @@
  * avx512.c (compiled with VNNI) multiplies unsigned by signed bytes with vpdpbusd where avx2.c uses
  * vpmaddubsw + vpmaddwd; both give the same exact int32 sums.
  *
- * Weights keep the file's block layout (read in place, or copied once onto huge pages); activations are
- * quantized once per product, as llama.cpp does: Q8_K for the K-quants, Q8_0 for Q4_0/Q5_0, Q8_1
- * for Q4_1/Q5_1 (docs/kernels.md, "The fast path of the 4- to 6-bit types"). */
+ * These row kernels read weights in the file's block layout (EMBER_WEIGHTS=mapped); weights copied
+ * at load go into quant_groups.h's 4-row groups and its kernels, with the same integers and order.
+ * Activations are quantized once per product, as llama.cpp does: Q8_K for the K-quants, Q8_0 for
+ * Q4_0/Q5_0, Q8_1 for Q4_1/Q5_1 (docs/kernels.md, "The fast path of the 4- to 6-bit types"). */
 #ifndef EMBER_QUANT_DOTS_H
 #define EMBER_QUANT_DOTS_H
 
@@ -48,8 +49,9 @@ EMBER_AI void qd_hsum2(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
 }
 
 /* ======================== K-quants x Q8_K activations ========================
- * Prepared activations of one token: its Q8_K blocks as stored (ember_block_q8_K: f32 d at 0,
- * 256 int8 quants at 4, 16 int16 sums of 16 at 260), from ember_quantize_act_q8_k.
+ * The row kernels read a token's Q8_K blocks as stored (ember_block_q8_K: f32 d at 0, 256 int8
+ * quants at 4, 16 int16 sums of 16 at 260), from ember_quantize_act_q8_k; they sit after the
+ * reordered copy the group kernels read (quant_groups.h: qg4k_off_q8k, qg6k_off_q8k).
  *
  * The order of operations, per weight row and token: two f32 sums p and m start at +0; super-block
  * b, in increasing b, contributes its exact integers
@@ -61,8 +63,6 @@ EMBER_AI void qd_hsum2(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
  * and the result is p - m (Q6_K: p). f32(A_b) rounds to nearest when |A_b| > 2^24. */
 
 #define QD_Q8K_BYTES sizeof(ember_block_q8_K)
-static size_t qd_q8k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * QD_Q8K_BYTES; }
-static void qd_q8k_act_prepare(const float *x, void *xa, int64_t n_in) { ember_quantize_act_q8_k(x, xa, n_in); }
 
 EMBER_AI float qd_q8k_d(const uint8_t *yb) {
     float d;
@@ -345,13 +345,6 @@ static void qd_rows(const qd_row_fn kern[QD_MAX_T], int64_t block, const ember_m
     }
 }
 
-/* "Repacking" keeps the file's layout: the rows are copied once into the compute's arena (large
- * anonymous mappings on transparent huge pages, consecutive matrices end to end) and the source
- * pages released, as for Q8_0 (ember_compute_pack). Reading the same bytes from 4 KiB page-cache
- * pages measured 1.5-1.9x slower decoding (Q8_0, mapped vs packed, docs/performance.md): TLB misses
- * and the prefetcher stopping at page boundaries. Groups of 4 rows are 4 * row_bytes apart. */
-static size_t qd_pack_size(const ember_matrix *w) { return (size_t)w->n_out * w->row_bytes; }
-static void qd_pack(const ember_matrix *w, void *dst) { memcpy(dst, w->data, (size_t)w->n_out * w->row_bytes); }
 
 /* Instances with T fixed (1..4) so each is compiled for its tile. */
 #define QD_INSTANCES(name, call)                                                                                       \
@@ -382,27 +375,37 @@ QD_INSTANCES(qd_kern_q51, QD_CALL_Q51)
         (void)x;                                                                                                       \
         qd_rows(kern, block, w, xa, xa_stride, y, n_tok, o0, o1);                                                      \
     }
-QD_ROWS_FN(qd_rows_q5_k, qd_kern_q5k, EMBER_QK_K)
-QD_ROWS_FN(qd_rows_q4_1, qd_kern_q41, 32)
-QD_ROWS_FN(qd_rows_q5_0, qd_kern_q50, 32)
-QD_ROWS_FN(qd_rows_q5_1, qd_kern_q51, 32)
 
 /* Q4_0, Q4_K, Q6_K: repacked weights go through the 4-row group kernels (quant_groups.h); weights
  * read in place (EMBER_WEIGHTS=mapped) through the row kernels, which for the K-quants read the
  * Q8_K blocks stored after the reordered activations. Both give the same bits. */
-static void qd_rows_q4_0(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
-                         int64_t n_tok, int64_t o0, int64_t o1) {
-    (void)x;
-    const int64_t nb = w->n_in / 32;
-    if (w->packed) qg_rows(qg40_kern, QG_MAX_T, (size_t)qg40_quads(nb) * QG40_QUAD_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
-    else qd_rows(qd_kern_q40, 32, w, xa, xa_stride, y, n_tok, o0, o1);
-}
+#define QD_ROWS_32(fname, rowkern, groupkern, kind)                                                                    \
+    static void fname(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,               \
+                      int64_t n_tok, int64_t o0, int64_t o1) {                                                         \
+        (void)x;                                                                                                       \
+        const int64_t nb = w->n_in / 32;                                                                               \
+        if (w->packed)                                                                                                 \
+            qg_rows(groupkern, QG_MAX_T, qg32_group_bytes(kind, nb), nb, w, xa, xa_stride, y, n_tok, o0, o1);          \
+        else                                                                                                           \
+            qd_rows(rowkern, 32, w, xa, xa_stride, y, n_tok, o0, o1);                                                  \
+    }
+QD_ROWS_32(qd_rows_q4_0, qd_kern_q40, qg40_kern, QG_Q4_0)
+QD_ROWS_32(qd_rows_q4_1, qd_kern_q41, qg41_kern, QG_Q4_1)
+QD_ROWS_32(qd_rows_q5_0, qd_kern_q50, qg50_kern, QG_Q5_0)
+QD_ROWS_32(qd_rows_q5_1, qd_kern_q51, qg51_kern, QG_Q5_1)
 static void qd_rows_q4_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                          int64_t n_tok, int64_t o0, int64_t o1) {
     (void)x;
     const int64_t nb = w->n_in / EMBER_QK_K;
     if (w->packed) qg_rows(qg4k_kern, QG_MAX_T, (size_t)nb * QG4K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
     else qd_rows(qd_kern_q4k, EMBER_QK_K, w, (const uint8_t *)xa + qg4k_off_q8k(nb), xa_stride, y, n_tok, o0, o1);
+}
+static void qd_rows_q5_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
+                         int64_t n_tok, int64_t o0, int64_t o1) {
+    (void)x;
+    const int64_t nb = w->n_in / EMBER_QK_K;
+    if (w->packed) qg_rows(qg5k_kern, QG_MAX_T, (size_t)nb * QG5K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
+    else qd_rows(qd_kern_q5k, EMBER_QK_K, w, (const uint8_t *)xa + qg4k_off_q8k(nb), xa_stride, y, n_tok, o0, o1);
 }
 static void qd_rows_q6_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                          int64_t n_tok, int64_t o0, int64_t o1) {
@@ -420,11 +423,11 @@ static void qd_rows_q6_k(const ember_matrix *w, const float *x, const void *xa, 
                          .rows = qd_rows_q4_k,                                                                         \
                          .pack_size = qg4k_pack_size,                                                                  \
                          .pack = qg4k_pack},                                                                             \
-    [EMBER_TYPE_Q5_K] = {.act_size = qd_q8k_act_size,                                                                  \
-                         .act_prepare = qd_q8k_act_prepare,                                                            \
+    [EMBER_TYPE_Q5_K] = {.act_size = qg4k_act_size,                                                                    \
+                         .act_prepare = qg4k_act_prepare,                                                              \
                          .rows = qd_rows_q5_k,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg5k_pack_size,                                                                  \
+                         .pack = qg5k_pack},                                                                             \
     [EMBER_TYPE_Q6_K] = {.act_size = qg6k_act_size,                                                                    \
                          .act_prepare = qg6k_act_prepare,                                                              \
                          .rows = qd_rows_q6_k,                                                                         \
@@ -433,23 +436,23 @@ static void qd_rows_q6_k(const ember_matrix *w, const float *x, const void *xa, 
     [EMBER_TYPE_Q4_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q4_0,                                                                         \
-                         .pack_size = qg40_pack_size,                                                                  \
-                         .pack = qg40_pack},                                                                             \
+                         .pack_size = qg_pack_size_q4_0,                                                                  \
+                         .pack = qg_pack_q4_0},                                                                             \
     [EMBER_TYPE_Q5_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q5_0,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg_pack_size_q5_0,                                                                  \
+                         .pack = qg_pack_q5_0},                                                                             \
     [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size,                                                                  \
                          .act_prepare = q81_prep,                                                                      \
                          .rows = qd_rows_q4_1,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg_pack_size_q4_1,                                                                  \
+                         .pack = qg_pack_q4_1},                                                                             \
     [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size,                                                                  \
                          .act_prepare = q81_prep,                                                                      \
                          .rows = qd_rows_q5_1,                                                                         \
-                         .pack_size = qd_pack_size,                                                                    \
-                         .pack = qd_pack},                                                                             \
+                         .pack_size = qg_pack_size_q5_1,                                                                  \
+                         .pack = qg_pack_q5_1},                                                                             \
     EMBER_MM_REFERENCE_PRODUCTS
 
 #endif

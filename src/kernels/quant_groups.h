@@ -77,61 +77,105 @@ static void qg_rows(const qg_kernel_fn *kern, int t_max, size_t group_bytes, int
     }
 }
 
-/* ======================== Q4_0 x Q8_0 ========================
+/* ======================== Q4_0, Q4_1, Q5_0, Q5_1 x Q8_0 / Q8_1 ========================
  * Group layout: quads of 4 blocks (a row's blocks padded with zero blocks to a multiple of 4; rows
- * past n_out are zeros); one quad is 288 bytes:
- *     [0, 32)     16 f16 scales: entry r*4 + j = d of row r, block 4Q + j
- *     [32, 288)   step k = 0..3: 64 bytes, entry (r*4 + j)*4 + i = qs[4k + i] of row r, block 4Q + j
+ * past n_out are zeros); one quad is 288 (Q4_0), 320 (Q4_1), 352 (Q5_0) or 384 (Q5_1) bytes, the
+ * file's 18 / 20 / 22 / 24 per block:
+ *     [0, 32)        16 f16 scales: entry r*4 + j = d of row r, block 4Q + j
+ *     [32, 64)       (Q4_1, Q5_1) the f16 minimums m, same entries
+ *     then 256 bytes step k = 0..3: 64 bytes, entry (r*4 + j)*4 + i = qs[4k + i] of row r, block 4Q + j
+ *     then (Q5_0, Q5_1) 64 bytes, entry (r*4 + j)*4 + i: bit 2k = the fifth bit of quant 4k + i,
+ *                    bit 2k + 1 = of quant 16 + 4k + i (k = 0..3)
  * Byte qs[l] holds quant l (low nibble) and quant l + 16 (high nibble), so step k's low nibbles
  * meet Q8_0 activation step k and its high nibbles step k + 4 (q8_groups.h's activation layout,
- * unchanged). Lanes start from -8 * sum y = (-128 * sum y) >> 4 (exact), so each holds the block's
- * isum exactly; then Q8_0's order: lane (r, j) is p_j of row r. */
-#define QG40_QUAD_BYTES 288
+ * unchanged). Lanes start from -o * sum y = (-128 * sum y) >> 4 (o = 8, Q4_0) or >> 3 (o = 16,
+ * Q5_0), exact, so each holds the block's isum exactly; then Q8_0's order: lane (r, j) is p_j of
+ * row r, and (Q4_1, Q5_1) after each block's term p_j = fma(m_w, s_x, p_j). */
+typedef enum { QG_Q4_0, QG_Q4_1, QG_Q5_0, QG_Q5_1 } qg_kind;
 
-EMBER_AI int64_t qg40_quads(int64_t nb) { return (nb + 3) / 4; }
-static size_t qg40_pack_size(const ember_matrix *w) {
-    return (size_t)((w->n_out + 3) / 4) * (size_t)qg40_quads(w->n_in / 32) * QG40_QUAD_BYTES;
+EMBER_AI bool qg32_five(qg_kind k) { return k == QG_Q5_0 || k == QG_Q5_1; }
+EMBER_AI bool qg32_has_m(qg_kind k) { return k == QG_Q4_1 || k == QG_Q5_1; }
+EMBER_AI size_t qg32_off_qs(qg_kind k) { return qg32_has_m(k) ? 64 : 32; }
+EMBER_AI size_t qg32_quad_bytes(qg_kind k) { return qg32_off_qs(k) + 256 + (qg32_five(k) ? 64 : 0); }
+EMBER_AI int64_t qg32_quads(int64_t nb) { return (nb + 3) / 4; }
+EMBER_AI size_t qg32_group_bytes(qg_kind k, int64_t nb) { return (size_t)qg32_quads(nb) * qg32_quad_bytes(k); }
+
+static size_t qg32_pack_size(qg_kind kind, const ember_matrix *w) {
+    return (size_t)((w->n_out + 3) / 4) * qg32_group_bytes(kind, w->n_in / 32);
 }
 
-static void qg40_pack(const ember_matrix *w, void *dst) {
-    const int64_t nb = w->n_in / 32, nq = qg40_quads(nb);
+static void qg32_pack(qg_kind kind, const ember_matrix *w, void *dst) {
+    const bool five = qg32_five(kind), has_m = qg32_has_m(kind);
+    const int64_t nb = w->n_in / 32, nq = qg32_quads(nb);
+    const size_t oq = qg32_off_qs(kind), qb = qg32_quad_bytes(kind);
+    /* in the file's block: d at 0, m at 2, qh (u32) after them, qs (16 bytes) last */
+    const size_t bbytes = (size_t)(2 + (has_m ? 2 : 0) + (five ? 4 : 0) + 16), fqh = has_m ? 4 : 2, fqs = bbytes - 16;
+    /* a weight of 0 in padding: quant 8 (Q4_0), 16 (Q5_0: nibble 0, fifth bit 1), 0 otherwise */
+    const uint8_t pad_qs = kind == QG_Q4_0 ? 0x88 : 0x00, pad_qh = kind == QG_Q5_0 ? 0xFF : 0x00;
     uint8_t *d = dst;
     for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
-        for (int64_t qd = 0; qd < nq; qd++, d += QG40_QUAD_BYTES) {
-            memset(d, 0, 32);            /* scale 0 for missing rows and blocks */
-            memset(d + 32, 0x88, 256);   /* quant 8 = weight 0 */
+        for (int64_t qd = 0; qd < nq; qd++, d += qb) {
+            memset(d, 0, oq); /* scale (and minimum) 0 for missing rows and blocks */
+            memset(d + oq, pad_qs, 256);
+            if (five) memset(d + oq + 256, pad_qh, 64);
             for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes;
                 for (int j = 0; j < 4 && 4 * qd + j < nb; j++) {
-                    const uint8_t *blk = row + (size_t)(4 * qd + j) * sizeof(ember_block_q4_0);
+                    const uint8_t *blk = row + (size_t)(4 * qd + j) * bbytes;
+                    const int e = (r * 4 + j) * 4;
                     memcpy(d + 2 * (r * 4 + j), blk, 2);
-                    for (int k = 0; k < 4; k++) memcpy(d + 32 + 64 * k + (r * 4 + j) * 4, blk + 2 + 4 * k, 4);
+                    if (has_m) memcpy(d + 32 + 2 * (r * 4 + j), blk + 2, 2);
+                    for (int k = 0; k < 4; k++) memcpy(d + oq + 64 * k + e, blk + fqs + 4 * k, 4);
+                    if (five) {
+                        uint32_t qh;
+                        memcpy(&qh, blk + fqh, 4);
+                        for (int i = 0; i < 4; i++) {
+                            uint8_t v = 0;
+                            for (int k = 0; k < 4; k++)
+                                v |= (uint8_t)(((qh >> (4 * k + i)) & 1) << (2 * k) | ((qh >> (16 + 4 * k + i)) & 1) << (2 * k + 1));
+                            d[oq + 256 + e + i] = v;
+                        }
+                    }
                 }
             }
         }
 }
 
-EMBER_AI void qg40_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n_out,
-                         int rows) {
-    const size_t odx = q8g_off_dx(nb), ocorr = q8g_off_corr(nb);
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
+/* (v << s) for s in [-3, 4] on 16-bit lanes (a negative s shifts right); callers mask one bit per byte. */
+EMBER_AI __m256i qg_shift16(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
+
+EMBER_AI void qg32_group(qg_kind kind, const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,
+                         int64_t n_out, int rows) {
+    const bool five = qg32_five(kind), has_m = qg32_has_m(kind);
+    const size_t odx = q8g_off_dx(nb), ocorr = q8g_off_corr(nb), osx = (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 72;
+    const size_t oq = qg32_off_qs(kind), qb = qg32_quad_bytes(kind);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
     __m256 p[QG_MAX_T][2];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) p[t][0] = p[t][1] = _mm256_setzero_ps();
-    const int64_t nq = qg40_quads(nb);
-    for (int64_t qd = 0; qd < nq; qd++, g += QG40_QUAD_BYTES) {
+    const int64_t nq = qg32_quads(nb);
+    for (int64_t qd = 0; qd < nq; qd++, g += qb) {
         __m256i acc[QG_MAX_T][2];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            acc[t][0] = acc[t][1] = _mm256_srai_epi32(qg_bcast16(xs[t] + ocorr + 16 * qd), 4);
+        for (int t = 0; t < T; t++) {
+            const __m256i corr = qg_bcast16(xs[t] + ocorr + 16 * qd); /* -128 * sum y per block */
+            acc[t][0] = acc[t][1] = kind == QG_Q4_0   ? _mm256_srai_epi32(corr, 4)
+                                    : kind == QG_Q5_0 ? _mm256_srai_epi32(corr, 3)
+                                                      : _mm256_setzero_si256();
+        }
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             __m256i lo[2], hi[2];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 32 + 64 * k + 32 * h));
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + oq + 64 * k + 32 * h));
                 lo[h] = _mm256_and_si256(v, low4);
                 hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                if (five) {
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + oq + 256 + 32 * h));
+                    lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * k), bit4));
+                    hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * k), bit4));
+                }
             }
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
@@ -142,11 +186,18 @@ EMBER_AI void qg40_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
         }
         const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+        const __m256 mw0 = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32))) : _mm256_setzero_ps();
+        const __m256 mw1 = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 48))) : _mm256_setzero_ps();
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const __m256 dx = _mm256_broadcast_ps((const __m128 *)((const float *)(xs[t] + odx) + 4 * qd));
             p[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][0]), _mm256_mul_ps(dw0, dx), p[t][0]);
             p[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][1]), _mm256_mul_ps(dw1, dx), p[t][1]);
+            if (has_m) {
+                const __m256 sx = _mm256_broadcast_ps((const __m128 *)((const float *)(xs[t] + osx) + 4 * qd));
+                p[t][0] = _mm256_fmadd_ps(mw0, sx, p[t][0]);
+                p[t][1] = _mm256_fmadd_ps(mw1, sx, p[t][1]);
+            }
         }
     }
     /* (p0 + p1) + (p2 + p3) in every 128-bit half (one row each) */
@@ -166,12 +217,23 @@ EMBER_AI void qg40_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
     }
 }
 
-/* ======================== Q4_K x Q8_K ========================
- * Group layout: per super-block b, 592 bytes:
+#define QG32_PACK_FNS(suffix, kind)                                                                                    \
+    static size_t qg_pack_size_##suffix(const ember_matrix *w) { return qg32_pack_size(kind, w); }                     \
+    static void qg_pack_##suffix(const ember_matrix *w, void *dst) { qg32_pack(kind, w, dst); }
+QG32_PACK_FNS(q4_0, QG_Q4_0)
+QG32_PACK_FNS(q4_1, QG_Q4_1)
+QG32_PACK_FNS(q5_0, QG_Q5_0)
+QG32_PACK_FNS(q5_1, QG_Q5_1)
+
+/* ======================== Q4_K, Q5_K x Q8_K ========================
+ * Group layout: per super-block b, 592 bytes (Q4_K) or 720 (Q5_K):
  *     [0, 512)    step k = 0..7: 64 bytes, entry (r*4 + c)*4 + i = qs[32c + 4k + i] of row r
- *     [512, 544)  the 6-bit sub-block scales, unpacked: entry r*8 + j = sc_j of row r
- *     [544, 576)  the 6-bit minimums: entry r*8 + j = mn_j of row r
- *     [576, 584)  d of rows 0-3 (f16); [584, 592) dmin of rows 0-3 (f16)
+ *     [512, 640)  (Q5_K) n = 0..1: 64 bytes, entry (r*4 + c)*4 + i: bits 2l, 2l + 1 = bits 2c,
+ *                 2c + 1 of qh[4k + i], k = n + 2l (the fifth bits of values 64c + 4k + i and
+ *                 64c + 32 + 4k + i)
+ *     then 32 bytes: the 6-bit sub-block scales, unpacked: entry r*8 + j = sc_j of row r
+ *     then 32 bytes: the 6-bit minimums: entry r*8 + j = mn_j of row r
+ *     then 8 bytes d of rows 0-3 (f16), 8 bytes dmin of rows 0-3 (f16)
  * Byte qs[32c + l] holds value 64c + l (low nibble, sub-block 2c) and 64c + 32 + l (high nibble,
  * sub-block 2c + 1). So lane (r, c) of step k's low nibbles accumulates sub-block 2c of row r,
  * the high nibbles sub-block 2c + 1, and after 8 steps each lane holds one sub-block's exact sum.
@@ -183,6 +245,9 @@ EMBER_AI void qg40_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
  *     [272, 276)  d (f32); [276, 288) zero
  * followed by the Q8_K blocks themselves (for the row kernels, which read weights in place). */
 #define QG4K_SB_BYTES 592
+#define QG5K_SB_BYTES 720
+EMBER_AI size_t qgk_sb_bytes(bool five) { return five ? QG5K_SB_BYTES : QG4K_SB_BYTES; }
+EMBER_AI size_t qgk_off_sc(bool five) { return five ? 640 : 512; }
 #define QG4K_ACT_BYTES 288
 
 static size_t qg4k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * (QG4K_ACT_BYTES + sizeof(ember_block_q8_K)); }
@@ -208,8 +273,8 @@ static void qg4k_act_prepare(const float *x, void *xa, int64_t n_in) {
     }
 }
 
-static size_t qg4k_pack_size(const ember_matrix *w) {
-    return (size_t)((w->n_out + 3) / 4) * (size_t)(w->n_in / EMBER_QK_K) * QG4K_SB_BYTES;
+static size_t qgk_pack_size(bool five, const ember_matrix *w) {
+    return (size_t)((w->n_out + 3) / 4) * (size_t)(w->n_in / EMBER_QK_K) * qgk_sb_bytes(five);
 }
 
 /* sub-block j's 6-bit scale and minimum from the 12 packed bytes (ggml's layout) */
@@ -223,36 +288,51 @@ static void qg_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
     }
 }
 
-static void qg4k_pack(const ember_matrix *w, void *dst) {
+static void qgk_pack(bool five, const ember_matrix *w, void *dst) {
     const int64_t nb = w->n_in / EMBER_QK_K;
+    const size_t sbb = qgk_sb_bytes(five), osc = qgk_off_sc(five), fbytes = five ? sizeof(ember_block_q5_K) : sizeof(ember_block_q4_K);
+    const size_t fqs = five ? 48 : 16; /* qs in the file's block (Q5_K: after qh[32] at 16) */
     uint8_t *d = dst;
     for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
-        for (int64_t b = 0; b < nb; b++, d += QG4K_SB_BYTES) {
-            memset(d, 0, QG4K_SB_BYTES); /* missing rows: scales, minimums and d of 0 */
+        for (int64_t b = 0; b < nb; b++, d += sbb) {
+            memset(d, 0, sbb); /* missing rows: scales, minimums and d of 0 */
             for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
-                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes +
-                                     (size_t)b * sizeof(ember_block_q4_K);
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes + (size_t)b * fbytes;
                 for (int k = 0; k < 8; k++)
-                    for (int c = 0; c < 4; c++) memcpy(d + 64 * k + (r * 4 + c) * 4, blk + 16 + 32 * c + 4 * k, 4);
-                for (int j = 0; j < 8; j++) qg_k4_scale_min(blk + 4, j, d + 512 + r * 8 + j, d + 544 + r * 8 + j);
-                memcpy(d + 576 + 2 * r, blk, 2);
-                memcpy(d + 584 + 2 * r, blk + 2, 2);
+                    for (int c = 0; c < 4; c++) memcpy(d + 64 * k + (r * 4 + c) * 4, blk + fqs + 32 * c + 4 * k, 4);
+                if (five)
+                    for (int k = 0; k < 8; k++)
+                        for (int c = 0; c < 4; c++)
+                            for (int i = 0; i < 4; i++) {
+                                const uint8_t qh = blk[16 + 4 * k + i];
+                                const int l = k / 2;
+                                d[512 + 64 * (k % 2) + (r * 4 + c) * 4 + i] |=
+                                    (uint8_t)(((qh >> (2 * c)) & 1) << (2 * l) | ((qh >> (2 * c + 1)) & 1) << (2 * l + 1));
+                            }
+                for (int j = 0; j < 8; j++) qg_k4_scale_min(blk + 4, j, d + osc + r * 8 + j, d + osc + 32 + r * 8 + j);
+                memcpy(d + osc + 64 + 2 * r, blk, 2);
+                memcpy(d + osc + 72 + 2 * r, blk + 2, 2);
             }
         }
 }
+static size_t qg4k_pack_size(const ember_matrix *w) { return qgk_pack_size(false, w); }
+static void qg4k_pack(const ember_matrix *w, void *dst) { qgk_pack(false, w, dst); }
+static size_t qg5k_pack_size(const ember_matrix *w) { return qgk_pack_size(true, w); }
+static void qg5k_pack(const ember_matrix *w, void *dst) { qgk_pack(true, w, dst); }
 
-EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n_out,
-                         int rows) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0xFFFF);
+EMBER_AI void qgk_group(bool five, const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,
+                        int64_t n_out, int rows) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0xFFFF), bit4 = _mm256_set1_epi8(0x10);
+    const size_t osc = qgk_off_sc(five), sbb = qgk_sb_bytes(five);
     __m128 p[QG_MAX_T], m[QG_MAX_T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) p[t] = m[t] = _mm_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, g += QG4K_SB_BYTES) {
+    for (int64_t b = 0; b < nb; b++, g += sbb) {
         /* int32 lane l of half h: sc of (row, sub-block 2c) in the low 16 bits, of 2c + 1 in the high */
         __m256i sclo[2], schi[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + 512 + 16 * h)));
+            const __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 16 * h)));
             sclo[h] = _mm256_and_si256(s, lo16);
             schi[h] = _mm256_srli_epi32(s, 16);
         }
@@ -281,6 +361,11 @@ EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * k + 32 * h));
                 lo[h] = _mm256_and_si256(v, low4);
                 hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                if (five) {
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 512 + 64 * (k % 2) + 32 * h));
+                    lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * (k / 2)), bit4));
+                    hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * (k / 2)), bit4));
+                }
             }
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
@@ -291,7 +376,7 @@ EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
                     alo[t][h] = _mm256_dpbusd_epi32(alo[t][h], lo[h], ylo);
                     ahi[t][h] = _mm256_dpbusd_epi32(ahi[t][h], hi[h], yhi);
 #else
-                    /* pair sums <= 2 * 15 * 127; times a 6-bit scale, summed in int32 */
+                    /* pair sums <= 2 * 31 * 127; times a 6-bit scale, summed in int32 */
                     acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], ylo), s16lo[h]));
                     acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], yhi), s16hi[h]));
 #endif
@@ -300,9 +385,9 @@ EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
         }
         __m256i mn[2];
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) mn[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + 544 + 16 * h)));
-        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 576)));
-        const __m128 dmw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 584)));
+        for (int h = 0; h < 2; h++) mn[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 32 + 16 * h)));
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + osc + 64)));
+        const __m128 dmw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + osc + 72)));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             __m256i a[2], bm[2];
@@ -484,8 +569,27 @@ EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
         fn(g, xs, 4, nb, y, n, rows);                                                                                  \
     }                                                                                                                  \
     static const qg_kernel_fn name[QG_MAX_T] = {name##_1, name##_2, name##_3, name##_4};
-QG_INSTANCES(qg40_kern, qg40_group)
+#define QG32_GROUP(kind)                                                                                               \
+    EMBER_AI void qg32_group_##kind(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,          \
+                                    int64_t n_out, int rows) {                                                         \
+        qg32_group(kind, g, xs, T, nb, y, n_out, rows);                                                                \
+    }
+QG32_GROUP(QG_Q4_0)
+QG32_GROUP(QG_Q4_1)
+QG32_GROUP(QG_Q5_0)
+QG32_GROUP(QG_Q5_1)
+QG_INSTANCES(qg40_kern, qg32_group_QG_Q4_0)
+QG_INSTANCES(qg41_kern, qg32_group_QG_Q4_1)
+QG_INSTANCES(qg50_kern, qg32_group_QG_Q5_0)
+QG_INSTANCES(qg51_kern, qg32_group_QG_Q5_1)
+EMBER_AI void qg4k_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n, int rows) {
+    qgk_group(false, g, xs, T, nb, y, n, rows);
+}
+EMBER_AI void qg5k_group(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y, int64_t n, int rows) {
+    qgk_group(true, g, xs, T, nb, y, n, rows);
+}
 QG_INSTANCES(qg4k_kern, qg4k_group)
+QG_INSTANCES(qg5k_kern, qg5k_group)
 QG_INSTANCES(qg6k_kern, qg6k_group)
 
 #endif

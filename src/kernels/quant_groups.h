@@ -1,5 +1,6 @@
-/* quant_groups.h — the 4-row interleaved layouts of Q4_0, Q4_K and Q6_K weights (repacked once at
- * load, still 4.5 / 4.6 / 6.6 bits per weight) and their kernels, shared by avx2.c and avx512.c.
+/* quant_groups.h — the 4-row interleaved layouts of the 4- to 6-bit weight types (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; repacked once at load, still compressed) and their kernels, shared
+ * by avx2.c and avx512.c.
  *
  * Why: a row-at-a-time kernel spends its instructions unpacking one row's nibbles and reducing
  * one row's sums; with 4 rows side by side, one 32-byte vector holds 4 bytes of each of 8

@@ -61,17 +61,13 @@ end)
 
 -- ---- a real terminal ------------------------------------------------------------------------
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local s = p:read("a")
-  p:close()
-  return s
-end
+local terminal = require("helpers.terminal")
+local sh = terminal.sh
 
 describe("ember interactive in a terminal", function()
   local ember_bin = fx.build .. "/ember"
   local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
-  if not os.execute("command -v tmux >/dev/null 2>&1") then
+  if not terminal.available() then
     pending("tmux is not installed (apt-get install tmux)")
     return
   end
@@ -84,36 +80,10 @@ describe("ember interactive in a terminal", function()
     return
   end
 
-  local session = "ember-interactive-spec-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e6))
-  local KEYS = { Enter = true, ["C-c"] = true, ["C-d"] = true }
-  local function send(...)
-    for _, k in ipairs({ ... }) do
-      local quoted = "'" .. k:gsub("'", "'\\''") .. "'"
-      sh("tmux send-keys -t " .. session .. (KEYS[k] and " " or " -l ") .. quoted)
-    end
-  end
-  local function screen() return sh("tmux capture-pane -p -J -t " .. session) end
-  -- Waits (up to 30 s) until test(screen) holds; returns the screen.
-  local function wait_until(what, test)
-    local s
-    for _ = 1, 600 do
-      s = screen()
-      if test(s) then return s end
-      os.execute("sleep 0.05")
-    end
-    error("the terminal never showed " .. what .. "; screen:\n" .. s, 2)
-  end
-  local function count(s, want)
-    local n, from = 0, 1
-    while true do
-      local a, b = s:find(want, from, true)
-      if not a then return n end
-      n, from = n + 1, b + 1
-    end
-  end
-  local function wait_for(want, n)
-    return wait_until(string.format("%q x%d", want, n or 1), function(s) return count(s, want) >= (n or 1) end)
-  end
+  local term = terminal.session("ember-interactive-spec", { join = true })
+  local session, send, screen = term.name, term.send, term.screen
+  local wait_until, wait_for = term.wait_until, term.wait_for
+  local count = terminal.count
   -- streaming: the text after the last "> LINE" grows while the generation has not finished
   local function wait_streaming(line)
     return wait_until("output streaming after " .. line, function(s)

@@ -134,19 +134,13 @@ end)
 
 -- ---- a real terminal ------------------------------------------------------------------------
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local s = p:read("a")
-  p:close()
-  return s
-end
-
-local function have_tmux() return os.execute("command -v tmux >/dev/null 2>&1") end
+local terminal = require("helpers.terminal")
+local sh = terminal.sh
 
 describe("ember-lua REPL in a terminal", function()
   local binary = fx.build .. "/ember-lua"
   local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
-  if not have_tmux() then
+  if not terminal.available() then
     pending("tmux is not installed (apt-get install tmux)")
     return
   end
@@ -159,36 +153,9 @@ describe("ember-lua REPL in a terminal", function()
     return
   end
 
-  local session = "ember-repl-spec-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e6))
+  local term = terminal.session("ember-repl-spec")
+  local session, send, screen, wait_for = term.name, term.send, term.screen, term.wait_for
   local history = os.tmpname()
-
-  -- Key names (Enter, Tab, Up, C-c, C-d, C-u) are sent as keys, everything else literally (-l):
-  -- tmux would read the text "end" as the End key.
-  local KEYS = { Enter = true, Tab = true, Up = true, ["C-c"] = true, ["C-d"] = true, ["C-u"] = true }
-  local function send(...)
-    for _, k in ipairs({ ... }) do
-      local quoted = "'" .. k:gsub("'", "'\\''") .. "'"
-      sh("tmux send-keys -t " .. session .. (KEYS[k] and " " or " -l ") .. quoted)
-    end
-  end
-  local function screen() return sh("tmux capture-pane -p -t " .. session) end
-  -- Waits (up to 30 s, for a loaded machine) until the screen shows `want` `count` times.
-  local function wait_for(want, count)
-    count = count or 1
-    local s
-    for _ = 1, 600 do
-      s = screen()
-      local n, from = 0, 1
-      while true do
-        local a, b = s:find(want, from, true)
-        if not a then break end
-        n, from = n + 1, b + 1
-      end
-      if n >= count then return s end
-      os.execute("sleep 0.05")
-    end
-    error("the REPL never showed " .. string.format("%q", want) .. " (x" .. count .. "); screen:\n" .. s, 2)
-  end
 
   setup(function()
     os.remove(history)
@@ -266,8 +233,7 @@ describe("ember-lua REPL in a terminal", function()
     sh("tmux new-session -d -s " .. other .. " -x 160 -y 50")
     sh("tmux respawn-pane -k -t " .. other .. " 'env EMBER_HISTORY=" .. history .. " " .. binary .. " -i " .. script
       .. " 2>&1'")
-    local main = session
-    session = other -- send/screen/wait_for address this pane for the moment
+    term.name = other -- send/screen/wait_for address this pane for the moment
     local ok, err = pcall(function()
       wait_for("Ctrl-D exits.")
       send("=answer, type(ember)", "Enter")
@@ -277,7 +243,7 @@ describe("ember-lua REPL in a terminal", function()
       assert.are.equal(1, banners, s)
       assert.is_truthy(s:find("script ran", 1, true), s)
     end)
-    session = main
+    term.name = session
     sh("tmux kill-session -t " .. other)
     os.remove(script)
     assert(ok, err)

@@ -23,11 +23,7 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
     }
     for (int64_t t = 0; t < n; t++) {
         float *row = out + t * width;
-        const uint8_t *src = (const uint8_t *)m->ple_tok_embd.data + (size_t)ids[t] * m->ple_tok_embd.row_bytes;
-        ember_matrix tok_row = m->ple_tok_embd;
-        tok_row.data = src;
-        tok_row.n_out = 1;
-        m->ops->get_row(&tok_row, 0, tmp);
+        ember_embedding_row(m, &m->ple_tok_embd, ids[t], tmp);
         for (int64_t i = 0; i < width; i++) row[i] = (row[i] + tmp[i] * tok_scale) * mix;
     }
 }
@@ -60,7 +56,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
     const float emb_scale = sqrtf((float)d);
     for (int64_t t = 0; t < n; t++) {
-        ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
+        ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
         for (int64_t i = 0; i < d; i++) w->x[t * d + i] *= emb_scale;
     }
     ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);

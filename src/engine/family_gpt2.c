@@ -27,8 +27,8 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
                                (long long)(pos0 + n - 1), (long long)m->n_ctx_train);
 
     for (int64_t t = 0; t < n; t++) {
-        ops->get_row(&m->tok_embd, ids[t], w->x + t * d);
-        ops->get_row(&m->pos_embd, pos0 + t, w->xn);
+        ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
+        ember_embedding_row(m, &m->pos_embd, pos0 + t, w->xn);
         ember_add_into(w->x + t * d, w->xn, d);
     }
     ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);

@@ -585,3 +585,21 @@ void ember_gguf_advise_willneed(const ember_gguf *g) {
     size_t start = page > 0 ? g->data_offset / (size_t)page * (size_t)page : 0;
     madvise((void *)(g->base + start), g->size - start, MADV_WILLNEED);
 }
+
+void ember_gguf_read(const ember_gguf *g, const void *p, void *dst, size_t n) {
+    const size_t off = (size_t)((const uint8_t *)p - g->base);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(g->fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
+        if (k > 0) {
+            got += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        break;
+    }
+    if (got == n) return;
+    /* The file shrank: the mapping's guard gives what an evaluation reading it would see (zeros),
+     * and the check after the evaluation reports the change. A read error: the mapping's bytes. */
+    memcpy((uint8_t *)dst + got, (const uint8_t *)p + got, n - got);
+}

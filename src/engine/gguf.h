@@ -116,6 +116,9 @@ ember_status ember_gguf_check_unchanged(const ember_gguf *g, ember_error *err);
 /* Asks the kernel to start reading the tensor data ahead (first-touch page faults on a mapping are
  * slow on virtual machines); a hint only: failure changes nothing. */
 void ember_gguf_advise_willneed(const ember_gguf *g);
+/* Copies n bytes of the file at the mapped address p (inside the mapping) into dst by reading the
+ * file, so that no page of the mapping becomes resident (embedding.c). */
+void ember_gguf_read(const ember_gguf *g, const void *p, void *dst, size_t n);
 
 const gguf_kv *ember_gguf_find(const ember_gguf *g, const char *key);
 const gguf_tensor *ember_gguf_find_tensor(const ember_gguf *g, const char *name);

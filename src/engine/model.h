@@ -112,6 +112,7 @@ typedef struct {
 struct ember_session {
     ember_model *model;
     int64_t n_ctx, pos;
+    int64_t prefill_slice; /* tokens per forward pass of an unobserved prompt (session.c) */
     void **k_cache, **v_cache; /* (n_layer) -> (n_head_kv, n_ctx, head_dim) in model->kv_type (head-major),
                                   or NULL for shared-KV layers */
     ember_workspace ws;
@@ -150,6 +151,9 @@ void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
  * (no hooks: the logits stages see the last row only), and the last row is the hooked one. */
 ember_status ember_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx,
                                ember_error *err);
+/* Row r of an embedding table as f32 (the kernels' get_row), its mapped pages then released
+ * (embedding.c). */
+void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_t r, float *out);
 /* x[i] += d[i] */
 void ember_add_into(float *x, const float *d, int64_t count);
 

@@ -10,6 +10,52 @@
 
 #define EMBER_DEFAULT_CTX_CAP 4096
 
+/* The workspace's per-token buffers and their widths (floats per token): w's, for model m. */
+typedef struct {
+    float **p;
+    int64_t width;
+} workspace_buffer;
+#define EMBER_WORKSPACE_BUFFERS 13
+
+static void workspace_buffers(const ember_model *m, ember_workspace *w, workspace_buffer out[EMBER_WORKSPACE_BUFFERS]) {
+    int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0, qkv_dim = 1;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        if (m->layers[l].wqkv.n_out > qkv_dim) qkv_dim = m->layers[l].wqkv.n_out;
+        if (m->layers[l].kv_dim > kv_dim) kv_dim = m->layers[l].kv_dim;
+        if (m->layers[l].n_ff > n_ff) n_ff = m->layers[l].n_ff;
+        int64_t lq = m->n_head * m->layers[l].head_dim;
+        if (lq > q_dim) q_dim = lq;
+    }
+    const workspace_buffer bufs[EMBER_WORKSPACE_BUFFERS] = {
+        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->qkv, qkv_dim}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
+        {&w->att, q_dim},   {&w->attn, m->n_embd}, {&w->gate, n_ff}, {&w->up, n_ff}, {&w->mlp, m->n_embd},
+        {&w->ple, m->n_layer * m->ple_dim + 1}, {&w->ple_gate, m->ple_dim + 1},
+    };
+    memcpy(out, bufs, sizeof bufs);
+}
+
+/* Unobserved prompts are evaluated in slices whose workspace stays within this budget (see
+ * evaluate), of a whole number of the products' batches: 256 tokens of Qwen3-0.6B, 128 of
+ * LLaMA-3.2-1B, 64 (the least) of an 8B model. The environment may set another. */
+#define EMBER_SLICE_BUDGET ((int64_t)16 << 20)
+
+static int64_t prefill_slice(const ember_model *m) {
+    /* EMBER_PREFILL_SLICE=N sets it (tests cut short prompts; 0 never slices) */
+    const char *env = getenv("EMBER_PREFILL_SLICE");
+    if (env && env[0]) {
+        char *end;
+        long long v = strtoll(env, &end, 10);
+        if (*end == '\0' && v >= 0) return v > 0 ? (int64_t)v : INT64_MAX;
+    }
+    ember_workspace scratch = {0};
+    workspace_buffer bufs[EMBER_WORKSPACE_BUFFERS];
+    workspace_buffers(m, &scratch, bufs);
+    int64_t token_bytes = 0;
+    for (int i = 0; i < EMBER_WORKSPACE_BUFFERS; i++) token_bytes += bufs[i].width * (int64_t)sizeof(float);
+    const int64_t batches = EMBER_SLICE_BUDGET / token_bytes / EMBER_MATMUL_MAX_TOKENS;
+    return (batches > 1 ? batches : 1) * EMBER_MATMUL_MAX_TOKENS;
+}
+
 ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **out, ember_error *err) {
     *out = NULL;
     if (n_ctx <= 0) {
@@ -45,6 +91,7 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "session: out of memory");
     s->model = m;
     s->n_ctx = n_ctx;
+    s->prefill_slice = prefill_slice(m);
     s->allow_nonfinite = m->allow_nonfinite;
     s->k_cache = calloc((size_t)m->n_layer, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)m->n_layer, sizeof *s->v_cache);
@@ -93,21 +140,9 @@ void ember_session_free(ember_session *s) {
 ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *err) {
     ember_workspace *w = &s->ws;
     if (n <= w->cap_tokens) return EMBER_OK;
-    const ember_model *m = s->model;
-    int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0, qkv_dim = 1;
-    for (int64_t l = 0; l < m->n_layer; l++) {
-        if (m->layers[l].wqkv.n_out > qkv_dim) qkv_dim = m->layers[l].wqkv.n_out;
-        if (m->layers[l].kv_dim > kv_dim) kv_dim = m->layers[l].kv_dim;
-        if (m->layers[l].n_ff > n_ff) n_ff = m->layers[l].n_ff;
-        int64_t lq = m->n_head * m->layers[l].head_dim;
-        if (lq > q_dim) q_dim = lq;
-    }
-    struct { float **p; int64_t width; } bufs[] = {
-        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->qkv, qkv_dim}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
-        {&w->att, q_dim},   {&w->attn, m->n_embd}, {&w->gate, n_ff}, {&w->up, n_ff}, {&w->mlp, m->n_embd},
-        {&w->ple, m->n_layer * m->ple_dim + 1}, {&w->ple_gate, m->ple_dim + 1},
-    };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    workspace_buffer bufs[EMBER_WORKSPACE_BUFFERS];
+    workspace_buffers(s->model, w, bufs);
+    for (size_t i = 0; i < EMBER_WORKSPACE_BUFFERS; i++) {
         float *p = realloc(*bufs[i].p, (size_t)n * (size_t)bufs[i].width * sizeof(float));
         if (!p) return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token workspace", (long long)n);
         *bufs[i].p = p;
@@ -175,7 +210,8 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
         if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i]))
             all.on_tensor[i] = locate_hook;
     ember_error pass_err = {0};
-    ember_status st = m->forward(s, ids, n, &all, &pass_err);
+    ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
+    if (st == EMBER_OK) st = m->forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
     char where[160];
@@ -223,6 +259,33 @@ static ember_status reserve_pattern(ember_session *s, int64_t n, ember_error *er
     return EMBER_OK;
 }
 
+/* Prompts are evaluated s->prefill_slice tokens at a time when nothing observes the pass (no hook,
+ * no trace, no per-row logits), so the workspace holds a slice instead of the whole prompt (58 MiB
+ * of it for 512 tokens of LLaMA-3.2-1B). Every value stays the same, bit for bit: a token's
+ * products and attention do not depend on the other tokens of its batch (tests/
+ * test_pass_identity.c), and the products take 64 tokens at a time anyway. Observed passes stay
+ * whole because hooks and traces see one evaluation of all n tokens. */
+
+static bool observed(const ember_session *s, const ember_hooks *hooks) {
+    if (s->trace || s->all_logits) return true;
+    for (int i = 0; hooks && i < EMBER_STAGE_COUNT; i++)
+        if (hooks->on_tensor[i]) return true;
+    return false;
+}
+
+/* The forward pass over n tokens from s->pos, in slices when unobserved; s->pos is left as it was. */
+static ember_status forward_slices(ember_session *s, const int32_t *ids, int64_t n, int64_t slice,
+                                   const ember_hooks *hooks, ember_error *err) {
+    const int64_t pos0 = s->pos;
+    ember_status st = EMBER_OK;
+    for (int64_t done = 0; st == EMBER_OK && done < n; done += slice) {
+        s->pos = pos0 + done;
+        st = s->model->forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
+    }
+    s->pos = pos0;
+    return st;
+}
+
 static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
                              const ember_hooks *hooks, ember_error *err) {
     if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "session: no tokens to evaluate");
@@ -237,7 +300,8 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     /* the weights are read from the file's mapping: refuse to compute on a file that changed */
     ember_status st = ember_gguf_check_unchanged(s->model->gguf, err);
     if (st != EMBER_OK) return st;
-    st = ember_workspace_reserve(s, n, err);
+    const int64_t slice = observed(s, hooks) || n <= s->prefill_slice ? n : s->prefill_slice;
+    st = ember_workspace_reserve(s, slice, err);
     if (st == EMBER_OK && hooks && hooks->on_tensor[EMBER_STAGE_ATTENTION_PATTERN])
         st = reserve_pattern(s, n, err);
     if (st != EMBER_OK) return st;
@@ -253,7 +317,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     s->n_all = 0;
     s->phase = phase;
     if (s->trace) ember_trace_eval_start(s->trace, s, phase, n);
-    st = s->model->forward(s, ids, n, hooks, err);
+    st = forward_slices(s, ids, n, slice, hooks, err);
     /* a truncation during the evaluation: the weights read as zeros, so its result is void */
     ember_error changed = {0};
     if (ember_gguf_check_unchanged(s->model->gguf, &changed) != EMBER_OK) {

@@ -7,15 +7,7 @@ local fx = require("helpers.fixtures")
 
 local function sqrt(x) return math.sqrt(x) end
 
--- FNV-1a 64 over a string, the documented fingerprint of a tensor's raw bytes.
-local function fnv1a64(s)
-  local h = -3750763034362895579 -- 0xcbf29ce484222325 as a Lua integer
-  for i = 1, #s do
-    h = h ~ s:byte(i)
-    h = h * 0x100000001b3
-  end
-  return h
-end
+local fnv1a64 = require("helpers.fnv").fnv1a64 -- the documented fingerprint of a tensor's raw bytes
 
 local function error_of(f, ...)
   local ok, err = pcall(f, ...)

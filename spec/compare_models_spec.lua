@@ -20,12 +20,7 @@ local function pair(family)
   return a, b
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("helpers.files").read
 
 describe("compare-models", function()
   for _, family in ipairs({ "llama", "qwen3" }) do

@@ -9,12 +9,11 @@ local models = require("helpers.models")
 
 local function factory(file) return dofile("scripts/experiments/" .. file) end
 
-local model, why
-local loaded = false
+local model
+local need_default = models.lazy_default()
 local function need_model()
-  if not loaded then model, why = models.default(); loaded = true end
-  if not model then pending("default tiny model unavailable: " .. tostring(why)) return false end
-  return true
+  model = need_default()
+  return model ~= nil
 end
 
 -- The default tiny model is a llama: no bias on the O and down projections.

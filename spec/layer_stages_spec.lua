@@ -275,6 +275,21 @@ describe("inside the layer (heads.npz)", function()
           base_logits = base_logits or prefill_logits(ref_model, case)
           return base_logits
         end
+        -- The prefill logits an edit of layer l's attention_heads (from `original` to `expect`,
+        -- flat [P, cols]) must give, made without the edit: where the O projection is linear, its
+        -- output at after_attention moved by W_O times the change; else the heads set to `expect`.
+        local function expected_heads_run(l, expect, original, name)
+          local exp = { name = name }
+          if linear then
+            local target = tensor_of(boundaries()["after_attention." .. l])
+              + projected_delta(expect, original, "blk." .. l .. ".attn_output")
+            exp.after_attention = function(_, ctx, v) if ctx.layer_index == l then v:copy_from(target) end end
+          else
+            local target = ember.tensor(P, #expect // P, expect)
+            exp.attention_heads = function(_, ctx, v) if ctx.layer_index == l then v:copy_from(target) end end
+          end
+          return prefill_logits(ref_model, case, exp)
+        end
         local function assert_same_edit(a, b, what)
           local rel = rel_flat(a, b)
           assert.is_true(rel <= tol.exact_rel, string.format("%s: rel %.3g > exact_rel %.3g", what, rel, tol.exact_rel))
@@ -311,21 +326,7 @@ describe("inside the layer (heads.npz)", function()
           })
           local rel = rel_flat(seen:values(), expect)
           assert.is_true(rel <= tol.exact_rel, string.format("layer 0 heads after the knockout: rel %.3g", rel))
-          local b
-          if linear then
-            local target = tensor_of(boundaries()["after_attention.0"]) + projected_delta(expect, zf, "blk.0.attn_output")
-            b = prefill_logits(ref_model, case, {
-              name = "knockout-expected",
-              after_attention = function(_, ctx, v) if ctx.layer_index == 0 then v:copy_from(target) end end,
-            })
-          else
-            local target = ember.tensor(P, z.cols, expect)
-            b = prefill_logits(ref_model, case, {
-              name = "knockout-expected",
-              attention_heads = function(_, ctx, v) if ctx.layer_index == 0 then v:copy_from(target) end end,
-            })
-          end
-          assert_same_edit(a, b, "pattern knockout")
+          assert_same_edit(a, expected_heads_run(0, expect, zf, "knockout-expected"), "pattern knockout")
         end)
 
         it("zeroing head 1 at layer 1 in attention_heads ablates that head", function()
@@ -349,23 +350,8 @@ describe("inside the layer (heads.npz)", function()
               end
             end,
           })
-          local b
-          if linear then
-            -- without head 1 the O projection loses W_O[:, head 1 columns] times that head's values
-            local target = tensor_of(boundaries()["after_attention.1"])
-              + projected_delta(expect, original, "blk.1.attn_output")
-            b = prefill_logits(ref_model, case, {
-              name = "head-ablation-expected",
-              after_attention = function(_, ctx, v) if ctx.layer_index == 1 then v:copy_from(target) end end,
-            })
-          else
-            local target = ember.tensor(P, z.cols, expect)
-            b = prefill_logits(ref_model, case, {
-              name = "head-ablation-expected",
-              attention_heads = function(_, ctx, v) if ctx.layer_index == 1 then v:copy_from(target) end end,
-            })
-          end
-          assert_same_edit(a, b, "head 1 ablation")
+          -- without head 1 the O projection loses W_O[:, head 1 columns] times that head's values
+          assert_same_edit(a, expected_heads_run(1, expect, original, "head-ablation-expected"), "head 1 ablation")
         end)
 
         it("zeroing the first half of the last layer's mlp_activation silences those neurons", function()

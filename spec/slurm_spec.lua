@@ -11,13 +11,7 @@ local C = require("helpers.cli")
 
 local CLEAN, CORRUPTED = "The quick brown cat", "The slow brown fox"
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return require("helpers.files").read_if_exists(path) or "" end
 
 -- sh(cmd) -> exit code (os.execute's status, or 128 + signal)
 local function sh(cmd)

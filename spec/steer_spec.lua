@@ -14,12 +14,11 @@ local cli = require("helpers.cli")
 local steer = require("ember.experiments.steer")
 local cvec = require("ember.control_vector")
 
-local model, why
-local loaded = false
+local model
+local need_default = models.lazy_default()
 local function need_model()
-  if not loaded then model, why = models.default(); loaded = true end
-  if not model then pending("default tiny model unavailable: " .. tostring(why)) return false end
-  return true
+  model = need_default()
+  return model ~= nil
 end
 
 local tmp_files = {}

@@ -27,12 +27,7 @@ local function tmpdir()
   return fs.make_temp_dir("ember-sweep-spec")
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("helpers.files").read
 
 -- KL(clean || x) over two logits tensors, in double, computed without the library's helper.
 local function kl(clean, x)

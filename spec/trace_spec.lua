@@ -8,22 +8,9 @@ local fx = require("helpers.fixtures")
 local H = require("helpers.cli")
 local fs = require("ember.fs")
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("helpers.files").read
 
--- FNV-1a 64 of a string, written out here as the independent expectation of the fingerprint.
-local function fnv1a64(s)
-  local h = -3750763034362895579
-  for i = 1, #s do
-    h = h ~ s:byte(i)
-    h = h * 0x100000001b3
-  end
-  return h
-end
+local fnv1a64 = require("helpers.fnv").fnv1a64
 
 -- The engine's events of a trace file, each as a table of its fields (strings kept as strings,
 -- numbers through tonumber: the fingerprints are hex strings, so nothing is rounded).

@@ -3,6 +3,7 @@
  * and 3 threads. Correctness only: speed is measured by bench-engine, never here. */
 #include "kernels.h"
 #include "test_matmul.h"
+#include "test_rng.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -30,19 +31,10 @@
 static const int64_t tails[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000};
 #define N_TAILS (sizeof tails / sizeof tails[0])
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next_u64(void) { /* splitmix64 */
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float uniform(void) { return (float)((next_u64() >> 40) * 0x1p-24) * 2.0f - 1.0f; }
-static float gaussian(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += uniform();
-    return s * 0.8660254f; /* variance 1 */
-}
+static ember_test_rng rng = {0x9e3779b97f4a7c15ull};
+static uint64_t next_u64(void) { return ember_test_rng_u64(&rng); }
+static float uniform(void) { return ember_test_rng_uniform(&rng); }
+static float gaussian(void) { return ember_test_rng_gaussian(&rng, 4, 0.8660254f); }
 
 /* NMSE pooled over many outputs: a single dot product of random vectors can cancel to near 0,
  * which makes a one-value NMSE meaningless, so cases of one shape are accumulated together. */

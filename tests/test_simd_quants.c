@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "quants.h"
 #include "test_matmul.h"
+#include "test_rng.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -20,19 +21,10 @@
 #define NMSE_Q8_1_ACT 1e-4   /* Q4_1, Q5_1 */
 #define NMSE_Q8_K_ACT 1.5e-4 /* Q4_K, Q5_K, Q6_K */
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t next_u64(void) { /* splitmix64 */
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float uniform(void) { return (float)((next_u64() >> 40) * 0x1p-24) * 2.0f - 1.0f; }
-static float gaussian(void) {
-    float s = 0;
-    for (int i = 0; i < 6; i++) s += uniform();
-    return s * 0.7f;
-}
+static ember_test_rng rng = {0x2545f4914f6cdd1dull};
+static uint64_t next_u64(void) { return ember_test_rng_u64(&rng); }
+static float uniform(void) { return ember_test_rng_uniform(&rng); }
+static float gaussian(void) { return ember_test_rng_gaussian(&rng, 6, 0.7f); }
 
 typedef struct {
     ember_type type;

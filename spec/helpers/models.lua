@@ -29,6 +29,18 @@ function M.default()
   return M.load(path)
 end
 
+-- lazy_default() -> need: need() loads the default tiny model on its first call (one model per
+-- spec file that asks) and returns it, or marks the running test pending with the reason and
+-- returns nil.
+function M.lazy_default()
+  local model, why, tried
+  return function()
+    if not tried then model, why = M.default(); tried = true end
+    if not model then pending("default tiny model unavailable: " .. tostring(why)) end
+    return model
+  end
+end
+
 -- family_cases() -> list of { family, case, model, tokenizer, prompt, missing } — the first
 -- available dtype per family (q8_0 preferred: the dtype the README's main command uses).
 function M.family_cases()

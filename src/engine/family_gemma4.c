@@ -51,8 +51,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
     const float eps = m->norm_eps;
     ember_status st;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
+    ember_eval_ctx ctx = ember_forward_ctx(s, n);
 
     const float emb_scale = sqrtf((float)d);
     for (int64_t t = 0; t < n; t++) {

@@ -20,8 +20,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     const int64_t d = m->n_embd, pos0 = s->pos;
     ember_status st;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
+    ember_eval_ctx ctx = ember_forward_ctx(s, n);
     if (pos0 + n > m->n_ctx_train)
         return ember_error_set(err, EMBER_ERR_CONTEXT, "gpt2: position %lld is beyond the %lld learned positions",
                                (long long)(pos0 + n - 1), (long long)m->n_ctx_train);

@@ -23,8 +23,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     const int64_t d = m->n_embd, pos0 = s->pos;
     ember_status st;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = {.phase = s->phase, .start_position = pos0, .input_token_count = n,
-                          .sequence_length = pos0 + n, .layer_index = -1, .tracing = tr != NULL};
+    ember_eval_ctx ctx = ember_forward_ctx(s, n);
 
     for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
     ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);

@@ -125,6 +125,12 @@ struct ember_session {
 };
 
 
+/* The hooks' context of a forward pass over n tokens from the session's position. */
+static inline ember_eval_ctx ember_forward_ctx(const struct ember_session *s, int64_t n) {
+    return (ember_eval_ctx){.phase = s->phase, .start_position = s->pos, .input_token_count = n,
+                            .sequence_length = s->pos + n, .layer_index = -1, .tracing = s->trace != NULL};
+}
+
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
 

@@ -22,7 +22,8 @@ static long mapped_rss_kib(const char *path) {
     long total = 0, kib;
     bool ours = false;
     while (fgets(line, sizeof line, f)) {
-        if (strchr(line, '-') && strchr(line, '/')) ours = strstr(line, path) != NULL;
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) ours = strstr(line, path) != NULL; /* a mapping's first line */
         else if (ours && sscanf(line, "Rss: %ld kB", &kib) == 1) total += kib;
     }
     fclose(f);

@@ -294,6 +294,39 @@ describe("--dump-layers and --dump-logits", function()
     for i = 1, 4 do assert.are.equal(fps[i], t[string.format("eval_%04d", i)]:fingerprint()) end
   end)
 
+  it("leave nothing beside the outputs: the spilled views become the files", function()
+    dump(H.need_model(), "d", "4")
+    local list_dir = require("ember.core").internal.list_dir
+    local names = list_dir(tmp)
+    table.sort(names)
+    assert.are.same({ "d", "d.json", "d.safetensors" }, names)
+    for _, name in ipairs(list_dir(p("d"))) do
+      assert.is_truthy(name == "dump.json" or name:match("^layer_%d%d%.safetensors$"), name)
+    end
+  end)
+
+  it("of a run that fails part-way are not written, and its spilled views are removed", function()
+    local m = ember.load({ model = H.need_model() })
+    local dump = require("ember.dump")
+    local obs = dump.observer({ layers = p("d"), logits = p("l.safetensors") })
+    local calls = 0
+    local failing = { name = "fail-in-decode", after_layer = function(_, ctx)
+      if ctx.phase == "decode" and ctx.layer_index == 1 then
+        calls = calls + 1
+        error("stop here")
+      end
+    end }
+    local ok, err = pcall(require("ember.run").execute, { model = m, prompt = "hello there",
+      gen = { max_tokens = 3, temperature = 0 }, experiments = { failing }, dumps = { layers = p("d"),
+      logits = p("l.safetensors"), observer = obs } })
+    m:close()
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("stop here", 1, true), tostring(err))
+    assert.are.equal(1, calls)
+    -- neither outputs nor spills nor temporary directories
+    assert.are.same({}, require("ember.core").internal.list_dir(tmp))
+  end)
+
   it("of a model whose layer L is zeroed differ exactly from layer L on", function()
     -- layer 2's attention output projection set to zero in a copy of an f32 model: the same as
     -- zero_layer_output 2:attention, without an experiment (which dumps refuse)

@@ -544,7 +544,7 @@ local function run_generate(args, argv, io_)
   local dumps
   if o["dump-layers"] or o["dump-logits"] then
     dumps = { layers = o["dump-layers"], logits = o["dump-logits"],
-      observer = require("ember.dump").observer { layers = o["dump-layers"] ~= nil, logits = o["dump-logits"] ~= nil } }
+      observer = require("ember.dump").observer { layers = o["dump-layers"], logits = o["dump-logits"] } }
   end
 
   -- Text is streamed as it is generated, byte for byte what the final text will be: an exact

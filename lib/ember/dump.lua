@@ -12,11 +12,27 @@ local M = {}
 
 M.SCHEMA_VERSION = "1.0.0"
 
--- observer{ layers = bool, logits = bool } -> an experiment table that keeps the after_layer view
--- of every layer (layers) and the after_logits view (logits) of every evaluation, as bytes.
--- Evaluations are numbered from 1 in the order they run (one prefill, then one per decode).
+-- Views are not held in memory: each one's bytes are appended to a spill file as it is seen (one
+-- per layer, in the temporary directory that becomes DIR; one beside the logits FILE), and the
+-- writers put the safetensors header in front of them. A long prompt's dump then costs disk, not
+-- RAM; the bytes are the same as if the views had been kept.
+local function spill_open(path, what)
+  local f, err = io.open(path, "wb")
+  if not f then error(string.format("%s: cannot write '%s': %s", what, path, err), 0) end
+  return f
+end
+
+local function spill_write(sp, view, what)
+  local ok, err = view:write_bytes(sp.file)
+  if not ok then error(string.format("%s: cannot write '%s': %s", what, sp.path, tostring(err)), 0) end
+end
+
+-- observer{ layers = DIR | nil, logits = FILE | nil } -> an experiment table that keeps the
+-- after_layer view of every layer (layers) and the after_logits view (logits) of every
+-- evaluation, spilled to disk as described above. Evaluations are numbered from 1 in the order
+-- they run (one prefill, then one per decode). exp:discard() removes the spills (a failed run).
 function M.observer(cfg)
-  local exp = { name = "dump", evals = {}, layers = {}, logits = {}, stats = { evaluations = 0 } }
+  local exp = { name = "dump", evals = {}, layers = {}, logits = {}, spills = {}, stats = { evaluations = 0 } }
   local function eval_of(self, ctx)
     local e = self.evals[#self.evals]
     if e == nil or e.start_position ~= ctx.start_position then
@@ -27,23 +43,48 @@ function M.observer(cfg)
     end
     return e
   end
+  local function record(self, list, sp, view, e, what)
+    local shape = view:shape()
+    spill_write(sp, view, what)
+    list[#list + 1] = { eval = e.eval, rows = shape[1], cols = shape[2], size = shape[1] * shape[2] * 4,
+      fingerprint = view:fingerprint() }
+  end
   if cfg.layers then
+    local dir = (cfg.layers:gsub("(.)/+$", "%1"))
     function exp:after_layer(ctx, view)
       local e = eval_of(self, ctx)
       local l = ctx.layer_index
-      self.layers[l] = self.layers[l] or {}
-      local shape = view:shape()
-      table.insert(self.layers[l], { eval = e.eval, rows = shape[1], cols = shape[2], data = view:bytes(),
-        fingerprint = view:fingerprint() })
+      if not self.layer_dir then -- the directory that becomes DIR, made on the first view
+        local tmp = fs.temp_sibling(dir)
+        local ok, err = fs.mkdir(tmp)
+        if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
+        self.layer_dir = tmp
+      end
+      if not self.layers[l] then
+        local path = fs.join(self.layer_dir, string.format(".layer_%02d.spill", l))
+        self.layers[l] = { spill = { path = path, file = spill_open(path, "--dump-layers") } }
+        self.spills[#self.spills + 1] = self.layers[l].spill
+      end
+      record(self, self.layers[l], self.layers[l].spill, view, e, "--dump-layers")
     end
   end
   if cfg.logits then
     function exp:after_logits(ctx, view)
       local e = eval_of(self, ctx)
-      local shape = view:shape()
-      table.insert(self.logits, { eval = e.eval, rows = shape[1], cols = shape[2], data = view:bytes(),
-        fingerprint = view:fingerprint() })
+      if not self.logits.spill then
+        local path = fs.temp_sibling(cfg.logits)
+        self.logits.spill = { path = path, file = spill_open(path, "--dump-logits") }
+        self.spills[#self.spills + 1] = self.logits.spill
+      end
+      record(self, self.logits, self.logits.spill, view, e, "--dump-logits")
     end
+  end
+  function exp:discard()
+    for _, sp in ipairs(self.spills) do
+      if sp.file then sp.file:close(); sp.file = nil end
+      os.remove(sp.path)
+    end
+    if self.layer_dir then fs.remove_tree(self.layer_dir) end
   end
   return exp
 end
@@ -86,17 +127,50 @@ local function evaluations(exp)
   return list
 end
 
--- One safetensors file of entries { eval, rows, cols, data }; returns its bytes and the tensor list.
-local function encode(entries, kind, extra)
+local COPY_CHUNK = 4 * 1024 * 1024
+
+-- Writes one safetensors file at `path`: the header of entries { eval, rows, cols, size } (in
+-- order), then the spill's bytes, which are removed. Returns the file's sha256 and the tensor list.
+local function write_spilled(path, entries, sp, kind, extra, what)
   local tensors, listed = {}, json.array()
   for i, r in ipairs(entries) do
-    tensors[i] = { name = tensor_name(r.eval), shape = { r.rows, r.cols }, data = r.data }
+    tensors[i] = { name = tensor_name(r.eval), shape = { r.rows, r.cols }, size = r.size }
     listed[i] = json.ordered({ "name", "eval", "shape", "fingerprint" }, {
       name = tensors[i].name, eval = r.eval, shape = json.array({ r.rows, r.cols }), fingerprint = hex64(r.fingerprint) })
   end
   local meta = { format = kind, schema_version = M.SCHEMA_VERSION }
   for k, v in pairs(extra or {}) do meta[k] = v end
-  return safetensors.encode(tensors, meta), listed
+  local out = spill_open(path, what)
+  local function put(bytes)
+    local ok, err = out:write(bytes)
+    if not ok then
+      out:close()
+      error(string.format("%s: cannot write '%s': %s", what, path, tostring(err)), 0)
+    end
+  end
+  put(safetensors.header(tensors, meta))
+  if sp then
+    sp.file:close()
+    sp.file = nil
+    local src, err = io.open(sp.path, "rb")
+    if not src then
+      out:close()
+      error(string.format("%s: cannot read back '%s': %s", what, sp.path, err), 0)
+    end
+    while true do
+      local chunk = src:read(COPY_CHUNK)
+      if not chunk then break end
+      put(chunk)
+    end
+    src:close()
+    os.remove(sp.path)
+  end
+  local ok, err = out:flush()
+  out:close()
+  if not ok then error(string.format("%s: cannot write '%s': %s", what, path, tostring(err)), 0) end
+  local sha, serr = require("ember").sha256_file(path)
+  if not sha then error(string.format("%s: cannot read back '%s': %s", what, path, tostring(serr)), 0) end
+  return sha, listed
 end
 
 local function sidecar(kind, prov, exp, files)
@@ -111,31 +185,39 @@ end
 -- output [rows, hidden] of evaluation NNNN) and DIR/dump.json; the directory appears whole (built
 -- beside it, then renamed). Returns the sidecar's path.
 function M.write_layers(dir, exp, prov, n_layers)
-  if fs.exists(dir) then error(string.format("--dump-layers: '%s' already exists", dir), 0) end
-  local tmp = fs.temp_sibling((dir:gsub("(.)/+$", "%1")))
-  local ok, err = fs.mkdir(tmp)
-  if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
-  local sha256 = require("ember").sha256
+  if fs.exists(dir) then
+    exp:discard()
+    error(string.format("--dump-layers: '%s' already exists", dir), 0)
+  end
+  local tmp = exp.layer_dir
+  if not tmp then -- no evaluation reached a layer: the dump is empty but still whole
+    tmp = fs.temp_sibling((dir:gsub("(.)/+$", "%1")))
+    local ok, err = fs.mkdir(tmp)
+    if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
+    exp.layer_dir = tmp
+  end
   local files = json.array()
   local wrote, werr = pcall(function()
     for l = 0, n_layers - 1 do
       local name = string.format("layer_%02d.safetensors", l)
-      local bytes, listed = encode(exp.layers[l] or {}, "ember.layer_dump", { layer = tostring(l) })
-      fs.write_atomic(fs.join(tmp, name), bytes, "--dump-layers")
+      local entries = exp.layers[l] or {}
+      local sha, listed = write_spilled(fs.join(tmp, name), entries, entries.spill, "ember.layer_dump",
+        { layer = tostring(l) }, "--dump-layers")
       files[#files + 1] = json.ordered({ "layer", "file", "sha256", "tensors" },
-        { layer = l, file = name, sha256 = sha256(bytes), tensors = listed })
+        { layer = l, file = name, sha256 = sha, tensors = listed })
     end
     fs.write_atomic(fs.join(tmp, "dump.json"), sidecar("ember.layer_dump", prov, exp, files), "--dump-layers")
   end)
   if not wrote then
-    fs.remove_tree(tmp)
+    exp:discard()
     error(werr, 0)
   end
   local rok, rerr = os.rename(tmp, dir)
   if not rok then
-    fs.remove_tree(tmp)
+    exp:discard()
     error(string.format("--dump-layers: cannot move into place '%s': %s", dir, rerr), 0)
   end
+  exp.layer_dir = nil
   return fs.join(dir, "dump.json")
 end
 
@@ -145,10 +227,21 @@ function M.logits_sidecar(path) return (path:gsub("%.safetensors$", "")) .. ".js
 -- write_logits(path, exp, prov): PATH (tensor eval_NNNN: the logits [1, n_vocab] of evaluation NNNN)
 -- and its sidecar, each written atomically.
 function M.write_logits(path, exp, prov)
-  local bytes, listed = encode(exp.logits, "ember.logits_dump")
-  fs.write_atomic(path, bytes, "--dump-logits")
+  local tmp = fs.temp_sibling(path)
+  local wrote, sha, listed = pcall(write_spilled, tmp, exp.logits, exp.logits.spill, "ember.logits_dump", nil,
+    "--dump-logits")
+  if not wrote then
+    os.remove(tmp)
+    exp:discard()
+    error(sha, 0)
+  end
+  local rok, rerr = os.rename(tmp, path)
+  if not rok then
+    os.remove(tmp)
+    error(string.format("--dump-logits: cannot move into place '%s': %s", path, rerr), 0)
+  end
   local files = json.array({ json.ordered({ "file", "sha256", "tensors" },
-    { file = fs.basename(path), sha256 = require("ember").sha256(bytes), tensors = listed }) })
+    { file = fs.basename(path), sha256 = sha, tensors = listed }) })
   local side = M.logits_sidecar(path)
   fs.write_atomic(side, sidecar("ember.logits_dump", prov, exp, files), "--dump-logits")
   return side

@@ -86,6 +86,7 @@ M.CLASSES = {
     row = "t:row(r) -> [1, cols] (a sub-view of a view, a copy of a tensor)",
     values = "t:values() -> Lua array, row-major",
     bytes = "t:bytes() -> raw little-endian f32 bytes",
+    write_bytes = "t:write_bytes(file) -> true | nil, reason: t:bytes() written to an open file, no string made",
     l2_norm = "t:l2_norm() -> sqrt(sum x^2)",
     abs_max = "t:abs_max() -> max |x|",
     fingerprint = "t:fingerprint() -> FNV-1a 64 of the bytes",

@@ -50,7 +50,11 @@ function M.execute(p)
     seed = gen.seed, context = gen.context, experiment = hooks, on_token = p.on_token, trace = p.trace,
   }
   if p.ids then req.ids = p.ids else req.prompt = p.prompt end
-  local out = p.model:generate(req)
+  local ok, out = pcall(p.model.generate, p.model, req)
+  if not ok then
+    if dump_obs then dump_obs:discard() end -- the spilled views of a run that did not finish
+    error(out, 0)
+  end
 
   local result = { out = out, experiment = exp, capture = cap }
   local written = {}

@@ -20,9 +20,9 @@ local DTYPE_SIZE = {
 -- The reader refuses headers larger than this: a corrupted length must not make it read gigabytes.
 local MAX_HEADER = 100 * 1024 * 1024
 
--- encode(tensors, metadata) -> file content.
--- tensors: list of { name = s, shape = {rows, cols}, data = little-endian f32 bytes }
-function M.encode(tensors, metadata)
+-- header(tensors, metadata) -> the bytes before the tensor data: the length and the JSON header.
+-- tensors: list of { name = s, shape = {rows, cols}, size = bytes of f32 data }, in data order.
+function M.header(tensors, metadata)
   local header_keys, header = { "__metadata__" }, {}
   if metadata and next(metadata) then header.__metadata__ = metadata end
   local offset, seen = 0, {}
@@ -33,20 +33,30 @@ function M.encode(tensors, metadata)
     seen[t.name] = true
     local n = 1
     for _, d in ipairs(t.shape) do n = n * d end
-    assert(#t.data == n * 4, string.format("safetensors: tensor '%s' has %d bytes, shape needs %d",
-      t.name, #t.data, n * 4))
+    assert(t.size == n * 4, string.format("safetensors: tensor '%s' has %d bytes, shape needs %d",
+      t.name, t.size, n * 4))
     header_keys[#header_keys + 1] = t.name
     header[t.name] = json.ordered({ "dtype", "shape", "data_offsets" }, {
       dtype = "F32", shape = json.array({ table.unpack(t.shape) }),
-      data_offsets = json.array({ offset, offset + #t.data }),
+      data_offsets = json.array({ offset, offset + t.size }),
     })
-    offset = offset + #t.data
+    offset = offset + t.size
   end
   local text = json.encode(json.ordered(header_keys, header))
   -- pad so the byte buffer starts 8-aligned (what the reference implementation does)
   text = text .. string.rep(" ", (8 - (#text % 8)) % 8)
-  local parts = { string.pack("<I8", #text), text }
-  for _, t in ipairs(tensors) do parts[#parts + 1] = t.data end
+  return string.pack("<I8", #text) .. text
+end
+
+-- encode(tensors, metadata) -> file content.
+-- tensors: list of { name = s, shape = {rows, cols}, data = little-endian f32 bytes }
+function M.encode(tensors, metadata)
+  local sized, parts = {}, {}
+  for i, t in ipairs(tensors) do
+    sized[i] = { name = t.name, shape = t.shape, size = #t.data }
+    parts[i + 1] = t.data
+  end
+  parts[1] = M.header(sized, metadata)
   return table.concat(parts)
 end
 

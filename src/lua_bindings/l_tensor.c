@@ -4,6 +4,7 @@
  * an expired view raises instead of reading. */
 #include "l_tensor.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -168,6 +169,23 @@ static int t_values(lua_State *L) {
 static int t_bytes(lua_State *L) {
     tref t = to_tref(L, 1);
     lua_pushlstring(L, (const char *)t.data, (size_t)count(&t) * sizeof(float));
+    return 1;
+}
+
+/* t:write_bytes(file) -> true, or nil and the reason: t:bytes() written to an open Lua file without
+ * making the string (a dump of long prompts streams its views to disk with no copy in Lua). */
+static int t_write_bytes(lua_State *L) {
+    tref t = to_tref(L, 1);
+    luaL_Stream *f = luaL_checkudata(L, 2, LUA_FILEHANDLE);
+    if (f->closef == NULL) return luaL_argerror(L, 2, "attempt to use a closed file");
+    const size_t n = (size_t)count(&t);
+    errno = 0;
+    if (fwrite(t.data, sizeof(float), n, f->f) != n) {
+        luaL_pushfail(L);
+        lua_pushstring(L, errno ? strerror(errno) : "short write");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
     return 1;
 }
 
@@ -510,7 +528,7 @@ static int l_tensor_from_bytes(lua_State *L) {
 
 static const luaL_Reg shared_methods[] = {
     {"shape", t_shape},       {"dtype", t_dtype},       {"get", t_get},           {"set", t_set},
-    {"row", t_row},           {"values", t_values},     {"bytes", t_bytes},       {"l2_norm", t_l2_norm},
+    {"row", t_row},           {"values", t_values},     {"bytes", t_bytes},       {"write_bytes", t_write_bytes}, {"l2_norm", t_l2_norm},
     {"abs_max", t_abs_max},   {"fingerprint", t_fingerprint}, {"sha256", t_sha256}, {"argmax", t_argmax},
     {"clone", t_clone},       {"zero", t_zero},         {"scale", t_scale},       {"add", t_add},
     {"copy_from", t_copy_from}, {"compare", t_compare}, {"top1", t_top1}, {NULL, NULL},

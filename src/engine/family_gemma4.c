@@ -2,6 +2,7 @@
  * layers with their own head sizes and RoPE, Q/K/V norms, shared-KV layers, post-norms, softcap.
  * Every step that differs from the llama block is spelled out here rather than flagged there. */
 #include "model_bind.h"
+#include "rows.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,20 +27,6 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
         ember_embedding_row(m, &m->ple_tok_embd, ids[t], tmp);
         for (int64_t i = 0; i < width; i++) row[i] = (row[i] + tmp[i] * tok_scale) * mix;
     }
-}
-
-/* Per-head RMSNorm (weight may be NULL) then, when n_rot > 0, NEOX RoPE at the token's position. */
-static void heads_norm_rope(const ember_kernel_ops *ops, float *x, int64_t n, int64_t n_heads, int64_t hd,
-                            const float *norm, float eps, int64_t n_rot, float base, const float *factors, int64_t pos0) {
-    for (int64_t t = 0; t < n; t++) {
-        float *xt = x + t * n_heads * hd;
-        for (int64_t h = 0; h < n_heads; h++) ops->rmsnorm(xt + h * hd, xt + h * hd, norm, hd, eps);
-        if (n_rot > 0) ops->rope_heads(xt, n_heads, hd, n_rot, pos0 + t, base, true, factors);
-    }
-}
-
-static void rmsnorm_rows(const ember_kernel_ops *ops, float *x, const float *w, int64_t n, int64_t d, float eps) {
-    for (int64_t t = 0; t < n; t++) ops->rmsnorm(x + t * d, x + t * d, w, d, eps);
 }
 
 ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -70,7 +57,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
         /* attention */
-        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->attn_norm, d, eps);
+        ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, eps);
         ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         /* Q, and K/V when this layer computes its own cache, in one product over the shared input */
         const bool own_kv = L->kv_source == l, has_v = own_kv && L->wv.data;
@@ -80,12 +67,14 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
         if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
         if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-        heads_norm_rope(ops, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
+        ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true, L->rope_freqs);
         ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
         if (own_kv) {
             if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
-            heads_norm_rope(ops, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, L->rope_freqs, pos0);
-            heads_norm_rope(ops, w->v, n, L->n_head_kv, hd, NULL, eps, 0, 0.0f, NULL, pos0);
+            ember_rows_norm_rope(m, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, pos0, L->rope_base, true,
+                                 L->rope_freqs);
+            /* V: every head RMS-normalized without a weight */
+            ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
             ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
             ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
             ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
@@ -94,25 +83,25 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_attention_stages(s, hooks, &ctx, l, L, 1.0f, L->sliding ? m->window : 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
-        rmsnorm_rows(ops, w->attn, L->post_attn_norm, n, d, eps);
+        ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
         ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
         /* GELU-gated MLP */
-        for (int64_t t = 0; t < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, L->ffn_norm, d, eps);
+        ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, eps);
         ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->w_gate, &L->w_up}, w->xn,
                            (float *const[]){w->gate, w->up}, n);
         ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
-        ops->gelu_mul(w->gate, w->up, n * L->n_ff);
+        ember_rows_gelu_mul(m, w->gate, w->up, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
-        rmsnorm_rows(ops, w->mlp, L->post_ffw_norm, n, d, eps);
+        ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_ffw_norm, n, d, eps);
         ember_trace_step(tr, "ffn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
@@ -127,7 +116,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
             ember_trace_step(tr, "ple_act", l, EMBER_KOP_GELU_MUL_REF, NULL, w->ple_gate, n, ple);
             ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
             ember_trace_step(tr, "ple_proj", l, EMBER_KOP_PRODUCT, &L->proj, w->mlp, n, d);
-            rmsnorm_rows(ops, w->mlp, L->post_norm, n, d, eps);
+            ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_norm, n, d, eps);
             ember_trace_step(tr, "ple_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
             ember_add_into(w->x, w->mlp, n * d);
         }

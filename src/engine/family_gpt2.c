@@ -1,16 +1,13 @@
 /* family_gpt2.c — GPT-2: learned positions, LayerNorm with bias, fused QKV with bias, GELU MLP,
  * tied head. Its hook boundaries follow SPEC §4.6: projections include their biases. */
 #include "model_bind.h"
+#include "rows.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void layernorm_rows(const ember_kernel_ops *ops, float *y, const float *x, const float *w, const float *b,
-                           int64_t n, int64_t d, float eps) {
-    for (int64_t t = 0; t < n; t++) ops->layernorm(y + t * d, x + t * d, w, b, d, eps);
-}
 
 ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                 ember_error *err) {
@@ -36,7 +33,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         const ember_layer *L = &m->layers[l];
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
-        layernorm_rows(ops, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
+        ember_rows_layernorm(m, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
         ember_trace_step(tr, "attn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
         ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
         ember_add_bias(w->qkv, L->bqkv, n, 3 * d);
@@ -52,12 +49,12 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         ember_add_into(w->x, w->attn, n * d);
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
-        layernorm_rows(ops, w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
+        ember_rows_layernorm(m, w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
         ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
         ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
-        ops->gelu_mul(w->up, NULL, n * L->n_ff);
+        ember_rows_gelu_mul(m, w->up, NULL, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->up, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->up, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->up, w->mlp, n);

@@ -9,7 +9,7 @@
 typedef struct {
     const ember_kernel_ops *ops;
     float *y;
-    const float *x, *w, *norm, *freqs;
+    const float *x, *w, *b, *norm, *freqs;
     int64_t d, n_heads, hd, n_rot, pos0;
     float eps, base;
     bool neox, gelu;
@@ -25,6 +25,19 @@ void ember_rows_rmsnorm(const ember_model *m, float *y, const float *x, const fl
                         float eps) {
     rows_job j = {.ops = m->ops, .y = y, .x = x, .w = w, .d = d, .eps = eps};
     ember_compute_for(m->compute, n, ROWS_GRAIN, rmsnorm_part, &j);
+}
+
+static void layernorm_part(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const rows_job *j = arg;
+    for (int64_t t = begin; t < end; t++)
+        j->ops->layernorm(j->y + t * j->d, j->x + t * j->d, j->w, j->b, j->d, j->eps);
+}
+
+void ember_rows_layernorm(const ember_model *m, float *y, const float *x, const float *w, const float *b, int64_t n,
+                          int64_t d, float eps) {
+    rows_job j = {.ops = m->ops, .y = y, .x = x, .w = w, .b = b, .d = d, .eps = eps};
+    ember_compute_for(m->compute, n, ROWS_GRAIN, layernorm_part, &j);
 }
 
 static void norm_rope_part(void *arg, int64_t begin, int64_t end, int tid) {

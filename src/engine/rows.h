@@ -8,6 +8,9 @@
 /* y[t] = rmsnorm(x[t]) * w for t < n rows of d values (y may equal x). */
 void ember_rows_rmsnorm(const ember_model *m, float *y, const float *x, const float *w, int64_t n, int64_t d,
                         float eps);
+/* y[t] = layernorm(x[t]) * w + b for t < n rows of d values (y may equal x). */
+void ember_rows_layernorm(const ember_model *m, float *y, const float *x, const float *w, const float *b, int64_t n,
+                          int64_t d, float eps);
 /* Per token t < n of n_heads heads of hd values at position pos0 + t: the per-head RMSNorm (norm
  * may be NULL: none) then RoPE of n_rot dims (n_rot 0: none). */
 void ember_rows_norm_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,

@@ -199,6 +199,12 @@ void ember_trace_free(ember_trace *t);
 uint64_t ember_trace_fingerprint(const ember_trace *t);
 int64_t ember_trace_event_count(const ember_trace *t);
 int64_t ember_trace_eval_count(const ember_trace *t);
+/* Restricts t to the op lines of some layers and ops; the eval lines are always written. layers:
+ * mask[l] for layers 0..n_mask-1 (NULL: every layer; a layer beyond the mask is not traced); the
+ * model-level ops (layer -1: embed, output, ...) are not layer-filtered. ops: n_ops op names (NULL:
+ * every op). An op left out is neither written nor fingerprinted (it costs one test). */
+ember_status ember_trace_set_filter(ember_trace *t, const bool *layer_mask, int64_t n_mask, const char *const *ops,
+                                    int n_ops, ember_error *err);
 /* EMBER_ERR_IO when a write to the stream failed since the trace began. */
 ember_status ember_trace_status(const ember_trace *t, ember_error *err);
 /* Traces every later evaluation of s into t (NULL: stop). t must outlive its use by s. */

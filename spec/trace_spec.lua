@@ -110,6 +110,79 @@ describe("--trace", function()
     end
   end)
 
+  it("names every op the engine emits in ember.trace.OPS, and nothing it never emits", function()
+    local seen = {}
+    local models = { H.need_model() }
+    for _, family in ipairs({ "gemma4", "gpt2", "qwen3", "qwen2" }) do
+      models[#models + 1] = fx.tiny_model("--family " .. family .. " --dtype q8_0 --seed 2")
+    end
+    for i, model in ipairs(models) do
+      local code, _, err = H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "1", "--trace",
+        p("all" .. i .. ".jsonl"))
+      assert.are.equal(0, code, err)
+      for _, e in ipairs(events(p("all" .. i .. ".jsonl"))) do
+        if e.event == "op" then seen[e.op] = true end
+      end
+    end
+    local listed = {}
+    for _, name in ipairs(require("ember.trace").OPS) do
+      listed[name] = true
+      assert.is_true(seen[name] == true, "listed but never emitted: " .. name)
+    end
+    for name in pairs(seen) do assert.is_true(listed[name] == true, "emitted but not listed: " .. name) end
+  end)
+
+  it("--trace-layers and --trace-ops keep exactly the lines of the whole trace that pass the filter", function()
+    local model = fx.tiny_model("--family qwen3 --dtype q8_0 --seed 2")
+    if not model then pending("make-tiny-model unavailable") return end
+    local function run(name, ...)
+      local code, _, err = H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace",
+        p(name), ...)
+      assert.are.equal(0, code, err)
+      return err:match("normalized fingerprint (%x+)")
+    end
+    run("whole.jsonl")
+    local keep_ops = { attn_q = true, ffn_down = true, output = true }
+    local fp = run("part.jsonl", "--trace-layers", "1,3-4", "--trace-ops", "attn_q,ffn_down,output")
+    -- the expectation: the whole trace's engine lines, filtered here
+    local want = {}
+    for _, line in ipairs(normalized_lines(p("whole.jsonl"))) do
+      local op, layer = line:match('"op":"([%w_]+)"'), tonumber(line:match('"layer":(%-?%d+)'))
+      if line:find('"event":"op"', 1, true) then
+        local layer_ok = layer == -1 or layer == 1 or layer == 3 or layer == 4
+        if layer_ok and keep_ops[op] then want[#want + 1] = line end
+      else
+        want[#want + 1] = line
+      end
+    end
+    local got = normalized_lines(p("part.jsonl"))
+    assert.are.same(want, got)
+    assert.is_true(#got > 3 * 2) -- some op lines stayed
+    assert.are.equal(string.format("%016x", fnv1a64(table.concat(got, "\n") .. "\n")), fp)
+    local head = io.open(p("part.jsonl")):read("l")
+    assert.is_truthy(head:find('"layers":[1,3,4],"ops":["attn_q","ffn_down","output"]', 1, true), head)
+  end)
+
+  it("filters are usage errors without --trace, with an unknown op or a layer the model lacks", function()
+    local model = H.need_model()
+    local code, _, err = H.ember("--model", model, "--prompt", "x", "--trace-layers", "1")
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("--trace-layers needs --trace FILE.jsonl", 1, true), err)
+    code, _, err = H.ember("--model", model, "--prompt", "x", "--trace", p("t.jsonl"), "--trace-ops", "attn_q,atn_k")
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("unknown trace op 'atn_k'", 1, true), err)
+    code, _, err = H.ember("--model", model, "--prompt", "x", "--trace", p("t.jsonl"), "--trace-layers", "0,40")
+    assert.are.equal(2, code)
+    assert.is_truthy(err:find("--trace-layers: layer 40 is out of range", 1, true), err)
+    assert.is_false(fs.exists(p("t.jsonl")))
+    local m = ember.load({ model = model })
+    assert.has_error(function() ember.trace(p("t.jsonl"), m, { ops = { "nope" } }) end)
+    assert.has_error(function()
+      m:generate({ prompt = "x", max_tokens = 1, trace = ember.trace(p("u.jsonl"), m), trace_filter = { layers = { 0 } } })
+    end)
+    m:close()
+  end)
+
   it("is recorded in the run manifest with its normalized fingerprint", function()
     local code, _, err = H.ember("--model", H.need_model(), "--prompt", "hi", "--max-tokens", "1", "--trace",
       p("t.jsonl"), "--run-manifest", p("run.json"))

@@ -59,6 +59,15 @@ M.FLAGS = {
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
   { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
   { "trace", "path", "FILE.jsonl", "write a structured trace: one JSON line per executed op (docs/inspection.md)" },
+  { "trace-layers", selectors.parse_index_list, "LIST", "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
+  { "trace-ops", function(v)
+      local list = {}
+      for name in v:gmatch("[^,%s]+") do list[#list + 1] = name end
+      if #list == 0 then return nil, "expected a list of op names like attn_q,ffn_down" end
+      local _, err = require("ember.trace").check_filter({ ops = list })
+      if err then return nil, err end
+      return list
+    end, "LIST", "trace only these ops: attn_q,ffn_down,... (names: docs/inspection.md)" },
   { "dump-layers", "path", "DIR", "dump every layer's output of every evaluation into a new directory" },
   { "dump-logits", "path", "FILE", "dump every evaluation's logits (safetensors, with a FILE.json sidecar)" },
   { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
@@ -296,6 +305,9 @@ local function check_combinations(o)
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
   if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
+  for _, k in ipairs({ "trace-layers", "trace-ops" }) do
+    if o[k] ~= nil and o.trace == nil then usage_error("--%s needs --trace FILE.jsonl", k) end
+  end
   for _, k in ipairs({ "capture-layers", "capture-phase", "capture-positions",
     "capture-max-records", "capture-omit-prompt" }) do
     if o[k] ~= nil and o["capture-activations"] == nil then usage_error("--%s needs --capture-activations DIR", k) end
@@ -488,6 +500,9 @@ local function run_generate(args, argv, io_)
 
   -- Range checks need the model; they still come before anything runs.
   if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
+  if type(o["trace-layers"]) == "table" then
+    for _, l in ipairs(o["trace-layers"]) do check_layer("trace-layers", l, info) end
+  end
   if o["patch-target"] then check_layer("patch-target", o["patch-target"].layer, info) end
   for _, st in ipairs(o.steer or {}) do
     if st.layers ~= "all" then
@@ -572,6 +587,7 @@ local function run_generate(args, argv, io_)
       top_p = o["top-p"] or 1.0, seed = o.seed or 0, context = o.context },
     experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
     run_manifest = run_manifest, outputs = outputs, on_token = on_token, trace = o.trace, dumps = dumps,
+    trace_filter = (o["trace-layers"] or o["trace-ops"]) and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
   })
   generate.notice = saved_notice
   if not okr then error(result, 0) end

@@ -12,7 +12,7 @@ local check_options, opt_int = internal.check_options, internal.opt_int
 local M = {}
 
 local OPTIONS = { "ids", "prompt", "bos", "max_tokens", "temperature", "top_k", "top_p", "seed", "experiment",
-  "on_token", "context", "eos", "all_logits", "trace" }
+  "on_token", "context", "eos", "all_logits", "trace", "trace_filter" }
 
 -- (level 1: rethrow moves the position to generate's caller)
 local function bad(msg) error("bad argument to 'generate' (" .. msg .. ")", 1) end
@@ -112,9 +112,15 @@ local function prepare(run, model, opts, self_arg)
   -- else the trace of ember.load{trace=}. Attached to this run's session only.
   local tr = opts.trace
   if tr == nil then tr = require("ember.trace").for_model(model) end
+  if opts.trace_filter ~= nil and type(tr) ~= "string" then
+    bad("trace_filter needs trace = a file path (an ember.Trace keeps the filter it was opened with)")
+  end
   if type(tr) == "string" then
     if tr == "" then bad("trace must be an ember.Trace or a file path, got an empty string") end
-    run.trace = require("ember.trace").open(tr, model)
+    local trace = require("ember.trace")
+    local _, ferr = trace.check_filter(opts.trace_filter, info.n_layers)
+    if ferr then bad(ferr) end
+    run.trace = trace.open(tr, model, opts.trace_filter)
     run.owns_trace = true
   elseif tr ~= nil and tr ~= false then
     local mt = getmetatable(tr)

@@ -35,7 +35,7 @@ M.MODULE = {
   dot = "ember.dot(a, b) -> the sum of a * b over every element",
   cosine = "ember.cosine(a, b) -> the cosine of two tensors of one shape (NaN for all zeros)",
   extract_hidden = "ember.extract_hidden{ model=, prompts={ text | {prompt=, label=} }, layers= } -> per prompt { ids, hidden = { [layer] = Tensor } } (docs/extraction.md)",
-  trace = "ember.trace(path [, model]) -> Trace: a structured trace file for generate{trace=} (docs/inspection.md)",
+  trace = "ember.trace(path [, model [, { layers=, ops= }]]) -> Trace: a structured trace file for generate{trace=} (docs/inspection.md)",
   fingerprint = "ember.fingerprint(t) -> the value fingerprint of a tensor or view (FNV-1a 64 of its f32 bytes)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> a causal sweep's result (docs/sweeps.md)",
 }

@@ -18,7 +18,7 @@ core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_ca
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.tokenizer")
 
--- ember.trace(path [, model]) -> ember.Trace (lib/ember/trace.lua, docs/inspection.md)
+-- ember.trace(path [, model [, filter]]) -> ember.Trace (lib/ember/trace.lua, docs/inspection.md)
 M.trace = require("ember.trace").open
 -- ember.fingerprint(t) -> the value fingerprint of a tensor or view (t:fingerprint())
 function M.fingerprint(t)

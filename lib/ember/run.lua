@@ -48,6 +48,7 @@ function M.execute(p)
   local req = {
     max_tokens = gen.max_tokens, temperature = gen.temperature, top_k = gen.top_k, top_p = gen.top_p,
     seed = gen.seed, context = gen.context, experiment = hooks, on_token = p.on_token, trace = p.trace,
+    trace_filter = p.trace_filter,
   }
   if p.ids then req.ids = p.ids else req.prompt = p.prompt end
   local ok, out = pcall(p.model.generate, p.model, req)

@@ -29,7 +29,58 @@ ember_status ember_trace_new(FILE *out, ember_trace **t, ember_error *err) {
     return EMBER_OK;
 }
 
-void ember_trace_free(ember_trace *t) { free(t); }
+static void filter_free(ember_trace *t) {
+    free(t->layers);
+    for (int i = 0; i < t->n_op_names; i++) free(t->op_names[i]);
+    free(t->op_names);
+    t->layers = NULL;
+    t->op_names = NULL;
+    t->n_layers = 0;
+    t->n_op_names = 0;
+}
+
+void ember_trace_free(ember_trace *t) {
+    if (!t) return;
+    filter_free(t);
+    free(t);
+}
+
+ember_status ember_trace_set_filter(ember_trace *t, const bool *layer_mask, int64_t n_mask, const char *const *ops,
+                                    int n_ops, ember_error *err) {
+    filter_free(t);
+    if (layer_mask) {
+        t->layers = malloc((size_t)(n_mask > 0 ? n_mask : 1) * sizeof *t->layers);
+        if (!t->layers) return ember_error_set(err, EMBER_ERR_NOMEM, "trace: out of memory");
+        if (n_mask > 0) memcpy(t->layers, layer_mask, (size_t)n_mask * sizeof *t->layers);
+        t->n_layers = n_mask > 0 ? n_mask : 0;
+    }
+    if (ops) {
+        t->op_names = calloc((size_t)(n_ops > 0 ? n_ops : 1), sizeof *t->op_names);
+        if (!t->op_names) {
+            filter_free(t);
+            return ember_error_set(err, EMBER_ERR_NOMEM, "trace: out of memory");
+        }
+        for (int i = 0; i < n_ops; i++) {
+            t->op_names[i] = strdup(ops[i]);
+            t->n_op_names = i + 1;
+            if (!t->op_names[i]) {
+                filter_free(t);
+                return ember_error_set(err, EMBER_ERR_NOMEM, "trace: out of memory");
+            }
+        }
+        /* an empty list is a filter too: no op line at all */
+    }
+    return EMBER_OK;
+}
+
+/* Whether the filter keeps an op of `layer` called `op`. */
+static bool traced(const ember_trace *t, const char *op, int64_t layer) {
+    if (t->layers && layer >= 0 && (layer >= t->n_layers || !t->layers[layer])) return false;
+    if (!t->op_names) return true;
+    for (int i = 0; i < t->n_op_names; i++)
+        if (strcmp(t->op_names[i], op) == 0) return true;
+    return false;
+}
 
 uint64_t ember_trace_fingerprint(const ember_trace *t) { return t->fp; }
 int64_t ember_trace_event_count(const ember_trace *t) { return t->events; }
@@ -84,6 +135,7 @@ void ember_trace_eval_end(ember_trace *t, bool ok) {
  * round a 20-digit integer). */
 void ember_trace_emit(ember_trace *t, const char *op, int64_t layer, ember_kop kop, const ember_matrix *w,
                       const float *data, int64_t rows, int64_t cols) {
+    if ((t->layers || t->op_names) && !traced(t, op, layer)) return;
     char line[384], variant[48];
     const char *act = NULL;
     if (kop == EMBER_KOP_PRODUCT && w) {

@@ -14,6 +14,11 @@ struct ember_trace {
     int64_t events;     /* lines written */
     int64_t evals;      /* evaluations started */
     bool write_failed;  /* a write to out failed (reported by ember_trace_status) */
+    /* the filter (ember_trace_set_filter): NULL = everything */
+    bool *layers;       /* (n_layers) which layers' ops are traced */
+    int64_t n_layers;
+    char **op_names;    /* (n_op_names) the op names traced */
+    int n_op_names;
     /* the evaluation in progress */
     const ember_kernel_ops *ops;
     ember_phase phase;

@@ -65,6 +65,46 @@ static int l_trace_write(lua_State *L) {
     return 0;
 }
 
+/* core.internal.trace_filter(trace, layers | nil, ops | nil): layers a sequence of 0-based layer
+ * indices, ops a sequence of op names (lib/ember/trace.lua validates them against the model). */
+static int l_trace_filter(lua_State *L) {
+    lua_trace *lt = check_trace(L, 1);
+    bool *mask = NULL;
+    int64_t n_mask = 0;
+    const char **ops = NULL;
+    int n_ops = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        const lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_Integer l = (lua_rawgeti(L, 2, i), luaL_checkinteger(L, -1));
+            lua_pop(L, 1);
+            if (l < 0 || l >= ((lua_Integer)1 << 20)) return luaL_error(L, "trace: layer %I is out of range", l);
+            if (l + 1 > n_mask) n_mask = (int64_t)l + 1;
+        }
+        mask = lua_newuserdatauv(L, (size_t)(n_mask > 0 ? n_mask : 1) * sizeof *mask, 0); /* freed by the GC */
+        memset(mask, 0, (size_t)(n_mask > 0 ? n_mask : 1) * sizeof *mask);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, 2, i);
+            mask[lua_tointeger(L, -1)] = true;
+            lua_pop(L, 1);
+        }
+    }
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        n_ops = (int)lua_rawlen(L, 3);
+        ops = lua_newuserdatauv(L, (size_t)(n_ops > 0 ? n_ops : 1) * sizeof *ops, 0);
+        for (int i = 0; i < n_ops; i++) {
+            lua_rawgeti(L, 3, i + 1);
+            ops[i] = luaL_checkstring(L, -1); /* the table keeps the string alive meanwhile */
+            lua_pop(L, 1);
+        }
+    }
+    ember_error err = {0};
+    if (ember_trace_set_filter(lt->t, mask, n_mask, ops, n_ops, &err) != EMBER_OK) return luaL_error(L, "%s", err.msg);
+    return 0;
+}
+
 void ember_lua_trace_detach(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     ember_lua_session *ls = luaL_checkudata(L, idx, EMBER_LUA_SESSION);
@@ -148,7 +188,8 @@ void ember_lua_open_trace(lua_State *L, int module) {
     static const luaL_Reg getters[] = {
         {"events", t_get_events}, {"evaluations", t_get_evaluations}, {"closed", t_get_closed}, {NULL, NULL}};
     static const luaL_Reg internal[] = {
-        {"trace_open", l_trace_open}, {"trace_write", l_trace_write}, {"set_trace", l_set_trace}, {NULL, NULL}};
+        {"trace_open", l_trace_open}, {"trace_write", l_trace_write}, {"trace_filter", l_trace_filter},
+        {"set_trace", l_set_trace}, {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_TRACE, methods, meta, getters);
     lua_pop(L, 1);
     ember_lua_set_internal(L, module, internal);

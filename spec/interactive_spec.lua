@@ -1,7 +1,8 @@
 -- `ember interactive` (lib/ember/interactive.lua): the loop's logic through a scripted rl table
 -- (what a turn prints equals what generate gives for the same ids, /reset, /stats, /help), then a
 -- real pseudo-terminal (tmux, as spec/repl_spec.lua does): output streams while the generation
--- runs, Ctrl-C stops it and the loop goes on, /stats and /reset, Ctrl-D exits.
+-- runs, Ctrl-C stops it and the next line continues the session, /stats and /reset, Ctrl-D exits.
+-- spec/interactive_session_spec.lua holds the equivalence with re-prefilling every turn.
 
 local C = require("helpers.cli")
 local fx = require("helpers.fixtures")
@@ -38,7 +39,8 @@ describe("ember interactive, scripted", function()
     for _, id in ipairs(tok:encode("\nagain\n", { bos = false })) do ids2[#ids2 + 1] = id end
     local g2 = model:generate { ids = ids2, max_tokens = 6 }
     assert.matches(g2.text, text, 1, true)
-    assert.matches(string.format("last turn: %d prompt tokens, 6 generated (stop: max_tokens)", #ids1), text, 1, true)
+    assert.matches(string.format("last turn: %d new prompt tokens (%d in context), 6 generated (stop: max_tokens)",
+      #ids1, #ids1), text, 1, true)
     assert.matches("conversation reset\nno turn yet\n", text, 1, true)
     assert.matches("/reset   forget the conversation", text, 1, true)
     assert.matches("unknown command /bogus (/help lists them)", text, 1, true)
@@ -120,6 +122,20 @@ describe("ember interactive in a terminal", function()
     local generated = tonumber(s:match("(%d+) generated %(stop: interrupted%)"))
     assert.is_truthy(generated and generated >= 1 and generated < 20000, s)
     assert.matches("1 stopped with Ctrl-C", s, 1, true)
+    local before = tonumber(s:match("conversation: (%d+) tokens of context"))
+    -- the next line continues the same session: it prefills its own few tokens (and the last
+    -- token of the stopped turn if the Ctrl-C came before that one was evaluated)
+    send("more", "Enter")
+    wait_streaming("more")
+    send("C-c")
+    wait_for("[stopped]", 2)
+    send("/stats", "Enter")
+    s = wait_for("2 stopped with Ctrl-C")
+    local new, context = s:match("last turn: (%d+) new prompt tokens %((%d+) in context%)[^\n]*\n[^\n]*2 stopped")
+    new, context = tonumber(new), tonumber(context)
+    assert.is_truthy(new and new < 10 and before, s)
+    local line = context - before -- the new line's tokens
+    assert.is_true(line >= 1 and (new == line or new == line + 1), s)
   end)
 
   it("/reset forgets the conversation and the next turn runs (and stops) too", function()
@@ -132,10 +148,11 @@ describe("ember interactive in a terminal", function()
     send("C-c")
     wait_for("[stopped]", 2)
     send("/stats", "Enter")
-    local s = wait_for("2 stopped with Ctrl-C")
-    -- the conversation after /reset: this turn's prompt only ("again\n" with BOS, a few tokens)
-    local prompt_tokens = tonumber(s:match("last turn: (%d+) prompt tokens[^\n]*\n[^\n]*2 stopped"))
-    assert.is_truthy(prompt_tokens and prompt_tokens < 10, s)
+    local s = wait_for("3 stopped with Ctrl-C")
+    -- the conversation after /reset: this turn's prompt only ("again\n" with BOS, a few tokens),
+    -- all of it new
+    local new, context = s:match("last turn: (%d+) new prompt tokens %((%d+) in context%)[^\n]*\n[^\n]*3 stopped")
+    assert.is_truthy(new and tonumber(new) < 10 and new == context, s)
   end)
 
   it("exits on Ctrl-D", function()

@@ -12,7 +12,7 @@ local check_options, opt_int = internal.check_options, internal.opt_int
 local M = {}
 
 local OPTIONS = { "ids", "prompt", "bos", "max_tokens", "temperature", "top_k", "top_p", "seed", "experiment",
-  "on_token", "context", "eos", "all_logits", "trace", "trace_filter" }
+  "on_token", "context", "eos", "all_logits", "trace", "trace_filter", "session" }
 
 -- (level 1: rethrow moves the position to generate's caller)
 local function bad(msg) error("bad argument to 'generate' (" .. msg .. ")", 1) end
@@ -77,6 +77,25 @@ function M.check_context(info, n_prompt, max_tokens, context, fail, notice)
   end
 end
 
+-- session=: an open ember.Session of this model that the run continues from its position (the
+-- caller's, never closed here); the prompt and every token to generate must fit what it has left.
+local function continued_session(model, opts, n_prompt, max_tokens)
+  local s = opts.session
+  local mt = getmetatable(s)
+  if type(mt) ~= "table" or mt.__name ~= "ember.Session" then
+    bad("session must be an ember.Session, got " .. type(s))
+  end
+  if s.closed then bad("session: the session is closed") end
+  if not rawequal(s.model, model) then bad("session: the session belongs to another model") end
+  if opts.context ~= nil then bad("context cannot be given with session= (the session's context is its own)") end
+  local need, free = n_prompt + max_tokens, s.context - s.position
+  if need > free then
+    bad(string.format("the prompt (%d tokens) + max_tokens (%d) needs %d positions, more than the session has "
+      .. "left (%d of %d)", n_prompt, max_tokens, need, free, s.context))
+  end
+  return s
+end
+
 -- The checks and set-up of one run, before any hook or evaluation: fills `run` with what it made
 -- (sampler, session, runner, ...) so that generate can free it if a later step raises.
 local function prepare(run, model, opts, self_arg)
@@ -105,9 +124,14 @@ local function prepare(run, model, opts, self_arg)
   if opts.experiment ~= nil then run.runner = internal.attach(opts.experiment, model, "generate") end
   -- the tokenizer's streaming detokenizer, so on_token gets whole UTF-8 characters
   if on_token ~= nil and tok ~= nil and tok.stream ~= nil then run.stream = tok:stream() end
-  local n_ctx = context > 0 and context or #ids + (max_tokens > 0 and max_tokens or 1)
-  M.check_context(info, #ids, max_tokens, context, function(msg) bad(msg) end, M.notice)
-  run.session = internal.session(model, n_ctx, "generate")
+  if opts.session ~= nil then
+    run.session, run.continues = continued_session(model, opts, #ids, max_tokens), true
+  else
+    local n_ctx = context > 0 and context or #ids + (max_tokens > 0 and max_tokens or 1)
+    M.check_context(info, #ids, max_tokens, context, function(msg) bad(msg) end, M.notice)
+    run.session = internal.session(model, n_ctx, "generate")
+    run.owns_session = true
+  end
   -- trace=: an ember.Trace (kept open for the caller), or a path (opened here, finished at the end);
   -- else the trace of ember.load{trace=}. Attached to this run's session only.
   local tr = opts.trace
@@ -151,30 +175,34 @@ local function is_interrupt(e)
 end
 
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
---                 experiment=, on_token=, context=, eos=, all_logits= } -> out
+--                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session= } -> out
 -- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
 -- once (SPEC §4.1), the last one and a stopping EOS included, so every hook sees every token.
--- The one exception is a token on which on_token returns false: it is kept but not evaluated.
+-- The exceptions: a token on which on_token returns false is kept but not evaluated, and with
+-- session= a stopping EOS is not evaluated either (the session then holds the prompt and the
+-- kept tokens exactly, so a conversation can go on from it).
 function M.generate(model, opts)
   local run = {}
   local self_arg = debug.getinfo(1, "n").namewhat == "method" and "#1" or "#2"
   local ok, err = pcall(prepare, run, model, opts, self_arg)
   if not ok then
-    if run.session then run.session:close() end
+    if run.owns_session then run.session:close() end
     if run.sampler then run.sampler:close() end
     if run.owns_trace then run.trace:close() end
     rethrow(err)
   end
-  -- the KV cache and the sampler are freed when this function returns or raises
-  local session <close> = run.session
+  -- the KV cache (unless it is the caller's) and the sampler are freed when this function returns
+  -- or raises
+  local session = run.session
+  local owned_session <close> = run.owns_session and session or nil
   local sampler <close> = run.sampler
   local ids, tok, eos, runner, stream = run.ids, run.tok, run.eos, run.runner, run.stream
   local max_tokens, on_token, all_logits = run.max_tokens, run.on_token, run.all_logits
-  local n_prompt = #ids
+  local n_prompt, continues = #ids, run.continues
 
   if runner then
     runner:on_model_loaded()
-    runner:before_prefill(n_prompt)
+    runner:before_prefill(n_prompt, session.position)
   end
   -- all_logits: the prefill also keeps every prompt position's logits (out.prompt_logits)
   if all_logits then internal.set_all_logits(session, true) end
@@ -214,6 +242,12 @@ function M.generate(model, opts)
           stop = "callback"
           break
         end
+      end
+      -- a continued session keeps only the conversation's tokens: a stopping EOS ends the text
+      -- without being evaluated (the caller's next prompt follows the last kept token)
+      if continues and id == eos then
+        stop = "eos"
+        break
       end
       local next_id, ms = evaluate(session, id, runner, sampler, "generate")
       decode_ms = decode_ms + ms

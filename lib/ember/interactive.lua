@@ -4,8 +4,10 @@
 -- at the prompt it abandons the line (readline through ember.readline, as the REPL does).
 --
 -- The conversation is a list of token ids (line, continuation, line, ...; each line tokenized once,
--- so a continuation that is not valid text is kept as the ids it is), prefilled again each turn:
--- the models ember runs are base models without a chat template, so nothing is invented around it.
+-- so a continuation that is not valid text is kept as the ids it is) held by one engine session:
+-- each turn prefills only what the session has not evaluated yet (the new line, and a last token
+-- a Ctrl-C left unevaluated), then generate continues it (generate{session=}). The models ember
+-- runs are base models without a chat template, so nothing is invented around the text.
 
 local flags = require("ember.flags")
 
@@ -39,7 +41,8 @@ M.COMMANDS = {
 function M.usage()
   local tail = { "", "In the loop: Ctrl-C stops a generation (the loop goes on), Ctrl-D or /quit leaves." }
   for _, c in ipairs(M.COMMANDS) do tail[#tail + 1] = string.format("  %-8s %s", c[1], c[2]) end
-  tail[#tail + 1] = "Experiments are refused. The conversation is plain text, prefilled again each turn."
+  tail[#tail + 1] = "Experiments are refused. The conversation is plain text in one session: each turn prefills"
+  tail[#tail + 1] = "only its new tokens."
   return flags.usage({ "usage: ember interactive [options]", "", "options:" }, M.FLAGS, tail)
 end
 
@@ -60,16 +63,36 @@ function M.lines_rl(file, out)
   }
 end
 
--- run(model, rl, io_, gen) -> the session's totals. rl: { readline(prompt) -> line | nil (end) |
--- false (Ctrl-C at the prompt), add_history(line) }; io_: { stdout, stderr }; gen: { max_tokens,
--- temperature, top_k, top_p, seed, context }.
+-- The smallest session made without --context (positions; a few MiB of KV cache for the models
+-- ember runs), so that short chats never need a larger one.
+M.MIN_SESSION = 512
+
+-- The session's size for a conversation that needs `need` positions: --context when given (as
+-- each turn's generate had it), else twice what is needed now (at least MIN_SESSION), so that a
+-- long chat is refilled into a larger session only each time it doubles; never beyond the limit
+-- (0: none), which the turn's check has already compared with `need`.
+local function session_size(need, context, limit)
+  if context then return context end
+  local size = math.max(2 * need, M.MIN_SESSION)
+  if limit > 0 and size > limit then size = limit end
+  return size
+end
+
+-- run(model, rl, io_, gen) -> the conversation's totals. rl: { readline(prompt) -> line | nil (end)
+-- | false (Ctrl-C at the prompt), add_history(line) }; io_: { stdout, stderr }; gen: { max_tokens,
+-- temperature, top_k, top_p, seed, context, on_turn }. on_turn(t), if given, is called after each
+-- turn with t = { new_ids (the ids prefilled), context_tokens, ids (generated), text, stop }.
 function M.run(model, rl, io_, gen)
   local w, tok = io_.stdout, model.tokenizer
   local info = model.info
   local limit = gen.context or info.context_length or 0
   local max_tokens = gen.max_tokens or M.DEFAULT_MAX_TOKENS
   local conversation = {} -- token ids
-  local last, total = nil, { turns = 0, generated = 0, interrupted = 0, decode_ms = 0.0, prefill_ms = 0.0 }
+  -- session holds conversation[1 .. session.position] (a prefix: a Ctrl-C can leave the last
+  -- sampled token unevaluated); made on the first turn, replaced by a larger one when it is full
+  local session = nil
+  local last, total = nil, { turns = 0, generated = 0, interrupted = 0, prefilled = 0, decode_ms = 0.0,
+    prefill_ms = 0.0 }
   local function say(fmt, ...) w:write(string.format(fmt, ...), "\n") end
 
   say("ember interactive: %s (%s, %d layers). /help lists commands; Ctrl-C stops a generation, Ctrl-D exits.",
@@ -77,28 +100,48 @@ function M.run(model, rl, io_, gen)
 
   local function stats()
     if not last then say("no turn yet"); return end
-    say("last turn: %d prompt tokens, %d generated (stop: %s); prefill %.1f tok/s, decode %.1f tok/s",
-      last.prompt_tokens, last.generated, last.stop, last.prefill_tok_s, last.decode_tok_s)
+    say("last turn: %d new prompt tokens (%d in context), %d generated (stop: %s); prefill %.1f tok/s, "
+      .. "decode %.1f tok/s", last.prompt_tokens, last.context_tokens, last.generated, last.stop,
+      last.prefill_tok_s, last.decode_tok_s)
     say("conversation: %d tokens of context %s; %d turns, %d tokens generated, %d stopped with Ctrl-C",
       #conversation, limit > 0 and tostring(limit) or "unlimited", total.turns, total.generated,
       total.interrupted)
+  end
+
+  -- A session with room for `need` positions, holding a prefix of the conversation.
+  local function session_for(need)
+    -- an error or a Ctrl-C between the prefill and the decode loop leaves the session past the
+    -- conversation (the turn was not kept): start it again, the conversation is refilled
+    if session and session.position > #conversation then session:reset() end
+    if session and session.context >= need then return session end
+    if session then session:close(); session = nil end -- its memory first: the new one is larger
+    local size = session_size(need, gen.context, limit)
+    local ok, s = pcall(model.session, model, { context = size })
+    if not ok and size > need then ok, s = pcall(model.session, model, { context = need }) end
+    if not ok then error(s, 0) end
+    session = s
+    return s
   end
 
   local function turn(line)
     -- the first line gets what the tokenizer adds by default (BOS); later ones follow the last
     -- continuation on a new line
     local add = #conversation == 0 and tok:encode(line .. "\n") or tok:encode("\n" .. line .. "\n", { bos = false })
-    local ids = table.move(add, 1, #add, #conversation + 1, table.move(conversation, 1, #conversation, 1, {}))
-    local n = #ids
+    local n = #conversation + #add
     if limit > 0 and n + max_tokens > limit then
       say("the conversation needs %d + %d positions, more than the context (%d positions): /reset to start over",
         n, max_tokens, limit)
       return
     end
+    local s = session_for(n + max_tokens)
+    -- what the session has not evaluated yet: the new line, after any conversation tokens past it
+    local new = table.move(conversation, s.position + 1, #conversation, 1, {})
+    table.move(add, 1, #add, #new + 1, new)
     local stream = tok:stream { exact = true }
     local eos, printed = tok.eos_id, 0
-    local out = model:generate { ids = ids, max_tokens = max_tokens, temperature = gen.temperature or 0.0,
-      top_k = gen.top_k or 0, top_p = gen.top_p or 1.0, seed = (gen.seed or 0) + total.turns, context = gen.context,
+    local out = model:generate { session = s, ids = new, max_tokens = max_tokens,
+      temperature = gen.temperature or 0.0, top_k = gen.top_k or 0, top_p = gen.top_p or 1.0,
+      seed = (gen.seed or 0) + total.turns,
       on_token = function(id)
         if id == eos then return end
         local chunk = stream:push(id)
@@ -108,28 +151,34 @@ function M.run(model, rl, io_, gen)
           printed = printed + #chunk
         end
       end }
+    -- the turn is kept before anything more is printed: a Ctrl-C from here on loses nothing
+    local kept = #out.ids - (out.stop == "eos" and 1 or 0)
+    table.move(add, 1, #add, #conversation + 1, conversation)
+    table.move(out.ids, 1, kept, #conversation + 1, conversation)
+    local st = out.stats
+    last = { prompt_tokens = st.prompt_tokens, context_tokens = n, generated = st.generated_tokens, stop = out.stop,
+      prefill_tok_s = st.prefill_tok_s, decode_tok_s = st.decode_tok_s }
+    total.turns = total.turns + 1
+    total.generated = total.generated + st.generated_tokens
+    total.prefilled = total.prefilled + st.prompt_tokens
+    total.prefill_ms = total.prefill_ms + st.prefill_ms
+    total.decode_ms = total.decode_ms + st.decode_ms
+    if out.stop == "interrupted" then total.interrupted = total.interrupted + 1 end
+    if gen.on_turn then
+      gen.on_turn({ new_ids = new, context_tokens = n, ids = out.ids, text = out.text, stop = out.stop })
+    end
     local text = out.text or ""
     w:write(text:sub(printed + 1)) -- what the stream still held (an unfinished character)
     if out.stop == "interrupted" then w:write(" [stopped]") end
     w:write("\n")
-    local kept = #out.ids - (out.stop == "eos" and 1 or 0)
-    conversation = table.move(out.ids, 1, kept, #ids + 1, ids)
-    local s = out.stats
-    last = { prompt_tokens = s.prompt_tokens, generated = s.generated_tokens, stop = out.stop,
-      prefill_tok_s = s.prefill_tok_s, decode_tok_s = s.decode_tok_s }
-    total.turns = total.turns + 1
-    total.generated = total.generated + s.generated_tokens
-    if out.stop == "interrupted" then total.interrupted = total.interrupted + 1 end
   end
 
-  -- a --context beyond the model's context_length is said once, not at every turn
-  local generate = require("ember.generate")
-  local saved_notice = generate.notice
+  -- a --context beyond the model's context_length is said once (generate does not check a
+  -- session it continues)
   if gen.context and (info.context_length or 0) > 0 and gen.context > info.context_length then
-    saved_notice(string.format("context %d is beyond the model's context_length %d (positions past it were never "
-      .. "trained)", gen.context, info.context_length))
+    require("ember.generate").notice(string.format("context %d is beyond the model's context_length %d (positions "
+      .. "past it were never trained)", gen.context, info.context_length))
   end
-  generate.notice = function() end
 
   local done = false
   local function step()
@@ -145,6 +194,7 @@ function M.run(model, rl, io_, gen)
       say("  Ctrl-C   stop the generation running (the conversation keeps what was generated)")
     elseif cmd == "/reset" then
       conversation, last = {}, nil
+      if session then session:reset() end -- the same KV cache, from position 0
       say("conversation reset")
     elseif cmd == "/stats" then
       stats()
@@ -165,7 +215,7 @@ function M.run(model, rl, io_, gen)
       end
     end
   end
-  generate.notice = saved_notice
+  if session then session:close() end
   return total
 end
 

@@ -90,8 +90,8 @@ local function continued_session(model, opts, n_prompt, max_tokens)
   if opts.context ~= nil then bad("context cannot be given with session= (the session's context is its own)") end
   local need, free = n_prompt + max_tokens, s.context - s.position
   if need > free then
-    bad(string.format("the prompt (%d tokens) + max_tokens (%d) needs %d positions, more than the session has "
-      .. "left (%d of %d)", n_prompt, max_tokens, need, free, s.context))
+    bad(string.format("the prompt (%d tokens) + max_tokens (%d) needs %d positions, more than the %d the session "
+      .. "has left (at position %d of %d)", n_prompt, max_tokens, need, free, s.position, s.context))
   end
   return s
 end

@@ -61,6 +61,6 @@ for i, records in ipairs(sets) do
     local f = assert(io.open(string.format("%s/seed-%d%s", out, i, old and "-1.0" or ""), "wb"))
     f:write(string.pack("<I4", #manifest), manifest, read(dir .. "/tensors.safetensors"))
     f:close()
-    os.execute("rm -rf '" .. dir .. "'")
+    assert(require("ember.fs").remove_tree(dir))
   end
 end

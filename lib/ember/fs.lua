@@ -1,22 +1,21 @@
 -- ember.fs — the few file-system operations artifacts need: whole-file read, atomic write
 -- (temporary file + rename), directories. Must not leave half-written outputs behind.
 --
--- File tests (what a path is, what a directory holds) are system calls through ember.core
--- (src/lua_bindings/l_fs.c): they run per artifact and per output, and a /bin/sh each time made
--- them the cost of a read. Plain Lua has no mkdir/rmdir either; the few directory changes still go
--- through /bin/sh with every path single-quoted (no word splitting, no globbing, no injection).
+-- Every file-system operation here is a system call through ember.core (src/lua_bindings/l_fs.c):
+-- file tests, listing, mkdir, mkdir -p, recursive removal, realpath; renames are os.rename. No
+-- process is started, so a path may hold any byte but NUL, and a failure says which path and why
+-- (the OS reason, "Permission denied", "File exists"). There is no plain-Lua fallback: plain Lua
+-- has no mkdir or stat, and ember.core is there wherever lib/ember runs (ember-lua, or stock
+-- lua5.4 with build/lua/ember/core.so).
 
 local internal = require("ember.core").internal
 
 local M = {}
 
+-- shell_quote(s) -> s in single quotes for /bin/sh, for the callers that do run external tools
+-- (gnuplot, sbatch, job scripts); fs itself never needs it.
 function M.shell_quote(s)
   return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
-
-local function sh(cmd)
-  local ok = os.execute(cmd .. " 2>/dev/null")
-  return ok == true
 end
 
 -- exists(path): anything is there (a symbolic link counts by what it points to, as with test -e).
@@ -120,36 +119,48 @@ function M.write_atomic(path, data, what)
   return swept
 end
 
--- mkdir(path) -> true, or nil and a message (parent missing, already exists, permissions).
+-- mkdir(path) -> true, or nil and "cannot create directory 'PATH': reason" (the OS reason: "File
+-- exists" for anything already there, "No such file or directory" for a missing parent,
+-- "Permission denied", "Not a directory").
 function M.mkdir(path)
-  if M.exists(path) then return nil, "already exists" end
-  if not sh("mkdir -- " .. M.shell_quote(path)) then return nil, "cannot create directory" end
-  return true
+  return internal.mkdir(path)
 end
 
+-- mkdir_p(path) -> true (also when the directory is there already), or nil and "cannot create
+-- directory 'PREFIX': reason" naming the first component that could not be made.
 function M.mkdir_p(path)
-  if M.is_dir(path) then return true end
-  if not sh("mkdir -p -- " .. M.shell_quote(path)) then return nil, "cannot create directory" end
-  return true
+  return internal.mkdir_p(path)
 end
 
--- Only ever called on directories this process created (temporary artifact directories) and on
--- the stale temporaries sweep_temps has found (a killed writer's).
+-- remove_tree(path) -> true (also when nothing is there), or nil and "cannot remove 'ENTRY':
+-- reason". Never follows a symbolic link: a link inside the tree (or path itself) is removed, its
+-- target is not; "", "/" and paths ending in "." or ".." are refused. Only ever called on
+-- directories this process created (temporary artifact directories) and on the stale temporaries
+-- sweep_temps has found (a killed writer's).
 function M.remove_tree(path)
-  return sh("rm -rf -- " .. M.shell_quote(path))
+  return internal.remove_tree(path)
+end
+
+-- realpath(path) -> the absolute path with links, "." and ".." resolved (every component must
+-- exist), or nil and "cannot resolve 'PATH': reason".
+function M.realpath(path)
+  return internal.realpath(path)
 end
 
 -- A fresh private directory under $TMPDIR (or /tmp) for scratch outputs such as workflow runs.
 function M.make_temp_dir(prefix)
   local base = os.getenv("TMPDIR") or "/tmp"
+  local last
   for _ = 1, 16 do
     -- not the NAME.tmp-PID-RANDOM form: these directories outlive their process on purpose, and
     -- sweep_temps must never take them for a killed writer's leftovers
     local path = M.join(base, string.format("%s-%08x%08x", M.basename(prefix or "ember"), math.random(0, 0x7fffffff),
       os.time() & 0x7fffffff))
-    if M.mkdir(path) then return path end
+    local ok, err = M.mkdir(path)
+    if ok then return path end
+    last = err
   end
-  error("cannot create a temporary directory under " .. base, 0)
+  error("cannot create a temporary directory under " .. base .. ": " .. last, 0)
 end
 
 return M

@@ -15,10 +15,8 @@ local function normal(path)
   local p = path:gsub("/+", "/"):gsub("(.)/$", "%1")
   while p:sub(1, 2) == "./" do p = p:sub(3) end
   local parent, base = fs.dirname(p), fs.basename(p)
-  local h = io.popen("realpath -e -- " .. fs.shell_quote(parent) .. " 2>/dev/null")
-  local real = h and h:read("l")
-  if h then h:close() end
-  if real and real ~= "" then return (real == "/" and "" or real) .. "/" .. base end
+  local real = fs.realpath(parent)
+  if real then return (real == "/" and "" or real) .. "/" .. base end
   return p
 end
 

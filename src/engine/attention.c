@@ -88,6 +88,7 @@ void ember_add_into(float *x, const float *d, int64_t count) {
 }
 
 ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
+    if (s->head_off) return EMBER_OK; /* only the prompt's last slice needs logits (session.c) */
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
     ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, 1, m->n_embd, err);

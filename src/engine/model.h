@@ -113,6 +113,7 @@ struct ember_session {
     ember_model *model;
     int64_t n_ctx, pos;
     int64_t prefill_slice; /* tokens per forward pass of an unobserved prompt (session.c) */
+    bool head_off;         /* the pass in progress is a slice before the last: no logits head */
     void **k_cache, **v_cache; /* (n_layer) -> (n_head_kv, n_ctx, head_dim) in model->kv_type (head-major),
                                   or NULL for shared-KV layers */
     ember_workspace ws;

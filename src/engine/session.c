@@ -280,8 +280,10 @@ static ember_status forward_slices(ember_session *s, const int32_t *ids, int64_t
     ember_status st = EMBER_OK;
     for (int64_t done = 0; st == EMBER_OK && done < n; done += slice) {
         s->pos = pos0 + done;
+        s->head_off = done + slice < n; /* the LM head is a whole read of its weights: once, at the end */
         st = s->model->forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
     }
+    s->head_off = false;
     s->pos = pos0;
     return st;
 }

@@ -250,11 +250,7 @@ describe("ember.fs directory changes", function()
   end)
 
   it("starts no process for any of it", function()
-    local calls = 0
-    local saved_execute, saved_popen = os.execute, io.popen
-    os.execute = function(...) calls = calls + 1; return saved_execute(...) end
-    io.popen = function(...) calls = calls + 1; return saved_popen(...) end
-    local ok, err = pcall(function()
+    local calls = require("helpers.processes").spawn_count(function()
       local t = fs.make_temp_dir("ember-fs-noproc")
       assert(fs.mkdir(t .. "/a"))
       assert(fs.mkdir_p(t .. "/a/b/c"))
@@ -263,8 +259,6 @@ describe("ember.fs directory changes", function()
         { flag = "--y", path = t .. "/a/y.json", kind = "file" } }))
       assert(fs.remove_tree(t))
     end)
-    os.execute, io.popen = saved_execute, saved_popen
-    assert(ok, err)
     assert.equal(0, calls)
   end)
 end)

@@ -61,19 +61,13 @@ describe("ember.fs file tests", function()
 
   it("answers a file test without starting a process", function()
     touch(dir .. "/f")
-    local calls = 0
-    local saved_execute, saved_popen = os.execute, io.popen
-    os.execute = function(...) calls = calls + 1; return saved_execute(...) end
-    io.popen = function(...) calls = calls + 1; return saved_popen(...) end
-    local ok, err = pcall(function()
+    local calls = require("helpers.processes").spawn_count(function()
       for _ = 1, 10 do
         assert.is_true(fs.is_dir(dir))
         assert.is_true(fs.exists(dir .. "/f"))
         fs.sweep_temps(dir)
       end
     end)
-    os.execute, io.popen = saved_execute, saved_popen
-    assert(ok, err)
     assert.equal(0, calls)
   end)
 end)

@@ -57,7 +57,11 @@ end
 
 describe("ember.fs directory changes", function()
   local dir, outside
-  before_each(function() dir = fs.make_temp_dir("ember-fs-dirs") end)
+  before_each(function()
+    dir = fs.make_temp_dir("ember-fs-dirs")
+    -- make_temp_dir's directories are private (0700); the unprivileged children must get in
+    assert(os.execute("chmod 755 " .. q(dir)))
+  end)
   after_each(function()
     os.execute("chmod -R u+rwx " .. q(dir) .. " 2>/dev/null")
     fs.remove_tree(dir)
@@ -247,6 +251,24 @@ describe("ember.fs directory changes", function()
       { flag = "--a", path = dir .. "/d/x.json", kind = "file" },
       { flag = "--b", path = dir .. "/missing/x.json", kind = "file" },
     }))
+  end)
+
+  it("mkdir takes a mode, make_temp_dir makes a private (0700) directory, isatty answers as test -t", function()
+    local t = fs.make_temp_dir("ember-fs-mode")
+    assert.are.equal("700", (run("stat -c %a " .. q(t)):gsub("%s+$", "")))
+    local old = run("umask"):gsub("%s+$", "")
+    assert(fs.mkdir(t .. "/m", tonumber("750", 8)))
+    -- what the umask leaves of 0750, computed here
+    local want = tonumber("750", 8) & ~tonumber(old, 8)
+    assert.are.equal(string.format("%o", want), (run("stat -c %a " .. q(t .. "/m")):gsub("%s+$", "")))
+    assert.has_error(function() fs.mkdir(t .. "/x", -1) end)
+    assert.has_error(function() fs.mkdir(t .. "/x", 8 ^ 5 // 1) end)
+    assert(fs.remove_tree(t))
+    for fd = 0, 2 do
+      assert.are.equal(os.execute("test -t " .. fd) == true, fs.isatty(fd), "fd " .. fd)
+    end
+    assert.is_false(fs.isatty(-1))
+    assert.is_false(fs.isatty(123456))
   end)
 
   it("starts no process for any of it", function()

@@ -6,9 +6,7 @@
 local artifact = require("ember.artifact")
 local safetensors = require("ember.safetensors")
 
-local dir = os.tmpname()
-os.remove(dir)
-assert(os.execute("mkdir -m 700 " .. dir))
+local dir = require("ember.fs").make_temp_dir("ember-fuzz-artifact") -- private (0700), no shell
 
 local function put(name, bytes)
   local f = assert(io.open(dir .. "/" .. name, "wb"))

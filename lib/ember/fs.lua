@@ -119,11 +119,16 @@ function M.write_atomic(path, data, what)
   return swept
 end
 
--- mkdir(path) -> true, or nil and "cannot create directory 'PATH': reason" (the OS reason: "File
--- exists" for anything already there, "No such file or directory" for a missing parent,
--- "Permission denied", "Not a directory").
-function M.mkdir(path)
-  return internal.mkdir(path)
+-- mkdir(path [, mode]) -> true, or nil and "cannot create directory 'PATH': reason" (the OS
+-- reason: "File exists" for anything already there, "No such file or directory" for a missing
+-- parent, "Permission denied", "Not a directory"). mode: 0777 by default (less the umask).
+function M.mkdir(path, mode)
+  return internal.mkdir(path, mode)
+end
+
+-- isatty(fd) -> whether the file descriptor (0 stdin, 1 stdout, 2 stderr) is a terminal.
+function M.isatty(fd)
+  return internal.isatty(fd)
 end
 
 -- mkdir_p(path) -> true (also when the directory is there already), or nil and "cannot create
@@ -156,7 +161,7 @@ function M.make_temp_dir(prefix)
     -- sweep_temps must never take them for a killed writer's leftovers
     local path = M.join(base, string.format("%s-%08x%08x", M.basename(prefix or "ember"), math.random(0, 0x7fffffff),
       os.time() & 0x7fffffff))
-    local ok, err = M.mkdir(path)
+    local ok, err = M.mkdir(path, 448) -- 0700: private, as the name promises
     if ok then return path end
     last = err
   end

@@ -234,7 +234,7 @@ function M.main(args, _, io_)
   end
   -- readline on a terminal (ember-lua provides it); plain lines otherwise
   local okr, rl = pcall(require, "ember.readline")
-  if not okr or os.execute("test -t 0") ~= true then rl = M.lines_rl(io.stdin, io_.stdout) end
+  if not okr or not require("ember.fs").isatty(0) then rl = M.lines_rl(io.stdin, io_.stdout) end
   M.run(model, rl, io_, { max_tokens = o["max-tokens"], temperature = o.temperature, top_k = o["top-k"],
     top_p = o["top-p"], seed = o.seed, context = o.context })
   model:close()

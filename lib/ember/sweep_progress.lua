@@ -7,10 +7,9 @@ local store = require("ember.sweep_store")
 
 local M = {}
 
--- Is file descriptor 2 a terminal? Plain Lua cannot ask; the shell's `test -t` can, and the shell
--- inherits our stderr.
+-- Is file descriptor 2 a terminal?
 function M.stderr_is_tty()
-  return os.execute("test -t 2") == true
+  return require("ember.fs").isatty(2)
 end
 
 local function duration(s)

@@ -79,11 +79,14 @@ static int l_list_dir(lua_State *L) {
     return 1;
 }
 
-/* core.internal.mkdir(path) -> true | nil, "cannot create directory 'PATH': reason". Mode 0777
- * less the umask, as mkdir(1); an existing path of any kind is "File exists". */
+/* core.internal.mkdir(path [, mode]) -> true | nil, "cannot create directory 'PATH': reason". Mode
+ * 0777 (or `mode`, e.g. 448 = 0700 for a private directory) less the umask, as mkdir(1); an
+ * existing path of any kind is "File exists". */
 static int l_mkdir(lua_State *L) {
     const char *path = check_path(L, 1, NULL);
-    if (mkdir(path, 0777) != 0) return push_failure(L, "cannot create directory ", path, errno);
+    const lua_Integer mode = luaL_optinteger(L, 2, 0777);
+    luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "mode must be in 0..07777");
+    if (mkdir(path, (mode_t)mode) != 0) return push_failure(L, "cannot create directory ", path, errno);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -239,6 +242,13 @@ static int l_realpath(lua_State *L) {
     return 1;
 }
 
+/* core.internal.isatty(fd) -> whether file descriptor fd (0, 1, 2, ...) is a terminal. */
+static int l_isatty(lua_State *L) {
+    const lua_Integer fd = luaL_checkinteger(L, 1);
+    lua_pushboolean(L, fd >= 0 && fd <= INT_MAX && isatty((int)fd) == 1);
+    return 1;
+}
+
 void ember_lua_open_fs(lua_State *L, int module) {
     static const luaL_Reg internal[] = {{"stat", l_stat},
                                         {"list_dir", l_list_dir},
@@ -246,6 +256,7 @@ void ember_lua_open_fs(lua_State *L, int module) {
                                         {"mkdir_p", l_mkdir_p},
                                         {"remove_tree", l_remove_tree},
                                         {"realpath", l_realpath},
+                                        {"isatty", l_isatty},
                                         {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 }

@@ -28,6 +28,8 @@ describe("Slurm job-array sweep", function()
     if not fx.exists(launcher) then pending("missing " .. launcher); return end
     local q = fs.shell_quote
     local work = fs.make_temp_dir("ember-slurm-spec")
+    -- make_temp_dir's directories are private (0700); munged, running as munge, must get in
+    assert(os.execute("chmod 755 " .. q(work)))
     local cluster = work .. "/cluster"
     local started = false
     finally(function()

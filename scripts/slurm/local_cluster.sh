@@ -49,6 +49,11 @@ trap 'stop' EXIT INT TERM # a failed start leaves nothing running
 m=$dir/munge
 mkdir -p "$m"
 chmod 755 "$dir"
+# munged runs as munge: every directory above the cluster must let it through
+if ! runuser -u munge -- test -x "$m"; then
+  echo "local_cluster.sh: user munge cannot reach '$dir' (a directory above it is not searchable by others; chmod o+x it, or use another place)" >&2
+  exit 2
+fi
 chown munge:munge "$m"
 chmod 755 "$m" # the socket directory must be searchable by every client
 mungekey --create --keyfile="$m/munge.key" --force >/dev/null 2>&1 || dd if=/dev/urandom of="$m/munge.key" bs=1024 count=1 2>/dev/null

@@ -209,7 +209,7 @@ describe("the default model", function()
     H.write(dir .. "/file", "not a directory")
     local out, rc = default_path("XDG_CACHE_HOME=" .. H.shell_quote(dir .. "/file"))
     assert.equal(1, rc)
-    assert.matches("default model: cannot create '" .. dir .. "/file/ember'", out, 1, true)
+    assert.matches("default model: cannot create directory '" .. dir .. "/file", out, 1, true)
   end)
 end)
 

@@ -167,7 +167,7 @@ function M.write(dir, sections, records)
   fs.sweep_temps(parent) -- a killed run's half-written artifact directory goes first
   local tmp = fs.temp_sibling(dir)
   local ok, err = fs.mkdir(tmp)
-  if not ok then error(where .. ": cannot create temporary directory '" .. tmp .. "': " .. err, 0) end
+  if not ok then error(where .. ": " .. err, 0) end -- err names the temporary directory and why
   local wok, werr = pcall(function()
     fs.write_atomic(fs.join(tmp, M.TENSORS), blob, where)
     fs.write_atomic(fs.join(tmp, M.MANIFEST), text, where)

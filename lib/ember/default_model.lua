@@ -28,7 +28,7 @@ function M.path()
   local path = fs.join(dir, M.FILE)
   if fs.exists(path) then return path end
   local ok, err = fs.mkdir_p(dir)
-  if not ok then error(string.format("default model: cannot create '%s': %s", dir, err), 0) end
+  if not ok then error("default model: " .. err, 0) end -- err names the directory and why
   local made, why = require("ember.core").make_tiny_model(path, M.PARAMS)
   if not made then error(string.format("default model: cannot write '%s': %s", path, why), 0) end
   return path

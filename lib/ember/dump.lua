@@ -57,7 +57,7 @@ function M.observer(cfg)
       if not self.layer_dir then -- the directory that becomes DIR, made on the first view
         local tmp = fs.temp_sibling(dir)
         local ok, err = fs.mkdir(tmp)
-        if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
+        if not ok then error("--dump-layers: " .. err, 0) end
         self.layer_dir = tmp
       end
       if not self.layers[l] then
@@ -193,7 +193,7 @@ function M.write_layers(dir, exp, prov, n_layers)
   if not tmp then -- no evaluation reached a layer: the dump is empty but still whole
     tmp = fs.temp_sibling((dir:gsub("(.)/+$", "%1")))
     local ok, err = fs.mkdir(tmp)
-    if not ok then error(string.format("--dump-layers: cannot create '%s': %s", tmp, err), 0) end
+    if not ok then error("--dump-layers: " .. err, 0) end
     exp.layer_dir = tmp
   end
   local files = json.array()

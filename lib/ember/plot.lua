@@ -44,7 +44,7 @@ local function render(dir, base, setup, body, data, size)
   -- file systems
   local tmp = fs.temp_sibling(fs.join(dir, "." .. base))
   local mok, merr = fs.mkdir(tmp)
-  if not mok then fail("cannot create '%s': %s", tmp, merr) end
+  if not mok then fail("%s", merr) end
   local datafile = fs.join(tmp, "data.txt")
   local f = assert(io.open(datafile, "wb"))
   f:write(data)

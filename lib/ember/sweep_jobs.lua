@@ -44,7 +44,7 @@ function M.run(o)
   local n = o.jobs
   local base = o.out .. ".shards"
   local ok, err = fs.mkdir_p(base)
-  if not ok then fail("cannot create '%s': %s", base, err) end
+  if not ok then fail("%s", err) end
   local cmd = M.command()
   local words = {}
   for i, a in ipairs(o.args) do words[i] = fs.shell_quote(a) end

@@ -40,7 +40,7 @@ function M.capture_patch_restore(opts)
   end
   local cfg = assert(capture.config { layers = "all", phase = "all", positions = "all" })
   local ok_dir, derr = fs.mkdir(opts.out_dir)
-  if not ok_dir then error("output directory '" .. opts.out_dir .. "': " .. derr, 0) end
+  if not ok_dir then error("output directory: " .. derr, 0) end
   local dirs = { A = fs.join(opts.out_dir, "A"), B = fs.join(opts.out_dir, "B"), C = fs.join(opts.out_dir, "C") }
   local gen = { max_tokens = opts.max_tokens or 4, temperature = 0.0, top_k = 0, top_p = 1.0, seed = 0 }
   local base_argv = opts.argv or { "capture_patch_restore.lua" }

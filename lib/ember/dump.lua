@@ -43,7 +43,7 @@ function M.observer(cfg)
     end
     return e
   end
-  local function record(self, list, sp, view, e, what)
+  local function record(list, sp, view, e, what)
     local shape = view:shape()
     spill_write(sp, view, what)
     list[#list + 1] = { eval = e.eval, rows = shape[1], cols = shape[2], size = shape[1] * shape[2] * 4,
@@ -65,7 +65,7 @@ function M.observer(cfg)
         self.layers[l] = { spill = { path = path, file = spill_open(path, "--dump-layers") } }
         self.spills[#self.spills + 1] = self.layers[l].spill
       end
-      record(self, self.layers[l], self.layers[l].spill, view, e, "--dump-layers")
+      record(self.layers[l], self.layers[l].spill, view, e, "--dump-layers")
     end
   end
   if cfg.logits then
@@ -76,7 +76,7 @@ function M.observer(cfg)
         self.logits.spill = { path = path, file = spill_open(path, "--dump-logits") }
         self.spills[#self.spills + 1] = self.logits.spill
       end
-      record(self, self.logits, self.logits.spill, view, e, "--dump-logits")
+      record(self.logits, self.logits.spill, view, e, "--dump-logits")
     end
   end
   function exp:discard()

@@ -54,7 +54,7 @@ ember_status ember_trace_set_filter(ember_trace *t, const bool *layer_mask, int6
         if (n_mask > 0) memcpy(t->layers, layer_mask, (size_t)n_mask * sizeof *t->layers);
         t->n_layers = n_mask > 0 ? n_mask : 0;
     }
-    if (ops) {
+    if (ops) { /* an empty list is a filter too: no op line at all */
         t->op_names = calloc((size_t)(n_ops > 0 ? n_ops : 1), sizeof *t->op_names);
         if (!t->op_names) {
             filter_free(t);
@@ -68,7 +68,6 @@ ember_status ember_trace_set_filter(ember_trace *t, const bool *layer_mask, int6
                 return ember_error_set(err, EMBER_ERR_NOMEM, "trace: out of memory");
             }
         }
-        /* an empty list is a filter too: no op line at all */
     }
     return EMBER_OK;
 }

@@ -10,7 +10,8 @@ cd "$(dirname "$0")"
 
 DEPS=(build-essential cmake pkg-config liblua5.4-dev lua5.4 lua-lpeg-dev lua-cjson-dev libmbedtls-dev
       lua-busted libreadline-dev libutf8proc-dev tmux slurm-wlm munge gnuplot-nox librsvg2-bin clang
-      lua-zlib) # lua-zlib: the specs read NumPy's compressed .npz fixtures
+      lua-zlib python3-numpy clang-format) # lua-zlib: the specs read NumPy's compressed .npz fixtures;
+      # python3-numpy (/usr/bin/python3): the float64 references some tests compare against
 
 install_deps() {
   local missing=()

@@ -51,7 +51,8 @@ static lua_State *state(void) {
     L = ember_fuzz_lua_new();
     const char *file = EMBER_SOURCE_DIR "/fuzz/drivers/" EMBER_FUZZ_DRIVER ".lua";
     if (luaL_loadfile(L, file) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_isfunction(L, -1)) {
-        fprintf(stderr, "fuzz driver %s: %s\n", file, lua_isstring(L, -1) ? lua_tostring(L, -1) : "did not return a function");
+        fprintf(stderr, "fuzz driver %s: %s\n", file,
+                lua_isstring(L, -1) ? lua_tostring(L, -1) : "did not return a function");
         abort();
     }
     lua_setfield(L, LUA_REGISTRYINDEX, "ember.fuzz.driver");

@@ -14,16 +14,15 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Runs for each input: load, then encode/decode; returns nothing, errors are caught by pcall. */
-static const char driver[] =
-    "local path, sample = ...\n"
-    "local tokenizer = require('ember.tokenizer')\n"
-    "local ok, tok = pcall(tokenizer, { file = path, config = false })\n"
-    "if not ok then return end\n"
-    "for _, text in ipairs({ 'Hello world, 123 \\u{e9}t\\u{e9}\\n\\n  <s>x', sample }) do\n"
-    "  local ok2, ids = pcall(tok.encode, tok, text, { special = true })\n"
-    "  if ok2 then pcall(tok.decode, tok, ids) end\n"
-    "end\n"
-    "tok:close()\n";
+static const char driver[] = "local path, sample = ...\n"
+                             "local tokenizer = require('ember.tokenizer')\n"
+                             "local ok, tok = pcall(tokenizer, { file = path, config = false })\n"
+                             "if not ok then return end\n"
+                             "for _, text in ipairs({ 'Hello world, 123 \\u{e9}t\\u{e9}\\n\\n  <s>x', sample }) do\n"
+                             "  local ok2, ids = pcall(tok.encode, tok, text, { special = true })\n"
+                             "  if ok2 then pcall(tok.decode, tok, ids) end\n"
+                             "end\n"
+                             "tok:close()\n";
 
 static lua_State *state(void) {
     static lua_State *L;

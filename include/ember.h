@@ -41,28 +41,28 @@ const char *ember_kv_type_name(ember_kv_type t); /* "f32" | "f16" | "bf16" */
 bool ember_kv_type_parse(const char *s, ember_kv_type *out);
 
 typedef struct {
-    const char *path;      /* GGUF file, required */
-    const char *arch;      /* optional: refuse the file if its family differs */
-    ember_kernels kernels; /* EMBER_KERNELS_AUTO by default */
-    int n_threads;         /* <= 0: the physical cores (ember_cpu_physical_cores) */
-    bool allow_nonfinite;  /* sessions of this model keep going on NaN/Inf logits instead of failing
+    const char *path;       /* GGUF file, required */
+    const char *arch;       /* optional: refuse the file if its family differs */
+    ember_kernels kernels;  /* EMBER_KERNELS_AUTO by default */
+    int n_threads;          /* <= 0: the physical cores (ember_cpu_physical_cores) */
+    bool allow_nonfinite;   /* sessions of this model keep going on NaN/Inf logits instead of failing
                               (their default; see ember_session_set_allow_nonfinite) */
     ember_kv_type kv_cache; /* the KV cache of every session of this model; EMBER_KV_F32 by default */
 } ember_model_params;
 
 typedef struct {
-    const char *family;        /* "llama", "qwen3", "gemma4", "gpt2", "qwen2" */
-    const char *architecture;  /* general.architecture as written in the file */
-    const char *name;          /* general.name, or NULL */
+    const char *family;       /* "llama", "qwen3", "gemma4", "gpt2", "qwen2" */
+    const char *architecture; /* general.architecture as written in the file */
+    const char *name;         /* general.name, or NULL */
     int64_t n_layers, hidden_size, n_vocab, n_heads, n_kv_heads, head_dim, context_length;
     const char *dtype_summary; /* e.g. "q8_0 (norms f32)" */
     const char *kernels;       /* kernel set actually used */
     int n_threads;
-    bool threads_default;      /* n_threads is the default (the physical cores), not asked for */
+    bool threads_default; /* n_threads is the default (the physical cores), not asked for */
     bool experimental;
-    size_t repacked_bytes;     /* weights copied into the kernel set's layout at load (0: all read
+    size_t repacked_bytes; /* weights copied into the kernel set's layout at load (0: all read
                                   in place from the file mapping) */
-    const char *kv_cache;      /* the sessions' KV cache type: "f32", "f16" or "bf16" */
+    const char *kv_cache;  /* the sessions' KV cache type: "f32", "f16" or "bf16" */
 } ember_model_info;
 
 ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);
@@ -80,8 +80,7 @@ uint64_t ember_model_weight_bytes_per_token(const ember_model *model);
  * final norm -> out (rows, n_vocab) = the family's final norm, the LM head and its post-processing
  * (Gemma 4: final logit softcap), on the model's kernels. Calls no hook; allocates one normed copy
  * of x for the call. The last layer's residual gives the forward pass's logits bit for bit. */
-ember_status ember_model_unembed(const ember_model *model, const float *x, int64_t rows, float *out,
-                                 ember_error *err);
+ember_status ember_model_unembed(const ember_model *model, const float *x, int64_t rows, float *out, ember_error *err);
 /* A stored tensor by GGUF name, with or without ".weight" (src/engine/weights.c): its shape as
  * n_out rows of n_in values (a vector is one row), and its values dequantized to f32 into out
  * (n_out * n_in floats). Nothing is kept. An unknown name is EMBER_ERR_ARG naming it and the file. */
@@ -139,9 +138,9 @@ typedef struct {
 /* Where an evaluation is; layer_index is -1 for the logits stages. */
 typedef struct {
     ember_phase phase;
-    int64_t start_position;    /* absolute position of the first input token */
+    int64_t start_position; /* absolute position of the first input token */
     int64_t input_token_count;
-    int64_t sequence_length;   /* start_position + input_token_count */
+    int64_t sequence_length; /* start_position + input_token_count */
     int64_t layer_index;
     /* Whether the session is tracing this evaluation (ember_session_set_trace). Read-only to
      * hooks: a hook can neither start, stop nor write the trace stream. */
@@ -149,8 +148,8 @@ typedef struct {
 } ember_eval_ctx;
 
 /* Return EMBER_OK to continue; anything else aborts the evaluation (fill err). */
-typedef ember_status (*ember_tensor_hook)(void *user, ember_stage stage, const ember_eval_ctx *ctx,
-                                         ember_view *view, ember_error *err);
+typedef ember_status (*ember_tensor_hook)(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *view,
+                                          ember_error *err);
 
 /* A NULL table (or a NULL entry) is the disabled path for that stage: nothing is called. */
 typedef struct {
@@ -164,8 +163,8 @@ typedef struct {
 ember_status ember_session_new(ember_model *model, int64_t n_ctx, ember_session **out, ember_error *err);
 void ember_session_free(ember_session *s);
 /* Evaluates ids at positions position..position+n-1; logits of the last one become current. */
-ember_status ember_session_prefill(ember_session *s, const int32_t *ids, int64_t n,
-                                   const ember_hooks *hooks, ember_error *err);
+ember_status ember_session_prefill(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                   ember_error *err);
 ember_status ember_session_decode(ember_session *s, int32_t id, const ember_hooks *hooks, ember_error *err);
 const float *ember_session_logits(const ember_session *s); /* (n_vocab) */
 /* While on, each evaluation also keeps the logits of every row it evaluated (the final norm and
@@ -221,8 +220,7 @@ typedef struct {
 
 typedef struct ember_sampler ember_sampler;
 
-ember_status ember_sampler_new(const ember_sampler_params *p, int64_t n_vocab, ember_sampler **out,
-                               ember_error *err);
+ember_status ember_sampler_new(const ember_sampler_params *p, int64_t n_vocab, ember_sampler **out, ember_error *err);
 void ember_sampler_free(ember_sampler *s);
 /* Returns the chosen id; greedy ties go to the lowest id. */
 int32_t ember_sampler_sample(ember_sampler *s, const float *logits);

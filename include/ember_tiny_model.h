@@ -41,12 +41,12 @@ typedef struct {
     ember_type dtype;   /* of the 2-D weights */
     uint64_t seed;
     int64_t n_layer, n_embd, n_head, n_ff, n_vocab, n_ctx;
-    int64_t n_head_kv;  /* 0: the family's usual (2; gpt2 has no GQA: n_head); gemma4: sliding layers' */
-    int64_t head_dim;   /* 0: n_embd / n_head (gemma4: the full layers' head size, 0: 2 * n_embd / n_head) */
-    float rope_base;    /* 0: the family's usual (llama 10000, qwen 1000000, gemma4 full layers 1000000) */
-    int tied;           /* -1: the family's usual (llama separate head, others tied); 0 separate; 1 tied */
-    int rope_freqs;     /* -1: the family's usual (gemma4 yes, others no); 0 no; 1 yes (llama, gemma4 only) */
-    bool tokenizer;     /* embed the tiny tokenizer (n_vocab >= 258) */
+    int64_t n_head_kv; /* 0: the family's usual (2; gpt2 has no GQA: n_head); gemma4: sliding layers' */
+    int64_t head_dim;  /* 0: n_embd / n_head (gemma4: the full layers' head size, 0: 2 * n_embd / n_head) */
+    float rope_base;   /* 0: the family's usual (llama 10000, qwen 1000000, gemma4 full layers 1000000) */
+    int tied;          /* -1: the family's usual (llama separate head, others tied); 0 separate; 1 tied */
+    int rope_freqs;    /* -1: the family's usual (gemma4 yes, others no); 0 no; 1 yes (llama, gemma4 only) */
+    bool tokenizer;    /* embed the tiny tokenizer (n_vocab >= 258) */
 
     /* gemma4 only (others refuse values other than these defaults) */
     int64_t head_dim_swa;     /* 0: n_embd / n_head */

@@ -21,7 +21,8 @@ typedef struct {
     int64_t rows_seen;
 } hook_state;
 
-static ember_status bump_logits(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
+static ember_status bump_logits(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                                ember_error *err) {
     (void)stage;
     (void)ctx;
     (void)err;

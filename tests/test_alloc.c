@@ -182,5 +182,7 @@ int main(void) {
     return ember_test_finish();
 }
 #else
-int main(void) { return ember_test_skip("AddressSanitizer replaces malloc; allocation counting needs the plain build"); }
+int main(void) {
+    return ember_test_skip("AddressSanitizer replaces malloc; allocation counting needs the plain build");
+}
 #endif

@@ -23,7 +23,9 @@ static float uniform(void) {
 }
 
 static const ember_type kv_types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16};
-static const char *type_name(ember_type t) { return t == EMBER_TYPE_F32 ? "f32" : t == EMBER_TYPE_F16 ? "f16" : "bf16"; }
+static const char *type_name(ember_type t) {
+    return t == EMBER_TYPE_F32 ? "f32" : t == EMBER_TYPE_F16 ? "f16" : "bf16";
+}
 
 /* A cache of `count` values of type t with random contents; *f gets the same values as f32. */
 static void *random_cache(ember_type t, int64_t count, float spread, float **f) {
@@ -60,8 +62,13 @@ static void test_chunk(const ember_kernel_ops *ops) {
             for (int64_t i = 0; i < EMBER_ATTN_MAX_ROWS * hd; i++) q[i] = uniform();
             double num = 0, den = 0;
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-                ember_attn_rows a = {.n_rows = EMBER_ATTN_MAX_ROWS, .k = k, .v = v, .kv_stride = stride,
-                                     .kv_type = kv_types[ti], .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+                ember_attn_rows a = {.n_rows = EMBER_ATTN_MAX_ROWS,
+                                     .k = k,
+                                     .v = v,
+                                     .kv_stride = stride,
+                                     .kv_type = kv_types[ti],
+                                     .hd = hd,
+                                     .scale = 1.0f / sqrtf((float)hd)};
                 for (int r = 0; r < a.n_rows; r++) { /* rows ending and starting at different keys */
                     a.q[r] = q + r * hd;
                     a.hi[r] = k0 + lens[li] - (r % 3);
@@ -69,7 +76,8 @@ static void test_chunk(const ember_kernel_ops *ops) {
                 }
                 a.hi[7] = k0; /* sees nothing of this chunk */
                 float m1[8], l1[8], m2[8], l2[8];
-                float *acc1 = malloc((size_t)(8 * hd) * sizeof(float)), *acc2 = malloc((size_t)(8 * hd) * sizeof(float));
+                float *acc1 = malloc((size_t)(8 * hd) * sizeof(float)),
+                      *acc2 = malloc((size_t)(8 * hd) * sizeof(float));
                 ember_kernels_reference.attn_chunk(&a, k0, k0 + EMBER_ATTN_CHUNK, scores, m1, l1, acc1);
                 ops->attn_chunk(&a, k0, k0 + EMBER_ATTN_CHUNK, scores, m2, l2, acc2);
                 for (int r = 0; r < a.n_rows; r++) {
@@ -134,10 +142,21 @@ static float *attend(ember_kernels k, int threads, const shape *sh, ember_type t
     const int64_t width = sh->n_head * sh->hd;
     float *out = malloc((size_t)(sh->n * width) * sizeof(float));
     float *scratch = malloc((size_t)ember_attention_scratch_floats(threads, n_ctx, sh->n_head, sh->hd) * sizeof(float));
-    ember_attention_args a = {.q = q, .k = kc, .v = vc, .kv_type = t, .out = out, .scratch = scratch,
+    ember_attention_args a = {.q = q,
+                              .k = kc,
+                              .v = vc,
+                              .kv_type = t,
+                              .out = out,
+                              .scratch = scratch,
                               .n_chunks_cap = (n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
-                              .n_head = sh->n_head, .n_head_kv = sh->n_head_kv, .hd = sh->hd,
-                              .kv_stride = sh->n_head_kv * sh->hd, .kv_head_stride = sh->hd, .pos0 = sh->pos0, .n = sh->n, .window = sh->window,
+                              .n_head = sh->n_head,
+                              .n_head_kv = sh->n_head_kv,
+                              .hd = sh->hd,
+                              .kv_stride = sh->n_head_kv * sh->hd,
+                              .kv_head_stride = sh->hd,
+                              .pos0 = sh->pos0,
+                              .n = sh->n,
+                              .window = sh->window,
                               .scale = 1.0f / sqrtf((float)sh->hd)};
     ember_compute_attention(c, &a);
     free(scratch);
@@ -193,8 +212,8 @@ static void test_threaded(void) {
                 if (!o[0]) continue; /* this CPU cannot run the set */
                 double err = 0;
                 for (int64_t i = 0; i < count; i++) err = fmax(err, fabs(o[0][i] - want[i]));
-                CHECK_MSG(err <= REL_ATTENTION * ref_max, "%s, %s cache, %s: max error %.3g (max |ref| %.3g)",
-                          sh->what, type_name(t), ember_kernels_name(sets[k]), err, ref_max);
+                CHECK_MSG(err <= REL_ATTENTION * ref_max, "%s, %s cache, %s: max error %.3g (max |ref| %.3g)", sh->what,
+                          type_name(t), ember_kernels_name(sets[k]), err, ref_max);
                 CHECK_MSG(!memcmp(o[0], o[1], (size_t)count * 4) && !memcmp(o[0], o[2], (size_t)count * 4),
                           "%s, %s cache, %s: 1, 2 and 3 threads differ", sh->what, type_name(t),
                           ember_kernels_name(sets[k]));
@@ -224,15 +243,18 @@ static void test_decode_equals_prefill(void) {
     for (size_t ti = 0; ti < 3; ti++) {
         const int64_t n_ctx = 601, width = 8 * 64;
         float *kf, *vf, *q = malloc((size_t)(600 * width) * sizeof(float));
-        void *kc = random_cache(kv_types[ti], n_ctx * 64, 3.0f, &kf), *vc = random_cache(kv_types[ti], n_ctx * 64, 1.0f, &vf);
+        void *kc = random_cache(kv_types[ti], n_ctx * 64, 3.0f, &kf),
+             *vc = random_cache(kv_types[ti], n_ctx * 64, 1.0f, &vf);
         for (int64_t i = 0; i < 600 * width; i++) q[i] = uniform();
         for (size_t k = 0; k < 3; k++)
             for (int th = 1; th <= 2; th++) {
                 float *a = attend(sets[k], th, &pre, kv_types[ti], kc, vc, q, n_ctx);
                 if (!a) continue;
                 float *b = attend(sets[k], th, &dec, kv_types[ti], kc, vc, q + 599 * width, n_ctx);
-                CHECK_MSG(!memcmp(a + 599 * width, b, (size_t)width * 4), "%s, %s cache, %d threads: decoded token "
-                          "differs from the prefill's last row", ember_kernels_name(sets[k]), type_name(kv_types[ti]), th);
+                CHECK_MSG(!memcmp(a + 599 * width, b, (size_t)width * 4),
+                          "%s, %s cache, %d threads: decoded token "
+                          "differs from the prefill's last row",
+                          ember_kernels_name(sets[k]), type_name(kv_types[ti]), th);
                 free(a);
                 free(b);
             }

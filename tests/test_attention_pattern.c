@@ -21,7 +21,9 @@ static float uniform(void) { /* in [-1, 1) */
 }
 
 static const ember_type kv_types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16};
-static const char *type_name(ember_type t) { return t == EMBER_TYPE_F32 ? "f32" : t == EMBER_TYPE_F16 ? "f16" : "bf16"; }
+static const char *type_name(ember_type t) {
+    return t == EMBER_TYPE_F32 ? "f32" : t == EMBER_TYPE_F16 ? "f16" : "bf16";
+}
 
 typedef struct {
     int64_t n_head, n_head_kv, hd, pos0, n, window;
@@ -57,10 +59,21 @@ static void check_run(ember_compute *c, const shape *s, ember_type kt, const flo
     float *fused = malloc(out_bytes), *split = malloc(out_bytes);
     float *scratch = malloc(sizeof(float) * (size_t)ember_attention_scratch_floats(threads, keys, s->n_head, s->hd));
     float *pattern = malloc(sizeof(float) * (size_t)(s->n_head * s->n * keys));
-    ember_attention_args a = {.q = q, .k = k, .v = v, .kv_type = kt, .out = fused, .scratch = scratch,
-                              .n_chunks_cap = (keys + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK, .n_head = s->n_head,
-                              .n_head_kv = s->n_head_kv, .hd = s->hd, .kv_stride = s->hd,
-                              .kv_head_stride = keys * s->hd, .pos0 = s->pos0, .n = s->n, .window = s->window,
+    ember_attention_args a = {.q = q,
+                              .k = k,
+                              .v = v,
+                              .kv_type = kt,
+                              .out = fused,
+                              .scratch = scratch,
+                              .n_chunks_cap = (keys + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
+                              .n_head = s->n_head,
+                              .n_head_kv = s->n_head_kv,
+                              .hd = s->hd,
+                              .kv_stride = s->hd,
+                              .kv_head_stride = keys * s->hd,
+                              .pos0 = s->pos0,
+                              .n = s->n,
+                              .window = s->window,
                               .scale = 1.0f / sqrtf((float)s->hd)};
     ember_compute_attention(c, &a);
     a.out = split;
@@ -118,9 +131,11 @@ static void check_run(ember_compute *c, const shape *s, ember_type kt, const flo
                 if (e > worst) worst = e;
             }
         }
-    CHECK_MSG(worst <= 1e-5, "%s, %d threads, %s, hd %lld, pos0 %lld, n %lld, window %lld: edited pattern mixed with "
-              "error %.3g", set, threads, type_name(kt), (long long)s->hd, (long long)s->pos0, (long long)s->n,
-              (long long)s->window, worst);
+    CHECK_MSG(worst <= 1e-5,
+              "%s, %d threads, %s, hd %lld, pos0 %lld, n %lld, window %lld: edited pattern mixed with "
+              "error %.3g",
+              set, threads, type_name(kt), (long long)s->hd, (long long)s->pos0, (long long)s->n, (long long)s->window,
+              worst);
     free(fused);
     free(split);
     free(scratch);
@@ -129,8 +144,8 @@ static void check_run(ember_compute *c, const shape *s, ember_type kt, const flo
 
 int main(void) {
     static const shape shapes[] = {
-        {4, 2, 32, 0, 1, 0},   {4, 2, 32, 0, 7, 0},   {4, 4, 64, 5, 1, 0},    {3, 1, 17, 3, 20, 0},
-        {2, 1, 80, 0, 33, 4},  {4, 2, 136, 9, 1, 4},  {2, 2, 8, 16, 17, 16},  {8, 2, 128, 0, 31, 0},
+        {4, 2, 32, 0, 1, 0},   {4, 2, 32, 0, 7, 0},    {4, 4, 64, 5, 1, 0},     {3, 1, 17, 3, 20, 0},
+        {2, 1, 80, 0, 33, 4},  {4, 2, 136, 9, 1, 4},   {2, 2, 8, 16, 17, 16},   {8, 2, 128, 0, 31, 0},
         {4, 1, 64, 300, 1, 0}, {2, 1, 32, 250, 12, 0}, {4, 2, 16, 500, 3, 100}, /* across chunks of 256 keys */
     };
     const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
@@ -162,10 +177,20 @@ int main(void) {
                         base = malloc(sizeof(float) * (size_t)(s->n * s->n_head * s->hd));
                         const int64_t nc = (keys + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK;
                         float *pat = malloc(sizeof(float) * (size_t)(s->n_head * s->n * keys));
-                        ember_attention_args a = {.q = q, .k = k, .v = v, .kv_type = kv_types[ti], .out = base,
-                                                  .n_chunks_cap = nc, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
-                                                  .hd = s->hd, .kv_stride = s->hd, .kv_head_stride = keys * s->hd,
-                                                  .pos0 = s->pos0, .n = s->n, .window = s->window,
+                        ember_attention_args a = {.q = q,
+                                                  .k = k,
+                                                  .v = v,
+                                                  .kv_type = kv_types[ti],
+                                                  .out = base,
+                                                  .n_chunks_cap = nc,
+                                                  .n_head = s->n_head,
+                                                  .n_head_kv = s->n_head_kv,
+                                                  .hd = s->hd,
+                                                  .kv_stride = s->hd,
+                                                  .kv_head_stride = keys * s->hd,
+                                                  .pos0 = s->pos0,
+                                                  .n = s->n,
+                                                  .window = s->window,
                                                   .scale = 1.0f / sqrtf((float)s->hd)};
                         ember_compute_attention_probs(comp[si][th], &a, pat);
                         ember_compute_attention_mix(comp[si][th], &a, pat);

@@ -33,9 +33,9 @@
 #define UNDER_ASAN 0
 #endif
 
-#define CASE_SECONDS 60      /* alarm per case: far above any case's real time */
-#define CASE_MAX_RSS_MB 400  /* peak resident size of a case (sanitizer builds included) */
-#define CASE_MAX_AS_MB 2048  /* address space of a case outside sanitizer builds */
+#define CASE_SECONDS 60     /* alarm per case: far above any case's real time */
+#define CASE_MAX_RSS_MB 400 /* peak resident size of a case (sanitizer builds included) */
+#define CASE_MAX_AS_MB 2048 /* address space of a case outside sanitizer builds */
 
 /* ---- running a case in a child --------------------------------------------------------------- */
 
@@ -48,8 +48,8 @@ typedef void (*case_fn)(const void *arg, outcome *out);
 
 typedef struct {
     outcome out;
-    bool ran;          /* the child reported */
-    int signal;        /* the child died by this signal, 0 if it exited */
+    bool ran;   /* the child reported */
+    int signal; /* the child died by this signal, 0 if it exited */
     long max_rss_kb;
 } case_result;
 
@@ -89,8 +89,8 @@ static case_result run_case(case_fn fn, const void *arg) {
 
 /* The case must end (no signal, no hang) with `code`, a message containing the path (if given) and
  * each of subs, within the memory bound. */
-static void expect(const char *what, case_fn fn, const void *arg, ember_status code, const char *path,
-                   const char *sub1, const char *sub2) {
+static void expect(const char *what, case_fn fn, const void *arg, ember_status code, const char *path, const char *sub1,
+                   const char *sub2) {
     case_result r = run_case(fn, arg);
     CHECK_MSG(r.ran && r.signal == 0, "%s: the case did not finish (signal %d%s)", what, r.signal,
               r.signal == SIGALRM ? ": timed out" : "");
@@ -229,7 +229,8 @@ static void many_names_case(const void *arg, outcome *o) {
 
 static void test_many_names(void) {
     const char *ok = many_names_file("many.gguf", 0);
-    expect("100k keys + 50k tensors", many_names_case, ok, EMBER_OK, NULL, "100000 keys, 50000 tensors", "lookups right");
+    expect("100k keys + 50k tensors", many_names_case, ok, EMBER_OK, NULL, "100000 keys, 50000 tensors",
+           "lookups right");
     const char *dk = many_names_file("many-dupkey.gguf", 1);
     expect("duplicate key among 100k", open_gguf_case, dk, EMBER_ERR_FORMAT, dk, "'k.000017'", "twice");
     const char *dt = many_names_file("many-duptensor.gguf", 2);
@@ -361,13 +362,16 @@ static void test_hyper_parameters(void) {
     ember_gguf_writer_remove_key(w, "general.architecture");
     ember_gguf_writer_set_u32(w, "general.architecture", 7);
     p = finish(w, "arch-u32.gguf");
-    expect("general.architecture as u32", load_model_case, p, EMBER_ERR_FORMAT, p, "general.architecture", "wrong type");
+    expect("general.architecture as u32", load_model_case, p, EMBER_ERR_FORMAT, p, "general.architecture",
+           "wrong type");
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_key(w, "general.architecture");
-    ember_gguf_writer_set_string(w, "general.architecture", "ll\x1b]0;owned\x07" "ama");
+    ember_gguf_writer_set_string(w, "general.architecture",
+                                 "ll\x1b]0;owned\x07"
+                                 "ama");
     p = finish(w, "arch-esc.gguf");
-    expect("escape bytes in general.architecture", load_model_case, p, EMBER_ERR_UNSUPPORTED, p, "ll\\x1B]0;owned\\x07ama",
-           "not supported");
+    expect("escape bytes in general.architecture", load_model_case, p, EMBER_ERR_UNSUPPORTED, p,
+           "ll\\x1B]0;owned\\x07ama", "not supported");
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_key(w, "general.architecture");
     p = finish(w, "arch-missing.gguf");
@@ -385,8 +389,8 @@ static const char *truncate_model_path;
 typedef struct {
     ember_kernels kernels;
     ember_type dtype;
-    bool during;      /* truncate from a hook while the evaluation runs */
-    bool rewrite;     /* rewrite the bytes in place instead of truncating */
+    bool during;  /* truncate from a hook while the evaluation runs */
+    bool rewrite; /* rewrite the bytes in place instead of truncating */
 } change_case;
 
 static ember_status truncating_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
@@ -427,7 +431,8 @@ static void changed_file_case(const void *arg, outcome *o) {
             int fd = open(copy, O_WRONLY);
             char junk[4096];
             memset(junk, 0x7F, sizeof junk);
-            if (fd < 0 || pwrite(fd, junk, sizeof junk, (off_t)(len / 2)) != (ssize_t)sizeof junk) o->st = EMBER_ERR_ARG;
+            if (fd < 0 || pwrite(fd, junk, sizeof junk, (off_t)(len / 2)) != (ssize_t)sizeof junk)
+                o->st = EMBER_ERR_ARG;
             if (fd >= 0) close(fd);
         } else if (truncate(copy, 4096) != 0) {
             o->st = EMBER_ERR_ARG;
@@ -467,19 +472,23 @@ static void test_changed_file(void) {
         truncate_model_path = model;
         for (size_t k = 0; k < 3; k++) {
             if (!kernels_usable(sets[k])) {
-                fprintf(stderr, "note: this CPU lacks %s; its changed-file cases are skipped\n", ember_kernels_name(sets[k]));
+                fprintf(stderr, "note: this CPU lacks %s; its changed-file cases are skipped\n",
+                        ember_kernels_name(sets[k]));
                 continue;
             }
             char what[160];
             change_case c = {.kernels = sets[k], .dtype = dtypes[d]};
-            snprintf(what, sizeof what, "truncated after load (%s, %s)", ember_kernels_name(sets[k]), ember_type_name(dtypes[d]));
+            snprintf(what, sizeof what, "truncated after load (%s, %s)", ember_kernels_name(sets[k]),
+                     ember_type_name(dtypes[d]));
             expect(what, changed_file_case, &c, EMBER_ERR_IO, model, "changed after it was loaded", NULL);
             c.rewrite = true;
-            snprintf(what, sizeof what, "rewritten in place (%s, %s)", ember_kernels_name(sets[k]), ember_type_name(dtypes[d]));
+            snprintf(what, sizeof what, "rewritten in place (%s, %s)", ember_kernels_name(sets[k]),
+                     ember_type_name(dtypes[d]));
             expect(what, changed_file_case, &c, EMBER_ERR_IO, model, "rewritten in place", NULL);
             c.rewrite = false;
             c.during = true;
-            snprintf(what, sizeof what, "truncated during prefill (%s, %s)", ember_kernels_name(sets[k]), ember_type_name(dtypes[d]));
+            snprintf(what, sizeof what, "truncated during prefill (%s, %s)", ember_kernels_name(sets[k]),
+                     ember_type_name(dtypes[d]));
             /* f32 weights are read from the mapping on every set: the read past the end faults and
              * the guard turns it into the error; q8_0 weights may be repacked copies (no fault),
              * then the size check after the evaluation reports it */
@@ -494,18 +503,20 @@ static void test_changed_file(void) {
 typedef struct {
     const char *path;
     bool allow;
-    int hook_layer;   /* >= 0: a hook writes NaN at after_mlp of this layer */
-    int ban;          /* 1: an after_logits hook sets one logit to -inf; 2: all of them */
+    int hook_layer; /* >= 0: a hook writes NaN at after_mlp of this layer */
+    int ban;        /* 1: an after_logits hook sets one logit to -inf; 2: all of them */
 } nonfinite_case;
 
-static ember_status ban_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
+static ember_status ban_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                             ember_error *err) {
     (void)stage, (void)ctx, (void)err;
     const nonfinite_case *c = user;
     for (int64_t i = 0; i < (c->ban == 2 ? v->cols : 1); i++) v->data[i] = -INFINITY;
     return EMBER_OK;
 }
 
-static ember_status nan_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
+static ember_status nan_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                             ember_error *err) {
     (void)stage, (void)err;
     if (ctx->layer_index == *(const int *)user) v->data[v->cols + 3] = NAN;
     return EMBER_OK;
@@ -513,8 +524,8 @@ static ember_status nan_hook(void *user, ember_stage stage, const ember_eval_ctx
 
 static void nonfinite_run(const void *arg, outcome *o) {
     const nonfinite_case *c = arg;
-    ember_model_params p = {.path = c->path, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1,
-                            .allow_nonfinite = c->allow};
+    ember_model_params p = {
+        .path = c->path, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1, .allow_nonfinite = c->allow};
     ember_model *m = NULL;
     ember_session *s = NULL;
     ember_error err = {0};
@@ -522,7 +533,8 @@ static void nonfinite_run(const void *arg, outcome *o) {
     ember_hooks h = {.user = (void *)&c->hook_layer}, ban = {.user = (void *)c};
     h.on_tensor[EMBER_STAGE_AFTER_MLP] = nan_hook;
     ban.on_tensor[EMBER_STAGE_AFTER_LOGITS] = ban_hook;
-    if ((o->st = ember_model_load(&p, &m, &err)) == EMBER_OK && (o->st = ember_session_new(m, 16, &s, &err)) == EMBER_OK) {
+    if ((o->st = ember_model_load(&p, &m, &err)) == EMBER_OK &&
+        (o->st = ember_session_new(m, 16, &s, &err)) == EMBER_OK) {
         o->st = ember_session_prefill(s, ids, 3, c->ban ? &ban : c->hook_layer >= 0 ? &h : NULL, &err);
         if (o->st == EMBER_OK) {
             const float *logits = ember_session_logits(s);
@@ -549,7 +561,8 @@ static void test_nonfinite(void) {
     expect("NaN in a norm weight", nonfinite_run, &c, EMBER_ERR_NONFINITE, nan_norm, "after_mlp of layer 2",
            "allow_nonfinite");
     c.allow = true;
-    expect("NaN in a norm weight, allow_nonfinite", nonfinite_run, &c, EMBER_OK, NULL, "ran on; logits non-finite", NULL);
+    expect("NaN in a norm weight, allow_nonfinite", nonfinite_run, &c, EMBER_OK, NULL, "ran on; logits non-finite",
+           NULL);
 
     w = tiny("llama", EMBER_TYPE_F32);
     for (int i = 0; i < 64; i++) norm[i] = 1.0f;
@@ -562,7 +575,8 @@ static void test_nonfinite(void) {
 
     const char *clean = finish(tiny("llama", EMBER_TYPE_F32), "clean.gguf");
     nonfinite_case hk = {.path = clean, .hook_layer = 3};
-    expect("a hook writes NaN", nonfinite_run, &hk, EMBER_ERR_NONFINITE, clean, "after_mlp of layer 3", "token row 1, column 3");
+    expect("a hook writes NaN", nonfinite_run, &hk, EMBER_ERR_NONFINITE, clean, "after_mlp of layer 3",
+           "token row 1, column 3");
     hk.allow = true;
     expect("a hook writes NaN, allow_nonfinite", nonfinite_run, &hk, EMBER_OK, NULL, "ran on", NULL);
     nonfinite_case fine = {.path = clean, .hook_layer = -1};
@@ -605,8 +619,10 @@ static void dense_ids_case(const void *arg, outcome *o) {
         snprintf(s, sizeof s, "t%d", i);
         o->st = ember_tokenizer_builder_add_token(b, i < 290 ? i : i + 20, s, strlen(s), 0, EMBER_TOKEN_NORMAL, &err);
     }
-    if (o->st == EMBER_OK) o->st = ember_tokenizer_builder_add_merge(b, "t1", 2, "t2", 2, &err) == EMBER_ERR_FORMAT
-                                        ? EMBER_OK : EMBER_ERR_ARG; /* "t1t2" is no token */
+    if (o->st == EMBER_OK)
+        o->st = ember_tokenizer_builder_add_merge(b, "t1", 2, "t2", 2, &err) == EMBER_ERR_FORMAT
+                    ? EMBER_OK
+                    : EMBER_ERR_ARG; /* "t1t2" is no token */
     if (o->st == EMBER_OK) {
         o->st = ember_tokenizer_builder_finish(b, &cfg, &t, &err);
         b = NULL;

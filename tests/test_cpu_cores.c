@@ -49,11 +49,11 @@ int main(void) {
         for (int core = 0; core < 2; core++)
             for (int ht = 0; ht < 2; ht++, n++) cpu(dir, n, pkg, core, n == 0 ? "" : "1\n");
     CHECK(ember_cpu_cores_from(dir, NULL, NULL) == 4);
-    put(dir, "cpu7/online", "0\n");                  /* cpu7 is the sibling of cpu6: still 4 */
-    put(dir, "cpu6/online", "0\n");                  /* package 1 core 1 gone entirely: 3 */
+    put(dir, "cpu7/online", "0\n"); /* cpu7 is the sibling of cpu6: still 4 */
+    put(dir, "cpu6/online", "0\n"); /* package 1 core 1 gone entirely: 3 */
     CHECK_MSG(ember_cpu_cores_from(dir, NULL, NULL) == 3, "%d", ember_cpu_cores_from(dir, NULL, NULL));
     bool allowed[4096] = {false};
-    allowed[0] = allowed[1] = allowed[2] = true;      /* cpu0, cpu1: one core; cpu2: another */
+    allowed[0] = allowed[1] = allowed[2] = true; /* cpu0, cpu1: one core; cpu2: another */
     CHECK(ember_cpu_cores_from(dir, NULL, allowed) == 2);
 
     /* no sysfs: /proc/cpuinfo's blocks (4 processors, 2 cores) */

@@ -67,11 +67,13 @@ int main(void) {
     CHECKF(ember_session_prefill(s, ids, 1, NULL, &err) == EMBER_OK, "prefill: %s", err.msg);
     const long before = mapped_rss_kib(path);
     CHECKF(ember_session_prefill(s, ids + 1, N_IDS - 1, NULL, &err) == EMBER_OK, "prefill: %s", err.msg);
-    for (int i = 0; i < 4; i++) CHECKF(ember_session_decode(s, ids[i * 37], NULL, &err) == EMBER_OK, "decode: %s", err.msg);
+    for (int i = 0; i < 4; i++)
+        CHECKF(ember_session_decode(s, ids[i * 37], NULL, &err) == EMBER_OK, "decode: %s", err.msg);
     const long after = mapped_rss_kib(path), bound = (N_IDS - 1 + 4) * 4L / 2;
     printf("file mapping resident: %ld KiB after one token, %ld KiB after %d more lookups (bound: +%ld KiB)\n", before,
            after, N_IDS - 1 + 4, bound);
-    CHECK_MSG(after - before < bound, "the mapping grew by %ld KiB over the lookups (bound %ld KiB)", after - before, bound);
+    CHECK_MSG(after - before < bound, "the mapping grew by %ld KiB over the lookups (bound %ld KiB)", after - before,
+              bound);
     ember_session_free(s);
     ember_model_free(m);
     remove(path);

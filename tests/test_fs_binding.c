@@ -164,8 +164,8 @@ int main(void) {
         int status = 0;
         CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
         CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "the permission checks as nobody failed (exit status %d; 100: could not drop to nobody)",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+               "the permission checks as nobody failed (exit status %d; 100: could not drop to nobody)",
+               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
     chmod(buf, 0755);
 

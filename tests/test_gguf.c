@@ -67,7 +67,8 @@ static void expect_fail(const char *what, const unsigned char *b, size_t len, em
     ember_error err;
     ember_status st = open_bytes("corrupt.gguf", b, len, &err);
     CHECK_MSG(st == code, "%s: status %d, expected %d (%.700s)", what, st, code, err.msg);
-    CHECK_MSG(strstr(err.msg, tmp_path("corrupt.gguf")) != NULL, "%s: message does not name the file: %.700s", what, err.msg);
+    CHECK_MSG(strstr(err.msg, tmp_path("corrupt.gguf")) != NULL, "%s: message does not name the file: %.700s", what,
+              err.msg);
     if (sub1) CHECK_MSG(contains_ci(err.msg, sub1), "%s: message lacks '%s': %.700s", what, sub1, err.msg);
     if (sub2) CHECK_MSG(contains_ci(err.msg, sub2), "%s: message lacks '%s': %.700s", what, sub2, err.msg);
 }
@@ -152,8 +153,8 @@ static void test_llama_spm_vocab_only(void) {
     CHECK(tokens && !ember_gguf_array_number(tokens, 0, &sc)); /* strings are not numbers */
     const gguf_value *types = value_of(g, "tokenizer.ggml.token_type");
     double t = 0;
-    CHECK(types && ember_gguf_array_number(types, 0, &t) && t == 2);  /* unknown */
-    CHECK(types && ember_gguf_array_number(types, 3, &t) && t == 6);  /* byte */
+    CHECK(types && ember_gguf_array_number(types, 0, &t) && t == 2); /* unknown */
+    CHECK(types && ember_gguf_array_number(types, 3, &t) && t == 6); /* byte */
     bool b = false;
     CHECK(ember_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) && b);
     CHECK(ember_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) && !b);
@@ -323,19 +324,30 @@ static void test_round_trip(uint32_t version, uint32_t alignment) {
     CHECK(!ember_gguf_get_int(g, "s.u64", &iv)); /* 2^63 + 5 does not fit an int64 */
     CHECK(ember_gguf_get_int(g, "s.u32", &iv) && iv == 4000000000LL);
     /* Arrays of every scalar type, element by element. */
-    struct { const char *key; gguf_value_type et; uint64_t n; double want[3]; } arrays[] = {
-        {"a.u8", GGUF_TYPE_UINT8, 3, {1, 2, 255}},       {"a.i8", GGUF_TYPE_INT8, 3, {-1, 0, 127}},
-        {"a.u16", GGUF_TYPE_UINT16, 2, {1, 65535}},      {"a.i16", GGUF_TYPE_INT16, 2, {-32768, 7}},
-        {"a.u32", GGUF_TYPE_UINT32, 3, {0, 1, 4294967295.0}}, {"a.i32", GGUF_TYPE_INT32, 2, {-5, 5}},
-        {"a.f32", GGUF_TYPE_FLOAT32, 2, {0.5, -2}},      {"a.bool", GGUF_TYPE_BOOL, 3, {1, 0, 1}},
+    struct {
+        const char *key;
+        gguf_value_type et;
+        uint64_t n;
+        double want[3];
+    } arrays[] = {
+        {"a.u8", GGUF_TYPE_UINT8, 3, {1, 2, 255}},
+        {"a.i8", GGUF_TYPE_INT8, 3, {-1, 0, 127}},
+        {"a.u16", GGUF_TYPE_UINT16, 2, {1, 65535}},
+        {"a.i16", GGUF_TYPE_INT16, 2, {-32768, 7}},
+        {"a.u32", GGUF_TYPE_UINT32, 3, {0, 1, 4294967295.0}},
+        {"a.i32", GGUF_TYPE_INT32, 2, {-5, 5}},
+        {"a.f32", GGUF_TYPE_FLOAT32, 2, {0.5, -2}},
+        {"a.bool", GGUF_TYPE_BOOL, 3, {1, 0, 1}},
         {"a.u64", GGUF_TYPE_UINT64, 1, {18446744073709551615.0}},
         {"a.i64", GGUF_TYPE_INT64, 1, {-9223372036854775808.0}},
-        {"a.f64", GGUF_TYPE_FLOAT64, 2, {3.141592653589793, 0}}, {"a.empty", GGUF_TYPE_INT32, 0, {0}},
+        {"a.f64", GGUF_TYPE_FLOAT64, 2, {3.141592653589793, 0}},
+        {"a.empty", GGUF_TYPE_INT32, 0, {0}},
     };
     for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
         v = value_of(g, arrays[a].key);
         CHECK_MSG(v && v->type == GGUF_TYPE_ARRAY && v->v.arr.elem_type == arrays[a].et &&
-                      v->v.arr.count == arrays[a].n, "%s", arrays[a].key);
+                      v->v.arr.count == arrays[a].n,
+                  "%s", arrays[a].key);
         for (uint64_t i = 0; v && i < arrays[a].n; i++) {
             double d = -42;
             CHECK_MSG(ember_gguf_array_number(v, i, &d) && d == arrays[a].want[i], "%s[%llu] = %.17g", arrays[a].key,
@@ -517,11 +529,11 @@ static void test_corruptions(void) {
     /* Cutting only the trailing padding leaves a valid file. */
     CHECK(open_bytes("corrupt.gguf", base, 384 + 34, &err) == EMBER_OK);
 
-#define PATCH(what, code, s1, s2, stmt)                                                                           \
-    do {                                                                                                          \
-        memcpy(b, base, len);                                                                                     \
-        stmt;                                                                                                     \
-        expect_fail(what, b, len, code, s1, s2);                                                                  \
+#define PATCH(what, code, s1, s2, stmt)                                                                                \
+    do {                                                                                                               \
+        memcpy(b, base, len);                                                                                          \
+        stmt;                                                                                                          \
+        expect_fail(what, b, len, code, s1, s2);                                                                       \
     } while (0)
     PATCH("bad magic", EMBER_ERR_FORMAT, "magic", NULL, b[0] = 'X');
     PATCH("version 1", EMBER_ERR_UNSUPPORTED, "version 1", NULL, put_u32(b, 4, 1));
@@ -583,8 +595,12 @@ static void test_small_bad_files(void) {
     ember_error err = {0};
     /* Real tensors of types ember does not read (an IQ type, a ternary type), beside a q4_K one it
      * does: the refusal names the file, the tensor and its type. */
-    static const struct { uint32_t type; const char *name; size_t block_bytes; int64_t block; } refused[] = {
-        {20, "iq4_nl", 18, 32}, {35, "tq2_0", 66, 256}, {16, "iq2_xxs", 66, 256}};
+    static const struct {
+        uint32_t type;
+        const char *name;
+        size_t block_bytes;
+        int64_t block;
+    } refused[] = {{20, "iq4_nl", 18, 32}, {35, "tq2_0", 66, 256}, {16, "iq2_xxs", 66, 256}};
     ember_gguf *g = NULL;
     const char *path = NULL;
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

@@ -56,9 +56,9 @@ static void check_set(const char *name, const ember_kernel_ops *ops, const float
             if (y[i] != one(x[i]) && bad++ == 0) first = i;
         uint32_t fb = 0;
         if (first >= 0) memcpy(&fb, &x[first], 4);
-        CHECK_MSG(bad == 0, "%s %s: %lld of %lld differ from the scalar conversion (first: 0x%08x -> 0x%04x, want 0x%04x)",
-                  name, what, (long long)bad, (long long)n, fb, first >= 0 ? y[first] : 0,
-                  first >= 0 ? one(x[first]) : 0);
+        CHECK_MSG(bad == 0,
+                  "%s %s: %lld of %lld differ from the scalar conversion (first: 0x%08x -> 0x%04x, want 0x%04x)", name,
+                  what, (long long)bad, (long long)n, fb, first >= 0 ? y[first] : 0, first >= 0 ? one(x[first]) : 0);
         /* every length 0..40 at every start offset 0..3: the vector bodies, the tails, and nothing
          * written past the end */
         for (int64_t off = 0; off < 4; off++)
@@ -80,11 +80,11 @@ int main(void) {
     CHECK(ember_f32_to_f16(1.0f) == 0x3c00);
     CHECK(ember_f32_to_f16(-2.0f) == 0xc000);
     CHECK(ember_f32_to_f16(65504.0f) == 0x7bff);
-    CHECK(ember_f32_to_f16(65519.0f) == 0x7bff); /* below the tie with 65536: rounds down */
-    CHECK(ember_f32_to_f16(65520.0f) == 0x7c00); /* the tie rounds to even: infinity */
-    CHECK(ember_f32_to_f16(0x1p-24f) == 0x0001); /* smallest subnormal */
-    CHECK(ember_f32_to_f16(0x1p-25f) == 0x0000); /* tie between 0 and 2^-24: even (0) */
-    CHECK(ember_f32_to_f16(0x1.8p-24f) == 0x0002); /* tie between 1 and 2 (x 2^-24): even (2) */
+    CHECK(ember_f32_to_f16(65519.0f) == 0x7bff);        /* below the tie with 65536: rounds down */
+    CHECK(ember_f32_to_f16(65520.0f) == 0x7c00);        /* the tie rounds to even: infinity */
+    CHECK(ember_f32_to_f16(0x1p-24f) == 0x0001);        /* smallest subnormal */
+    CHECK(ember_f32_to_f16(0x1p-25f) == 0x0000);        /* tie between 0 and 2^-24: even (0) */
+    CHECK(ember_f32_to_f16(0x1.8p-24f) == 0x0002);      /* tie between 1 and 2 (x 2^-24): even (2) */
     CHECK(ember_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00); /* tie: even mantissa 0 */
     CHECK(ember_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02); /* tie: even mantissa 2 */
     CHECK(ember_f32_to_f16(-0.0f) == 0x8000);

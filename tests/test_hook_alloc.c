@@ -36,20 +36,19 @@ static int l_alloc_count(lua_State *L) {
 }
 
 /* Every tensor stage reads its view and its context; `calls` counts the calls. */
-static const char *const experiment_src =
-    "local core, path = ...\n"
-    "model = core.load{ model = path, kernels = 'reference', threads = 1 }\n"
-    "calls, sum = 0, 0.0\n"
-    "exp = { name = 'readers' }\n"
-    "for _, st in ipairs(core.stages) do\n"
-    "  exp[st] = function(self, ctx, v)\n"
-    "    calls = calls + 1\n"
-    "    local tp = ctx:token_position()\n"
-    "    local l, p, n = ctx.layer_index, ctx.phase, ctx.sequence_length\n"
-    "    sum = sum + v:get(1, 1) + #v + n + (tp or 0) + (l or 0)\n"
-    "    if p ~= 'decode' and p ~= 'prefill' then error('bad phase') end\n"
-    "  end\n"
-    "end\n";
+static const char *const experiment_src = "local core, path = ...\n"
+                                          "model = core.load{ model = path, kernels = 'reference', threads = 1 }\n"
+                                          "calls, sum = 0, 0.0\n"
+                                          "exp = { name = 'readers' }\n"
+                                          "for _, st in ipairs(core.stages) do\n"
+                                          "  exp[st] = function(self, ctx, v)\n"
+                                          "    calls = calls + 1\n"
+                                          "    local tp = ctx:token_position()\n"
+                                          "    local l, p, n = ctx.layer_index, ctx.phase, ctx.sequence_length\n"
+                                          "    sum = sum + v:get(1, 1) + #v + n + (tp or 0) + (l or 0)\n"
+                                          "    if p ~= 'decode' and p ~= 'prefill' then error('bad phase') end\n"
+                                          "  end\n"
+                                          "end\n";
 
 /* The same steps through the Lua primitives: evaluate (with the runner and a sampler) per token. */
 static const char *const lua_loop_src =

@@ -16,20 +16,38 @@ typedef struct {
 
 static const combo combos[] = {
     {"none", {0}, EMBER_KERNELS_REFERENCE, "avx2 fma f16c", "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni"},
-    {"avx2 without fma", {.avx2 = true, .f16c = true}, EMBER_KERNELS_REFERENCE, "fma",
+    {"avx2 without fma",
+     {.avx2 = true, .f16c = true},
+     EMBER_KERNELS_REFERENCE,
+     "fma",
      "fma avx512f avx512bw avx512vl avx512vnni"},
-    {"avx2+fma+f16c", {.avx2 = true, .fma = true, .f16c = true}, EMBER_KERNELS_AVX2, "",
+    {"avx2+fma+f16c",
+     {.avx2 = true, .fma = true, .f16c = true},
+     EMBER_KERNELS_AVX2,
+     "",
      "avx512f avx512bw avx512vl avx512vnni"},
     {"avx512 without vnni",
      {.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true, .avx512vl = true, .avx512bf16 = true},
-     EMBER_KERNELS_AVX2, "", "avx512vnni"},
+     EMBER_KERNELS_AVX2,
+     "",
+     "avx512vnni"},
     {"avx512 without f16c",
      {.avx2 = true, .fma = true, .avx512f = true, .avx512bw = true, .avx512vl = true, .avx512vnni = true},
-     EMBER_KERNELS_REFERENCE, "f16c", "f16c"},
+     EMBER_KERNELS_REFERENCE,
+     "f16c",
+     "f16c"},
     {"full avx512",
-     {.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true, .avx512vl = true,
-      .avx512vnni = true, .avx512bf16 = true},
-     EMBER_KERNELS_AVX512, "", ""},
+     {.avx2 = true,
+      .fma = true,
+      .f16c = true,
+      .avx512f = true,
+      .avx512bw = true,
+      .avx512vl = true,
+      .avx512vnni = true,
+      .avx512bf16 = true},
+     EMBER_KERNELS_AVX512,
+     "",
+     ""},
 };
 
 static void test_best(void) {
@@ -49,7 +67,8 @@ static void test_best(void) {
         CHECK(ember_kernels_supported_for(EMBER_KERNELS_AUTO, &c->f));
         char buf[128];
         ember_kernels_missing(EMBER_KERNELS_AVX2, &c->f, buf, sizeof buf);
-        CHECK_MSG(strcmp(buf, c->avx2_missing) == 0, "%s: avx2 lacks '%s', expected '%s'", c->label, buf, c->avx2_missing);
+        CHECK_MSG(strcmp(buf, c->avx2_missing) == 0, "%s: avx2 lacks '%s', expected '%s'", c->label, buf,
+                  c->avx2_missing);
         ember_kernels_missing(EMBER_KERNELS_AVX512, &c->f, buf, sizeof buf);
         CHECK_MSG(strcmp(buf, c->avx512_missing) == 0, "%s: avx512 lacks '%s', expected '%s'", c->label, buf,
                   c->avx512_missing);
@@ -80,7 +99,8 @@ static void test_env(void) {
                   "EMBER_KERNELS='%s' must be an error naming the variable: %.300s", bad[i], err.msg);
         memset(&err, 0, sizeof err);
         ember_compute *c = NULL;
-        CHECK_MSG(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_ERR_ARG && !c && strstr(err.msg, "EMBER_KERNELS"),
+        CHECK_MSG(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_ERR_ARG && !c &&
+                      strstr(err.msg, "EMBER_KERNELS"),
                   "ember_compute_new with EMBER_KERNELS='%s': %.300s", bad[i], err.msg);
     }
     unsetenv("EMBER_KERNELS");
@@ -91,10 +111,10 @@ static void test_sizes(void) {
     CHECK(ember_type_nbytes(EMBER_TYPE_Q8_0, 64, &b) && b == 68);
     CHECK(ember_type_nbytes(EMBER_TYPE_BF16, 3, &b) && b == 6);
     CHECK(ember_type_nbytes(EMBER_TYPE_Q6_K, 512, &b) && b == 420);
-    CHECK(!ember_type_nbytes(EMBER_TYPE_Q8_0, 33, &b));        /* not a whole block */
+    CHECK(!ember_type_nbytes(EMBER_TYPE_Q8_0, 33, &b)); /* not a whole block */
     CHECK(!ember_type_nbytes(EMBER_TYPE_F32, -4, &b));
-    CHECK(!ember_type_nbytes(EMBER_TYPE_F32, INT64_MAX, &b));  /* 4 * INT64_MAX bytes overflow */
-    CHECK(!ember_type_nbytes((ember_type)16, 32, &b));         /* iq2_xxs: named, no traits */
+    CHECK(!ember_type_nbytes(EMBER_TYPE_F32, INT64_MAX, &b)); /* 4 * INT64_MAX bytes overflow */
+    CHECK(!ember_type_nbytes((ember_type)16, 32, &b));        /* iq2_xxs: named, no traits */
     CHECK(ember_type_row_size(EMBER_TYPE_F16, 10) == 20 && ember_type_row_size(EMBER_TYPE_Q8_0, 31) == 0);
     CHECK(strcmp(ember_type_name(EMBER_TYPE_Q4_K), "q4_K") == 0 && strcmp(ember_type_name(16), "iq2_xxs") == 0 &&
           strcmp(ember_type_name(1000), "unknown") == 0);
@@ -125,8 +145,8 @@ static void test_unsupported_product(void) {
         CHECK(ember_compute_reserve(c, EMBER_TYPE_Q8_0, 64, &err) == EMBER_OK);
         memset(&err, 0, sizeof err);
         /* q8_1: named, with a block geometry, but no product on any set */
-        CHECK_MSG(ember_compute_reserve(c, EMBER_TYPE_Q8_1, 64, &err) == EMBER_ERR_UNSUPPORTED && strstr(err.msg, "q8_1") &&
-                      strstr(err.msg, ember_kernels_name(sets[s])),
+        CHECK_MSG(ember_compute_reserve(c, EMBER_TYPE_Q8_1, 64, &err) == EMBER_ERR_UNSUPPORTED &&
+                      strstr(err.msg, "q8_1") && strstr(err.msg, ember_kernels_name(sets[s])),
                   "%s: reserve for q8_1: %.300s", ember_kernels_name(sets[s]), err.msg);
         CHECK(ember_compute_reserve(c, EMBER_TYPE_Q4_K, 256, &err) == EMBER_OK);
         CHECK(ember_compute_reserve(c, (ember_type)1000, 64, &err) == EMBER_ERR_UNSUPPORTED);

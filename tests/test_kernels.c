@@ -15,7 +15,7 @@ static float bits_to_f32(uint32_t u) {
     return f;
 }
 
-#define CHECK_BITS(expr, want) \
+#define CHECK_BITS(expr, want)                                                                                         \
     CHECK_MSG((expr) == (want), "%s = 0x%04x, expected 0x%04x", #expr, (unsigned)(expr), (unsigned)(want))
 
 /* ---- f16 / bf16 ------------------------------------------------------------------------------ */
@@ -27,23 +27,23 @@ static void test_f16(void) {
     CHECK_BITS(ember_f32_to_f16(0.5f), 0x3800);
     CHECK_BITS(ember_f32_to_f16(0.0f), 0x0000);
     CHECK_BITS(ember_f32_to_f16(-0.0f), 0x8000);
-    CHECK_BITS(ember_f32_to_f16(65504.0f), 0x7BFF);     /* largest finite */
-    CHECK_BITS(ember_f32_to_f16(0x1p-14f), 0x0400);     /* smallest normal */
+    CHECK_BITS(ember_f32_to_f16(65504.0f), 0x7BFF); /* largest finite */
+    CHECK_BITS(ember_f32_to_f16(0x1p-14f), 0x0400); /* smallest normal */
     /* subnormals: value = m * 2^-24 */
     CHECK_BITS(ember_f32_to_f16(0x1p-24f), 0x0001);
     CHECK_BITS(ember_f32_to_f16(1023 * 0x1p-24f), 0x03FF);
-    CHECK_BITS(ember_f32_to_f16(0x1p-25f), 0x0000);      /* tie between 0 and 1: even (0) */
-    CHECK_BITS(ember_f32_to_f16(3 * 0x1p-25f), 0x0002);  /* tie between 1 and 2: even (2) */
+    CHECK_BITS(ember_f32_to_f16(0x1p-25f), 0x0000);            /* tie between 0 and 1: even (0) */
+    CHECK_BITS(ember_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* tie between 1 and 2: even (2) */
     CHECK_BITS(ember_f32_to_f16(0x1p-25f + 0x1p-40f), 0x0001); /* just above the tie */
-    CHECK_BITS(ember_f32_to_f16(-0x1p-26f), 0x8000);     /* underflows to -0 */
+    CHECK_BITS(ember_f32_to_f16(-0x1p-26f), 0x8000);           /* underflows to -0 */
     /* ties in the normal range: the f16 ulp at 1 is 2^-10 */
-    CHECK_BITS(ember_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);              /* to even (down) */
-    CHECK_BITS(ember_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);          /* to even (up) */
-    CHECK_BITS(ember_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);   /* above the tie */
-    CHECK_BITS(ember_f32_to_f16(2.0f - 0x1p-11f), 0x4000);              /* carry into the exponent */
+    CHECK_BITS(ember_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);            /* to even (down) */
+    CHECK_BITS(ember_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);        /* to even (up) */
+    CHECK_BITS(ember_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01); /* above the tie */
+    CHECK_BITS(ember_f32_to_f16(2.0f - 0x1p-11f), 0x4000);            /* carry into the exponent */
     /* overflow */
-    CHECK_BITS(ember_f32_to_f16(65519.0f), 0x7BFF);  /* below the tie with 65536 */
-    CHECK_BITS(ember_f32_to_f16(65520.0f), 0x7C00);  /* the tie rounds to even: infinity */
+    CHECK_BITS(ember_f32_to_f16(65519.0f), 0x7BFF); /* below the tie with 65536 */
+    CHECK_BITS(ember_f32_to_f16(65520.0f), 0x7C00); /* the tie rounds to even: infinity */
     CHECK_BITS(ember_f32_to_f16(1e10f), 0x7C00);
     CHECK_BITS(ember_f32_to_f16(-1e10f), 0xFC00);
     CHECK_BITS(ember_f32_to_f16(INFINITY), 0x7C00);
@@ -82,11 +82,11 @@ static void test_bf16(void) {
     CHECK_BITS(ember_f32_to_bf16(3.0f), 0x4040);
     CHECK_BITS(ember_f32_to_bf16(-0.0f), 0x8000);
     /* the bf16 ulp at 1 is 2^-7 */
-    CHECK_BITS(ember_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);             /* tie: even (down) */
-    CHECK_BITS(ember_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);         /* tie: even (up) */
-    CHECK_BITS(ember_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);  /* above the tie */
-    CHECK_BITS(ember_f32_to_bf16(bits_to_f32(0x00010000u)), 0x0001);   /* f32 subnormal, exact */
-    CHECK_BITS(ember_f32_to_bf16(bits_to_f32(0x7F7FFFFFu)), 0x7F80);   /* FLT_MAX rounds to inf */
+    CHECK_BITS(ember_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);            /* tie: even (down) */
+    CHECK_BITS(ember_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);        /* tie: even (up) */
+    CHECK_BITS(ember_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81); /* above the tie */
+    CHECK_BITS(ember_f32_to_bf16(bits_to_f32(0x00010000u)), 0x0001);  /* f32 subnormal, exact */
+    CHECK_BITS(ember_f32_to_bf16(bits_to_f32(0x7F7FFFFFu)), 0x7F80);  /* FLT_MAX rounds to inf */
     CHECK_BITS(ember_f32_to_bf16(INFINITY), 0x7F80);
     CHECK_BITS(ember_f32_to_bf16(-INFINITY), 0xFF80);
     uint16_t n = ember_f32_to_bf16(bits_to_f32(0x7F800001u)); /* must stay a NaN, not become inf */
@@ -122,8 +122,8 @@ static void check_small_matrix(const char *what, ember_type type, const void *da
     const float x[6] = {1, 0.5f, -1, 2, 2, 2};
     float y[4] = {0};
     test_matmul(&ember_kernels_reference, &m, x, y, 2);
-    CHECK_MSG(y[0] == -1 && y[1] == 0.5f && y[2] == 12 && y[3] == 30, "%s: y = [%g %g %g %g]", what, y[0], y[1],
-              y[2], y[3]);
+    CHECK_MSG(y[0] == -1 && y[1] == 0.5f && y[2] == 12 && y[3] == 30, "%s: y = [%g %g %g %g]", what, y[0], y[1], y[2],
+              y[3]);
 }
 
 static void test_matrices(void) {
@@ -154,8 +154,8 @@ static void test_matrices(void) {
     x[32 + 5] = 1.0f;
     float y[4] = {0};
     test_matmul(&ember_kernels_reference, &m, x, y, 2);
-    CHECK_MSG(y[0] == -8.0f && y[1] == 496.0f && y[2] == -5.5f && y[3] == 5.0f, "q8_0: y = [%g %g %g %g]", y[0],
-              y[1], y[2], y[3]);
+    CHECK_MSG(y[0] == -8.0f && y[1] == 496.0f && y[2] == -5.5f && y[3] == 5.0f, "q8_0: y = [%g %g %g %g]", y[0], y[1],
+              y[2], y[3]);
 
     /* Two blocks per row: d differs per block. Row = [block d=2, q=1..] [block d=0.25, q=-4]. */
     ember_block_q8_0 two[2];

@@ -149,8 +149,8 @@ static void check_family(const char *family, ember_kernels kernels, int threads)
     for (int st = 0; st < EMBER_STAGE_COUNT; st++)
         if (st != EMBER_STAGE_ATTENTION_PATTERN) h.on_tensor[st] = on_tensor;
     CHECK(run(s, &h, seen, n_vocab));
-    CHECK_MSG(s->ws.pattern == NULL && s->ws.cap_pattern == 0, "%s/%s: a pattern buffer without a pattern hook",
-              family, set);
+    CHECK_MSG(s->ws.pattern == NULL && s->ws.cap_pattern == 0, "%s/%s: a pattern buffer without a pattern hook", family,
+              set);
     CHECK_MSG(memcmp(plain, seen, 3 * (size_t)n_vocab * sizeof(float)) == 0, "%s/%s x%d: read-only hooks moved logits",
               family, set, threads);
 
@@ -163,8 +163,9 @@ static void check_family(const char *family, ember_kernels kernels, int threads)
     CHECK_MSG(s->ws.pattern != NULL && s->ws.cap_pattern >= m->n_head * 20 * 20 && s->ws.cap_pattern >= m->n_head * 64,
               "%s: pattern buffer of %lld floats", family, (long long)s->ws.cap_pattern);
     CHECK_MSG(rec.bad == 0, "%s/%s: %d violations, first: %s", family, set, rec.bad, rec.why);
-    const ember_stage order[7] = {EMBER_STAGE_BEFORE_LAYER,  EMBER_STAGE_ATTENTION_PATTERN, EMBER_STAGE_ATTENTION_HEADS,
-                                  EMBER_STAGE_AFTER_ATTENTION, EMBER_STAGE_MLP_ACTIVATION,  EMBER_STAGE_AFTER_MLP,
+    const ember_stage order[7] = {EMBER_STAGE_BEFORE_LAYER,    EMBER_STAGE_ATTENTION_PATTERN,
+                                  EMBER_STAGE_ATTENTION_HEADS, EMBER_STAGE_AFTER_ATTENTION,
+                                  EMBER_STAGE_MLP_ACTIVATION,  EMBER_STAGE_AFTER_MLP,
                                   EMBER_STAGE_AFTER_LAYER};
     const int per_eval = (int)(7 * layers + 2);
     CHECK_MSG(rec.n == 3 * per_eval, "%s: %d calls, expected %d", family, rec.n, 3 * per_eval);
@@ -183,12 +184,12 @@ static void check_family(const char *family, ember_kernels kernels, int threads)
     ember_hooks knock = {.user = &report};
     knock.on_tensor[EMBER_STAGE_ATTENTION_PATTERN] = knock_key0;
     CHECK(run(s, &knock, seen, n_vocab));
-    CHECK_MSG(memcmp(plain, seen, (size_t)n_vocab * sizeof(float)) != 0, "%s/%s: the knockout changed nothing",
-              family, set);
+    CHECK_MSG(memcmp(plain, seen, (size_t)n_vocab * sizeof(float)) != 0, "%s/%s: the knockout changed nothing", family,
+              set);
     report = false;
     CHECK(run(s, &knock, seen, n_vocab));
-    CHECK_MSG(memcmp(plain, seen, 3 * (size_t)n_vocab * sizeof(float)) == 0,
-              "%s/%s: an unreported write was mixed", family, set);
+    CHECK_MSG(memcmp(plain, seen, 3 * (size_t)n_vocab * sizeof(float)) == 0, "%s/%s: an unreported write was mixed",
+              family, set);
     if (kernels == EMBER_KERNELS_REFERENCE && threads == 1) check_nonfinite(s, family);
     free(plain);
     free(seen);

@@ -53,13 +53,14 @@ static void add_f32(ember_gguf_writer *w, const char *name, uint32_t n_dims, int
 static void test_load_errors(void) {
     ember_gguf_writer *w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_tensor(w, "blk.3.ffn_up.weight");
-    expect_refused("missing tensor", finish(w, "missing.gguf"), NULL, EMBER_ERR_FORMAT, "'blk.3.ffn_up.weight'", "missing");
+    expect_refused("missing tensor", finish(w, "missing.gguf"), NULL, EMBER_ERR_FORMAT, "'blk.3.ffn_up.weight'",
+                   "missing");
 
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_tensor(w, "blk.1.attn_k.weight");
     add_f32(w, "blk.1.attn_k.weight", 2, 64, 48, 1);
     expect_refused("wrong shape", finish(w, "shape.gguf"), NULL, EMBER_ERR_FORMAT, "'blk.1.attn_k.weight'", "64, 48");
-    {   /* the message gives the expected shape too */
+    { /* the message gives the expected shape too */
         ember_model *m = NULL;
         ember_error err;
         load(tmp_path("shape.gguf"), NULL, &m, &err);
@@ -94,16 +95,19 @@ static void test_load_errors(void) {
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_key(w, "llama.attention.head_count_kv");
     ember_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 3);
-    expect_refused("heads not a multiple of KV heads", finish(w, "heads.gguf"), NULL, EMBER_ERR_FORMAT, "KV heads", NULL);
+    expect_refused("heads not a multiple of KV heads", finish(w, "heads.gguf"), NULL, EMBER_ERR_FORMAT, "KV heads",
+                   NULL);
 
     w = tiny("llama", EMBER_TYPE_F32);
     ember_gguf_writer_remove_key(w, "llama.block_count");
     ember_gguf_writer_set_string(w, "llama.block_count", "six");
-    expect_refused("key of the wrong type", finish(w, "keytype.gguf"), NULL, EMBER_ERR_FORMAT, "llama.block_count", NULL);
+    expect_refused("key of the wrong type", finish(w, "keytype.gguf"), NULL, EMBER_ERR_FORMAT, "llama.block_count",
+                   NULL);
 
     w = tiny("qwen3", EMBER_TYPE_F32);
     ember_gguf_writer_remove_tensor(w, "blk.2.attn_k_norm.weight");
-    expect_refused("qwen3 without QK-norm", finish(w, "qknorm.gguf"), NULL, EMBER_ERR_FORMAT, "'blk.2.attn_k_norm.weight'", NULL);
+    expect_refused("qwen3 without QK-norm", finish(w, "qknorm.gguf"), NULL, EMBER_ERR_FORMAT,
+                   "'blk.2.attn_k_norm.weight'", NULL);
 
     w = tiny("qwen2", EMBER_TYPE_F32);
     ember_gguf_writer_remove_tensor(w, "blk.0.attn_v.bias");
@@ -121,7 +125,8 @@ static void test_load_errors(void) {
     unsigned char *iq4 = calloc(64 * 4, 18);
     ember_gguf_writer_add_tensor_raw(w, "blk.0.ffn_down.weight", 20, 2, ne, iq4, 64 * 4 * 18);
     free(iq4);
-    expect_refused("iq4_nl weight", finish(w, "iq4.gguf"), NULL, EMBER_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight'", "iq4_nl");
+    expect_refused("iq4_nl weight", finish(w, "iq4.gguf"), NULL, EMBER_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight'",
+                   "iq4_nl");
 
     expect_refused("no file", tmp_path("no-such-model.gguf"), NULL, EMBER_ERR_IO, NULL, NULL);
 }
@@ -296,7 +301,9 @@ static void test_variants(void) {
  * the reference path. 5e-2 leaves room for a fast path that quantizes activations as llama.cpp
  * does (about 2e-2 on these models); the reference path is held to far less above. */
 static void test_auto_kernels(void) {
-    static const struct { const char *family, *dtype; } cases[] = {{"llama", "q8_0"}, {"qwen3", "f16"}, {"qwen2", "bf16"}};
+    static const struct {
+        const char *family, *dtype;
+    } cases[] = {{"llama", "q8_0"}, {"qwen3", "f16"}, {"qwen2", "bf16"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char name[64];
         snprintf(name, sizeof name, "run-%s-%s.gguf", cases[c].family, cases[c].dtype);
@@ -325,7 +332,10 @@ static void test_auto_kernels(void) {
 int main(void) {
     test_load_errors();
     static const char *families[] = {"llama", "qwen3", "qwen2"};
-    static const struct { ember_type t; const char *name; } dtypes[] = {
+    static const struct {
+        ember_type t;
+        const char *name;
+    } dtypes[] = {
         {EMBER_TYPE_F32, "f32"}, {EMBER_TYPE_F16, "f16"}, {EMBER_TYPE_BF16, "bf16"}, {EMBER_TYPE_Q8_0, "q8_0"}};
     for (int f = 0; f < 3; f++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)

@@ -168,12 +168,13 @@ static void test_corrupt_entries(void) {
     if (!good) return;
 
     /* each corruption is a miss: the true digest, freshly computed, and no error */
-    struct { const char *what; size_t keep; const char *append; } cases[] = {
-        {"empty", 0, ""},
-        {"truncated in the digest", 0, NULL},
-        {"garbage", 0, "\x01\x02 not an entry\n"},
-        {"a NUL byte", 0, NULL},
-        {"a second digest digit short", 0, NULL},
+    struct {
+        const char *what;
+        size_t keep;
+        const char *append;
+    } cases[] = {
+        {"empty", 0, ""},        {"truncated in the digest", 0, NULL},     {"garbage", 0, "\x01\x02 not an entry\n"},
+        {"a NUL byte", 0, NULL}, {"a second digest digit short", 0, NULL},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char buf[4096];
@@ -229,7 +230,8 @@ static void test_racy_and_unwritable(void) {
     set_mtime(g_file, 1700000000, 0);
     ember_digest *d = NULL;
     CHECK(ember_digest_start(g_file, bad, false, &d, &err) == EMBER_OK);
-    CHECK(d && ember_digest_wait(d, hex, &src, &err) == EMBER_OK && strcmp(hex, want) == 0 && src == EMBER_DIGEST_FRESH);
+    CHECK(d && ember_digest_wait(d, hex, &src, &err) == EMBER_OK && strcmp(hex, want) == 0 &&
+          src == EMBER_DIGEST_FRESH);
     /* waiting twice gives the same answer */
     CHECK(d && ember_digest_wait(d, hex, &src, &err) == EMBER_OK && strcmp(hex, want) == 0);
     ember_digest_free(d);

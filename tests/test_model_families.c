@@ -14,10 +14,10 @@
 
 #define N_VOCAB 512
 #define N_CTX 64
-#define WINDOW 8               /* the gemma4 default */
-#define PROMPT_LEN 20          /* > 2 * WINDOW */
-#define N_STEPS 9              /* prefill + 8 greedy decodes */
-#define PAIR_TOL 1e-5          /* prefill vs decode on the reference kernels */
+#define WINDOW 8      /* the gemma4 default */
+#define PROMPT_LEN 20 /* > 2 * WINDOW */
+#define N_STEPS 9     /* prefill + 8 greedy decodes */
+#define PAIR_TOL 1e-5 /* prefill vs decode on the reference kernels */
 
 static const char *tmp_path(const char *name) {
     static char path[4][1100];
@@ -196,15 +196,16 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         int64_t worst_at = -1;
         bool ok = true;
         for (int64_t k = 1; k <= PROMPT_LEN && ok; k++) {
-            ok = ember_session_decode(s, prompt[k - 1], NULL, &err) == EMBER_OK && prefill_logits(m, prompt, k, one_shot);
+            ok = ember_session_decode(s, prompt[k - 1], NULL, &err) == EMBER_OK &&
+                 prefill_logits(m, prompt, k, one_shot);
             double rel = ok ? rel_diff(ember_session_logits(s), one_shot, N_VOCAB) : 1;
             if (rel > worst) {
                 worst = rel;
                 worst_at = k;
             }
         }
-        CHECK_MSG(ok && worst < PAIR_TOL, "%s %s: token-by-token vs prefill: rel %.3g after %lld tokens (%.900s)", family,
-                  dtype_name, worst, (long long)worst_at, err.msg);
+        CHECK_MSG(ok && worst < PAIR_TOL, "%s %s: token-by-token vs prefill: rel %.3g after %lld tokens (%.900s)",
+                  family, dtype_name, worst, (long long)worst_at, err.msg);
         worst = 0;
         for (int step = 1; step < N_STEPS && ok; step++) {
             ok = ember_session_decode(s, ids_a[step - 1], NULL, &err) == EMBER_OK;
@@ -218,8 +219,8 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         ember_session_reset(s);
         ok = ember_session_prefill(s, prompt, 5, NULL, &err) == EMBER_OK &&
              ember_session_prefill(s, prompt + 5, PROMPT_LEN - 5, NULL, &err) == EMBER_OK;
-        CHECK_MSG(ok && rel_diff(ember_session_logits(s), a, N_VOCAB) < PAIR_TOL, "%s %s: chunked prefill differs (%.900s)",
-                  family, dtype_name, err.msg);
+        CHECK_MSG(ok && rel_diff(ember_session_logits(s), a, N_VOCAB) < PAIR_TOL,
+                  "%s %s: chunked prefill differs (%.900s)", family, dtype_name, err.msg);
         ember_session_free(s);
     }
     ember_model_free(m);
@@ -274,8 +275,9 @@ static void test_gemma4_window(void) {
         CHECK(prefill_logits(narrow, prompt, WINDOW + 1, a) && prefill_logits(wide, prompt, WINDOW + 1, b) &&
               rel_diff(a, b, N_VOCAB) > 0);
         CHECK(prefill_logits(narrow, prompt, PROMPT_LEN, a) && prefill_logits(wide, prompt, PROMPT_LEN, b));
-        CHECK_MSG(rel_diff(a, b, N_VOCAB) > 1e-3, "a window of 8 and of 64 give the same logits for %d tokens: rel %.3g",
-                  PROMPT_LEN, rel_diff(a, b, N_VOCAB));
+        CHECK_MSG(rel_diff(a, b, N_VOCAB) > 1e-3,
+                  "a window of 8 and of 64 give the same logits for %d tokens: rel %.3g", PROMPT_LEN,
+                  rel_diff(a, b, N_VOCAB));
         /* the full layers see the whole prompt: the first token after BOS matters at the end */
         memcpy(other, prompt, sizeof other);
         other[1] = (other[1] + 1) % 500;
@@ -312,8 +314,9 @@ static void test_gemma4_variants(void) {
     ember_model *m = load_ref(write_model(&p, "plain.gguf"));
     if (m) {
         const ember_gguf *g = ember_model_gguf(m);
-        CHECK(!ember_gguf_find_tensor(g, "per_layer_token_embd.weight") && !ember_gguf_find_tensor(g, "rope_freqs.weight") &&
-              ember_gguf_find_tensor(g, "output.weight") && ember_gguf_find_tensor(g, "blk.5.attn_k.weight"));
+        CHECK(!ember_gguf_find_tensor(g, "per_layer_token_embd.weight") &&
+              !ember_gguf_find_tensor(g, "rope_freqs.weight") && ember_gguf_find_tensor(g, "output.weight") &&
+              ember_gguf_find_tensor(g, "blk.5.attn_k.weight"));
         int32_t prompt[PROMPT_LEN], ids[N_STEPS];
         make_prompt(prompt, PROMPT_LEN, true);
         static float a[N_STEPS * N_VOCAB];
@@ -347,7 +350,8 @@ static void test_gemma4_variants(void) {
             bool ok = true;
             for (int i = 0; i < PROMPT_LEN && ok; i++) ok = ember_session_decode(s, prompt[i], NULL, &err) == EMBER_OK;
             CHECK(ok && prefill_logits(m, prompt, PROMPT_LEN, one));
-            CHECK_MSG(ok && rel_diff(ember_session_logits(s), one, N_VOCAB) < PAIR_TOL, "deep gemma4: decode vs prefill");
+            CHECK_MSG(ok && rel_diff(ember_session_logits(s), one, N_VOCAB) < PAIR_TOL,
+                      "deep gemma4: decode vs prefill");
         }
         ember_session_free(s);
         ember_model_free(m);
@@ -400,13 +404,14 @@ static void test_refusals(void) {
 
     w = build("gemma4");
     ember_gguf_writer_remove_tensor(w, "blk.1.attn_k.weight");
-    expect_refused("gemma4 without attn_k", finish(w, "nok.gguf"), EMBER_ERR_FORMAT, "'blk.1.attn_k.weight'", "missing");
+    expect_refused("gemma4 without attn_k", finish(w, "nok.gguf"), EMBER_ERR_FORMAT, "'blk.1.attn_k.weight'",
+                   "missing");
 
     w = build("gemma4"); /* a full layer's K has the sliding layers' shape */
     ember_gguf_writer_remove_tensor(w, "blk.3.attn_q.weight");
     add_zeros(w, "blk.3.attn_q.weight", 2, 64, 64, 1);
-    expect_refused("gemma4 full layer with a sliding Q", finish(w, "fullq.gguf"), EMBER_ERR_FORMAT, "'blk.3.attn_q.weight'",
-                   "expected [64, 128]");
+    expect_refused("gemma4 full layer with a sliding Q", finish(w, "fullq.gguf"), EMBER_ERR_FORMAT,
+                   "'blk.3.attn_q.weight'", "expected [64, 128]");
 
     /* 3 shared layers: kv_from 3, so layer 3 (full) would read layer 2 (sliding). */
     w = build("gemma4");
@@ -431,11 +436,13 @@ static void test_refusals(void) {
 
     w = build("gemma4");
     ember_gguf_writer_remove_tensor(w, "blk.2.inp_gate.weight");
-    expect_refused("gemma4 without a PLE gate", finish(w, "noplegate.gguf"), EMBER_ERR_FORMAT, "'blk.2.inp_gate.weight'", NULL);
+    expect_refused("gemma4 without a PLE gate", finish(w, "noplegate.gguf"), EMBER_ERR_FORMAT,
+                   "'blk.2.inp_gate.weight'", NULL);
 
     w = build("gpt2");
     ember_gguf_writer_remove_tensor(w, "blk.4.attn_qkv.bias");
-    expect_refused("gpt2 without the QKV bias", finish(w, "noqkvb.gguf"), EMBER_ERR_FORMAT, "'blk.4.attn_qkv.bias'", NULL);
+    expect_refused("gpt2 without the QKV bias", finish(w, "noqkvb.gguf"), EMBER_ERR_FORMAT, "'blk.4.attn_qkv.bias'",
+                   NULL);
 
     w = build("gpt2");
     ember_gguf_writer_remove_tensor(w, "position_embd.weight");
@@ -494,7 +501,10 @@ static void test_auto_kernels(void) {
 
 int main(void) {
     static const char *families[] = {"gemma4", "gpt2"};
-    static const struct { ember_type t; const char *name; } dtypes[] = {
+    static const struct {
+        ember_type t;
+        const char *name;
+    } dtypes[] = {
         {EMBER_TYPE_F32, "f32"}, {EMBER_TYPE_F16, "f16"}, {EMBER_TYPE_BF16, "bf16"}, {EMBER_TYPE_Q8_0, "q8_0"}};
     for (int f = 0; f < 2; f++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)

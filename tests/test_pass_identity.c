@@ -53,7 +53,8 @@ static float *run(const char *path, ember_kernels k, ember_kv_type kv, int threa
     ember_session *s = NULL;
     ember_error err = {0};
     float *out = NULL;
-    if (ember_model_load(&mp, &m, &err) != EMBER_OK || ember_session_new(m, N_PROMPT + N_DECODE + 1, &s, &err) != EMBER_OK) {
+    if (ember_model_load(&mp, &m, &err) != EMBER_OK ||
+        ember_session_new(m, N_PROMPT + N_DECODE + 1, &s, &err) != EMBER_OK) {
         CHECK_MSG(false, "%.300s: %.300s", path, err.msg);
         goto done;
     }
@@ -84,12 +85,15 @@ done:
 int main(void) {
     /* slices of 100 tokens (the default would not cut a tiny model's 300-token prompt) */
     setenv("EMBER_PREFILL_SLICE", "100", 1);
-    static const char *cases[] = {"parity/llama-tiny-q8_0", "parity/qwen3-tiny-q8_0", "parity/qwen2-tiny-q8_0",
-                                  "parity/gemma4-tiny-q8_0", "parity/gpt2-tiny-q8_0", "parity/llama-tiny-f16"};
+    static const char *cases[] = {"parity/llama-tiny-q8_0",  "parity/qwen3-tiny-q8_0", "parity/qwen2-tiny-q8_0",
+                                  "parity/gemma4-tiny-q8_0", "parity/gpt2-tiny-q8_0",  "parity/llama-tiny-f16"};
     static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
     static const char *set_names[] = {"reference", "avx2", "avx512"};
     /* (threads, mode) of every run compared with the plain 1-thread one */
-    static const struct { int threads; run_mode mode; } variants[] = {{2, PLAIN}, {3, PLAIN}, {1, HOOKED}, {2, PARTS}};
+    static const struct {
+        int threads;
+        run_mode mode;
+    } variants[] = {{2, PLAIN}, {3, PLAIN}, {1, HOOKED}, {2, PARTS}};
     int32_t ids[N_PROMPT];
     uint32_t r = 12345;
     for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((r = r * 1103515245u + 12345u) >> 8);

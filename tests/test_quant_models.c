@@ -104,8 +104,7 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
  * are within simd_rel of the reference's: 1e-4 where only the other ops differ (attention, norms,
  * activations in SIMD order, as on the f32 parity fixtures), a few 1e-2 where the activations are
  * rounded to 8 bits (as the Q8_0 tiny model). */
-static void compare_with_twin(const char *label, const char *qpath, const ember_tiny_model_params *p,
-                              double simd_rel) {
+static void compare_with_twin(const char *label, const char *qpath, const ember_tiny_model_params *p, double simd_rel) {
     ember_gguf *g = NULL;
     ember_error err = {0};
     if (!CHECKF(ember_gguf_open(qpath, &g, &err) == EMBER_OK, "%s: %.900s", label, err.msg)) return;
@@ -137,9 +136,9 @@ static void compare_with_twin(const char *label, const char *qpath, const ember_
 }
 
 static void test_single_types(void) {
-    static const ember_type types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1,
-                                       EMBER_TYPE_Q2_K, EMBER_TYPE_Q3_K, EMBER_TYPE_Q4_K, EMBER_TYPE_Q5_K,
-                                       EMBER_TYPE_Q6_K};
+    static const ember_type types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0,
+                                       EMBER_TYPE_Q5_1, EMBER_TYPE_Q2_K, EMBER_TYPE_Q3_K,
+                                       EMBER_TYPE_Q4_K, EMBER_TYPE_Q5_K, EMBER_TYPE_Q6_K};
     static const char *families[] = {"llama", "qwen3"}; /* separate head; tied head (embedding in T) */
     for (size_t f = 0; f < 2; f++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -160,10 +159,14 @@ static void test_single_types(void) {
 
 /* A llama file mixing seven weight types, one per kind of tensor, as the K-quant mixes do. */
 static void test_mixed_types(void) {
-    static const struct { const char *suffix; ember_type type; } mix[] = {
-        {"attn_q.weight", EMBER_TYPE_Q4_K},  {"attn_k.weight", EMBER_TYPE_Q5_K},   {"attn_v.weight", EMBER_TYPE_Q6_K},
-        {"attn_output.weight", EMBER_TYPE_Q4_0}, {"ffn_gate.weight", EMBER_TYPE_Q5_0},
-        {"ffn_up.weight", EMBER_TYPE_Q4_1},  {"ffn_down.weight", EMBER_TYPE_Q8_0},
+    static const struct {
+        const char *suffix;
+        ember_type type;
+    } mix[] = {
+        {"attn_q.weight", EMBER_TYPE_Q4_K},   {"attn_k.weight", EMBER_TYPE_Q5_K},
+        {"attn_v.weight", EMBER_TYPE_Q6_K},   {"attn_output.weight", EMBER_TYPE_Q4_0},
+        {"ffn_gate.weight", EMBER_TYPE_Q5_0}, {"ffn_up.weight", EMBER_TYPE_Q4_1},
+        {"ffn_down.weight", EMBER_TYPE_Q8_0},
     };
     ember_tiny_model_params p;
     params(&p, "llama");
@@ -213,7 +216,10 @@ static void test_mixed_types(void) {
  * reference product (Q2_K, Q3_K) and is within the activation-rounding budget of it elsewhere
  * (its integer kernels: tests/test_simd_quants.c). */
 static void test_products(void) {
-    static const struct { ember_type type; void (*quantize)(const float *, void *, int64_t); } types[] = {
+    static const struct {
+        ember_type type;
+        void (*quantize)(const float *, void *, int64_t);
+    } types[] = {
         {EMBER_TYPE_Q4_0, ember_quantize_row_q4_0}, {EMBER_TYPE_Q4_1, ember_quantize_row_q4_1},
         {EMBER_TYPE_Q5_0, ember_quantize_row_q5_0}, {EMBER_TYPE_Q5_1, ember_quantize_row_q5_1},
         {EMBER_TYPE_Q2_K, ember_quantize_row_q2_k}, {EMBER_TYPE_Q3_K, ember_quantize_row_q3_k},
@@ -223,7 +229,8 @@ static void test_products(void) {
     const int64_t n_in = 512, n_out = 37, max_tok = 70;
     float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out)), *wd = malloc(sizeof(float) * (size_t)(n_in * n_out));
     float *x = malloc(sizeof(float) * (size_t)(n_in * max_tok));
-    float *y_ref = malloc(sizeof(float) * (size_t)(n_out * max_tok)), *y = malloc(sizeof(float) * (size_t)(n_out * max_tok));
+    float *y_ref = malloc(sizeof(float) * (size_t)(n_out * max_tok)),
+          *y = malloc(sizeof(float) * (size_t)(n_out * max_tok));
     uint64_t st = 12345;
     for (int64_t i = 0; i < n_in * n_out; i++) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
@@ -245,7 +252,10 @@ static void test_products(void) {
         for (int64_t o = 0; o < n_out; o++) types[t].quantize(wf + o * n_in, q + (size_t)o * row, n_in);
         for (int64_t o = 0; o < n_out; o++) tr->to_float(q + (size_t)o * row, wd + o * n_in, n_in);
         ember_matrix wq = {.type = types[t].type, .data = q, .n_in = n_in, .n_out = n_out, .row_bytes = row};
-        ember_matrix w32 = {.type = EMBER_TYPE_F32, .data = wd, .n_in = n_in, .n_out = n_out,
+        ember_matrix w32 = {.type = EMBER_TYPE_F32,
+                            .data = wd,
+                            .n_in = n_in,
+                            .n_out = n_out,
                             .row_bytes = sizeof(float) * (size_t)n_in};
         static const int64_t toks[] = {1, 3, 70};
         for (int k = 0; k < 3; k++) {
@@ -271,8 +281,8 @@ static void test_products(void) {
                       tr->name, worst);
             for (int s = 1; s < 3; s++) {
                 if (!c[s]) continue;
-                if (!CHECKF(ember_compute_reserve(c[s], types[t].type, n_in, &err) == EMBER_OK, "%s: %.900s",
-                            tr->name, err.msg))
+                if (!CHECKF(ember_compute_reserve(c[s], types[t].type, n_in, &err) == EMBER_OK, "%s: %.900s", tr->name,
+                            err.msg))
                     continue;
                 ember_matmul(c[s], &wq, x, y, nt);
                 if (tr->vec_dot_type == EMBER_TYPE_F32) {

@@ -10,11 +10,11 @@
 #include <string.h>
 
 /* f16 bit patterns of the scales used below (exact in f16) */
-#define H_1 0x3C00      /* 1.0 */
-#define H_HALF 0x3800   /* 0.5 */
+#define H_1 0x3C00       /* 1.0 */
+#define H_HALF 0x3800    /* 0.5 */
 #define H_QUARTER 0x3400 /* 0.25 */
-#define H_2 0x4000      /* 2.0 */
-#define H_M1 0xBC00     /* -1.0 */
+#define H_2 0x4000       /* 2.0 */
+#define H_M1 0xBC00      /* -1.0 */
 
 static int count_mismatch(const float *got, const double *want, int n, int *first) {
     int bad = 0;
@@ -27,9 +27,13 @@ static int count_mismatch(const float *got, const double *want, int n, int *firs
     return bad;
 }
 
-#define CHECK_VALUES(name, got, want, n) do { int f_; int bad_ = count_mismatch(got, want, n, &f_); \
-    CHECK_MSG(bad_ == 0, "%s: %d of %d values differ, first at %d: got %.9g want %.9g", name, bad_, n, f_, \
-              f_ >= 0 ? (double)(got)[f_] : 0.0, f_ >= 0 ? (want)[f_] : 0.0); } while (0)
+#define CHECK_VALUES(name, got, want, n)                                                                               \
+    do {                                                                                                               \
+        int f_;                                                                                                        \
+        int bad_ = count_mismatch(got, want, n, &f_);                                                                  \
+        CHECK_MSG(bad_ == 0, "%s: %d of %d values differ, first at %d: got %.9g want %.9g", name, bad_, n, f_,         \
+                  f_ >= 0 ? (double)(got)[f_] : 0.0, f_ >= 0 ? (want)[f_] : 0.0);                                      \
+    } while (0)
 
 /* ---- dequantization of hand-built blocks ---- */
 
@@ -41,8 +45,8 @@ static void test_dequant_q4_0(void) {
     memset(b[1].qs, 0x8F, 16); /* low nibble 15 -> +7 * -1, high nibble 8 -> 0 */
     double want[64];
     for (int j = 0; j < 16; j++) {
-        want[j] = (j - 8) * 0.5;            /* low nibbles: values 0..15 */
-        want[16 + j] = (7 - j) * 0.5;       /* high nibbles 15-j: values 16..31 */
+        want[j] = (j - 8) * 0.5;      /* low nibbles: values 0..15 */
+        want[16 + j] = (7 - j) * 0.5; /* high nibbles 15-j: values 16..31 */
         want[32 + j] = -7.0;
         want[48 + j] = 0.0;
     }
@@ -72,14 +76,17 @@ static void test_dequant_q5_0(void) {
     ember_block_q5_0 b;
     b.d = H_2;
     /* qh = 0x8000_0001 (little-endian bytes 01 00 00 80): value 0 and value 31 get the fifth bit */
-    b.qh[0] = 0x01; b.qh[1] = 0x00; b.qh[2] = 0x00; b.qh[3] = 0x80;
+    b.qh[0] = 0x01;
+    b.qh[1] = 0x00;
+    b.qh[2] = 0x00;
+    b.qh[3] = 0x80;
     for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | j << 4);
     double want[32];
     for (int j = 0; j < 16; j++) {
         want[j] = (j - 16) * 2.0;
         want[16 + j] = (j - 16) * 2.0;
     }
-    want[0] = (16 + 0 - 16) * 2.0;  /* 0 | 16 */
+    want[0] = (16 + 0 - 16) * 2.0;   /* 0 | 16 */
     want[31] = (16 + 15 - 16) * 2.0; /* 15 | 16 */
     float got[32];
     ember_dequantize_row_q5_0(&b, got, 32);
@@ -92,7 +99,10 @@ static void test_dequant_q5_1(void) {
     b.d = H_HALF;
     b.m = H_2;
     /* qh bytes 0xF0 0x00 0x0F 0x00 -> bits 4..7 (values 4-7) and 16..19 (values 16-19) */
-    b.qh[0] = 0xF0; b.qh[1] = 0x00; b.qh[2] = 0x0F; b.qh[3] = 0x00;
+    b.qh[0] = 0xF0;
+    b.qh[1] = 0x00;
+    b.qh[2] = 0x0F;
+    b.qh[3] = 0x00;
     for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(3 | 9 << 4);
     double want[32];
     for (int j = 0; j < 32; j++) {
@@ -270,8 +280,8 @@ static void test_quantize_hand(void) {
     CHECK(q41.m == ember_f32_to_f16(-16.0f));
     CHECK(q41.d == ember_f32_to_f16(31.0f / 15.0f));
     CHECK((q41.qs[0] & 0xF) == 0 && (q41.qs[15] >> 4) == 15); /* x_0 = min, x_31 = max */
-    CHECK((q41.qs[2] & 0xF) == 1);  /* 2 * 15/31 + 0.5 = 1.47 */
-    CHECK((q41.qs[3] & 0xF) == 1);  /* 3 * 15/31 + 0.5 = 1.95 */
+    CHECK((q41.qs[2] & 0xF) == 1);                            /* 2 * 15/31 + 0.5 = 1.47 */
+    CHECK((q41.qs[3] & 0xF) == 1);                            /* 3 * 15/31 + 0.5 = 1.95 */
 
     /* Q5_0: d = -16 / -16 = 1; q_j = min(31, trunc(j - 16 + 16.5)) = j */
     ember_block_q5_0 q5;
@@ -309,16 +319,16 @@ typedef struct {
 
 /* Budgets about 1.3x what this machine measures (comment), so a real regression shows. */
 static const qtype TYPES[] = {
-    {"q4_0", 32, 18, ember_quantize_row_q4_0, ember_dequantize_row_q4_0, 1.0e-2},   /* 7.6e-3 */
-    {"q4_1", 32, 20, ember_quantize_row_q4_1, ember_dequantize_row_q4_1, 8.0e-3},   /* 6.0e-3 */
-    {"q5_0", 32, 22, ember_quantize_row_q5_0, ember_dequantize_row_q5_0, 2.3e-3},   /* 1.8e-3 */
-    {"q5_1", 32, 24, ember_quantize_row_q5_1, ember_dequantize_row_q5_1, 1.8e-3},   /* 1.4e-3 */
-    {"q2_K", 256, 84, ember_quantize_row_q2_k, ember_dequantize_row_q2_k, 1.1e-1},  /* 8.7e-2 */
-    {"q3_K", 256, 110, ember_quantize_row_q3_k, ember_dequantize_row_q3_k, 2.9e-2}, /* 2.2e-2 */
-    {"q4_K", 256, 144, ember_quantize_row_q4_k, ember_dequantize_row_q4_k, 6.5e-3}, /* 5.1e-3 */
+    {"q4_0", 32, 18, ember_quantize_row_q4_0, ember_dequantize_row_q4_0, 1.0e-2},    /* 7.6e-3 */
+    {"q4_1", 32, 20, ember_quantize_row_q4_1, ember_dequantize_row_q4_1, 8.0e-3},    /* 6.0e-3 */
+    {"q5_0", 32, 22, ember_quantize_row_q5_0, ember_dequantize_row_q5_0, 2.3e-3},    /* 1.8e-3 */
+    {"q5_1", 32, 24, ember_quantize_row_q5_1, ember_dequantize_row_q5_1, 1.8e-3},    /* 1.4e-3 */
+    {"q2_K", 256, 84, ember_quantize_row_q2_k, ember_dequantize_row_q2_k, 1.1e-1},   /* 8.7e-2 */
+    {"q3_K", 256, 110, ember_quantize_row_q3_k, ember_dequantize_row_q3_k, 2.9e-2},  /* 2.2e-2 */
+    {"q4_K", 256, 144, ember_quantize_row_q4_k, ember_dequantize_row_q4_k, 6.5e-3},  /* 5.1e-3 */
     {"q5_K", 256, 176, ember_quantize_row_q5_k, ember_dequantize_row_q5_k, 1.65e-3}, /* 1.3e-3 */
-    {"q6_K", 256, 210, ember_quantize_row_q6_k, ember_dequantize_row_q6_k, 4.1e-4}, /* 3.1e-4 */
-    {"q8_K", 256, 292, ember_quantize_row_q8_k, ember_dequantize_row_q8_k, 6.3e-5}, /* 4.8e-5 */
+    {"q6_K", 256, 210, ember_quantize_row_q6_k, ember_dequantize_row_q6_k, 4.1e-4},  /* 3.1e-4 */
+    {"q8_K", 256, 292, ember_quantize_row_q8_k, ember_dequantize_row_q8_k, 6.3e-5},  /* 4.8e-5 */
 };
 #define N_TYPES (sizeof TYPES / sizeof TYPES[0])
 

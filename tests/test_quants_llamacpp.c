@@ -17,7 +17,6 @@
 
 static char quantize_bin[1200];
 
-
 static bool find_llama_quantize(void) {
     const char *env = getenv("EMBER_LLAMA_QUANTIZE");
     if (env && *env) snprintf(quantize_bin, sizeof quantize_bin, "%s", env);
@@ -89,15 +88,15 @@ static void edge_row(int64_t r, float *x, int64_t n) {
         float u = (float)((double)(s >> 11) * 0x1p-53) - 0.5f; /* in [-0.5, 0.5) */
         switch (r % 12) {
         case 0: x[i] = 0.0f; break;
-        case 1: x[i] = 0.75f; break;                        /* one constant */
-        case 2: x[i] = u * 1e-20f; break;                   /* far below any f16 scale */
-        case 3: x[i] = u * 1e-6f; break;                    /* subnormal f16 scales */
-        case 4: x[i] = i == 77 ? 40.0f : u * 0.05f; break;  /* one outlier */
-        case 5: x[i] = fabsf(u) + 0.01f; break;             /* all positive */
-        case 6: x[i] = -fabsf(u) * 3.0f; break;             /* all negative */
-        case 7: x[i] = i % 2 ? 0.0f : u; break;             /* half zeros */
+        case 1: x[i] = 0.75f; break;                            /* one constant */
+        case 2: x[i] = u * 1e-20f; break;                       /* far below any f16 scale */
+        case 3: x[i] = u * 1e-6f; break;                        /* subnormal f16 scales */
+        case 4: x[i] = i == 77 ? 40.0f : u * 0.05f; break;      /* one outlier */
+        case 5: x[i] = fabsf(u) + 0.01f; break;                 /* all positive */
+        case 6: x[i] = -fabsf(u) * 3.0f; break;                 /* all negative */
+        case 7: x[i] = i % 2 ? 0.0f : u; break;                 /* half zeros */
         case 8: x[i] = (float)((int)(u * 16.0f)) / 8.0f; break; /* few distinct values, ties */
-        case 9: x[i] = i % 32 == 5 ? -1.0f : 0.0f; break;   /* one value per block */
+        case 9: x[i] = i % 32 == 5 ? -1.0f : 0.0f; break;       /* one value per block */
         default: x[i] = u * 0.2f; break;
         }
     }
@@ -179,8 +178,7 @@ static void test_type_round_trip(const qtype *T, const ember_gguf *src) {
     snprintf(back, sizeof back, "%s.f32", out);
     const char *q_args[] = {"--pure", src->path, out, T->llama_name, NULL};
     const char *f_args[] = {"--allow-requantize", out, back, "F32", NULL};
-    if (!CHECKF(run_llama_quantize(q_args) && run_llama_quantize(f_args), "%s: llama-quantize", T->llama_name))
-        return;
+    if (!CHECKF(run_llama_quantize(q_args) && run_llama_quantize(f_args), "%s: llama-quantize", T->llama_name)) return;
     test_type_bytes(T, src, out);
     ember_gguf *g = NULL;
     ember_error err = {0};
@@ -191,7 +189,7 @@ static void test_type_round_trip(const qtype *T, const ember_gguf *src) {
         if (s->n_dims != 2) continue;
         const gguf_tensor *b = ember_gguf_find_tensor(g, s->name);
         if (!CHECKF(b && b->type == EMBER_TYPE_F32 && b->size == s->size, "%s: %s missing from the F32 copy",
-                       T->llama_name, s->name))
+                    T->llama_name, s->name))
             continue;
         int64_t n = (int64_t)(s->size / sizeof(float));
         float *x = malloc(s->size), *y = malloc(s->size), *want = malloc(s->size);
@@ -208,7 +206,8 @@ static void test_type_round_trip(const qtype *T, const ember_gguf *src) {
             }
         tensors++;
         if (bad) bad_tensors++;
-        CHECK_MSG(bad == 0, "%s %s: %lld of %lld values differ from llama.cpp's, first at row %lld col %lld (%.9g vs %.9g)",
+        CHECK_MSG(bad == 0,
+                  "%s %s: %lld of %lld values differ from llama.cpp's, first at row %lld col %lld (%.9g vs %.9g)",
                   T->llama_name, s->name, (long long)bad, (long long)n, (long long)(first / s->ne[0]),
                   (long long)(first % s->ne[0]), first >= 0 ? y[first] : 0.0, first >= 0 ? want[first] : 0.0);
         free(x);

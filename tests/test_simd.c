@@ -28,7 +28,8 @@
 /* gelu for 2 < |x| <= 8, where the value is exp(2u)-small and u's own f32 rounding is amplified */
 #define REL_GELU_TAIL 2e-5
 
-static const int64_t tails[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000};
+static const int64_t tails[] = {1,  2,  3,  5,  7,   8,   15,  16,  17,  31,  32,
+                                33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000};
 #define N_TAILS (sizeof tails / sizeof tails[0])
 
 static ember_test_rng rng = {0x9e3779b97f4a7c15ull};
@@ -50,7 +51,9 @@ static void pool_add(pooled *p, const float *a, const float *b, int64_t n) {
 }
 static double pool_nmse(const pooled *p) { return p->den > 0 ? p->num / p->den : p->num; }
 
-static bool same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
+static bool same_bits(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
 
 /* A random matrix of `type` (row_bytes from the type), owned buffer in *buf. */
 static ember_matrix make_matrix(ember_type type, int64_t n_out, int64_t n_in, void **buf) {
@@ -94,8 +97,8 @@ static void q8_oracle(const ember_matrix *w, const float *x, float *y, int64_t n
     for (int64_t t = 0; t < n_tok; t++) {
         ember_quantize_row_q8_0(x + t * w->n_in, xq, w->n_in);
         for (int64_t o = 0; o < w->n_out; o++)
-            y[t * w->n_out + o] =
-                ember_dot_q8_0_q8_0((const ember_block_q8_0 *)((const uint8_t *)w->data + (size_t)o * w->row_bytes), xq, w->n_in);
+            y[t * w->n_out + o] = ember_dot_q8_0_q8_0(
+                (const ember_block_q8_0 *)((const uint8_t *)w->data + (size_t)o * w->row_bytes), xq, w->n_in);
     }
     free(xq);
 }
@@ -162,7 +165,8 @@ static void test_matmul_type(const ember_kernel_ops *ops, ember_type type) {
  * read back d_x * q_x[o] exactly, which must equal the oracle's block. */
 static void test_q8_quantization(const ember_kernel_ops *ops) {
     const int64_t n = 256;
-    ember_matrix w = {.type = EMBER_TYPE_Q8_0, .n_in = n, .n_out = n, .row_bytes = ember_type_row_size(EMBER_TYPE_Q8_0, n)};
+    ember_matrix w = {
+        .type = EMBER_TYPE_Q8_0, .n_in = n, .n_out = n, .row_bytes = ember_type_row_size(EMBER_TYPE_Q8_0, n)};
     uint8_t *wd = calloc((size_t)n, w.row_bytes);
     for (int64_t o = 0; o < n; o++) {
         ember_block_q8_0 *blk = (ember_block_q8_0 *)(wd + (size_t)o * w.row_bytes) + o / 32;
@@ -177,7 +181,7 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
         for (int64_t i = 0; i < n; i++) {
             switch (trial % 5) {
             case 0: x[i] = gaussian(); break;
-            case 1: x[i] = gaussian() * 1e-6f; break; /* f16 scale goes subnormal */
+            case 1: x[i] = gaussian() * 1e-6f; break;                            /* f16 scale goes subnormal */
             case 2: x[i] = (float)((int)(next_u64() % 255) - 127) * 0.5f; break; /* exact halves after scaling */
             case 3: x[i] = i % 32 == 0 ? 127.0f : (float)((int)(next_u64() % 255) - 127) + 0.5f; break; /* ties */
             default: x[i] = i % 3 == 0 ? 0.0f : -0.0f; break; /* zero blocks */
@@ -190,7 +194,8 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
             if (memcmp(&want, &y[o], 4) != 0 && !(want == 0 && y[o] == 0)) mismatches++;
         }
     }
-    CHECK_MSG(mismatches == 0, "%s: %d quantized activations differ from ember_quantize_row_q8_0", ops->name, mismatches);
+    CHECK_MSG(mismatches == 0, "%s: %d quantized activations differ from ember_quantize_row_q8_0", ops->name,
+              mismatches);
 
     /* NaN or infinity in the activations gives a non-finite output wherever the reference does
      * (the fast path's is always NaN), never a silently finite number */
@@ -206,8 +211,8 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
     test_matmul(ops, &w, x, y, 1);
     test_matmul(&ember_kernels_reference, &w, x, r, 1);
     for (int64_t o = 0; o < n; o++) agree += !isfinite(y[o]) && !isfinite(r[o]);
-    CHECK_MSG(agree == 2 * n, "%s: non-finite activations must give non-finite outputs like the reference (%d of %d)", ops->name, agree,
-              (int)(2 * n));
+    CHECK_MSG(agree == 2 * n, "%s: non-finite activations must give non-finite outputs like the reference (%d of %d)",
+              ops->name, agree, (int)(2 * n));
     free(wd);
 }
 
@@ -254,7 +259,8 @@ static void test_q8_documented_order(ember_kernels k) {
             for (int64_t t = 0; t < n_tok; t++) {
                 ember_quantize_row_q8_0(x + t * n_in, xq, n_in);
                 for (int64_t o = 0; o < n_out; o++) {
-                    const float want = q8_documented_order((const ember_block_q8_0 *)((const uint8_t *)w.data + (size_t)o * w.row_bytes), xq, nb);
+                    const float want = q8_documented_order(
+                        (const ember_block_q8_0 *)((const uint8_t *)w.data + (size_t)o * w.row_bytes), xq, nb);
                     total++;
                     bad += !same_bits(&want, &y[t * n_out + o], 1);
                 }
@@ -286,8 +292,10 @@ static void test_q8_documented_order(ember_kernels k) {
         free(yb);
         free(buf);
     }
-    CHECK_MSG(bad == 0, "%s: %d of %d q8_0 outputs differ from the documented order of operations", ember_kernels_name(k), bad, total);
-    printf("  %-7s q8_0 documented order: %d outputs bit-identical to the scalar transcription\n", ember_kernels_name(k), total - bad);
+    CHECK_MSG(bad == 0, "%s: %d of %d q8_0 outputs differ from the documented order of operations",
+              ember_kernels_name(k), bad, total);
+    printf("  %-7s q8_0 documented order: %d outputs bit-identical to the scalar transcription\n",
+           ember_kernels_name(k), total - bad);
     ember_compute_free(c);
 }
 
@@ -315,10 +323,11 @@ static void test_threads_identical(ember_kernels k) {
                 ember_matmul(c[i], &w, x, y[i], n_tok);
             }
             test_matmul(ember_compute_ops(c[0]), &w, x, single, n_tok);
-            CHECK_MSG(same_bits(y[0], y[1], n_tok * n_out) && same_bits(y[0], y[2], n_tok * n_out) &&
-                          same_bits(y[0], single, n_tok * n_out),
-                      "%s %s %lldx%lld x %lld tokens: 1/2/3 threads and the single-threaded entry must agree bit for bit",
-                      ember_kernels_name(k), type_name(types[ti]), (long long)n_out, (long long)n_in, (long long)n_tok);
+            CHECK_MSG(
+                same_bits(y[0], y[1], n_tok * n_out) && same_bits(y[0], y[2], n_tok * n_out) &&
+                    same_bits(y[0], single, n_tok * n_out),
+                "%s %s %lldx%lld x %lld tokens: 1/2/3 threads and the single-threaded entry must agree bit for bit",
+                ember_kernels_name(k), type_name(types[ti]), (long long)n_out, (long long)n_in, (long long)n_tok);
             for (int i = 0; i < 3; i++) free(y[i]);
             free(single);
             free(x);
@@ -348,7 +357,8 @@ static void test_packed_identical(ember_kernels k) {
             packed += wp.packed != NULL;
             for (int64_t n_tok = 1; n_tok <= 9; n_tok += 2) {
                 float *x = random_vec(n_tok * n_in);
-                float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)), *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
+                float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)),
+                      *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
                 test_matmul(ops, &w, x, ya, n_tok);
                 ember_matmul(c, &wp, x, yb, n_tok);
                 total++;
@@ -359,7 +369,8 @@ static void test_packed_identical(ember_kernels k) {
             }
             free(buf);
         }
-    CHECK_MSG(bad == 0, "%s: packed and unpacked q8_0 products differ in %d of %d cases", ember_kernels_name(k), bad, total);
+    CHECK_MSG(bad == 0, "%s: packed and unpacked q8_0 products differ in %d of %d cases", ember_kernels_name(k), bad,
+              total);
     printf("  %-7s packed q8_0: %d matrices repacked, %d products bit-identical to unpacked\n", ember_kernels_name(k),
            packed, total - bad);
     ember_compute_free(c);
@@ -387,7 +398,8 @@ static void test_multi_identical(ember_kernels k) {
                         /* ti == 4: q8_0, f16, q8_0 (inputs prepared differently: the fallback) */
                         ember_type t = ti < 4 ? types[ti] : (i == 1 ? EMBER_TYPE_F16 : EMBER_TYPE_Q8_0);
                         w[i] = make_matrix(t, outs[oi][i], n_in, &buf[i]);
-                        if (pack && ember_compute_pack(c, &w[i], false, &err) != EMBER_OK) CHECK_MSG(false, "%.300s", err.msg);
+                        if (pack && ember_compute_pack(c, &w[i], false, &err) != EMBER_OK)
+                            CHECK_MSG(false, "%.300s", err.msg);
                     }
                     for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                         const int64_t n_tok = toks[ki];
@@ -399,7 +411,8 @@ static void test_multi_identical(ember_kernels k) {
                         }
                         for (int n = 1; n <= 3; n++) {
                             const ember_matrix *const ws[] = {&w[0], &w[1], &w[2]};
-                            for (int i = 0; i < 3; i++) memset(yb[i], 0xff, (size_t)(n_tok * outs[oi][i]) * sizeof(float));
+                            for (int i = 0; i < 3; i++)
+                                memset(yb[i], 0xff, (size_t)(n_tok * outs[oi][i]) * sizeof(float));
                             ember_matmul_multi(c, n, ws, x, yb, n_tok);
                             for (int i = 0; i < n; i++) {
                                 total++;
@@ -416,8 +429,8 @@ static void test_multi_identical(ember_kernels k) {
                 }
         ember_compute_free(c);
     }
-    CHECK_MSG(bad == 0, "%s: ember_matmul_multi differs from separate products in %d of %d outputs", ember_kernels_name(k),
-              bad, total);
+    CHECK_MSG(bad == 0, "%s: ember_matmul_multi differs from separate products in %d of %d outputs",
+              ember_kernels_name(k), bad, total);
     printf("  %-7s multi product: %d outputs bit-identical to separate products\n", ember_kernels_name(k), total - bad);
 }
 
@@ -515,7 +528,8 @@ static void test_small_ops(const ember_kernel_ops *ops) {
         }
     }
     CHECK_MSG(worst_rel <= REL_EXP, "%s gelu relative error %.3g > %.0e", ops->name, worst_rel, REL_EXP);
-    CHECK_MSG(worst_tail <= REL_GELU_TAIL, "%s gelu tail relative error %.3g > %.0e", ops->name, worst_tail, REL_GELU_TAIL);
+    CHECK_MSG(worst_tail <= REL_GELU_TAIL, "%s gelu tail relative error %.3g > %.0e", ops->name, worst_tail,
+              REL_GELU_TAIL);
     float nan_in[17], one17[17];
     for (int j = 0; j < 17; j++) nan_in[j] = NAN, one17[j] = 1.0f;
     ops->silu_mul(nan_in, one17, 17);
@@ -560,7 +574,8 @@ static void test_cross_isa(void) {
                     void *buf;
                     ember_matrix w = make_matrix(types[ti], n_out, n_in, &buf);
                     float *x = random_vec(n_tok * n_in);
-                    float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)), *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
+                    float *ya = malloc((size_t)(n_tok * n_out) * sizeof(float)),
+                          *yb = malloc((size_t)(n_tok * n_out) * sizeof(float));
                     test_matmul(a, &w, x, ya, n_tok);
                     test_matmul(b, &w, x, yb, n_tok);
                     total++;
@@ -624,19 +639,23 @@ static void test_env_override(void) {
     ember_compute *c = NULL;
     ember_error err;
     setenv("EMBER_KERNELS", "reference", 1);
-    CHECK(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_OK && ember_compute_kernels(c) == EMBER_KERNELS_REFERENCE);
+    CHECK(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_OK &&
+          ember_compute_kernels(c) == EMBER_KERNELS_REFERENCE);
     ember_compute_free(c);
     if (ember_kernels_supported(EMBER_KERNELS_AVX2)) {
-        CHECK(ember_compute_new(EMBER_KERNELS_AVX2, 1, &c, &err) == EMBER_OK && ember_compute_kernels(c) == EMBER_KERNELS_AVX2);
+        CHECK(ember_compute_new(EMBER_KERNELS_AVX2, 1, &c, &err) == EMBER_OK &&
+              ember_compute_kernels(c) == EMBER_KERNELS_AVX2);
         ember_compute_free(c);
     }
     setenv("EMBER_KERNELS", "avx-512", 1);
     c = NULL;
-    CHECK(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_ERR_ARG && c == NULL && strstr(err.msg, "avx-512"));
+    CHECK(ember_compute_new(EMBER_KERNELS_AUTO, 1, &c, &err) == EMBER_ERR_ARG && c == NULL &&
+          strstr(err.msg, "avx-512"));
     unsetenv("EMBER_KERNELS");
     for (int k = EMBER_KERNELS_AVX2; k <= EMBER_KERNELS_AVX512; k++)
         if (!ember_kernels_supported((ember_kernels)k)) {
-            CHECK(ember_compute_new((ember_kernels)k, 1, &c, &err) == EMBER_ERR_UNSUPPORTED && strstr(err.msg, "lacks"));
+            CHECK(ember_compute_new((ember_kernels)k, 1, &c, &err) == EMBER_ERR_UNSUPPORTED &&
+                  strstr(err.msg, "lacks"));
             printf("  unsupported request reported as: %s\n", err.msg);
         }
 }

@@ -58,9 +58,9 @@ static void rel_add(rel_acc *r, const float *got, const float *ref, int64_t n) {
 static double rel_of(const rel_acc *r) { return r->max_ref > 0 ? r->max_diff / r->max_ref : r->max_diff; }
 
 /* Runs one case on one kernel set; fills the two rels. Returns false when something failed to run. */
-static bool run_case(const char *dir, ember_kernels kernels, ember_kv_type kv, const int32_t *prompt, int n_prompt, const int32_t *greedy,
-                     int n_greedy, const npy_f32 *exact, const npy_f32 *lcpp, double *rel_exact, double *rel_lcpp,
-                     const char **used) {
+static bool run_case(const char *dir, ember_kernels kernels, ember_kv_type kv, const int32_t *prompt, int n_prompt,
+                     const int32_t *greedy, int n_greedy, const npy_f32 *exact, const npy_f32 *lcpp, double *rel_exact,
+                     double *rel_lcpp, const char **used) {
     char path[2048];
     snprintf(path, sizeof path, "%s/model.gguf", dir);
     ember_model_params mp = {.path = path, .kernels = kernels, .n_threads = 2, .kv_cache = kv};
@@ -68,13 +68,15 @@ static bool run_case(const char *dir, ember_kernels kernels, ember_kv_type kv, c
     ember_session *s = NULL;
     ember_error err = {0};
     bool ok = false;
-    if (ember_model_load(&mp, &m, &err) != EMBER_OK || ember_session_new(m, n_prompt + n_greedy + 1, &s, &err) != EMBER_OK) {
+    if (ember_model_load(&mp, &m, &err) != EMBER_OK ||
+        ember_session_new(m, n_prompt + n_greedy + 1, &s, &err) != EMBER_OK) {
         CHECK_MSG(false, "%.300s: %.300s", dir, err.msg);
         goto done;
     }
     const int64_t nv = ember_model_get_info(m)->n_vocab;
     *used = ember_model_get_info(m)->kernels; /* a static string */
-    if (nv != exact->cols || nv != lcpp->cols || exact->rows < n_prompt + n_greedy || lcpp->rows < n_prompt + n_greedy) {
+    if (nv != exact->cols || nv != lcpp->cols || exact->rows < n_prompt + n_greedy ||
+        lcpp->rows < n_prompt + n_greedy) {
         CHECK_MSG(false, "%.300s: logits files do not match the model (%lld vocab)", dir, (long long)nv);
         goto done;
     }
@@ -139,7 +141,8 @@ static int run_folder(const char *folder) {
     else printf("TOL_f16 = %.3g (llamacpp_rel of the f16-weight cases)\n", tol_f16);
 
     static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
-    printf("%-18s %-6s %-9s %10s %10s   %s\n", "case", "kv", "kernels", "vs exact", "vs llama", "bound (exact / llama)");
+    printf("%-18s %-6s %-9s %10s %10s   %s\n", "case", "kv", "kernels", "vs exact", "vs llama",
+           "bound (exact / llama)");
     int cases = 0;
     for (int i = 0; i < n_names; i++) {
         char dir[1536], path[2048];
@@ -169,16 +172,18 @@ static int run_folder(const char *folder) {
                 if (!ember_kernels_supported(sets[k])) continue;
                 double re = NAN, rl = NAN;
                 const char *used = "?";
-                if (!run_case(dir, sets[k], kv ? EMBER_KV_F16 : EMBER_KV_F32, prompt, n_prompt, greedy, n_greedy, &exact,
-                              &lcpp, &re, &rl, &used))
+                if (!run_case(dir, sets[k], kv ? EMBER_KV_F16 : EMBER_KV_F32, prompt, n_prompt, greedy, n_greedy,
+                              &exact, &lcpp, &re, &rl, &used))
                     continue;
                 /* the reference path with the exact cache must meet the exact bound; everything else
                  * the llama.cpp bound (widened to TOL_f16 for the f16 cache) against both */
                 const double be = kv ? tol_f16kv : k == 0 ? tol_exact : tol_lcpp, bl = kv ? tol_f16kv : tol_lcpp;
-                printf("%-18s %-6s %-9s %10.2e %10.2e   %.2g / %.2g\n", names[i], kv ? "f16" : "f32", used, re, rl, be, bl);
-                CHECK_MSG(re <= be, "%s %s, %s KV: rel %.3g vs exact > %.3g", names[i], used, kv ? "f16" : "f32", re, be);
-                CHECK_MSG(rl <= bl, "%s %s, %s KV: rel %.3g vs llama.cpp > %.3g", names[i], used, kv ? "f16" : "f32", rl,
-                          bl);
+                printf("%-18s %-6s %-9s %10.2e %10.2e   %.2g / %.2g\n", names[i], kv ? "f16" : "f32", used, re, rl, be,
+                       bl);
+                CHECK_MSG(re <= be, "%s %s, %s KV: rel %.3g vs exact > %.3g", names[i], used, kv ? "f16" : "f32", re,
+                          be);
+                CHECK_MSG(rl <= bl, "%s %s, %s KV: rel %.3g vs llama.cpp > %.3g", names[i], used, kv ? "f16" : "f32",
+                          rl, bl);
             }
         }
         cases++;

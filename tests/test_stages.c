@@ -11,7 +11,8 @@ typedef struct {
     int calls, tracing;
 } seen;
 
-static ember_status record(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *view, ember_error *err) {
+static ember_status record(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *view,
+                           ember_error *err) {
     seen *s = user;
     s->calls++;
     s->tracing += ctx->tracing;
@@ -48,9 +49,9 @@ static void test_tracing_disabled(void) {
 }
 
 int main(void) {
-    static const char *const expected[] = {"before_layer",   "attention_pattern", "attention_heads",
-                                           "after_attention", "mlp_activation",   "after_mlp",
-                                           "after_layer",     "before_logits",    "after_logits"};
+    static const char *const expected[] = {"before_layer",    "attention_pattern", "attention_heads",
+                                           "after_attention", "mlp_activation",    "after_mlp",
+                                           "after_layer",     "before_logits",     "after_logits"};
     CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 9);
     for (int i = 0; i < EMBER_STAGE_COUNT; i++) {
         const char *name = ember_stage_name((ember_stage)i);

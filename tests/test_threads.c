@@ -10,7 +10,7 @@
 #include <time.h>
 
 typedef struct {
-    atomic_int *hits;   /* (n) times each item ran */
+    atomic_int *hits; /* (n) times each item ran */
     int64_t grain;
     int n_threads;
     atomic_int bad_chunk, bad_tid;
@@ -53,7 +53,8 @@ int main(void) {
         CHECK(ember_pool_threads(p) == nt);
         bool ok = true;
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-            for (size_t gi = 0; gi < sizeof grains / sizeof grains[0]; gi++) ok = ok && run_and_check(p, nt, sizes[si], grains[gi]);
+            for (size_t gi = 0; gi < sizeof grains / sizeof grains[0]; gi++)
+                ok = ok && run_and_check(p, nt, sizes[si], grains[gi]);
         CHECK_MSG(ok, "%d threads: every item exactly once, chunks on grain multiples, tids in range", nt);
 
         /* decode's pattern: thousands of small jobs back to back */

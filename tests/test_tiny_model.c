@@ -99,8 +99,8 @@ static int64_t meta_int(const ember_gguf *g, const char *key) {
 
 static void check_tensor(const ember_gguf *g, const char *name, ember_type type, int64_t ne0, int64_t ne1) {
     const gguf_tensor *t = ember_gguf_find_tensor(g, name);
-    CHECK_MSG(t && t->type == type && t->ne[0] == ne0 && t->ne[1] == ne1 && t->n_dims == (ne1 > 1 ? 2u : 1u),
-              "%s: %s", name, t ? ember_type_name(t->type) : "missing");
+    CHECK_MSG(t && t->type == type && t->ne[0] == ne0 && t->ne[1] == ne1 && t->n_dims == (ne1 > 1 ? 2u : 1u), "%s: %s",
+              name, t ? ember_type_name(t->type) : "missing");
 }
 
 static void test_layout(void) {
@@ -122,10 +122,13 @@ static void test_layout(void) {
         char *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
         CHECK(pre && strcmp(pre, llama ? "llama-bpe" : "qwen2") == 0);
         free(pre);
-        struct { const char *suffix; int64_t want; } ints[] = {
-            {"block_count", 6}, {"context_length", 256}, {"embedding_length", 64}, {"feed_forward_length", 128},
-            {"attention.head_count", 4}, {"attention.head_count_kv", 2}, {"rope.dimension_count", 16},
-            {"vocab_size", 512},
+        struct {
+            const char *suffix;
+            int64_t want;
+        } ints[] = {
+            {"block_count", 6},           {"context_length", 256},     {"embedding_length", 64},
+            {"feed_forward_length", 128}, {"attention.head_count", 4}, {"attention.head_count_kv", 2},
+            {"rope.dimension_count", 16}, {"vocab_size", 512},
         };
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
             snprintf(key, sizeof key, "%s.%s", families[f], ints[i].suffix);
@@ -205,7 +208,8 @@ static void test_tokenizer(void) {
     p.family = "qwen3";
     ember_gguf *g = write_and_open(&p, "tok.gguf");
     if (!g) return;
-    char *model = ember_gguf_get_string(g, "tokenizer.ggml.model"), *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
+    char *model = ember_gguf_get_string(g, "tokenizer.ggml.model"),
+         *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
     CHECK(model && strcmp(model, "gpt2") == 0);
     CHECK(pre && strcmp(pre, "qwen2") == 0);
     free(model);
@@ -244,7 +248,8 @@ static void test_tokenizer(void) {
         gguf_str ms;
         ember_gguf_array_string(merges, m, &ms);
         const char *sp = memchr(ms.ptr, ' ', ms.len);
-        if (!sp || sp == ms.ptr || sp == ms.ptr + ms.len - 1 || memchr(sp + 1, ' ', ms.len - (size_t)(sp - ms.ptr) - 1)) {
+        if (!sp || sp == ms.ptr || sp == ms.ptr + ms.len - 1 ||
+            memchr(sp + 1, ' ', ms.len - (size_t)(sp - ms.ptr) - 1)) {
             bad++;
             continue;
         }
@@ -326,7 +331,8 @@ static void test_layout_gemma4(void) {
     p.dtype = EMBER_TYPE_Q8_0;
     ember_gguf *g = write_and_open(&p, "layout-gemma4.gguf");
     if (!g) return;
-    char *arch = ember_gguf_get_string(g, "general.architecture"), *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
+    char *arch = ember_gguf_get_string(g, "general.architecture"),
+         *pre = ember_gguf_get_string(g, "tokenizer.ggml.pre");
     CHECK(arch && strcmp(arch, "gemma4") == 0);
     CHECK(pre && strcmp(pre, "gpt-2") == 0);
     free(arch);
@@ -334,16 +340,28 @@ static void test_layout_gemma4(void) {
     bool add_bos = false;
     CHECK(ember_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) && add_bos); /* Gemma adds BOS */
     CHECK(meta_int(g, "general.file_type") == 7);
-    struct { const char *key; int64_t want; } ints[] = {
-        {"gemma4.block_count", 6}, {"gemma4.context_length", 256}, {"gemma4.embedding_length", 64},
-        {"gemma4.attention.head_count", 4}, {"gemma4.attention.key_length", 32}, {"gemma4.attention.value_length", 32},
-        {"gemma4.attention.key_length_swa", 16}, {"gemma4.attention.value_length_swa", 16},
-        {"gemma4.rope.dimension_count", 32}, {"gemma4.rope.dimension_count_swa", 16},
-        {"gemma4.attention.sliding_window", 8}, {"gemma4.attention.shared_kv_layers", 2},
-        {"gemma4.embedding_length_per_layer_input", 32}, {"gemma4.vocab_size", 512},
+    struct {
+        const char *key;
+        int64_t want;
+    } ints[] = {
+        {"gemma4.block_count", 6},
+        {"gemma4.context_length", 256},
+        {"gemma4.embedding_length", 64},
+        {"gemma4.attention.head_count", 4},
+        {"gemma4.attention.key_length", 32},
+        {"gemma4.attention.value_length", 32},
+        {"gemma4.attention.key_length_swa", 16},
+        {"gemma4.attention.value_length_swa", 16},
+        {"gemma4.rope.dimension_count", 32},
+        {"gemma4.rope.dimension_count_swa", 16},
+        {"gemma4.attention.sliding_window", 8},
+        {"gemma4.attention.shared_kv_layers", 2},
+        {"gemma4.embedding_length_per_layer_input", 32},
+        {"gemma4.vocab_size", 512},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key, (long long)meta_int(g, ints[i].key));
+        CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key,
+                  (long long)meta_int(g, ints[i].key));
     double v = 0;
     CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base", &v) && v == 1000000.0);
     CHECK(ember_gguf_get_float(g, "gemma4.rope.freq_base_swa", &v) && v == 10000.0);
@@ -370,7 +388,8 @@ static void test_layout_gemma4(void) {
     const gguf_tensor *rf = ember_gguf_find_tensor(g, "rope_freqs.weight");
     check_tensor(g, "rope_freqs.weight", EMBER_TYPE_F32, 16, 1);
     if (rf && rf->ne[0] == 16)
-        for (int i = 0; i < 16; i++) CHECK_MSG(f32_at(rf, i) == (i < 4 ? 1.0f : 1e30f), "rope_freqs[%d] = %g", i, f32_at(rf, i));
+        for (int i = 0; i < 16; i++)
+            CHECK_MSG(f32_at(rf, i) == (i < 4 ? 1.0f : 1e30f), "rope_freqs[%d] = %g", i, f32_at(rf, i));
     int n_expected = 5 + 1; /* token_embd, 3 PLE, rope_freqs; output_norm */
     for (int l = 0; l < 6; l++) {
         char t[64];
@@ -404,7 +423,8 @@ static void test_layout_gemma4(void) {
 #undef T
         n_expected += 14 + (shared ? 0 : 2 + sliding);
     }
-    CHECK_MSG(g->n_tensors == (uint64_t)n_expected, "%llu tensors, expected %d", (unsigned long long)g->n_tensors, n_expected);
+    CHECK_MSG(g->n_tensors == (uint64_t)n_expected, "%llu tensors, expected %d", (unsigned long long)g->n_tensors,
+              n_expected);
     ember_gguf_close(g);
 }
 
@@ -453,7 +473,8 @@ static void test_layout_gpt2(void) {
     if (qkv) {
         double s2[3] = {0};
         for (int part = 0; part < 3; part++)
-            for (int64_t i = part * 64 * 64; i < (part + 1) * 64 * 64; i++) s2[part] += (double)f32_at(qkv, i) * f32_at(qkv, i);
+            for (int64_t i = part * 64 * 64; i < (part + 1) * 64 * 64; i++)
+                s2[part] += (double)f32_at(qkv, i) * f32_at(qkv, i);
         for (int part = 0; part < 3; part++) {
             double sd = sqrt(s2[part] / (64 * 64)), want = part < 2 ? 0.25 : 0.125;
             CHECK_MSG(fabs(sd - want) < 0.1 * want, "attn_qkv part %d: sd %g, want %g", part, sd, want);
@@ -487,8 +508,8 @@ static void test_param_errors(void) {
         {"pattern too short", "gemma4", "SSF", "3 entries for 6 layers", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
         {"pattern letter", "gemma4", "SSSXSF", "only S (sliding) and F (full)", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
         /* kv_from 4: layer 4 (full) would read layer 3, which is sliding */
-        {"shared KV of the wrong kind", "gemma4", "SSSSFF", "full layer 4 would read the cache of layer 3, a sliding one", 6,
-         2, -1, 0, 0, EMBER_TYPE_F32},
+        {"shared KV of the wrong kind", "gemma4", "SSSSFF",
+         "full layer 4 would read the cache of layer 3, a sliding one", 6, 2, -1, 0, 0, EMBER_TYPE_F32},
         {"all layers shared", "gemma4", NULL, "leave none of the 6 layers", 6, 6, -1, 0, 0, EMBER_TYPE_F32},
         {"q8_0 PLE width", "gemma4", NULL, "per-layer input width", 6, -1, 16, 0, 0, EMBER_TYPE_Q8_0},
         {"family", "mamba", NULL, "'mamba'", 6, -1, -1, 0, 0, EMBER_TYPE_F32},
@@ -517,7 +538,8 @@ static void test_param_errors(void) {
     if (g) {
         int64_t pattern[2];
         CHECK(meta_int(g, "gemma4.attention.shared_kv_layers") == 0);
-        CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 2) && pattern[0] == 1 && pattern[1] == 0);
+        CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 2) && pattern[0] == 1 &&
+              pattern[1] == 0);
         CHECK(ember_gguf_find_tensor(g, "blk.1.attn_k.weight") != NULL);
         ember_gguf_close(g);
     }
@@ -531,8 +553,8 @@ static void test_param_errors(void) {
     if (g) {
         CHECK(!ember_gguf_find(g, "gemma4.embedding_length_per_layer_input") &&
               !ember_gguf_find(g, "gemma4.final_logit_softcapping"));
-        CHECK(!ember_gguf_find_tensor(g, "per_layer_token_embd.weight") && !ember_gguf_find_tensor(g, "blk.0.inp_gate.weight") &&
-              !ember_gguf_find_tensor(g, "rope_freqs.weight"));
+        CHECK(!ember_gguf_find_tensor(g, "per_layer_token_embd.weight") &&
+              !ember_gguf_find_tensor(g, "blk.0.inp_gate.weight") && !ember_gguf_find_tensor(g, "rope_freqs.weight"));
         ember_gguf_close(g);
     }
 }
@@ -555,7 +577,8 @@ static void test_tokenizer_in_engine(const char *family) {
         const bool bos = strcmp(family, "llama") == 0 || strcmp(family, "gemma4") == 0;
         CHECK(ember_tokenizer_vocab_size(t) == 512 && ember_tokenizer_bos(t) == 510 && ember_tokenizer_eos(t) == 511);
         CHECK(ember_tokenizer_adds_bos(t) == bos);
-        const char *text = "The quick brown fox jumps over the lazy dog.\nHello world, 2024! \xC3\xA9t\xC3\xA9 \xF0\x9F\x94\xA5";
+        const char *text =
+            "The quick brown fox jumps over the lazy dog.\nHello world, 2024! \xC3\xA9t\xC3\xA9 \xF0\x9F\x94\xA5";
         int32_t *ids = NULL;
         size_t n = 0;
         /* with the family's BOS default: LLaMA and Gemma add one, Qwen and GPT-2 do not */
@@ -628,7 +651,7 @@ static void test_cli(void) {
 
     const char *bad[] = {
         "--family llama --dtype f32",                         /* no --out */
-        "--family llama --dtype iq4_nl --out x.gguf",           /* unknown dtype */
+        "--family llama --dtype iq4_nl --out x.gguf",         /* unknown dtype */
         "--family llama --dtype f32 --out x.gguf --layers 0", /* out of range */
         "--family llama --dtype f32 --out x.gguf --hidden 6x",
         "--family llama --dtype f32 --out x.gguf --bogus",
@@ -644,8 +667,8 @@ static void test_cli(void) {
     /* Valid arguments, impossible model: exit 1 with the reason. */
     snprintf(cmd, sizeof cmd, "'%s' --family mamba --dtype f32 --out '%s' %s", tool, tmp_path("x.gguf"), quiet);
     CHECK(run_cmd(cmd) == 1);
-    snprintf(cmd, sizeof cmd, "'%s' --family llama --dtype f32 --window 4 --out '%s' 2>&1 | grep -q 'gemma4 settings'", tool,
-             tmp_path("x.gguf"));
+    snprintf(cmd, sizeof cmd, "'%s' --family llama --dtype f32 --window 4 --out '%s' 2>&1 | grep -q 'gemma4 settings'",
+             tool, tmp_path("x.gguf"));
     CHECK(run_cmd(cmd) == 0);
     snprintf(cmd, sizeof cmd, "'%s' --family gemma4 --dtype f32 --swa-pattern SSSSFF --shared-kv 2 --out '%s' %s", tool,
              tmp_path("x.gguf"), quiet);
@@ -663,12 +686,14 @@ static void test_cli(void) {
     CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
     if (g) {
         int64_t pattern[5], kv[5], ff[5];
-        const int64_t want_pattern[5] = {1, 1, 0, 1, 0}, want_kv[5] = {4, 4, 2, 4, 2}, want_ff[5] = {128, 128, 128, 256, 256};
+        const int64_t want_pattern[5] = {1, 1, 0, 1, 0}, want_kv[5] = {4, 4, 2, 4, 2},
+                      want_ff[5] = {128, 128, 128, 256, 256};
         CHECK(meta_array(g, "gemma4.attention.sliding_window_pattern", pattern, 5) &&
               memcmp(pattern, want_pattern, sizeof pattern) == 0);
         CHECK(meta_array(g, "gemma4.attention.head_count_kv", kv, 5) && memcmp(kv, want_kv, sizeof kv) == 0);
         CHECK(meta_array(g, "gemma4.feed_forward_length", ff, 5) && memcmp(ff, want_ff, sizeof ff) == 0);
-        CHECK(meta_int(g, "gemma4.attention.shared_kv_layers") == 2 && meta_int(g, "gemma4.attention.sliding_window") == 3 &&
+        CHECK(meta_int(g, "gemma4.attention.shared_kv_layers") == 2 &&
+              meta_int(g, "gemma4.attention.sliding_window") == 3 &&
               meta_int(g, "gemma4.embedding_length_per_layer_input") == 16 &&
               meta_int(g, "gemma4.attention.key_length") == 24 && meta_int(g, "gemma4.attention.key_length_swa") == 8);
         double b = 0;
@@ -703,8 +728,9 @@ static void test_cli(void) {
         check_tensor(g, "position_embd.weight", EMBER_TYPE_F16, 64, 32);
         ember_gguf_close(g);
     }
-    snprintf(cmd, sizeof cmd, "'%s' --family llama --dtype q8_0 --hidden 48 --heads 4 --out '%s' 2>&1 | grep -q 'multiples of 32'",
-             tool, tmp_path("x.gguf"));
+    snprintf(cmd, sizeof cmd,
+             "'%s' --family llama --dtype q8_0 --hidden 48 --heads 4 --out '%s' 2>&1 | grep -q 'multiples of 32'", tool,
+             tmp_path("x.gguf"));
     CHECK(run_cmd(cmd) == 0);
 }
 
@@ -753,14 +779,23 @@ static void test_shapes(void) {
     ember_error err = {0};
     CHECK_MSG(ember_gguf_open(out, &g, &err) == EMBER_OK, "%.900s", err.msg);
     if (g) {
-        struct { const char *key; int64_t want; } ints[] = {
-            {"qwen3.block_count", 1}, {"qwen3.embedding_length", 1024}, {"qwen3.attention.head_count", 16},
-            {"qwen3.attention.head_count_kv", 8}, {"qwen3.attention.key_length", 128},
-            {"qwen3.feed_forward_length", 3072}, {"qwen3.context_length", 4096}, {"qwen3.vocab_size", 512},
+        struct {
+            const char *key;
+            int64_t want;
+        } ints[] = {
+            {"qwen3.block_count", 1},
+            {"qwen3.embedding_length", 1024},
+            {"qwen3.attention.head_count", 16},
+            {"qwen3.attention.head_count_kv", 8},
+            {"qwen3.attention.key_length", 128},
+            {"qwen3.feed_forward_length", 3072},
+            {"qwen3.context_length", 4096},
+            {"qwen3.vocab_size", 512},
             {"general.file_type", 7},
         };
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-            CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key, (long long)meta_int(g, ints[i].key));
+            CHECK_MSG(meta_int(g, ints[i].key) == ints[i].want, "%s = %lld", ints[i].key,
+                      (long long)meta_int(g, ints[i].key));
         double base = 0;
         CHECK(ember_gguf_get_float(g, "qwen3.rope.freq_base", &base) && base == 1000000.0);
         CHECK(!ember_gguf_find(g, "tokenizer.ggml.model"));
@@ -788,8 +823,8 @@ static void test_shapes(void) {
         snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>/dev/null", ember_test_tmpdir(), tool, bad[i]);
         CHECK_MSG(run_cmd(cmd) == 2, "%s", bad[i]);
     }
-    snprintf(cmd, sizeof cmd, "'%s' --shape qwen3-7b --out x.gguf 2>&1 | grep -q -- '--shape must be one of qwen3-0.6b'",
-             tool);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --shape qwen3-7b --out x.gguf 2>&1 | grep -q -- '--shape must be one of qwen3-0.6b'", tool);
     CHECK(run_cmd(cmd) == 0);
 }
 

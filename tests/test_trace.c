@@ -15,7 +15,8 @@ typedef struct {
     int n, tracing, calls;
 } layer_seen;
 
-static ember_status on_layer(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v, ember_error *err) {
+static ember_status on_layer(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                             ember_error *err) {
     (void)stage, (void)err;
     layer_seen *s = user;
     s->calls++;

@@ -88,7 +88,8 @@ int main(void) {
             continue;
         }
         for (int threads = 1; threads <= 2; threads++)
-            for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) test_family(families[f], sets[k], threads);
+            for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+                test_family(families[f], sets[k], threads);
     }
     return ember_test_finish();
 }

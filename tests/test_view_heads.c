@@ -14,31 +14,30 @@
 #define ROWS 6
 #define COLS 4
 
-static const char *const script =
-    "local v_rows, v_cols = ...\n"
-    "local out = {}\n"
-    "-- rows: head 1 is rows 4..6, as a sub-view\n"
-    "local h1 = v_rows:head(1)\n"
-    "out[#out + 1] = table.concat(h1:shape(), 'x')\n"
-    "out[#out + 1] = h1:get(1, 1)\n"
-    "h1:set(1, 2, -1)\n"
-    "out[#out + 1] = v_rows:get(4, 2)\n"
-    "out[#out + 1] = getmetatable(h1).__name\n"
-    "-- columns: head 1 is columns 3..4, a copy\n"
-    "local c1 = v_cols:head(1)\n"
-    "out[#out + 1] = table.concat(c1:shape(), 'x')\n"
-    "out[#out + 1] = table.concat(c1:row(2):values(), ',')\n"
-    "out[#out + 1] = getmetatable(c1).__name\n"
-    "-- a clone keeps the layout\n"
-    "out[#out + 1] = table.concat(v_cols:clone():head(0):values(), ',')\n"
-    "out[#out + 1] = table.concat(v_rows:clone():head(0):shape(), 'x')\n"
-    "-- refusals\n"
-    "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 0, 3))\n"
-    "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 0, nil, 'columns'))\n"
-    "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 2))\n"
-    "-- explicit arguments that agree are accepted\n"
-    "out[#out + 1] = v_cols:head(1, 2, 'columns'):get(1, 1)\n"
-    "return out, h1\n";
+static const char *const script = "local v_rows, v_cols = ...\n"
+                                  "local out = {}\n"
+                                  "-- rows: head 1 is rows 4..6, as a sub-view\n"
+                                  "local h1 = v_rows:head(1)\n"
+                                  "out[#out + 1] = table.concat(h1:shape(), 'x')\n"
+                                  "out[#out + 1] = h1:get(1, 1)\n"
+                                  "h1:set(1, 2, -1)\n"
+                                  "out[#out + 1] = v_rows:get(4, 2)\n"
+                                  "out[#out + 1] = getmetatable(h1).__name\n"
+                                  "-- columns: head 1 is columns 3..4, a copy\n"
+                                  "local c1 = v_cols:head(1)\n"
+                                  "out[#out + 1] = table.concat(c1:shape(), 'x')\n"
+                                  "out[#out + 1] = table.concat(c1:row(2):values(), ',')\n"
+                                  "out[#out + 1] = getmetatable(c1).__name\n"
+                                  "-- a clone keeps the layout\n"
+                                  "out[#out + 1] = table.concat(v_cols:clone():head(0):values(), ',')\n"
+                                  "out[#out + 1] = table.concat(v_rows:clone():head(0):shape(), 'x')\n"
+                                  "-- refusals\n"
+                                  "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 0, 3))\n"
+                                  "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 0, nil, 'columns'))\n"
+                                  "out[#out + 1] = select(2, pcall(v_rows.head, v_rows, 2))\n"
+                                  "-- explicit arguments that agree are accepted\n"
+                                  "out[#out + 1] = v_cols:head(1, 2, 'columns'):get(1, 1)\n"
+                                  "return out, h1\n";
 
 static const char *const after_expiry = "local h1 = ...\nreturn pcall(h1.values, h1)\n";
 
@@ -65,10 +64,19 @@ int main(void) {
         return ember_test_finish();
     }
     static const char *const want[] = {
-        "3x4", "30.0", "-1.0", "ember.TensorView", "6x2", "12.0,13.0", "ember.Tensor",
-        "0.0,1.0,10.0,11.0,20.0,21.0,30.0,-1.0,40.0,41.0,50.0,51.0", "3x4",
-        "head: this view holds 2 heads, not 3", "head: this view lays its heads out by rows",
-        "head: head 2 out of range 0..1 (heads are 0-based, like layers)", "2.0",
+        "3x4",
+        "30.0",
+        "-1.0",
+        "ember.TensorView",
+        "6x2",
+        "12.0,13.0",
+        "ember.Tensor",
+        "0.0,1.0,10.0,11.0,20.0,21.0,30.0,-1.0,40.0,41.0,50.0,51.0",
+        "3x4",
+        "head: this view holds 2 heads, not 3",
+        "head: this view lays its heads out by rows",
+        "head: head 2 out of range 0..1 (heads are 0-based, like layers)",
+        "2.0",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         lua_rawgeti(L, 1, (lua_Integer)i + 1);

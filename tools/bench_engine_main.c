@@ -158,10 +158,11 @@ static double membw(int n_threads, size_t mib, int rounds) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench-engine --model M [--prompt-tokens 52] [--gen-tokens 32] [--threads N]\n"
-                    "                    [--kernels auto|reference|avx2|avx512] [--kv-cache f32|f16|bf16] [--repeat R]\n"
-                    "                    [--warmup W] [--json]\n"
-                    "                    [--membw] [--membw-mib 1024]\n");
+    fprintf(stderr,
+            "usage: bench-engine --model M [--prompt-tokens 52] [--gen-tokens 32] [--threads N]\n"
+            "                    [--kernels auto|reference|avx2|avx512] [--kv-cache f32|f16|bf16] [--repeat R]\n"
+            "                    [--warmup W] [--json]\n"
+            "                    [--membw] [--membw-mib 1024]\n");
 }
 
 int main(int argc, char **argv) {
@@ -193,8 +194,7 @@ int main(int argc, char **argv) {
     ember_kernels kernels;
     ember_kv_type kv_type;
     if (!ember_kernels_parse(kernels_s, &kernels) || !ember_kv_type_parse(kv_s, &kv_type) || prompt_tokens < 1 ||
-        gen_tokens < 0 || repeat < 1 || warmup < 0 ||
-        (!model_path && !bw)) {
+        gen_tokens < 0 || repeat < 1 || warmup < 0 || (!model_path && !bw)) {
         usage();
         return 2;
     }
@@ -203,7 +203,9 @@ int main(int argc, char **argv) {
     if (bw && !model_path) {
         gbs = membw(bw_threads, bw_mib, 10);
         if (json) printf("{\"membw_gbs\": %.2f, \"threads\": %d, \"mib\": %zu}\n", gbs, bw_threads, bw_mib);
-        else printf("memory read bandwidth: %.1f GB/s (%d threads, %zu MiB array, best of 10)\n", gbs, bw_threads, bw_mib);
+        else
+            printf("memory read bandwidth: %.1f GB/s (%d threads, %zu MiB array, best of 10)\n", gbs, bw_threads,
+                   bw_mib);
         return 0;
     }
 
@@ -312,8 +314,8 @@ int main(int argc, char **argv) {
                "\"prefill_max\": %.2f, \"decode_min\": %.2f, \"decode_max\": %.2f, \"load_s\": %.3f, "
                "\"peak_rss_mib\": %.1f, \"repacked_mb\": %.1f, \"weight_mb_per_token\": %.1f",
                model_path, info->kernels, info->kv_cache, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med,
-               dec_med, pre_min,
-               pre_max, dec_min, dec_max, load_s, rss, (double)info->repacked_bytes / 1e6, bytes / 1e6);
+               dec_med, pre_min, pre_max, dec_min, dec_max, load_s, rss, (double)info->repacked_bytes / 1e6,
+               bytes / 1e6);
         if (bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", gbs, gbs * 1e9 / bytes);
         if (n_pairs > 0)
             printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
@@ -325,14 +327,14 @@ int main(int argc, char **argv) {
         printf("kernels    %s, %d threads, %s KV cache\n", info->kernels, info->n_threads, info->kv_cache);
         printf("prefill    %.1f tok/s median of %d (min %.1f, max %.1f), %d-token prompt\n", pre_med, repeat, pre_min,
                pre_max, prompt_tokens);
-        printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", dec_med, repeat, dec_min, dec_max,
-               gen_tokens);
+        printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", dec_med, repeat, dec_min,
+               dec_max, gen_tokens);
         printf("load       %.3f s; peak RSS %.1f MiB; %.1f MB of weights repacked\n", load_s, rss,
                (double)info->repacked_bytes / 1e6);
         printf("weights    %.1f MB read per decoded token\n", bytes / 1e6);
         if (bw)
-            printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, gbs * 1e9 / bytes,
-                   100.0 * dec_med / (gbs * 1e9 / bytes));
+            printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs,
+                   gbs * 1e9 / bytes, 100.0 * dec_med / (gbs * 1e9 / bytes));
         if (n_pairs > 0)
             printf("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
                    "           one probe pass right after it (medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",

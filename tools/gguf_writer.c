@@ -85,10 +85,17 @@ static void buf_u64(wbuf *b, uint64_t v) { buf_put(b, &v, 8); }
 /* Size of one scalar on disk; 0 for strings, arrays and unknown types. */
 static size_t scalar_size(gguf_value_type t) {
     switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_INT64:
+    case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -395,8 +402,8 @@ static void (*weight_quantizer(ember_type t))(const float *, void *, int64_t) {
     }
 }
 
-ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type,
-                                          uint32_t n_dims, const int64_t *ne, const float *values) {
+ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type, uint32_t n_dims,
+                                          const int64_t *ne, const float *values) {
     int64_t n;
     ember_status st = check_tensor(w, name, n_dims, ne, &n);
     if (st != EMBER_OK) return st;
@@ -407,7 +414,8 @@ ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name
     void (*quantize)(const float *, void *, int64_t) = weight_quantizer(type);
     if (type != EMBER_TYPE_F32 && type != EMBER_TYPE_F16 && type != EMBER_TYPE_BF16 && type != EMBER_TYPE_Q8_0 &&
         !quantize)
-        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': no encoder for type %s", name, ember_type_name(type));
+        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s': no encoder for type %s", name,
+                      ember_type_name(type));
     int64_t rows = n / ne[0];
     if ((uint64_t)rows > SIZE_MAX / row) return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' is too large", name);
     size_t size = row * (size_t)rows;
@@ -520,11 +528,11 @@ ember_status ember_gguf_writer_write(ember_gguf_writer *w, const char *path, emb
         int e = errno;
         /* the usual cause is a directory that is not there: name it rather than the temporary file */
         const char *slash = strrchr(path, '/');
-        ember_status st = e == ENOENT && slash
-                              ? ember_error_set(err, EMBER_ERR_IO, "%s: directory '%.*s' does not exist", path,
-                                                (int)(slash == path ? 1 : slash - path), path)
-                              : ember_error_set(err, EMBER_ERR_IO, "%s: cannot create a temporary file: %s", path,
-                                                strerror(e));
+        ember_status st =
+            e == ENOENT && slash
+                ? ember_error_set(err, EMBER_ERR_IO, "%s: directory '%.*s' does not exist", path,
+                                  (int)(slash == path ? 1 : slash - path), path)
+                : ember_error_set(err, EMBER_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(e));
         if (fd >= 0) {
             close(fd);
             unlink(tmp);

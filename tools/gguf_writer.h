@@ -54,8 +54,7 @@ ember_status ember_gguf_writer_set_bool(ember_gguf_writer *w, const char *key, b
 ember_status ember_gguf_writer_set_string(ember_gguf_writer *w, const char *key, const char *s);
 ember_status ember_gguf_writer_set_array(ember_gguf_writer *w, const char *key, gguf_value_type elem_type,
                                          const void *elems, uint64_t count);
-ember_status ember_gguf_writer_set_strings(ember_gguf_writer *w, const char *key, const char *const *s,
-                                           uint64_t count);
+ember_status ember_gguf_writer_set_strings(ember_gguf_writer *w, const char *key, const char *const *s, uint64_t count);
 /* Removes a key or a tensor; false when there was none. Lets tests derive broken files. */
 bool ember_gguf_writer_remove_key(ember_gguf_writer *w, const char *key);
 bool ember_gguf_writer_remove_tensor(ember_gguf_writer *w, const char *name);
@@ -64,8 +63,8 @@ bool ember_gguf_writer_remove_tensor(ember_gguf_writer *w, const char *name);
 /* Adds a tensor of n_dims (1..4) dims ne (ne[0] fastest) from f32 values, converted to `type`
  * (Q8_0: blocks of 32 along ne[0], d = absmax/127 stored as f16, q = round(x/d); Q4_0, Q4_1, Q5_0,
  * Q5_1, Q2_K..Q6_K: the project's quantizers, the bytes llama-quantize writes for the same values). */
-ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type,
-                                          uint32_t n_dims, const int64_t *ne, const float *values);
+ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, ember_type type, uint32_t n_dims,
+                                          const int64_t *ne, const float *values);
 /* Adds `size` bytes as they are under any ggml type number, valid or not: for tests that need
  * tensors ember must refuse. */
 ember_status ember_gguf_writer_add_tensor_raw(ember_gguf_writer *w, const char *name, uint32_t ggml_type,

@@ -35,27 +35,26 @@ static bool make_parent_dirs(const char *path) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype T --out FILE\n"
-            "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
-            "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
-            "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
-            "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
-            "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
-            "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
-            "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
-            "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads (gpt2: as many as heads),\n"
-            "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
-            "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
-            "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
-            "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
-            "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
-            "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
-            "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
-            "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
-            "--dtype (of the 2-D weights): f32 f16 bf16 q8_0, or q4_0 q4_1 q5_0 q5_1 (rows of whole\n"
-            "32-value blocks) and q2_k q3_k q4_k q5_k q6_k (hidden, ff and heads*head-dim multiples of 256,\n"
-            "e.g. --hidden 256 --head-dim 64 --ff 768), quantized as llama-quantize --pure would.\n");
+    fprintf(f, "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype T --out FILE\n"
+               "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
+               "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
+               "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
+               "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
+               "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
+               "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
+               "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
+               "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads (gpt2: as many as heads),\n"
+               "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
+               "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
+               "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
+               "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
+               "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
+               "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
+               "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
+               "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
+               "--dtype (of the 2-D weights): f32 f16 bf16 q8_0, or q4_0 q4_1 q5_0 q5_1 (rows of whole\n"
+               "32-value blocks) and q2_k q3_k q4_k q5_k q6_k (hidden, ff and heads*head-dim multiples of 256,\n"
+               "e.g. --hidden 256 --head-dim 64 --ff 768), quantized as llama-quantize --pure would.\n");
 }
 
 /* A whole-string integer in [lo, hi], or an error naming the option. */
@@ -76,8 +75,8 @@ static bool parse_float(const char *opt, const char *s, double lo, bool open, do
     char *end;
     double v = s ? strtod(s, &end) : 0;
     if (!s || !*s || *end || !(open ? v > lo : v >= lo) || !(v <= hi)) {
-        fprintf(stderr, "make-tiny-model: %s needs a number %s %g and <= %g (got '%s')\n", opt, open ? ">" : ">=", lo, hi,
-                s ? s : "");
+        fprintf(stderr, "make-tiny-model: %s needs a number %s %g and <= %g (got '%s')\n", opt, open ? ">" : ">=", lo,
+                hi, s ? s : "");
         return false;
     }
     *out = (float)v;
@@ -105,16 +104,34 @@ int main(int argc, char **argv) {
             }
             i++;
         }
-    struct { const char *opt; int64_t *dst; long long lo, hi; } ints[] = {
-        {"--layers", &p.n_layer, 1, 1024},  {"--hidden", &p.n_embd, 1, 65536},  {"--heads", &p.n_head, 1, 1024},
-        {"--kv-heads", &p.n_head_kv, 1, 1024}, {"--head-dim", &p.head_dim, 2, 1024}, {"--ff", &p.n_ff, 1, 262144},
-        {"--vocab", &p.n_vocab, 1, 1000000}, {"--context", &p.n_ctx, 1, 1 << 24},
-        {"--head-dim-swa", &p.head_dim_swa, 2, 1024}, {"--kv-heads-full", &p.n_head_kv_full, 1, 1024},
-        {"--window", &p.sliding_window, 1, 1 << 24}, {"--shared-kv", &p.shared_kv_layers, 0, 1023},
+    struct {
+        const char *opt;
+        int64_t *dst;
+        long long lo, hi;
+    } ints[] = {
+        {"--layers", &p.n_layer, 1, 1024},
+        {"--hidden", &p.n_embd, 1, 65536},
+        {"--heads", &p.n_head, 1, 1024},
+        {"--kv-heads", &p.n_head_kv, 1, 1024},
+        {"--head-dim", &p.head_dim, 2, 1024},
+        {"--ff", &p.n_ff, 1, 262144},
+        {"--vocab", &p.n_vocab, 1, 1000000},
+        {"--context", &p.n_ctx, 1, 1 << 24},
+        {"--head-dim-swa", &p.head_dim_swa, 2, 1024},
+        {"--kv-heads-full", &p.n_head_kv_full, 1, 1024},
+        {"--window", &p.sliding_window, 1, 1 << 24},
+        {"--shared-kv", &p.shared_kv_layers, 0, 1023},
         {"--ple", &p.ple_dim, 0, 65536},
     };
-    struct { const char *opt; float *dst; double lo; bool open; double hi; } floats[] = {
-        {"--rope-base", &p.rope_base, 1.0, true, 1e12}, {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
+    struct {
+        const char *opt;
+        float *dst;
+        double lo;
+        bool open;
+        double hi;
+    } floats[] = {
+        {"--rope-base", &p.rope_base, 1.0, true, 1e12},
+        {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
         {"--softcap", &p.softcap, 0.0, false, 1e6},
     };
     for (int i = 1; i < argc; i++) {
@@ -198,7 +215,8 @@ int main(int argc, char **argv) {
     if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
         fprintf(stderr,
                 "make-tiny-model: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, "
-                "q5_k or q6_k (got '%s')\n", dtype);
+                "q5_k or q6_k (got '%s')\n",
+                dtype);
         return 2;
     }
     if (!make_parent_dirs(out)) return 1;

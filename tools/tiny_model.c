@@ -14,11 +14,29 @@
 
 void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     *p = (ember_tiny_model_params){
-        .family = "llama", .dtype = EMBER_TYPE_F32, .seed = 1,
-        .n_layer = 6, .n_embd = 64, .n_head = 4, .n_head_kv = 0, .n_ff = 128, .n_vocab = 512, .n_ctx = 256,
-        .head_dim = 0, .rope_base = 0, .tied = -1, .rope_freqs = -1, .tokenizer = true,
-        .head_dim_swa = 0, .n_head_kv_full = 0, .rope_base_swa = 0, .sliding_window = 0, .swa_pattern = NULL,
-        .shared_kv_layers = -1, .ple_dim = -1, .softcap = -1.0f,
+        .family = "llama",
+        .dtype = EMBER_TYPE_F32,
+        .seed = 1,
+        .n_layer = 6,
+        .n_embd = 64,
+        .n_head = 4,
+        .n_head_kv = 0,
+        .n_ff = 128,
+        .n_vocab = 512,
+        .n_ctx = 256,
+        .head_dim = 0,
+        .rope_base = 0,
+        .tied = -1,
+        .rope_freqs = -1,
+        .tokenizer = true,
+        .head_dim_swa = 0,
+        .n_head_kv_full = 0,
+        .rope_base_swa = 0,
+        .sliding_window = 0,
+        .swa_pattern = NULL,
+        .shared_kv_layers = -1,
+        .ple_dim = -1,
+        .softcap = -1.0f,
     };
 }
 
@@ -53,11 +71,19 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
 /* Values per block of a weight dtype the tool writes (1 for f32/f16/bf16), 0 for any other type. */
 static int64_t dtype_block(ember_type t) {
     switch (t) {
-    case EMBER_TYPE_F32: case EMBER_TYPE_F16: case EMBER_TYPE_BF16: return 1;
-    case EMBER_TYPE_Q8_0: case EMBER_TYPE_Q4_0: case EMBER_TYPE_Q4_1: case EMBER_TYPE_Q5_0: case EMBER_TYPE_Q5_1:
-        return 32;
-    case EMBER_TYPE_Q2_K: case EMBER_TYPE_Q3_K: case EMBER_TYPE_Q4_K: case EMBER_TYPE_Q5_K: case EMBER_TYPE_Q6_K:
-        return 256;
+    case EMBER_TYPE_F32:
+    case EMBER_TYPE_F16:
+    case EMBER_TYPE_BF16: return 1;
+    case EMBER_TYPE_Q8_0:
+    case EMBER_TYPE_Q4_0:
+    case EMBER_TYPE_Q4_1:
+    case EMBER_TYPE_Q5_0:
+    case EMBER_TYPE_Q5_1: return 32;
+    case EMBER_TYPE_Q2_K:
+    case EMBER_TYPE_Q3_K:
+    case EMBER_TYPE_Q4_K:
+    case EMBER_TYPE_Q5_K:
+    case EMBER_TYPE_Q6_K: return 256;
     default: return 0;
     }
 }
@@ -75,11 +101,14 @@ static const char *dtype_name(ember_type t) {
 }
 
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out) {
-    static const struct { const char *name; ember_type t; } all[] = {
-        {"f32", EMBER_TYPE_F32},   {"f16", EMBER_TYPE_F16},   {"bf16", EMBER_TYPE_BF16}, {"q8_0", EMBER_TYPE_Q8_0},
-        {"q4_0", EMBER_TYPE_Q4_0}, {"q4_1", EMBER_TYPE_Q4_1}, {"q5_0", EMBER_TYPE_Q5_0}, {"q5_1", EMBER_TYPE_Q5_1},
-        {"q2_k", EMBER_TYPE_Q2_K}, {"q3_k", EMBER_TYPE_Q3_K}, {"q4_k", EMBER_TYPE_Q4_K}, {"q5_k", EMBER_TYPE_Q5_K},
-        {"q6_k", EMBER_TYPE_Q6_K}};
+    static const struct {
+        const char *name;
+        ember_type t;
+    } all[] = {{"f32", EMBER_TYPE_F32},   {"f16", EMBER_TYPE_F16},   {"bf16", EMBER_TYPE_BF16},
+               {"q8_0", EMBER_TYPE_Q8_0}, {"q4_0", EMBER_TYPE_Q4_0}, {"q4_1", EMBER_TYPE_Q4_1},
+               {"q5_0", EMBER_TYPE_Q5_0}, {"q5_1", EMBER_TYPE_Q5_1}, {"q2_k", EMBER_TYPE_Q2_K},
+               {"q3_k", EMBER_TYPE_Q3_K}, {"q4_k", EMBER_TYPE_Q4_K}, {"q5_k", EMBER_TYPE_Q5_K},
+               {"q6_k", EMBER_TYPE_Q6_K}};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (s && strcmp(s, all[i].name) == 0) {
             *out = all[i].t;
@@ -119,8 +148,8 @@ typedef struct {
     const char *arch;
     bool llama, qwen3, qwen2, gemma4, gpt2;
     bool tied, rope_freqs;
-    int64_t hd, n_head_kv;   /* gemma4: full layers' head size; sliding layers' KV heads */
-    float base;              /* gemma4: full layers' RoPE base */
+    int64_t hd, n_head_kv; /* gemma4: full layers' head size; sliding layers' KV heads */
+    float base;            /* gemma4: full layers' RoPE base */
     /* gemma4 */
     int64_t hd_swa, n_head_kv_full, window, shared, ple;
     float base_swa, softcap;
@@ -151,11 +180,13 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
     s->gemma4 = is_family(f, "gemma4");
     s->gpt2 = is_family(f, "gpt2");
     if (!s->llama && !s->qwen3 && !s->qwen2 && !s->gemma4 && !s->gpt2)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: family '%s' is not one of llama, qwen3, qwen2, gemma4, gpt2", f);
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: family '%s' is not one of llama, qwen3, qwen2, gemma4, gpt2", f);
     if (dtype_block(p->dtype) == 0)
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: dtype %d is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                               "q2_k, q3_k, q4_k, q5_k, q6_k", (int)p->dtype);
+                               "q2_k, q3_k, q4_k, q5_k, q6_k",
+                               (int)p->dtype);
     if (p->n_layer < 1 || p->n_layer > MAX_LAYERS || p->n_embd < 1 || p->n_embd > 65536 || p->n_ff < 1 ||
         p->n_ff > 262144 || p->n_vocab < 1 || p->n_vocab > 1000000 || p->n_ctx < 1 || p->n_ctx > (1 << 24) ||
         p->n_head < 1 || p->n_head > 1024 || p->n_head_kv < 0 || p->n_head_kv > 1024 || p->head_dim < 0 ||
@@ -166,7 +197,8 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
                        p->swa_pattern || p->shared_kv_layers != -1 || p->ple_dim != -1 || p->softcap >= 0))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
-                               "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones", f);
+                               "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones",
+                               f);
     if (p->rope_freqs > 0 && !s->llama && !s->gemma4)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: rope_freqs is a llama and gemma4 feature");
 
@@ -178,9 +210,10 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
     const int64_t per_head = p->n_embd / p->n_head;
     if (s->gemma4) {
         if (!p->head_dim_swa && !even_split)
-            return ember_error_set(err, EMBER_ERR_ARG,
-                                   "tiny model: hidden %lld is not a multiple of %lld heads (give the sliding layers' head size)",
-                                   (long long)p->n_embd, (long long)p->n_head);
+            return ember_error_set(
+                err, EMBER_ERR_ARG,
+                "tiny model: hidden %lld is not a multiple of %lld heads (give the sliding layers' head size)",
+                (long long)p->n_embd, (long long)p->n_head);
         s->hd_swa = p->head_dim_swa ? p->head_dim_swa : per_head;
         s->hd = p->head_dim ? p->head_dim : 2 * s->hd_swa;
         s->n_head_kv_full = p->n_head_kv_full ? p->n_head_kv_full : s->n_head_kv % 2 ? s->n_head_kv : s->n_head_kv / 2;
@@ -196,9 +229,10 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
             for (int64_t l = 0; l < p->n_layer; l++) {
                 char c = p->swa_pattern[l];
                 if (c != 'S' && c != 's' && c != 'F' && c != 'f')
-                    return ember_error_set(err, EMBER_ERR_ARG,
-                                           "tiny model: the sliding-window pattern '%.64s' may hold only S (sliding) and F (full)",
-                                           p->swa_pattern);
+                    return ember_error_set(
+                        err, EMBER_ERR_ARG,
+                        "tiny model: the sliding-window pattern '%.64s' may hold only S (sliding) and F (full)",
+                        p->swa_pattern);
                 s->sliding[l] = c == 'S' || c == 's';
             }
         } else {
@@ -209,33 +243,40 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
         } else {
             s->shared = p->shared_kv_layers;
             if (s->shared >= p->n_layer)
-                return ember_error_set(err, EMBER_ERR_ARG,
-                                       "tiny model: %lld shared-KV layers leave none of the %lld layers to make a KV cache",
-                                       (long long)s->shared, (long long)p->n_layer);
+                return ember_error_set(
+                    err, EMBER_ERR_ARG,
+                    "tiny model: %lld shared-KV layers leave none of the %lld layers to make a KV cache",
+                    (long long)s->shared, (long long)p->n_layer);
             int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
             if (bad >= 0) {
                 const int64_t src = p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1);
-                return ember_error_set(err, EMBER_ERR_ARG,
-                                       "tiny model: with %lld shared-KV layers of %lld, %s layer %lld would read the cache of "
-                                       "layer %lld, %s (layer kv_from-2 must be sliding and kv_from-1 full)",
-                                       (long long)s->shared, (long long)p->n_layer, s->sliding[bad] ? "sliding" : "full",
-                                       (long long)bad, (long long)src,
-                                       src < 0 ? "which does not exist" : s->sliding[src] ? "a sliding one" : "a full one");
+                return ember_error_set(
+                    err, EMBER_ERR_ARG,
+                    "tiny model: with %lld shared-KV layers of %lld, %s layer %lld would read the cache of "
+                    "layer %lld, %s (layer kv_from-2 must be sliding and kv_from-1 full)",
+                    (long long)s->shared, (long long)p->n_layer, s->sliding[bad] ? "sliding" : "full", (long long)bad,
+                    (long long)src,
+                    src < 0           ? "which does not exist"
+                    : s->sliding[src] ? "a sliding one"
+                                      : "a full one");
             }
         }
     } else {
         if (!p->head_dim && !even_split)
-            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
                                    (long long)p->n_embd, (long long)p->n_head);
         s->hd = p->head_dim ? p->head_dim : per_head;
     }
     if (s->gpt2) {
         if (s->n_head_kv != p->n_head)
-            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
                                    (long long)s->n_head_kv, (long long)p->n_head);
         if (!even_split || s->hd != per_head)
             return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2's head size is hidden / heads");
-        if (p->rope_base != 0) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no RoPE (learned positions)");
+        if (p->rope_base != 0)
+            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no RoPE (learned positions)");
     }
     return EMBER_OK;
 }
@@ -249,7 +290,8 @@ static ember_status check_heads(int64_t n_head, int64_t n_kv, const char *which,
 
 static ember_status check_head_size(int64_t hd, const char *which, ember_error *err) {
     if (hd < 2 || hd % 2 || hd > 1024)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %shead size %lld must be even and in 2..1024", which, (long long)hd);
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %shead size %lld must be even and in 2..1024", which,
+                               (long long)hd);
     return EMBER_OK;
 }
 
@@ -267,9 +309,10 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
         if (s->gemma4) ok = ok && (p->n_head * s->hd_swa) % blk == 0 && s->ple % blk == 0;
         if (!ok)
             return ember_error_set(err, EMBER_ERR_ARG,
-                                   s->gemma4 ? "tiny model: %s needs hidden, ff, heads*head_size (both kinds) and the "
-                                               "per-layer input width to be multiples of %lld"
-                                             : "tiny model: %s needs hidden, ff and heads*head_size to be multiples of %lld",
+                                   s->gemma4
+                                       ? "tiny model: %s needs hidden, ff, heads*head_size (both kinds) and the "
+                                         "per-layer input width to be multiples of %lld"
+                                       : "tiny model: %s needs hidden, ff and heads*head_size to be multiples of %lld",
                                    dtype_name(p->dtype), (long long)blk);
     }
     if (p->tokenizer && p->n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB)
@@ -568,15 +611,15 @@ static void tensors_gpt2(builder *b, const shape *s) {
 static int64_t largest_tensor(const ember_tiny_model_params *p, const shape *s) {
     const int64_t d = p->n_embd;
     int64_t sizes[] = {
-        p->n_vocab * d,                      /* token_embd, output */
-        p->n_head * s->hd * d,               /* attn_q, attn_output */
-        p->n_head * s->hd_swa * d,           /* gemma4's sliding layers */
-        2 * p->n_ff * d,                     /* MLP (gemma4's double width) */
-        3 * d * d,                           /* gpt2's attn_qkv */
-        p->n_ctx * d,                        /* gpt2's position_embd */
-        p->n_vocab * p->n_layer * s->ple,    /* gemma4's per_layer_token_embd */
-        d * p->n_layer * s->ple,             /* gemma4's per_layer_model_proj */
-        s->hd,                               /* rope_freqs */
+        p->n_vocab * d,                   /* token_embd, output */
+        p->n_head * s->hd * d,            /* attn_q, attn_output */
+        p->n_head * s->hd_swa * d,        /* gemma4's sliding layers */
+        2 * p->n_ff * d,                  /* MLP (gemma4's double width) */
+        3 * d * d,                        /* gpt2's attn_qkv */
+        p->n_ctx * d,                     /* gpt2's position_embd */
+        p->n_vocab * p->n_layer * s->ple, /* gemma4's per_layer_token_embd */
+        d * p->n_layer * s->ple,          /* gemma4's per_layer_model_proj */
+        s->hd,                            /* rope_freqs */
     };
     int64_t biggest = 1;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) biggest = sizes[i] > biggest ? sizes[i] : biggest;

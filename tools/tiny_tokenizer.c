@@ -66,7 +66,7 @@ typedef struct {
 } word;
 
 typedef struct {
-    char **tok;   /* (n_vocab) token strings, byte-level encoded */
+    char **tok; /* (n_vocab) token strings, byte-level encoded */
     int64_t n_tok;
     char **merges;
     int64_t n_merges;
@@ -124,8 +124,7 @@ static bool trainer_words(trainer *t) {
             const word *wd = &t->words[w];
             if (wd->n != (int64_t)n) continue;
             bool same = true;
-            for (size_t k = 0; k < n && same; k++)
-                same = wd->ids[k] == ember_tiny_tokenizer_byte_id((uint8_t)s[k]);
+            for (size_t k = 0; k < n && same; k++) same = wd->ids[k] == ember_tiny_tokenizer_byte_id((uint8_t)s[k]);
             if (same) found = w;
         }
         if (found >= 0) {
@@ -264,13 +263,11 @@ ember_status ember_tiny_tokenizer_build(ember_gguf_writer *w, int64_t n_vocab, c
         snprintf(name, sizeof name, "<|reserved_%lld|>", (long long)r);
         if (!(t.tok[t.n_tok++] = strdup(name))) goto oom;
     }
-    if (!(t.tok[t.n_tok++] = strdup("<|begin_of_text|>")) || !(t.tok[t.n_tok++] = strdup("<|end_of_text|>")))
-        goto oom;
+    if (!(t.tok[t.n_tok++] = strdup("<|begin_of_text|>")) || !(t.tok[t.n_tok++] = strdup("<|end_of_text|>"))) goto oom;
 
     types = malloc((size_t)n_vocab * sizeof *types);
     if (!types) goto oom;
-    for (int64_t i = 0; i < n_vocab; i++)
-        types[i] = i < n_learnt ? 1 /* normal */ : 3 /* control */;
+    for (int64_t i = 0; i < n_vocab; i++) types[i] = i < n_learnt ? 1 /* normal */ : 3 /* control */;
 
     ember_gguf_writer_set_string(w, "tokenizer.ggml.model", "gpt2");
     ember_gguf_writer_set_string(w, "tokenizer.ggml.pre", pre);

@@ -34,12 +34,22 @@ void ember_kv_store(ember_session *s, int64_t l, int64_t pos, int64_t n, const f
 void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_t window, const float *q, float *att,
                      int64_t pos0, int64_t n) {
     const ember_model *m = s->model;
-    const ember_attention_args a = {
-        .q = q, .k = s->k_cache[L->kv_source], .v = s->v_cache[L->kv_source], .kv_type = m->kv_type, .out = att,
-        .scratch = s->ws.scores, .n_chunks_cap = (s->n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
-        .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim, .kv_stride = L->head_dim,
-        .kv_head_stride = s->n_ctx * L->head_dim, .pos0 = pos0,
-        .n = n, .window = window, .scale = scale};
+    const ember_attention_args a = {.q = q,
+                                    .k = s->k_cache[L->kv_source],
+                                    .v = s->v_cache[L->kv_source],
+                                    .kv_type = m->kv_type,
+                                    .out = att,
+                                    .scratch = s->ws.scores,
+                                    .n_chunks_cap = (s->n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
+                                    .n_head = m->n_head,
+                                    .n_head_kv = L->n_head_kv,
+                                    .hd = L->head_dim,
+                                    .kv_stride = L->head_dim,
+                                    .kv_head_stride = s->n_ctx * L->head_dim,
+                                    .pos0 = pos0,
+                                    .n = n,
+                                    .window = window,
+                                    .scale = scale};
     ember_compute_attention(m->compute, &a);
 }
 
@@ -55,11 +65,20 @@ ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, 
         ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
     } else {
         /* The pattern of this layer only (ember_session_reserve_pattern sized it before the pass). */
-        const ember_attention_args a = {
-            .q = w->q, .k = s->k_cache[L->kv_source], .v = s->v_cache[L->kv_source], .kv_type = m->kv_type,
-            .out = w->att, .n_head = m->n_head, .n_head_kv = L->n_head_kv, .hd = L->head_dim,
-            .kv_stride = L->head_dim, .kv_head_stride = s->n_ctx * L->head_dim, .pos0 = pos0, .n = n,
-            .window = window, .scale = scale};
+        const ember_attention_args a = {.q = w->q,
+                                        .k = s->k_cache[L->kv_source],
+                                        .v = s->v_cache[L->kv_source],
+                                        .kv_type = m->kv_type,
+                                        .out = w->att,
+                                        .n_head = m->n_head,
+                                        .n_head_kv = L->n_head_kv,
+                                        .hd = L->head_dim,
+                                        .kv_stride = L->head_dim,
+                                        .kv_head_stride = s->n_ctx * L->head_dim,
+                                        .pos0 = pos0,
+                                        .n = n,
+                                        .window = window,
+                                        .scale = scale};
         ember_compute_attention_probs(m->compute, &a, w->pattern);
         ember_view v = {.data = w->pattern, .rows = m->n_head * n, .cols = pos0 + n, .n_heads = m->n_head};
         if ((st = ember_hook_call_view(hooks, EMBER_STAGE_ATTENTION_PATTERN, ctx, l, &v, err))) return st;
@@ -107,9 +126,9 @@ ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember
     if (n > 1) {
         ember_matmul(m->compute, &m->output, w->xn, w->all_logits, n - 1);
         if (m->softcap > 0.0f)
-            for (int64_t i = 0; i < (n - 1) * v; i++) w->all_logits[i] = m->softcap * tanhf(w->all_logits[i] / m->softcap);
+            for (int64_t i = 0; i < (n - 1) * v; i++)
+                w->all_logits[i] = m->softcap * tanhf(w->all_logits[i] / m->softcap);
     }
     memcpy(w->all_logits + (n - 1) * v, w->logits, (size_t)v * sizeof(float));
     return EMBER_OK;
 }
-

@@ -91,8 +91,8 @@ ember_status ember_control_vector_read(const char *path, ember_control_vector **
             goto fail;
         }
         if (t->type != EMBER_TYPE_F32) {
-            st = ember_error_set(err, EMBER_ERR_FORMAT, "control vector %s: tensor '%s' is %s, not f32", path,
-                                 t->name, ember_type_name(t->type));
+            st = ember_error_set(err, EMBER_ERR_FORMAT, "control vector %s: tensor '%s' is %s, not f32", path, t->name,
+                                 ember_type_name(t->type));
             goto fail;
         }
         /* one-dimensional as ggml counts it: trailing dimensions of 1 do not count */

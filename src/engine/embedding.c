@@ -19,8 +19,8 @@ void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_
         const int64_t k = blocks - b0 < per_piece ? blocks - b0 : per_piece;
         const size_t bytes = (size_t)k * tt->block_bytes;
         ember_gguf_read(m->gguf, row + (size_t)b0 * tt->block_bytes, buf, bytes);
-        const ember_matrix piece = {.type = table->type, .data = buf, .n_in = k * tt->block_size, .n_out = 1,
-                                    .row_bytes = bytes};
+        const ember_matrix piece = {
+            .type = table->type, .data = buf, .n_in = k * tt->block_size, .n_out = 1, .row_bytes = bytes};
         m->ops->get_row(&piece, 0, out + b0 * tt->block_size);
     }
 }

@@ -20,7 +20,8 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
     for (int64_t t = 0; t < n; t++) {
         float *row = out + t * width;
         for (int64_t i = 0; i < width; i++) row[i] *= proj_scale;
-        for (int64_t l = 0; l < m->n_layer; l++) m->ops->rmsnorm(row + l * ple, row + l * ple, m->ple_proj_norm, ple, m->norm_eps);
+        for (int64_t l = 0; l < m->n_layer; l++)
+            m->ops->rmsnorm(row + l * ple, row + l * ple, m->ple_proj_norm, ple, m->norm_eps);
     }
     for (int64_t t = 0; t < n; t++) {
         float *row = out + t * width;
@@ -67,7 +68,8 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
         if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
         if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-        ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true, L->rope_freqs);
+        ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true,
+                             L->rope_freqs);
         ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
         if (own_kv) {
             if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
@@ -127,7 +129,8 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
     }
 
     /* all_logits: the other rows' final norm into xn, for the logits head */
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++) ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, eps);
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
+        ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, eps);
     ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
     ember_trace_step(tr, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
     return ember_logits_head(s, hooks, &ctx, err);
@@ -184,7 +187,8 @@ ember_status ember_gemma4_bind(binder *b) {
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
     if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || shared >= m->n_layer || hd_full < 2 || hd_swa < 2 ||
         rot_full > hd_full || rot_swa > hd_swa || rot_full % 2 || rot_swa % 2)
-        return bind_fail(b, EMBER_ERR_FORMAT, "inconsistent hyper-parameters (%lld layers, %lld shared-KV layers, head sizes %lld/%lld)",
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "inconsistent hyper-parameters (%lld layers, %lld shared-KV layers, head sizes %lld/%lld)",
                          (long long)m->n_layer, (long long)shared, (long long)hd_full, (long long)hd_swa);
     m->head_dim = hd_full;
     m->n_rot = rot_full;
@@ -221,7 +225,8 @@ ember_status ember_gemma4_bind(binder *b) {
         L->kv_source = l < kv_from ? l : kv_from - (L->sliding ? 2 : 1);
         if (L->kv_source < 0 || m->layers[L->kv_source].sliding != L->sliding ||
             m->layers[L->kv_source].kv_dim != L->kv_dim)
-            return bind_fail(b, EMBER_ERR_FORMAT, "layer %lld shares the KV cache of layer %lld, which has another kind or shape",
+            return bind_fail(b, EMBER_ERR_FORMAT,
+                             "layer %lld shares the KV cache of layer %lld, which has another kind or shape",
                              (long long)l, (long long)L->kv_source);
         int64_t q_dim;
         TRY(hp_mul(b, "query width (heads x head size)", m->n_head, L->head_dim, &q_dim));

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                 ember_error *err) {
     const ember_model *m = s->model;

@@ -9,8 +9,8 @@
 #include <string.h>
 
 /* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows, split by token (rows.c). */
-static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd,
-                          const float *norm, int64_t pos0) {
+static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,
+                          int64_t pos0) {
     ember_rows_norm_rope(m, x, n, n_heads, hd, norm, m->norm_eps, m->n_rot, pos0, m->rope_base, m->rope_neox,
                          m->rope_freqs);
 }
@@ -146,4 +146,3 @@ ember_status ember_llama_bind(binder *b) {
     m->forward = ember_llama_forward;
     return EMBER_OK;
 }
-

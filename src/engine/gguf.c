@@ -30,8 +30,7 @@ typedef struct {
 } reader;
 
 static ember_status fail(reader *r, const char *what) {
-    return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: %s (at byte %zu of %zu)", r->path, what,
-                           r->pos, r->size);
+    return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: %s (at byte %zu of %zu)", r->path, what, r->pos, r->size);
 }
 
 static bool rd(reader *r, void *dst, size_t n) {
@@ -54,8 +53,8 @@ static bool rd_str(reader *r, gguf_str *s) {
 }
 
 static const size_t scalar_size[GGUF_TYPE_COUNT] = {
-    [GGUF_TYPE_UINT8] = 1, [GGUF_TYPE_INT8] = 1,    [GGUF_TYPE_UINT16] = 2, [GGUF_TYPE_INT16] = 2,
-    [GGUF_TYPE_UINT32] = 4, [GGUF_TYPE_INT32] = 4,  [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,
+    [GGUF_TYPE_UINT8] = 1,  [GGUF_TYPE_INT8] = 1,  [GGUF_TYPE_UINT16] = 2,  [GGUF_TYPE_INT16] = 2,
+    [GGUF_TYPE_UINT32] = 4, [GGUF_TYPE_INT32] = 4, [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,
     [GGUF_TYPE_UINT64] = 8, [GGUF_TYPE_INT64] = 8, [GGUF_TYPE_FLOAT64] = 8,
 };
 
@@ -127,27 +126,55 @@ static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out,
     uint32_t b4;
     uint64_t b8;
     switch (type) {
-    case GGUF_TYPE_UINT8: if (!rd(r, &b1, 1)) break; out->v.u64 = b1; return EMBER_OK;
-    case GGUF_TYPE_INT8: if (!rd(r, &b1, 1)) break; out->v.i64 = (int8_t)b1; return EMBER_OK;
-    case GGUF_TYPE_UINT16: if (!rd(r, &b2, 2)) break; out->v.u64 = b2; return EMBER_OK;
-    case GGUF_TYPE_INT16: if (!rd(r, &b2, 2)) break; out->v.i64 = (int16_t)b2; return EMBER_OK;
-    case GGUF_TYPE_UINT32: if (!rd(r, &b4, 4)) break; out->v.u64 = b4; return EMBER_OK;
-    case GGUF_TYPE_INT32: if (!rd(r, &b4, 4)) break; out->v.i64 = (int32_t)b4; return EMBER_OK;
-    case GGUF_TYPE_UINT64: if (!rd(r, &b8, 8)) break; out->v.u64 = b8; return EMBER_OK;
-    case GGUF_TYPE_INT64: if (!rd(r, &b8, 8)) break; out->v.i64 = (int64_t)b8; return EMBER_OK;
+    case GGUF_TYPE_UINT8:
+        if (!rd(r, &b1, 1)) break;
+        out->v.u64 = b1;
+        return EMBER_OK;
+    case GGUF_TYPE_INT8:
+        if (!rd(r, &b1, 1)) break;
+        out->v.i64 = (int8_t)b1;
+        return EMBER_OK;
+    case GGUF_TYPE_UINT16:
+        if (!rd(r, &b2, 2)) break;
+        out->v.u64 = b2;
+        return EMBER_OK;
+    case GGUF_TYPE_INT16:
+        if (!rd(r, &b2, 2)) break;
+        out->v.i64 = (int16_t)b2;
+        return EMBER_OK;
+    case GGUF_TYPE_UINT32:
+        if (!rd(r, &b4, 4)) break;
+        out->v.u64 = b4;
+        return EMBER_OK;
+    case GGUF_TYPE_INT32:
+        if (!rd(r, &b4, 4)) break;
+        out->v.i64 = (int32_t)b4;
+        return EMBER_OK;
+    case GGUF_TYPE_UINT64:
+        if (!rd(r, &b8, 8)) break;
+        out->v.u64 = b8;
+        return EMBER_OK;
+    case GGUF_TYPE_INT64:
+        if (!rd(r, &b8, 8)) break;
+        out->v.i64 = (int64_t)b8;
+        return EMBER_OK;
     case GGUF_TYPE_FLOAT32: {
         float f;
         if (!rd(r, &f, 4)) break;
         out->v.f64 = f;
         return EMBER_OK;
     }
-    case GGUF_TYPE_FLOAT64: if (!rd(r, &out->v.f64, 8)) break; return EMBER_OK;
+    case GGUF_TYPE_FLOAT64:
+        if (!rd(r, &out->v.f64, 8)) break;
+        return EMBER_OK;
     case GGUF_TYPE_BOOL:
         if (!rd(r, &b1, 1)) break;
         if (b1 > 1) return fail(r, "bool value is neither 0 nor 1");
         out->v.b = b1;
         return EMBER_OK;
-    case GGUF_TYPE_STRING: if (!rd_str(r, &out->v.str)) return fail(r, "truncated string"); return EMBER_OK;
+    case GGUF_TYPE_STRING:
+        if (!rd_str(r, &out->v.str)) return fail(r, "truncated string");
+        return EMBER_OK;
     case GGUF_TYPE_ARRAY: return read_array(r, out, depth);
     default: return fail(r, "unknown value type");
     }
@@ -156,8 +183,8 @@ static ember_status read_value(reader *r, gguf_value_type type, gguf_value *out,
 
 const char *gguf_value_type_name(gguf_value_type t) {
     static const char *names[GGUF_TYPE_COUNT] = {
-        [GGUF_TYPE_UINT8] = "u8",   [GGUF_TYPE_INT8] = "i8",     [GGUF_TYPE_UINT16] = "u16",
-        [GGUF_TYPE_INT16] = "i16",  [GGUF_TYPE_UINT32] = "u32",  [GGUF_TYPE_INT32] = "i32",
+        [GGUF_TYPE_UINT8] = "u8",    [GGUF_TYPE_INT8] = "i8",    [GGUF_TYPE_UINT16] = "u16",
+        [GGUF_TYPE_INT16] = "i16",   [GGUF_TYPE_UINT32] = "u32", [GGUF_TYPE_INT32] = "i32",
         [GGUF_TYPE_FLOAT32] = "f32", [GGUF_TYPE_BOOL] = "bool",  [GGUF_TYPE_STRING] = "string",
         [GGUF_TYPE_ARRAY] = "array", [GGUF_TYPE_UINT64] = "u64", [GGUF_TYPE_INT64] = "i64",
         [GGUF_TYPE_FLOAT64] = "f64",
@@ -209,14 +236,13 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t) {
     ember_escape(q, sizeof q, t->name, name.len, GGUF_NAME_SHOWN);
     if (!rd_u32(r, &t->n_dims)) return fail(r, "truncated tensor info");
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)",
-                               r->path, q, t->n_dims, GGUF_MAX_DIMS);
+        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)", r->path,
+                               q, t->n_dims, GGUF_MAX_DIMS);
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         uint64_t ne = 1;
         if (d < t->n_dims && !rd_u64(r, &ne)) return fail(r, "truncated tensor dimensions");
         if (ne == 0 || ne > (uint64_t)INT64_MAX)
-            return ember_error_set(r->err, EMBER_ERR_FORMAT,
-                                   "%s: tensor '%s' has an absurd dimension %llu", r->path, q,
+            return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' has an absurd dimension %llu", r->path, q,
                                    (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
     }
@@ -234,11 +260,12 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t) {
     const ember_type_traits *tr = ember_type_traits_get(type);
     if (t->ne[0] % tr->block_size)
         return ember_error_set(r->err, EMBER_ERR_FORMAT,
-                               "%s: tensor '%s': row length %lld is not a multiple of the %s block size",
-                               r->path, q, (long long)t->ne[0], ember_type_name(type));
+                               "%s: tensor '%s': row length %lld is not a multiple of the %s block size", r->path, q,
+                               (long long)t->ne[0], ember_type_name(type));
     int64_t n_elements = 1;
     bool overflow = false;
-    for (int d = 0; d < GGUF_MAX_DIMS; d++) overflow = overflow || __builtin_mul_overflow(n_elements, t->ne[d], &n_elements);
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        overflow = overflow || __builtin_mul_overflow(n_elements, t->ne[d], &n_elements);
     if (overflow || !ember_type_nbytes(t->type, n_elements, &t->size))
         return ember_error_set(r->err, EMBER_ERR_FORMAT,
                                "%s: tensor '%s' has dimensions [%lld, %lld, %lld, %lld] whose size as %s overflows",
@@ -295,8 +322,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     if (s != EMBER_OK) return s;
     if (st.st_size < 24) {
         close(fd);
-        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: file is %lld bytes, too short for a GGUF header",
-                               path, (long long)st.st_size);
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: file is %lld bytes, too short for a GGUF header", path,
+                               (long long)st.st_size);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
@@ -336,8 +363,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     }
     rd_u32(&r, &g->version);
     if (g->version != 2 && g->version != 3) {
-        s = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)",
-                            path, g->version);
+        s = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", path,
+                            g->version);
         goto done;
     }
     rd_u64(&r, &g->n_tensors);
@@ -347,8 +374,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     if (g->n_kv > (g->size - r.pos) / 13 || g->n_tensors > (g->size - r.pos) / 29 || g->n_kv >= UINT32_MAX ||
         g->n_tensors >= UINT32_MAX) {
         s = ember_error_set(err, EMBER_ERR_FORMAT,
-                            "%s: header claims %llu tensors and %llu metadata keys, more than the file can hold",
-                            path, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
+                            "%s: header claims %llu tensors and %llu metadata keys, more than the file can hold", path,
+                            (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
         g->n_kv = g->n_tensors = 0;
         goto done;
     }
@@ -377,7 +404,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
             goto done;
         }
         if (type >= GGUF_TYPE_COUNT) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' has unknown value type %u", path, q, type);
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' has unknown value type %u", path, q,
+                                type);
             goto done;
         }
         if (index_probe(g, &g->kv_index, kv_name, kv->key.ptr, (size_t)kv->key.len, true, (uint32_t)i) >= 0) {
@@ -420,8 +448,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
         gguf_tensor *t = &g->tensors[i];
         ember_escape(q, sizeof q, t->name, strlen(t->name), GGUF_NAME_SHOWN);
         if (t->offset % g->alignment != 0) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path,
-                                q, (unsigned long long)t->offset, (unsigned long long)g->alignment);
+            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path, q,
+                                (unsigned long long)t->offset, (unsigned long long)g->alignment);
             goto done;
         }
         uint64_t avail = g->size - g->data_offset;
@@ -549,8 +577,18 @@ bool ember_gguf_array_number(const gguf_value *a, uint64_t i, double *out) {
     gguf_value_type t = a->v.arr.elem_type;
     if (t == GGUF_TYPE_STRING || t == GGUF_TYPE_ARRAY) return false;
     const uint8_t *p = a->v.arr.data + i * scalar_size[t];
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-            uint64_t u64; int64_t i64; float f32; double f64; } u;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+    } u;
     memcpy(&u, p, scalar_size[t]);
     switch (t) {
     case GGUF_TYPE_UINT8: *out = u.u8; break;

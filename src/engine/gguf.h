@@ -58,9 +58,9 @@ typedef struct gguf_value {
         struct {
             gguf_value_type elem_type;
             uint64_t count;
-            const uint8_t *data;        /* raw elements (strings: u64 len + bytes each) */
-            struct gguf_value *items;   /* parsed items for arrays of arrays, else NULL */
-            uint64_t *str_off;          /* strings: (count) where item i's length starts, from data;
+            const uint8_t *data;      /* raw elements (strings: u64 len + bytes each) */
+            struct gguf_value *items; /* parsed items for arrays of arrays, else NULL */
+            uint64_t *str_off;        /* strings: (count) where item i's length starts, from data;
                                          * 8 bytes an item (a vocabulary and its merges are 300k) */
         } arr;
     } v;
@@ -72,37 +72,37 @@ typedef struct {
 } gguf_kv;
 
 typedef struct {
-    char *name;           /* NUL-terminated copy */
+    char *name; /* NUL-terminated copy */
     uint32_t n_dims;
-    int64_t ne[4];        /* ne[0] fastest; unused dims are 1 */
+    int64_t ne[4]; /* ne[0] fastest; unused dims are 1 */
     ember_type type;
-    uint64_t offset;      /* relative to the data section */
-    size_t size;          /* bytes */
-    const void *data;     /* into the mapping */
+    uint64_t offset;  /* relative to the data section */
+    size_t size;      /* bytes */
+    const void *data; /* into the mapping */
 } gguf_tensor;
 
 /* Open addressing from a name to its index in kv[] or tensors[]: duplicate checks and lookups in
  * constant time. */
 typedef struct {
-    uint32_t *slots;     /* (cap) index + 1, 0 = empty */
-    size_t cap;          /* power of two, at least twice the entries */
+    uint32_t *slots; /* (cap) index + 1, 0 = empty */
+    size_t cap;      /* power of two, at least twice the entries */
 } gguf_index;
 
 struct ember_gguf {
     char *path;
     const uint8_t *base; /* the mapping */
     size_t size;
-    int fd;              /* kept open: fstat tells whether the file changed since it was mapped */
-    int guard;           /* mapguard slot (mapguard.h), -1 when unguarded */
+    int fd;    /* kept open: fstat tells whether the file changed since it was mapped */
+    int guard; /* mapguard slot (mapguard.h), -1 when unguarded */
     uint64_t st_dev, st_ino;
     int64_t st_mtime_ns;
     gguf_index kv_index, tensor_index;
-    int64_t n_blocks;    /* layers 0..n_blocks-1 each have a tensor named "blk.N.*" (0 when none) */
-    int64_t max_extent;  /* the largest dimension of any tensor (bounds hyper-parameters) */
+    int64_t n_blocks;   /* layers 0..n_blocks-1 each have a tensor named "blk.N.*" (0 when none) */
+    int64_t max_extent; /* the largest dimension of any tensor (bounds hyper-parameters) */
     uint32_t version;
     uint64_t n_kv, n_tensors;
-    gguf_kv *kv;         /* (n_kv) */
-    gguf_tensor *tensors;/* (n_tensors) */
+    gguf_kv *kv;          /* (n_kv) */
+    gguf_tensor *tensors; /* (n_tensors) */
     uint64_t alignment;
     uint64_t data_offset;
 };

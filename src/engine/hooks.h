@@ -28,9 +28,8 @@ static inline ember_status ember_hook_call_heads(const ember_hooks *h, ember_sta
     return ember_hook_call_view(h, stage, ctx, layer, &v, err);
 }
 
-static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
-                                           int64_t layer, float *data, int64_t rows, int64_t cols,
-                                           ember_error *err) {
+static inline ember_status ember_hook_call(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx, int64_t layer,
+                                           float *data, int64_t rows, int64_t cols, ember_error *err) {
     return ember_hook_call_heads(h, stage, ctx, layer, data, rows, cols, 0, err);
 }
 

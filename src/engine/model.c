@@ -22,8 +22,8 @@ static const char *family_name(ember_family f) {
 }
 
 static bool family_parse(const char *s, ember_family *f) {
-    static const ember_family all[] = {EMBER_FAMILY_LLAMA, EMBER_FAMILY_QWEN3, EMBER_FAMILY_QWEN2,
-                                       EMBER_FAMILY_GEMMA4, EMBER_FAMILY_GPT2};
+    static const ember_family all[] = {EMBER_FAMILY_LLAMA, EMBER_FAMILY_QWEN3, EMBER_FAMILY_QWEN2, EMBER_FAMILY_GEMMA4,
+                                       EMBER_FAMILY_GPT2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, family_name(all[i])) == 0) {
             *f = all[i];
@@ -72,10 +72,10 @@ ember_status hp_dim(binder *b, const char *suffix, int64_t *out, bool required, 
 ember_status hp_block_count(binder *b, int64_t *out) {
     TRY(hp_int(b, "block_count", out, true, 0));
     if (*out > b->m->gguf->n_blocks)
-        return bind_fail(b, EMBER_ERR_FORMAT,
-                         "metadata key '%s.block_count' = %lld, but the file has tensors for %lld layers (blk.0 .. blk.%lld)",
-                         b->arch, (long long)*out, (long long)b->m->gguf->n_blocks,
-                         (long long)b->m->gguf->n_blocks - 1);
+        return bind_fail(
+            b, EMBER_ERR_FORMAT,
+            "metadata key '%s.block_count' = %lld, but the file has tensors for %lld layers (blk.0 .. blk.%lld)",
+            b->arch, (long long)*out, (long long)b->m->gguf->n_blocks, (long long)b->m->gguf->n_blocks - 1);
     return EMBER_OK;
 }
 
@@ -140,8 +140,7 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
 }
 
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
-ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required,
-                             ember_matrix *out) {
+ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required, ember_matrix *out) {
     memset(out, 0, sizeof *out);
     const gguf_tensor *t = ember_gguf_find_tensor(b->m->gguf, name);
     if (!t) return required ? bind_fail(b, EMBER_ERR_FORMAT, "missing tensor '%s'", name) : EMBER_OK;
@@ -201,8 +200,9 @@ static ember_status refuse_experts(binder *b) {
     char q[256];
     for (uint64_t i = 0; i < b->m->gguf->n_tensors; i++)
         if (strstr(b->m->gguf->tensors[i].name, "_exps"))
-            return bind_fail(b, EMBER_ERR_UNSUPPORTED, "tensor '%s' belongs to a mixture-of-experts model, which ember does not run",
-                             ember_escape(q, sizeof q, b->m->gguf->tensors[i].name, strlen(b->m->gguf->tensors[i].name), 48));
+            return bind_fail(
+                b, EMBER_ERR_UNSUPPORTED, "tensor '%s' belongs to a mixture-of-experts model, which ember does not run",
+                ember_escape(q, sizeof q, b->m->gguf->tensors[i].name, strlen(b->m->gguf->tensors[i].name), 48));
     return EMBER_OK;
 }
 
@@ -231,8 +231,8 @@ static ember_status prepare_weights(ember_model *m, ember_error *err) {
     TRY(prepare_matrix(m, &m->ple_proj, err));
     for (int64_t l = 0; l < m->n_layer; l++) {
         ember_layer *L = &m->layers[l];
-        ember_matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                &L->inp_gate, &L->proj};
+        ember_matrix *mats[] = {&L->wq,     &L->wk,   &L->wv,     &L->wqkv,     &L->wo,
+                                &L->w_gate, &L->w_up, &L->w_down, &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) TRY(prepare_matrix(m, mats[i], err));
     }
     return EMBER_OK;
@@ -256,7 +256,8 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         goto fail;
     }
     if (arch_kv->value.type != GGUF_TYPE_STRING) {
-        st = bind_fail(&b, EMBER_ERR_FORMAT, "metadata key 'general.architecture' has the wrong type (%s, expected string)",
+        st = bind_fail(&b, EMBER_ERR_FORMAT,
+                       "metadata key 'general.architecture' has the wrong type (%s, expected string)",
                        gguf_value_type_name(arch_kv->value.type));
         goto fail;
     }

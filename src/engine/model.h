@@ -17,30 +17,30 @@ typedef enum {
 } ember_family;
 
 typedef struct {
-    const float *attn_norm;          /* (n_embd) */
-    const float *attn_norm_b;        /* (n_embd) LayerNorm bias, gpt2 only */
-    ember_matrix wq, wk, wv, wo;     /* (n_head*head_dim, n_embd) ... (n_embd, n_head*head_dim) */
-    ember_matrix wqkv;               /* fused (3*n_embd, n_embd), gpt2 only */
-    const float *bq, *bk, *bv, *bo;  /* biases or NULL */
-    const float *bqkv;               /* fused bias, gpt2 only */
-    const float *q_norm, *k_norm;    /* (head_dim) per-head RMSNorm weights, qwen3 only */
-    const float *ffn_norm;           /* (n_embd) */
-    const float *ffn_norm_b;         /* (n_embd) gpt2 only */
+    const float *attn_norm;            /* (n_embd) */
+    const float *attn_norm_b;          /* (n_embd) LayerNorm bias, gpt2 only */
+    ember_matrix wq, wk, wv, wo;       /* (n_head*head_dim, n_embd) ... (n_embd, n_head*head_dim) */
+    ember_matrix wqkv;                 /* fused (3*n_embd, n_embd), gpt2 only */
+    const float *bq, *bk, *bv, *bo;    /* biases or NULL */
+    const float *bqkv;                 /* fused bias, gpt2 only */
+    const float *q_norm, *k_norm;      /* (head_dim) per-head RMSNorm weights, qwen3 only */
+    const float *ffn_norm;             /* (n_embd) */
+    const float *ffn_norm_b;           /* (n_embd) gpt2 only */
     ember_matrix w_gate, w_up, w_down; /* (n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff) */
-    const float *b_up, *b_down;      /* gpt2 only */
-    int64_t n_ff;                    /* this layer's MLP width */
-    int64_t n_head_kv;               /* this layer's KV heads */
-    int64_t head_dim;                /* this layer's head size */
-    int64_t kv_dim;                  /* n_head_kv * head_dim: width of this layer's K and V rows */
-    int64_t kv_source;               /* layer whose cache this layer reads (itself unless shared) */
+    const float *b_up, *b_down;        /* gpt2 only */
+    int64_t n_ff;                      /* this layer's MLP width */
+    int64_t n_head_kv;                 /* this layer's KV heads */
+    int64_t head_dim;                  /* this layer's head size */
+    int64_t kv_dim;                    /* n_head_kv * head_dim: width of this layer's K and V rows */
+    int64_t kv_source;                 /* layer whose cache this layer reads (itself unless shared) */
     /* gemma4 only */
-    bool sliding;                    /* local attention over the last `window` positions */
-    int64_t n_rot;                   /* rotated dims of this layer's heads */
+    bool sliding;  /* local attention over the last `window` positions */
+    int64_t n_rot; /* rotated dims of this layer's heads */
     float rope_base;
-    const float *rope_freqs;         /* (n_rot/2) or NULL */
+    const float *rope_freqs;                                 /* (n_rot/2) or NULL */
     const float *post_attn_norm, *post_ffw_norm, *post_norm; /* (n_embd) */
-    ember_matrix inp_gate, proj;     /* (ple_dim, n_embd), (n_embd, ple_dim) */
-    float out_scale;                 /* layer_output_scale, 1 when absent */
+    ember_matrix inp_gate, proj;                             /* (ple_dim, n_embd), (n_embd, ple_dim) */
+    float out_scale;                                         /* layer_output_scale, 1 when absent */
 } ember_layer;
 
 struct ember_session;
@@ -51,34 +51,34 @@ struct ember_model {
     ember_gguf *gguf;
     ember_model_info info;
     ember_family family;
-    const ember_kernel_ops *ops;  /* = ember_compute_ops(compute) */
-    ember_compute *compute;       /* kernel table, thread pool, activation scratch (kernels/compute.c) */
+    const ember_kernel_ops *ops; /* = ember_compute_ops(compute) */
+    ember_compute *compute;      /* kernel table, thread pool, activation scratch (kernels/compute.c) */
     ember_forward_fn forward;
-    ember_type kv_type;           /* element type of the sessions' KV caches: F32, F16 or BF16 */
+    ember_type kv_type; /* element type of the sessions' KV caches: F32, F16 or BF16 */
 
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
-    int64_t n_rot;       /* rotated dims per head */
+    int64_t n_rot; /* rotated dims per head */
     float rope_base;
-    bool rope_neox;      /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
+    bool rope_neox; /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
     float norm_eps;
-    float attn_scale;    /* multiplies q.k */
+    float attn_scale; /* multiplies q.k */
 
-    ember_matrix tok_embd;     /* (n_vocab, n_embd) */
-    ember_matrix pos_embd;     /* (n_ctx_train, n_embd) gpt2 only */
-    ember_matrix output;       /* (n_vocab, n_embd); the embedding when tied */
-    const float *output_norm;  /* (n_embd) */
-    const float *output_norm_b;/* (n_embd) gpt2 only */
-    const float *rope_freqs;   /* (n_rot/2) LLaMA-3 scaling factors or NULL */
-    ember_layer *layers;       /* (n_layer) */
+    ember_matrix tok_embd;      /* (n_vocab, n_embd) */
+    ember_matrix pos_embd;      /* (n_ctx_train, n_embd) gpt2 only */
+    ember_matrix output;        /* (n_vocab, n_embd); the embedding when tied */
+    const float *output_norm;   /* (n_embd) */
+    const float *output_norm_b; /* (n_embd) gpt2 only */
+    const float *rope_freqs;    /* (n_rot/2) LLaMA-3 scaling factors or NULL */
+    ember_layer *layers;        /* (n_layer) */
     /* gemma4 only */
-    ember_matrix ple_tok_embd; /* (n_vocab, n_layer*ple_dim) per-layer token embeddings */
-    ember_matrix ple_proj;     /* (n_layer*ple_dim, n_embd) per_layer_model_proj */
-    const float *ple_proj_norm;/* (ple_dim) */
+    ember_matrix ple_tok_embd;  /* (n_vocab, n_layer*ple_dim) per-layer token embeddings */
+    ember_matrix ple_proj;      /* (n_layer*ple_dim, n_embd) per_layer_model_proj */
+    const float *ple_proj_norm; /* (ple_dim) */
     int64_t ple_dim, window;
-    float softcap;             /* final logit softcap, 0 = none */
+    float softcap; /* final logit softcap, 0 = none */
 
-    bool allow_nonfinite;      /* default of its sessions */
-    float **owned;             /* f32 copies of small 1-D tensors stored as f16/bf16 */
+    bool allow_nonfinite; /* default of its sessions */
+    float **owned;        /* f32 copies of small 1-D tensors stored as f16/bf16 */
     int64_t n_owned, cap_owned;
     char *architecture, *name, *dtype_summary;
 };
@@ -87,49 +87,52 @@ struct ember_model {
  * steady state. Shapes are for a batch of n tokens. */
 typedef struct {
     int64_t cap_tokens;
-    float *x;      /* (n, n_embd) residual stream */
-    float *xn;     /* (n, n_embd) normed input of a sub-block */
-    float *qkv;    /* (n, 3*n_embd) fused projection, gpt2 only */
-    float *q;      /* (n, n_head*head_dim) */
-    float *k, *v;  /* (n, kv_dim) */
-    float *att;    /* (n, n_head*head_dim) attention output before the O projection */
-    float *attn;   /* (n, n_embd) attention contribution */
-    float *gate, *up; /* (n, n_ff) */
-    float *mlp;    /* (n, n_embd) MLP contribution */
-    float *ple;    /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
-    float *ple_gate; /* (n, ple_dim) */
-    float *ple_row;  /* (n_layer*ple_dim) one token's per-layer embedding row */
-    float *scores; /* ember_attention_scratch_floats(n_threads, n_ctx, n_head, max head size) */
-    float *pattern;    /* (n_head * n, pos + n) one layer's attention pattern; allocated only when the
+    float *x;            /* (n, n_embd) residual stream */
+    float *xn;           /* (n, n_embd) normed input of a sub-block */
+    float *qkv;          /* (n, 3*n_embd) fused projection, gpt2 only */
+    float *q;            /* (n, n_head*head_dim) */
+    float *k, *v;        /* (n, kv_dim) */
+    float *att;          /* (n, n_head*head_dim) attention output before the O projection */
+    float *attn;         /* (n, n_embd) attention contribution */
+    float *gate, *up;    /* (n, n_ff) */
+    float *mlp;          /* (n, n_embd) MLP contribution */
+    float *ple;          /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
+    float *ple_gate;     /* (n, ple_dim) */
+    float *ple_row;      /* (n_layer*ple_dim) one token's per-layer embedding row */
+    float *scores;       /* ember_attention_scratch_floats(n_threads, n_ctx, n_head, max head size) */
+    float *pattern;      /* (n_head * n, pos + n) one layer's attention pattern; allocated only when the
                         * attention_pattern stage is hooked (ember_session_reserve_pattern) */
     int64_t cap_pattern; /* floats pattern holds */
-    float *last;   /* (n_embd) final-normed hidden of the last token */
-    float *logits; /* (n_vocab) */
-    float *all_logits;     /* (all_cap, n_vocab) every row's logits, only while the session asks */
-    int64_t all_cap;       /* rows all_logits holds */
+    float *last;         /* (n_embd) final-normed hidden of the last token */
+    float *logits;       /* (n_vocab) */
+    float *all_logits;   /* (all_cap, n_vocab) every row's logits, only while the session asks */
+    int64_t all_cap;     /* rows all_logits holds */
 } ember_workspace;
 
 struct ember_session {
     ember_model *model;
     int64_t n_ctx, pos;
-    int64_t prefill_slice; /* tokens per forward pass of an unobserved prompt (session.c) */
-    bool head_off;         /* the pass in progress is a slice before the last: no logits head */
+    int64_t prefill_slice;     /* tokens per forward pass of an unobserved prompt (session.c) */
+    bool head_off;             /* the pass in progress is a slice before the last: no logits head */
     void **k_cache, **v_cache; /* (n_layer) -> (n_head_kv, n_ctx, head_dim) in model->kv_type (head-major),
                                   or NULL for shared-KV layers */
     ember_workspace ws;
-    ember_phase phase;  /* of the evaluation in progress */
+    ember_phase phase; /* of the evaluation in progress */
     bool has_logits;
     bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
-    bool all_logits;    /* the logits head also fills ws.all_logits for every evaluated row */
-    int64_t n_all;      /* rows of ws.all_logits from the last evaluation (0: not asked) */
-    ember_trace *trace; /* the trace every evaluation writes to, NULL when off (trace.c) */
+    bool all_logits;      /* the logits head also fills ws.all_logits for every evaluated row */
+    int64_t n_all;        /* rows of ws.all_logits from the last evaluation (0: not asked) */
+    ember_trace *trace;   /* the trace every evaluation writes to, NULL when off (trace.c) */
 };
-
 
 /* The hooks' context of a forward pass over n tokens from the session's position. */
 static inline ember_eval_ctx ember_forward_ctx(const struct ember_session *s, int64_t n) {
-    return (ember_eval_ctx){.phase = s->phase, .start_position = s->pos, .input_token_count = n,
-                            .sequence_length = s->pos + n, .layer_index = -1, .tracing = s->trace != NULL};
+    return (ember_eval_ctx){.phase = s->phase,
+                            .start_position = s->pos,
+                            .input_token_count = n,
+                            .sequence_length = s->pos + n,
+                            .layer_index = -1,
+                            .tracing = s->trace != NULL};
 }
 
 /* Grows the workspace to hold n tokens. */
@@ -164,12 +167,12 @@ void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_
 /* x[i] += d[i] */
 void ember_add_into(float *x, const float *d, int64_t count);
 
-ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, int64_t n,
-                                 const ember_hooks *hooks, ember_error *err);
+ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                 ember_error *err);
 
-ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n,
-                                const ember_hooks *hooks, ember_error *err);
-ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n,
-                                  const ember_hooks *hooks, ember_error *err);
+ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                ember_error *err);
+ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                  ember_error *err);
 
 #endif

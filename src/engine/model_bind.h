@@ -11,10 +11,10 @@ typedef struct {
     ember_error *err;
 } binder;
 
-#define TRY(expr)                                                                                                 \
-    do {                                                                                                          \
-        ember_status st_ = (expr);                                                                                \
-        if (st_ != EMBER_OK) return st_;                                                                          \
+#define TRY(expr)                                                                                                      \
+    do {                                                                                                               \
+        ember_status st_ = (expr);                                                                                     \
+        if (st_ != EMBER_OK) return st_;                                                                               \
     } while (0)
 
 ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

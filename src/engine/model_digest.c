@@ -47,7 +47,7 @@ typedef struct {
 
 struct ember_digest {
     char *path;
-    char *entry_path;  /* cache file for this key, or NULL when there is no cache directory */
+    char *entry_path; /* cache file for this key, or NULL when there is no cache directory */
     digest_key key;
     ember_digest_source source;
     int64_t started_ns; /* CLOCK_REALTIME when hashing began, for the racy-clean rule */
@@ -70,9 +70,7 @@ struct ember_digest {
     atomic_bool cancel;
 };
 
-const char *ember_digest_source_name(ember_digest_source s) {
-    return s == EMBER_DIGEST_CACHED ? "cached" : "fresh";
-}
+const char *ember_digest_source_name(ember_digest_source s) { return s == EMBER_DIGEST_CACHED ? "cached" : "fresh"; }
 
 static void to_hex(const unsigned char digest[32], char out[65]) {
     static const char hex[] = "0123456789abcdef";
@@ -84,7 +82,9 @@ static void to_hex(const unsigned char digest[32], char out[65]) {
 }
 
 static digest_key key_of(const struct stat *st) {
-    digest_key k = {.dev = (uint64_t)st->st_dev, .ino = (uint64_t)st->st_ino, .size = (uint64_t)st->st_size,
+    digest_key k = {.dev = (uint64_t)st->st_dev,
+                    .ino = (uint64_t)st->st_ino,
+                    .size = (uint64_t)st->st_size,
                     .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec};
     return k;
 }
@@ -217,8 +217,10 @@ static bool hash_step(ember_digest *d) {
         snprintf(d->msg, sizeof d->msg, "%s: read error while hashing: %s", d->path, strerror(errno));
     } else if (d->offset != d->key.size || fstat(d->fd, &st) != 0 || (now = key_of(&st), !key_equal(&now, &d->key))) {
         d->status = EMBER_ERR_IO;
-        snprintf(d->msg, sizeof d->msg, "%s: the file changed while it was being hashed (size or modification "
-                 "time); its digest would not describe any one version of it", d->path);
+        snprintf(d->msg, sizeof d->msg,
+                 "%s: the file changed while it was being hashed (size or modification "
+                 "time); its digest would not describe any one version of it",
+                 d->path);
     } else {
         unsigned char digest[32];
         mbedtls_sha256_finish_ret(&d->ctx, digest);

@@ -30,8 +30,7 @@ void ember_rows_rmsnorm(const ember_model *m, float *y, const float *x, const fl
 static void layernorm_part(void *arg, int64_t begin, int64_t end, int tid) {
     (void)tid;
     const rows_job *j = arg;
-    for (int64_t t = begin; t < end; t++)
-        j->ops->layernorm(j->y + t * j->d, j->x + t * j->d, j->w, j->b, j->d, j->eps);
+    for (int64_t t = begin; t < end; t++) j->ops->layernorm(j->y + t * j->d, j->x + t * j->d, j->w, j->b, j->d, j->eps);
 }
 
 void ember_rows_layernorm(const ember_model *m, float *y, const float *x, const float *w, const float *b, int64_t n,
@@ -46,15 +45,25 @@ static void norm_rope_part(void *arg, int64_t begin, int64_t end, int tid) {
     for (int64_t t = begin; t < end; t++) {
         float *xt = j->y + t * j->n_heads * j->hd;
         if (j->norm)
-            for (int64_t h = 0; h < j->n_heads; h++) j->ops->rmsnorm(xt + h * j->hd, xt + h * j->hd, j->norm, j->hd, j->eps);
+            for (int64_t h = 0; h < j->n_heads; h++)
+                j->ops->rmsnorm(xt + h * j->hd, xt + h * j->hd, j->norm, j->hd, j->eps);
         if (j->n_rot > 0) j->ops->rope_heads(xt, j->n_heads, j->hd, j->n_rot, j->pos0 + t, j->base, j->neox, j->freqs);
     }
 }
 
 void ember_rows_norm_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,
                           float eps, int64_t n_rot, int64_t pos0, float base, bool neox, const float *freq_factors) {
-    rows_job j = {.ops = m->ops, .y = x, .norm = norm, .freqs = freq_factors, .n_heads = n_heads, .hd = hd,
-                  .n_rot = n_rot, .pos0 = pos0, .eps = eps, .base = base, .neox = neox};
+    rows_job j = {.ops = m->ops,
+                  .y = x,
+                  .norm = norm,
+                  .freqs = freq_factors,
+                  .n_heads = n_heads,
+                  .hd = hd,
+                  .n_rot = n_rot,
+                  .pos0 = pos0,
+                  .eps = eps,
+                  .base = base,
+                  .neox = neox};
     ember_compute_for(m->compute, n, ROWS_GRAIN, norm_rope_part, &j);
 }
 

@@ -27,9 +27,19 @@ static void workspace_buffers(const ember_model *m, ember_workspace *w, workspac
         if (lq > q_dim) q_dim = lq;
     }
     const workspace_buffer bufs[EMBER_WORKSPACE_BUFFERS] = {
-        {&w->x, m->n_embd}, {&w->xn, m->n_embd}, {&w->qkv, qkv_dim}, {&w->q, q_dim}, {&w->k, kv_dim}, {&w->v, kv_dim},
-        {&w->att, q_dim},   {&w->attn, m->n_embd}, {&w->gate, n_ff}, {&w->up, n_ff}, {&w->mlp, m->n_embd},
-        {&w->ple, m->n_layer * m->ple_dim + 1}, {&w->ple_gate, m->ple_dim + 1},
+        {&w->x, m->n_embd},
+        {&w->xn, m->n_embd},
+        {&w->qkv, qkv_dim},
+        {&w->q, q_dim},
+        {&w->k, kv_dim},
+        {&w->v, kv_dim},
+        {&w->att, q_dim},
+        {&w->attn, m->n_embd},
+        {&w->gate, n_ff},
+        {&w->up, n_ff},
+        {&w->mlp, m->n_embd},
+        {&w->ple, m->n_layer * m->ple_dim + 1},
+        {&w->ple_gate, m->ple_dim + 1},
     };
     memcpy(out, bufs, sizeof bufs);
 }
@@ -78,7 +88,8 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
         ember_attention_scratch_floats(ember_compute_threads(m->compute), n_ctx, m->n_head, hd_max);
     uint64_t kv_bytes = 0;
     for (int64_t l = 0; l < m->n_layer; l++) /* K and V, each n_ctx rows in the cache's type */
-        if (m->layers[l].kv_source == l) kv_bytes += 2u * (uint64_t)ember_type_row_size(m->kv_type, n_ctx * m->layers[l].kv_dim);
+        if (m->layers[l].kv_source == l)
+            kv_bytes += 2u * (uint64_t)ember_type_row_size(m->kv_type, n_ctx * m->layers[l].kv_dim);
     kv_bytes += (uint64_t)scratch_floats * sizeof(float);
     const char *source;
     uint64_t avail = ember_memory_available(&source);
@@ -110,14 +121,16 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     }
     if (!ok) {
         ember_session_free(s);
-        return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token KV cache", (long long)n_ctx);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token KV cache",
+                               (long long)n_ctx);
     }
     *out = s;
     return EMBER_OK;
 }
 
 static void workspace_free(ember_workspace *w) {
-    float **all[] = {&w->x, &w->qkv, &w->xn, &w->q, &w->k, &w->v, &w->att, &w->attn, &w->gate, &w->up, &w->mlp, &w->ple, &w->ple_gate, &w->ple_row,
+    float **all[] = {&w->x,      &w->qkv,  &w->xn,     &w->q,          &w->k,      &w->v,        &w->att,
+                     &w->attn,   &w->gate, &w->up,     &w->mlp,        &w->ple,    &w->ple_gate, &w->ple_row,
                      &w->scores, &w->last, &w->logits, &w->all_logits, &w->pattern};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(*all[i]);
@@ -144,7 +157,9 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
     workspace_buffers(s->model, w, bufs);
     for (size_t i = 0; i < EMBER_WORKSPACE_BUFFERS; i++) {
         float *p = realloc(*bufs[i].p, (size_t)n * (size_t)bufs[i].width * sizeof(float));
-        if (!p) return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token workspace", (long long)n);
+        if (!p)
+            return ember_error_set(err, EMBER_ERR_NOMEM, "session: cannot allocate a %lld-token workspace",
+                                   (long long)n);
         *bufs[i].p = p;
     }
     w->cap_tokens = n;
@@ -207,19 +222,19 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
      * hooks them (so a hook that writes a NaN there is found there; the pattern buffer exists
      * only then). */
     for (int i = 0; i < EMBER_STAGE_COUNT; i++)
-        if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i]))
-            all.on_tensor[i] = locate_hook;
+        if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i])) all.on_tensor[i] = locate_hook;
     ember_error pass_err = {0};
     ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
     if (st == EMBER_OK) st = m->forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
     char where[160];
-    if (!lc.found)
-        snprintf(where, sizeof where, "a second pass did not reproduce it");
+    if (!lc.found) snprintf(where, sizeof where, "a second pass did not reproduce it");
     else if (lc.layer >= 0)
-        snprintf(where, sizeof where, "first non-finite value at %s of layer %lld (0-based token row %lld, column %lld = %g)",
-                 ember_stage_name(lc.stage), (long long)lc.layer, (long long)lc.row, (long long)lc.col, (double)lc.value);
+        snprintf(where, sizeof where,
+                 "first non-finite value at %s of layer %lld (0-based token row %lld, column %lld = %g)",
+                 ember_stage_name(lc.stage), (long long)lc.layer, (long long)lc.row, (long long)lc.col,
+                 (double)lc.value);
     else
         snprintf(where, sizeof where, "first non-finite value at %s (column %lld = %g)", ember_stage_name(lc.stage),
                  (long long)lc.col, (double)lc.value);
@@ -297,15 +312,15 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
                                (long long)s->pos, (long long)s->n_ctx, (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= s->model->n_vocab)
-            return ember_error_set(err, EMBER_ERR_ARG, "session: token id %d at index %lld is outside the vocabulary (0..%lld)",
-                                   ids[i], (long long)i, (long long)s->model->n_vocab - 1);
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "session: token id %d at index %lld is outside the vocabulary (0..%lld)", ids[i],
+                                   (long long)i, (long long)s->model->n_vocab - 1);
     /* the weights are read from the file's mapping: refuse to compute on a file that changed */
     ember_status st = ember_gguf_check_unchanged(s->model->gguf, err);
     if (st != EMBER_OK) return st;
     const int64_t slice = observed(s, hooks) || n <= s->prefill_slice ? n : s->prefill_slice;
     st = ember_workspace_reserve(s, slice, err);
-    if (st == EMBER_OK && hooks && hooks->on_tensor[EMBER_STAGE_ATTENTION_PATTERN])
-        st = reserve_pattern(s, n, err);
+    if (st == EMBER_OK && hooks && hooks->on_tensor[EMBER_STAGE_ATTENTION_PATTERN]) st = reserve_pattern(s, n, err);
     if (st != EMBER_OK) return st;
     if (s->all_logits && n > s->ws.all_cap) { /* grown once to the largest batch asked, like the rest */
         float *p = realloc(s->ws.all_logits, (size_t)n * (size_t)s->model->n_vocab * sizeof(float));

@@ -6,16 +6,14 @@
 #include <stddef.h>
 
 static const char *const stage_names[EMBER_STAGE_COUNT] = {
-    [EMBER_STAGE_BEFORE_LAYER] = "before_layer",   [EMBER_STAGE_ATTENTION_PATTERN] = "attention_pattern",
+    [EMBER_STAGE_BEFORE_LAYER] = "before_layer",       [EMBER_STAGE_ATTENTION_PATTERN] = "attention_pattern",
     [EMBER_STAGE_ATTENTION_HEADS] = "attention_heads", [EMBER_STAGE_AFTER_ATTENTION] = "after_attention",
-    [EMBER_STAGE_MLP_ACTIVATION] = "mlp_activation",
-    [EMBER_STAGE_AFTER_MLP] = "after_mlp",         [EMBER_STAGE_AFTER_LAYER] = "after_layer",
-    [EMBER_STAGE_BEFORE_LOGITS] = "before_logits", [EMBER_STAGE_AFTER_LOGITS] = "after_logits",
+    [EMBER_STAGE_MLP_ACTIVATION] = "mlp_activation",   [EMBER_STAGE_AFTER_MLP] = "after_mlp",
+    [EMBER_STAGE_AFTER_LAYER] = "after_layer",         [EMBER_STAGE_BEFORE_LOGITS] = "before_logits",
+    [EMBER_STAGE_AFTER_LOGITS] = "after_logits",
 };
 
-const char *ember_stage_name(ember_stage s) {
-    return (unsigned)s < EMBER_STAGE_COUNT ? stage_names[s] : NULL;
-}
+const char *ember_stage_name(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT ? stage_names[s] : NULL; }
 
 int ember_stage_count(void) { return EMBER_STAGE_COUNT; }
 

@@ -51,9 +51,7 @@ static bool get_bool_or(const ember_gguf *g, const char *key, bool def) {
     return ember_gguf_get_bool(g, key, &b) ? b : def;
 }
 
-static bool streq(const char *a, const char *b) {
-    return a && strcmp(a, b) == 0;
-}
+static bool streq(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
 
 /* Chooses the model and pattern from tokenizer.ggml.model / .pre, as llama.cpp does. */
 static ember_status gguf_config(const ember_gguf *g, const char *model, const char *pre, ember_tokenizer_config *cfg,
@@ -121,10 +119,11 @@ static ember_status add_tokens(const ember_gguf *g, ember_tokenizer_builder *b, 
                                    (unsigned long long)i);
         if (type == 0) type = EMBER_TOKEN_NORMAL; /* llama.cpp's "undefined" type reads as normal */
         if (type < EMBER_TOKEN_NORMAL || type > EMBER_TOKEN_BYTE || type != (double)(int)type)
-            return ember_error_set(err, EMBER_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu] = %g is not a token type",
-                                   g->path, (unsigned long long)i, type);
-        ember_status st = ember_tokenizer_builder_add_token(b, (int64_t)i, s.ptr, (size_t)s.len, (float)score,
-                                                            (unsigned)type, err);
+            return ember_error_set(err, EMBER_ERR_FORMAT,
+                                   "%s: tokenizer.ggml.token_type[%llu] = %g is not a token type", g->path,
+                                   (unsigned long long)i, type);
+        ember_status st =
+            ember_tokenizer_builder_add_token(b, (int64_t)i, s.ptr, (size_t)s.len, (float)score, (unsigned)type, err);
         if (st != EMBER_OK) return st;
     }
     return EMBER_OK;
@@ -186,7 +185,8 @@ ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **ou
     if (types && types->v.arr.count != tokens->v.arr.count) count_mismatch = "tokenizer.ggml.token_type";
     if (scores && scores->v.arr.count != tokens->v.arr.count) count_mismatch = "tokenizer.ggml.scores";
     if (count_mismatch) {
-        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: %s does not have one entry per token", g->path, count_mismatch);
+        st =
+            ember_error_set(err, EMBER_ERR_FORMAT, "%s: %s does not have one entry per token", g->path, count_mismatch);
         goto done;
     }
     if (cfg.model == EMBER_TOK_MODEL_BPE && !merges) {
@@ -232,14 +232,15 @@ ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gg
     const char *hint = "(tokenizer_check = false uses it anyway)";
     if (n_t > n_g)
         return ember_error_set(err, EMBER_ERR_ARG,
-                               "%s does not match the vocabulary embedded in %s: %lld token ids against %lld %s",
-                               src, g->path, (long long)n_t, (long long)n_g, hint);
+                               "%s does not match the vocabulary embedded in %s: %lld token ids against %lld %s", src,
+                               g->path, (long long)n_t, (long long)n_g, hint);
     int32_t g_bos = -1;
     if ((st = get_token_id(g, "tokenizer.ggml.bos_token_id", n_g, &g_bos, err)) != EMBER_OK) return st;
     if (g_bos >= 0 && ember_tokenizer_bos(t) >= 0 && g_bos != ember_tokenizer_bos(t))
-        return ember_error_set(err, EMBER_ERR_ARG,
-                               "%s does not match the vocabulary embedded in %s: BOS is id %d in one and %d in the other %s",
-                               src, g->path, ember_tokenizer_bos(t), g_bos, hint);
+        return ember_error_set(
+            err, EMBER_ERR_ARG,
+            "%s does not match the vocabulary embedded in %s: BOS is id %d in one and %d in the other %s", src, g->path,
+            ember_tokenizer_bos(t), g_bos, hint);
     /* EOS may differ (a chat tokenizer ends turns with another token than the base vocabulary
      * names), but the token it names must be the same token in both */
     const int32_t specials[2] = {ember_tokenizer_bos(t), ember_tokenizer_eos(t)};
@@ -256,8 +257,7 @@ ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gg
             return ember_error_set(err, EMBER_ERR_ARG,
                                    "%s does not match the vocabulary embedded in %s: its %s id %d is '%s' in one and "
                                    "'%s' in the other %s",
-                                   src, g->path, i ? "EOS" : "BOS", id,
-                                   ember_escape(q1, sizeof q1, text, tlen, 24),
+                                   src, g->path, i ? "EOS" : "BOS", id, ember_escape(q1, sizeof q1, text, tlen, 24),
                                    in_g ? ember_escape(q2, sizeof q2, s.ptr, (size_t)s.len, 24) : "", hint);
         }
     }

@@ -9,15 +9,15 @@
 #include "kernels.h"
 
 struct ember_trace {
-    FILE *out;          /* the JSONL stream; owned by the caller */
-    uint64_t fp;        /* normalized fingerprint so far: FNV-1a over the lines without timings */
-    int64_t events;     /* lines written */
-    int64_t evals;      /* evaluations started */
-    bool write_failed;  /* a write to out failed (reported by ember_trace_status) */
+    FILE *out;         /* the JSONL stream; owned by the caller */
+    uint64_t fp;       /* normalized fingerprint so far: FNV-1a over the lines without timings */
+    int64_t events;    /* lines written */
+    int64_t evals;     /* evaluations started */
+    bool write_failed; /* a write to out failed (reported by ember_trace_status) */
     /* the filter (ember_trace_set_filter): NULL = everything */
-    bool *layers;       /* (n_layers) which layers' ops are traced */
+    bool *layers; /* (n_layers) which layers' ops are traced */
     int64_t n_layers;
-    char **op_names;    /* (n_op_names) the op names traced */
+    char **op_names; /* (n_op_names) the op names traced */
     int n_op_names;
     /* the evaluation in progress */
     const ember_kernel_ops *ops;

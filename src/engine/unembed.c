@@ -11,8 +11,7 @@
 static void final_norm(const ember_model *m, float *y, const float *x) {
     if (m->family == EMBER_FAMILY_GPT2)
         m->ops->layernorm(y, x, m->output_norm, m->output_norm_b, m->n_embd, m->norm_eps);
-    else
-        m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
+    else m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
 }
 
 ember_status ember_model_unembed(const ember_model *m, const float *x, int64_t rows, float *out, ember_error *err) {

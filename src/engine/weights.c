@@ -16,8 +16,7 @@ static const gguf_tensor *find(const ember_model *m, const char *name) {
 
 ember_status ember_model_weight_shape(const ember_model *m, const char *name, int64_t *n_out, int64_t *n_in,
                                       ember_error *err) {
-    if (!m || !name || !name[0])
-        return ember_error_set(err, EMBER_ERR_ARG, "weight: a tensor name is required");
+    if (!m || !name || !name[0]) return ember_error_set(err, EMBER_ERR_ARG, "weight: a tensor name is required");
     const gguf_tensor *t = find(m, name);
     if (!t)
         return ember_error_set(err, EMBER_ERR_ARG,
@@ -37,7 +36,10 @@ ember_status ember_model_weight_f32(const ember_model *m, const char *name, floa
     const gguf_tensor *t = find(m, name);
     /* The file layout through the kernels' row conversion (the type traits' to_float): the values
      * the reference path multiplies with (a repacked copy, if any, holds the same values). */
-    ember_matrix mat = {.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out,
+    ember_matrix mat = {.type = t->type,
+                        .data = t->data,
+                        .n_in = n_in,
+                        .n_out = n_out,
                         .row_bytes = ember_type_row_size(t->type, n_in)};
     for (int64_t r = 0; r < n_out; r++) m->ops->get_row(&mat, r, out + r * n_in);
     return EMBER_OK;

@@ -18,15 +18,16 @@ static inline __m256 load8_f16(const uint8_t *row, int64_t i) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
 }
 static inline __m256 load8_bf16(const uint8_t *row, int64_t i) { /* bf16: the high half of an f32 */
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i))), 16));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i))), 16));
 }
 typedef __m256 (*load8_fn)(const uint8_t *row, int64_t i);
 typedef float (*load1_fn)(const uint8_t *row, int64_t i);
 
 /* out[r*T + t] = row r . token t over n values, in the common order; load/load1 are the type's
  * loaders (constants at every call, so each instance is compiled for its type). */
-EMBER_AI void float_tile(load8_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R, int T,
-                         int64_t n, float *out) {
+EMBER_AI void float_tile(load8_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R,
+                         int T, int64_t n, float *out) {
     __m256 acc[4][2][2]; /* [row][token][lanes 0-7 | 8-15] */
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -96,7 +97,8 @@ static void q8_prepare(const float *x, uint8_t *xa, int64_t n_in) {
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
         __m256i i[4];
         for (int k = 0; k < 4; k++) /* round half to even, then exact conversion; |values| <= 127 */
-            i[k] = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            i[k] = _mm256_cvttps_epi32(
+                _mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         /* int32 -> int8 with saturating packs; the packs work per 128-bit half, perm restores order */
         __m256i p16a = _mm256_packs_epi32(i[0], i[1]), p16b = _mm256_packs_epi32(i[2], i[3]);
         _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm));
@@ -134,9 +136,12 @@ EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, in
                 const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
 #pragma GCC unroll 2
                 for (int t = 0; t < T; t++) {
-                    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xs[t] + 128 * quad + 16 * k)));
-                    is[t][0] = _mm256_add_epi32(is[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(q, w0)), ones));
-                    is[t][1] = _mm256_add_epi32(is[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(q, w1)), ones));
+                    const __m256i q =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xs[t] + 128 * quad + 16 * k)));
+                    is[t][0] = _mm256_add_epi32(
+                        is[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(q, w0)), ones));
+                    is[t][1] = _mm256_add_epi32(
+                        is[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(q, w1)), ones));
                 }
             }
 #pragma GCC unroll 2
@@ -189,19 +194,20 @@ static float q8g_row256(const uint8_t *row, const uint8_t *xa, int64_t nb) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(plain + 32 * (b + j)));
             lanes[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), ones);
         }
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
+        const __m256i h =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
         const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
         p = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(q8g_row_scales4(row, b, nb), _mm_loadu_ps(dx + b)), p);
     }
     return q8g_row_finish(p);
 }
 
-static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,
-                            bool first, float *y, int64_t n_out, int rows) {
+static void q8g_kernel256_1(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,
+                            float *lanes, bool first, float *y, int64_t n_out, int rows) {
     q8g_spans256(g, xs, 1, nb, s0, s1, lanes, first, y, n_out, rows);
 }
-static void q8g_kernel256_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1, float *lanes,
-                            bool first, float *y, int64_t n_out, int rows) {
+static void q8g_kernel256_2(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,
+                            float *lanes, bool first, float *y, int64_t n_out, int rows) {
     q8g_spans256(g, xs, 2, nb, s0, s1, lanes, first, y, n_out, rows);
 }
 static const q8g_kernel_fn q8g_kernels256[2] = {q8g_kernel256_1, q8g_kernel256_2};
@@ -210,15 +216,15 @@ static const q8g_kernel_fn q8g_kernels256[2] = {q8g_kernel256_1, q8g_kernel256_2
 
 typedef void (*tile_fn)(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out);
 
-#define TILE_INSTANCES(R, T)                                                                                       \
-    static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(load8_f32, ember_weight_f32, rows, xs, R, T, n, out);                                           \
-    }                                                                                                              \
-    static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(load8_f16, ember_weight_f16, rows, xs, R, T, n, out);                                           \
-    }                                                                                                              \
-    static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {       \
-        float_tile(load8_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                         \
+#define TILE_INSTANCES(R, T)                                                                                           \
+    static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {             \
+        float_tile(load8_f32, ember_weight_f32, rows, xs, R, T, n, out);                                               \
+    }                                                                                                                  \
+    static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {             \
+        float_tile(load8_f16, ember_weight_f16, rows, xs, R, T, n, out);                                               \
+    }                                                                                                                  \
+    static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {            \
+        float_tile(load8_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                             \
     }
 TILE_INSTANCES(4, 1)
 TILE_INSTANCES(2, 2)
@@ -302,7 +308,8 @@ static float avx2_dot_f32(const float *a, const float *b, int64_t n) { return do
 EMBER_AI __m256 exp256(__m256 x) {
     x = _mm256_max_ps(_mm256_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
     x = _mm256_min_ps(_mm256_set1_ps(EMBER_EXP_HI), x);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EMBER_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EMBER_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EMBER_EXP_C1), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EMBER_EXP_C2), r);
     __m256 p = _mm256_set1_ps(EMBER_EXP_P7);
@@ -350,8 +357,10 @@ EMBER_AI void kdot_rx2(load8_fn load, load1_fn load1, int R, const float *const 
         __m256 b[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) b[i] = _mm256_add_ps(lo[i / 2][i % 2], hi[i / 2][i % 2]); /* 8 apart */
-        const __m256 x0 = _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20), _mm256_permute2f128_ps(b[0], b[1], 0x31));
-        const __m256 x1 = _mm256_add_ps(_mm256_permute2f128_ps(b[2], b[3], 0x20), _mm256_permute2f128_ps(b[2], b[3], 0x31));
+        const __m256 x0 =
+            _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20), _mm256_permute2f128_ps(b[0], b[1], 0x31));
+        const __m256 x1 =
+            _mm256_add_ps(_mm256_permute2f128_ps(b[2], b[3], 0x20), _mm256_permute2f128_ps(b[2], b[3], 0x31));
         /* 4 apart: x0 = [c0 | c1], x1 = [c2 | c3]; 2 apart: z = [d0 d0' d2 d2' | d1 d1' d3 d3'] */
         const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
                                        _mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -490,8 +499,8 @@ EMBER_AI void chunk_block(load8_fn load, load1_fn load1, size_t esize, int R, co
         }
 }
 
-EMBER_AI void chunk_rows(load8_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
-                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+EMBER_AI void chunk_rows(load8_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0, int64_t k1,
+                         float *scores, float *m, float *l, float *acc) {
     int r0 = 0;
     for (; r0 + 2 <= a->n_rows; r0 += 2) chunk_block(load, load1, esize, 2, a, r0, k0, k1, scores, m, l, acc);
     if (r0 < a->n_rows) chunk_block(load, load1, esize, 1, a, r0, k0, k1, scores, m, l, acc);
@@ -552,15 +561,19 @@ static void avx2_gelu_mul(float *g, const float *u, int64_t n) {
 
 const ember_kernel_ops ember_kernels_avx2 = {
     .name = "avx2",
-    .mm = {
-        [EMBER_TYPE_F32] = {.rows = rows_f32},
-        [EMBER_TYPE_F16] = {.rows = rows_f16},
-        [EMBER_TYPE_BF16] = {.rows = rows_bf16},
-        [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
-                             .pack_size = q8g_pack_size, .pack = q8g_pack},
-        /* the 4- to 6-bit types (quant_dots.h); Q2_K/Q3_K: the reference product */
-        QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
-    },
+    .mm =
+        {
+            [EMBER_TYPE_F32] = {.rows = rows_f32},
+            [EMBER_TYPE_F16] = {.rows = rows_f16},
+            [EMBER_TYPE_BF16] = {.rows = rows_bf16},
+            [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size,
+                                 .act_prepare = q8_act_prepare,
+                                 .rows = rows_q8_0,
+                                 .pack_size = q8g_pack_size,
+                                 .pack = q8g_pack},
+            /* the 4- to 6-bit types (quant_dots.h); Q2_K/Q3_K: the reference product */
+            QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
+        },
     .dot_f32 = avx2_dot_f32,
     .attn_chunk = avx2_attn_chunk,
     .rmsnorm = avx2_rmsnorm,

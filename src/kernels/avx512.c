@@ -18,7 +18,8 @@ static inline __m512 load16_f16(const uint8_t *row, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i)));
 }
 static inline __m512 load16_bf16(const uint8_t *row, int64_t i) { /* bf16: the high half of an f32 */
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * i))), 16));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * i))), 16));
 }
 typedef __m512 (*load16_fn)(const uint8_t *row, int64_t i);
 typedef float (*load1_fn)(const uint8_t *row, int64_t i);
@@ -29,8 +30,8 @@ EMBER_AI float reduce512(__m512 a) {
 
 /* out[r*T + t] = row r . token t over n values, in the common order; load/load1 are the type's
  * loaders (constants at every call, so each instance is compiled for its type). */
-EMBER_AI void float_tile(load16_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R, int T,
-                         int64_t n, float *out) {
+EMBER_AI void float_tile(load16_fn load, load1_fn load1, const uint8_t *const *rows, const float *const *xs, int R,
+                         int T, int64_t n, float *out) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -105,7 +106,8 @@ EMBER_AI void q8g_spans512(const uint8_t *g, const uint8_t *const *xs, int T, in
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const int64_t quad = 2 * s + h;
-            const __m512 dw = _mm512_cvtph_ps(h ? _mm512_extracti64x4_epi64(scales, 1) : _mm512_castsi512_si256(scales));
+            const __m512 dw =
+                _mm512_cvtph_ps(h ? _mm512_extracti64x4_epi64(scales, 1) : _mm512_castsi512_si256(scales));
             __m512i even[4], odd[4];
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
@@ -118,7 +120,8 @@ EMBER_AI void q8g_spans512(const uint8_t *g, const uint8_t *const *xs, int T, in
                 const __m512i wv = _mm512_load_si512(wq + 64 * k);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
-                    const __m512i a = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xs[t] + 128 * quad + 16 * k)));
+                    const __m512i a =
+                        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xs[t] + 128 * quad + 16 * k)));
                     if (k & 1) odd[t] = _mm512_dpbusd_epi32(odd[t], wv, a);
                     else even[t] = _mm512_dpbusd_epi32(even[t], wv, a);
                 }
@@ -165,12 +168,17 @@ static float q8g_row512(const uint8_t *row, const uint8_t *xa, int64_t nb) {
     const float *dx = (const float *)(xa + q8g_off_dx(nb));
     __m128 p = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b += 4) {
-        const __m512i w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b, nb)), q8_block_quants(row, b + 1, nb), 1);
-        const __m512i w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b + 2, nb)), q8_block_quants(row, b + 3, nb), 1);
-        const __m512i s01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w01, flip), _mm512_loadu_si512(plain + 32 * b));
-        const __m512i s23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w23, flip), _mm512_loadu_si512(plain + 32 * b + 64));
+        const __m512i w01 =
+            _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b, nb)), q8_block_quants(row, b + 1, nb), 1);
+        const __m512i w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q8_block_quants(row, b + 2, nb)),
+                                               q8_block_quants(row, b + 3, nb), 1);
+        const __m512i s01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w01, flip),
+                                                _mm512_loadu_si512(plain + 32 * b));
+        const __m512i s23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w23, flip),
+                                                _mm512_loadu_si512(plain + 32 * b + 64));
         /* 8 lanes per block -> 4 (pairs), then within each 128-bit lane (one block) -> 1 */
-        __m512i u = _mm512_add_epi32(_mm512_permutex2var_epi32(s01, even, s23), _mm512_permutex2var_epi32(s01, odd, s23));
+        __m512i u =
+            _mm512_add_epi32(_mm512_permutex2var_epi32(s01, even, s23), _mm512_permutex2var_epi32(s01, odd, s23));
         u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
         u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_CDAB));
         const __m128i isum = _mm_add_epi32(_mm512_castsi512_si128(_mm512_maskz_compress_epi32(0x1111, u)),
@@ -180,10 +188,10 @@ static float q8g_row512(const uint8_t *row, const uint8_t *xa, int64_t nb) {
     return q8g_row_finish(p);
 }
 
-#define Q8G_KERNEL(T)                                                                                              \
-    static void q8g_kernel512_##T(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,  \
-                                  float *lanes, bool first, float *y, int64_t n_out, int rows) {                   \
-        q8g_spans512(g, xs, T, nb, s0, s1, lanes, first, y, n_out, rows);                                          \
+#define Q8G_KERNEL(T)                                                                                                  \
+    static void q8g_kernel512_##T(const uint8_t *g, const uint8_t *const *xs, int64_t nb, int64_t s0, int64_t s1,      \
+                                  float *lanes, bool first, float *y, int64_t n_out, int rows) {                       \
+        q8g_spans512(g, xs, T, nb, s0, s1, lanes, first, y, n_out, rows);                                              \
     }
 Q8G_KERNEL(1)
 Q8G_KERNEL(2)
@@ -196,15 +204,15 @@ static const q8g_kernel_fn q8g_kernels512[4] = {q8g_kernel512_1, q8g_kernel512_2
 
 typedef void (*tile_fn)(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out);
 
-#define TILE_INSTANCES(R, T)                                                                                       \
-    static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(load16_f32, ember_weight_f32, rows, xs, R, T, n, out);                                          \
-    }                                                                                                              \
-    static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {        \
-        float_tile(load16_f16, ember_weight_f16, rows, xs, R, T, n, out);                                          \
-    }                                                                                                              \
-    static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {       \
-        float_tile(load16_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                        \
+#define TILE_INSTANCES(R, T)                                                                                           \
+    static void f32_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {             \
+        float_tile(load16_f32, ember_weight_f32, rows, xs, R, T, n, out);                                              \
+    }                                                                                                                  \
+    static void f16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {             \
+        float_tile(load16_f16, ember_weight_f16, rows, xs, R, T, n, out);                                              \
+    }                                                                                                                  \
+    static void bf16_##R##x##T(const uint8_t *const *rows, const float *const *xs, int64_t n, float *out) {            \
+        float_tile(load16_bf16, ember_weight_bf16, rows, xs, R, T, n, out);                                            \
     }
 TILE_INSTANCES(4, 4)
 TILE_INSTANCES(4, 3)
@@ -294,7 +302,8 @@ EMBER_AI __m512 neg512(__m512 x) {
 EMBER_AI __m512 exp512(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(EMBER_EXP_LO), x); /* NaN in x passes through (second operand) */
     x = _mm512_min_ps(_mm512_set1_ps(EMBER_EXP_HI), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EMBER_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EMBER_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EMBER_EXP_C1), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EMBER_EXP_C2), r);
     __m512 p = _mm512_set1_ps(EMBER_EXP_P7);
@@ -490,8 +499,8 @@ EMBER_AI void chunk_block(load16_fn load, load1_fn load1, size_t esize, int R, c
         }
 }
 
-EMBER_AI void chunk_rows(load16_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0,
-                         int64_t k1, float *scores, float *m, float *l, float *acc) {
+EMBER_AI void chunk_rows(load16_fn load, load1_fn load1, size_t esize, const ember_attn_rows *a, int64_t k0, int64_t k1,
+                         float *scores, float *m, float *l, float *acc) {
     int r0 = 0;
     for (; r0 + 4 <= a->n_rows; r0 += 4) chunk_block(load, load1, esize, 4, a, r0, k0, k1, scores, m, l, acc);
     if (a->n_rows - r0 >= 2) {
@@ -555,15 +564,19 @@ static void avx512_gelu_mul(float *g, const float *u, int64_t n) {
 
 const ember_kernel_ops ember_kernels_avx512 = {
     .name = "avx512",
-    .mm = {
-        [EMBER_TYPE_F32] = {.rows = rows_f32},
-        [EMBER_TYPE_F16] = {.rows = rows_f16},
-        [EMBER_TYPE_BF16] = {.rows = rows_bf16},
-        [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size, .act_prepare = q8_act_prepare, .rows = rows_q8_0,
-                             .pack_size = q8g_pack_size, .pack = q8g_pack},
-        /* the 4- to 6-bit types (quant_dots.h); Q2_K/Q3_K: the reference product */
-        QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
-    },
+    .mm =
+        {
+            [EMBER_TYPE_F32] = {.rows = rows_f32},
+            [EMBER_TYPE_F16] = {.rows = rows_f16},
+            [EMBER_TYPE_BF16] = {.rows = rows_bf16},
+            [EMBER_TYPE_Q8_0] = {.act_size = q8_act_size,
+                                 .act_prepare = q8_act_prepare,
+                                 .rows = rows_q8_0,
+                                 .pack_size = q8g_pack_size,
+                                 .pack = q8g_pack},
+            /* the 4- to 6-bit types (quant_dots.h); Q2_K/Q3_K: the reference product */
+            QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
+        },
     .dot_f32 = avx512_dot_f32,
     .attn_chunk = avx512_attn_chunk,
     .rmsnorm = avx512_rmsnorm,

@@ -31,7 +31,7 @@ struct ember_compute {
     uint8_t *arena_next; /* free space at the end of the last chunk */
     size_t arena_left;
     size_t packed_bytes;
-    bool no_packing;    /* EMBER_WEIGHTS=mapped */
+    bool no_packing; /* EMBER_WEIGHTS=mapped */
 };
 
 ember_status ember_compute_new(ember_kernels want, int n_threads, ember_compute **out, ember_error *err) {
@@ -71,8 +71,8 @@ static ember_status grow(ember_compute *c, size_t need, ember_error *err) {
     if (need <= c->xa_cap) return EMBER_OK;
     uint8_t *p = realloc(c->xa, need);
     if (!p)
-        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_reserve: cannot allocate %zu bytes of activation scratch",
-                               need);
+        return ember_error_set(err, EMBER_ERR_NOMEM,
+                               "ember_compute_reserve: cannot allocate %zu bytes of activation scratch", need);
     c->xa = p;
     c->xa_cap = need;
     return EMBER_OK;
@@ -128,12 +128,13 @@ static ember_status arena_chunk(ember_compute *c, size_t want, ember_error *err)
     const size_t size = (want + EMBER_HUGE_PAGE - 1) / EMBER_HUGE_PAGE * EMBER_HUGE_PAGE;
     uint8_t *raw = mmap(NULL, size + EMBER_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
-        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_compute_pack: cannot allocate %zu bytes for repacked weights",
-                               size);
+        return ember_error_set(err, EMBER_ERR_NOMEM,
+                               "ember_compute_pack: cannot allocate %zu bytes for repacked weights", size);
     /* keep the 2 MiB aligned part, give back the rest */
     uint8_t *start = (uint8_t *)(((uintptr_t)raw + EMBER_HUGE_PAGE - 1) & ~(uintptr_t)(EMBER_HUGE_PAGE - 1));
     if (start > raw) munmap(raw, (size_t)(start - raw));
-    if (raw + size + EMBER_HUGE_PAGE > start + size) munmap(start + size, (size_t)(raw + size + EMBER_HUGE_PAGE - (start + size)));
+    if (raw + size + EMBER_HUGE_PAGE > start + size)
+        munmap(start + size, (size_t)(raw + size + EMBER_HUGE_PAGE - (start + size)));
 #ifdef MADV_HUGEPAGE
     madvise(start, size, MADV_HUGEPAGE);
 #endif
@@ -194,7 +195,7 @@ typedef struct {
     const float *x; /* (n_tok, n_in) */
     uint8_t *xa;    /* (n_tok, xa_stride) or NULL */
     size_t xa_stride;
-    float *y;       /* (n_tok, n_out) */
+    float *y; /* (n_tok, n_out) */
     int64_t n_tok;
 } matmul_job;
 
@@ -248,7 +249,9 @@ static void die(const char *what) {
 
 static const ember_type_kernels *product_for(const ember_compute *c, const ember_matrix *w) {
     const ember_type_kernels *mm = ember_kernels_mm(c->ops, w->type);
-    if (!mm) die("a matrix product with a weight type the kernel set has no product for (ember_compute_reserve was skipped)");
+    if (!mm)
+        die("a matrix product with a weight type the kernel set has no product for (ember_compute_reserve was "
+            "skipped)");
     return mm;
 }
 
@@ -272,8 +275,13 @@ void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float
     ensure_scratch(c, stride);
     for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_ACT_CHUNK) {
         const int64_t nt = n_tok - t0 < EMBER_ACT_CHUNK ? n_tok - t0 : EMBER_ACT_CHUNK;
-        matmul_job j = {.mm = mm, .w = w, .x = x + t0 * w->n_in, .xa = c->xa, .xa_stride = stride,
-                        .y = y + t0 * w->n_out, .n_tok = nt};
+        matmul_job j = {.mm = mm,
+                        .w = w,
+                        .x = x + t0 * w->n_in,
+                        .xa = c->xa,
+                        .xa_stride = stride,
+                        .y = y + t0 * w->n_out,
+                        .n_tok = nt};
         ember_pool_for(c->pool, nt, 4, prepare_tokens, &j);
         ember_pool_for(c->pool, w->n_out, EMBER_ROW_GRAIN, product_rows, &j);
     }
@@ -284,8 +292,7 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
                         int64_t n_tok) {
     if (n <= 0) return;
     bool shared = n <= EMBER_MATMUL_MULTI_MAX;
-    for (int i = 1; i < n && shared; i++)
-        shared = w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
+    for (int i = 1; i < n && shared; i++) shared = w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
     if (!shared) { /* inputs prepared differently: one product each */
         for (int i = 0; i < n; i++) ember_matmul(c, w[i], x, y[i], n_tok);
         return;
@@ -353,15 +360,15 @@ static void attn_fold(float *M, float *L, float *A, float mc, float lc, const fl
 typedef struct {
     const ember_kernel_ops *ops;
     const ember_attention_args *a;
-    int64_t group;      /* query heads per KV head */
-    int64_t heads;      /* query heads per item (a row group of one KV head) */
-    int64_t n_rg;       /* row groups per KV head */
-    int64_t tile;       /* tokens per item (tiled path) */
+    int64_t group; /* query heads per KV head */
+    int64_t heads; /* query heads per item (a row group of one KV head) */
+    int64_t n_rg;  /* row groups per KV head */
+    int64_t tile;  /* tokens per item (tiled path) */
     int64_t n_tiles;
-    int64_t n_chunks;   /* chunks of the whole cache (split path: partial slots per head) */
+    int64_t n_chunks;         /* chunks of the whole cache (split path: partial slots per head) */
     int64_t c_first, c_count; /* split path: the chunks the single token sees */
-    size_t esize;       /* bytes per cache element */
-    float *part;        /* split path: (n_head, n_chunks, hd + 2) partials */
+    size_t esize;             /* bytes per cache element */
+    float *part;              /* split path: (n_head, n_chunks, hd + 2) partials */
 } attn_job;
 
 /* The rows of item (g, rg) for tokens [t0, t0 + nt): query head-major within a token. */
@@ -393,9 +400,10 @@ static void attn_tiled_items(void *arg, int64_t begin, int64_t end, int tid) {
     const attn_job *j = arg;
     const ember_attention_args *a = j->a;
     const int64_t hd = a->hd;
-    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd), *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK,
-          *l = m + EMBER_ATTN_MAX_ROWS, *acc = l + EMBER_ATTN_MAX_ROWS, *M = acc + EMBER_ATTN_MAX_ROWS * hd,
-          *L = M + EMBER_ATTN_MAX_ROWS, *A = L + EMBER_ATTN_MAX_ROWS;
+    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd),
+          *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK, *l = m + EMBER_ATTN_MAX_ROWS,
+          *acc = l + EMBER_ATTN_MAX_ROWS, *M = acc + EMBER_ATTN_MAX_ROWS * hd, *L = M + EMBER_ATTN_MAX_ROWS,
+          *A = L + EMBER_ATTN_MAX_ROWS;
     for (int64_t it = begin; it < end; it++) {
         const int64_t per_kv = j->n_rg * j->n_tiles, g = it / per_kv, rg = it % per_kv / j->n_tiles;
         const int64_t z = it % j->n_tiles, tile = z % 2 == 0 ? z / 2 : j->n_tiles - 1 - z / 2;
@@ -425,8 +433,9 @@ static void attn_split_items(void *arg, int64_t begin, int64_t end, int tid) {
     const attn_job *j = arg;
     const ember_attention_args *a = j->a;
     const int64_t hd = a->hd;
-    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd), *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK,
-          *l = m + EMBER_ATTN_MAX_ROWS, *acc = l + EMBER_ATTN_MAX_ROWS;
+    float *scores = a->scratch + (int64_t)tid * attn_thread_floats(hd),
+          *m = scores + EMBER_ATTN_MAX_ROWS * EMBER_ATTN_CHUNK, *l = m + EMBER_ATTN_MAX_ROWS,
+          *acc = l + EMBER_ATTN_MAX_ROWS;
     for (int64_t it = begin; it < end; it++) {
         const int64_t c = j->c_first + it % j->c_count, grp = it / j->c_count, g = grp / j->n_rg, rg = grp % j->n_rg;
         ember_attn_rows rows;
@@ -491,9 +500,9 @@ void ember_compute_attention(ember_compute *c, const ember_attention_args *a) {
 
 typedef struct {
     const ember_attention_args *a;
-    size_t esize;        /* bytes of one cache element (kv_type) */
-    float *fill;         /* probs pass: the pattern it writes */
-    const float *mixed;  /* mix pass: the pattern it reads */
+    size_t esize;       /* bytes of one cache element (kv_type) */
+    float *fill;        /* probs pass: the pattern it writes */
+    const float *mixed; /* mix pass: the pattern it reads */
 } pattern_job;
 
 /* Element i of a cache row of type t as f32 (exact, as the reference set reads the cache). */

@@ -65,7 +65,8 @@ static int cores_from_cpuinfo(const char *path, const bool *allowed, long *pairs
     for (;;) {
         bool eof = fgets(line, sizeof line, f) == NULL;
         if (eof || line[0] == '\n') { /* the end of one processor's block */
-            if (cpu >= 0 && core >= 0 && (!allowed || (cpu < MAX_CPUS && allowed[cpu]))) n = add_pair(pairs, n, pkg, core);
+            if (cpu >= 0 && core >= 0 && (!allowed || (cpu < MAX_CPUS && allowed[cpu])))
+                n = add_pair(pairs, n, pkg, core);
             cpu = -1, pkg = 0, core = -1;
             if (eof) break;
             continue;

@@ -36,10 +36,18 @@ static ember_cpu_features detect(void) {
  * nothing ("none" is the conventional way to say so). */
 static void mask_features(ember_cpu_features *f, const char *list) {
     ember_cpu_features keep = {0};
-    struct { const char *name; bool *flag; } names[] = {
-        {"avx2", &keep.avx2},         {"fma", &keep.fma},           {"f16c", &keep.f16c},
-        {"avx512f", &keep.avx512f},   {"avx512bw", &keep.avx512bw}, {"avx512vl", &keep.avx512vl},
-        {"avx512vnni", &keep.avx512vnni}, {"avx512bf16", &keep.avx512bf16},
+    struct {
+        const char *name;
+        bool *flag;
+    } names[] = {
+        {"avx2", &keep.avx2},
+        {"fma", &keep.fma},
+        {"f16c", &keep.f16c},
+        {"avx512f", &keep.avx512f},
+        {"avx512bw", &keep.avx512bw},
+        {"avx512vl", &keep.avx512vl},
+        {"avx512vnni", &keep.avx512vnni},
+        {"avx512bf16", &keep.avx512bf16},
     };
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");

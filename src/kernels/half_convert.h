@@ -35,8 +35,8 @@ EMBER_AI __m128i half_bf16x8(const float *x) {
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(xi, 16), _mm256_set1_epi32(1));
     const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(xi, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
     const __m256i hi = _mm256_srli_epi32(xi, 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(xi, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(xi, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
     return half_pack8(_mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan));
 }
 
@@ -57,8 +57,8 @@ EMBER_AI __m256i half_bf16x16(const float *x) {
     const __m512i hi = _mm512_srli_epi32(xi, 16);
     const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(xi, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(xi, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(xi, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
     return _mm512_cvtepi32_epi16(r);
 }

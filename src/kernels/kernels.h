@@ -21,7 +21,7 @@
 /* A weight matrix used in place from the mapping: n_out rows of n_in values, row-major. */
 typedef struct {
     ember_type type;
-    const void *data;   /* (n_out, n_in) in `type` */
+    const void *data; /* (n_out, n_in) in `type` */
     int64_t n_in, n_out;
     size_t row_bytes;
     const void *packed; /* the same weights repacked by the model's kernel set, or NULL (see
@@ -29,9 +29,9 @@ typedef struct {
 } ember_matrix;
 
 float ember_f16_to_f32(uint16_t h);
-uint16_t ember_f32_to_f16(float f);   /* round to nearest even */
+uint16_t ember_f32_to_f16(float f); /* round to nearest even */
 float ember_bf16_to_f32(uint16_t h);
-uint16_t ember_f32_to_bf16(float f);  /* round to nearest even */
+uint16_t ember_f32_to_bf16(float f); /* round to nearest even */
 
 /* ---- Q8_0 activation quantization (the fast path's scheme for Q8_0 weights, llama.cpp's) ----
  * Per block of 32 values: amax = max|x|, d = amax / 127 stored as f16 (round to nearest even),
@@ -87,22 +87,22 @@ typedef struct {
 #define EMBER_ATTN_MAX_ROWS 8
 
 typedef struct {
-    const float *q[EMBER_ATTN_MAX_ROWS]; /* row r's query (hd values) */
+    const float *q[EMBER_ATTN_MAX_ROWS];                      /* row r's query (hd values) */
     int64_t lo[EMBER_ATTN_MAX_ROWS], hi[EMBER_ATTN_MAX_ROWS]; /* keys lo[r] <= j < hi[r] are visible to row r */
     int n_rows;
     const void *k, *v;  /* this KV head's keys and values: key j starts at element j * kv_stride */
     int64_t kv_stride;  /* elements from one position to the next */
     ember_type kv_type; /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
     int64_t hd;
-    float scale;        /* multiplies q . k */
+    float scale; /* multiplies q . k */
 } ember_attn_rows;
 
 /* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale, m[r] = max s_j,
  * e_j = exp(s_j - m[r]), l[r] = sum e_j and acc[r*hd + d] = sum e_j v_j[d]. A row with no visible
  * key in the chunk gets m[r] = -INFINITY (its l and acc are then meaningless). scores: (EMBER_ATTN_MAX_ROWS,
  * EMBER_ATTN_CHUNK) scratch. k1 - k0 <= EMBER_ATTN_CHUNK. */
-typedef void (*ember_attn_chunk_fn)(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m,
-                                    float *l, float *acc);
+typedef void (*ember_attn_chunk_fn)(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
+                                    float *acc);
 
 typedef struct {
     const char *name;
@@ -137,7 +137,7 @@ typedef struct {
 } ember_kernel_ops;
 
 extern const ember_kernel_ops ember_kernels_reference;
-extern const ember_kernel_ops ember_kernels_avx2;   /* call only when ember_kernels_supported() */
+extern const ember_kernel_ops ember_kernels_avx2; /* call only when ember_kernels_supported() */
 extern const ember_kernel_ops ember_kernels_avx512;
 /* rope.c: ember_rope on every head with the angles computed once per call; bit-identical to the
  * reference (same double-precision angles, same f32 rotation), used by the SIMD sets. */
@@ -152,7 +152,7 @@ void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa,
  * run the reference product (dequantize exactly, f32 dot with the f32 activations; bit-identical
  * to the reference set). Only Q2_K and Q3_K are left: Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K have
  * integer kernels (quant_dots.h; docs/kernels.md, "The fast path of the 4- to 6-bit types"). */
-#define EMBER_MM_REFERENCE_PRODUCTS \
+#define EMBER_MM_REFERENCE_PRODUCTS                                                                                    \
     [EMBER_TYPE_Q2_K] = {.rows = ember_rows_reference}, [EMBER_TYPE_Q3_K] = {.rows = ember_rows_reference}
 /* ref.c: the get_row every set uses (the type's traits to_float; exact). */
 void ember_matrix_get_row(const ember_matrix *m, int64_t r, float *out);
@@ -169,17 +169,17 @@ static inline const ember_type_kernels *ember_kernels_mm(const ember_kernel_ops 
 
 /* ---- kernel variants: what a trace records for each op (variant.c) ---- */
 typedef enum {
-    EMBER_KOP_GET_ROW = 0,         /* embedding lookups */
+    EMBER_KOP_GET_ROW = 0, /* embedding lookups */
     EMBER_KOP_RMSNORM,
     EMBER_KOP_LAYERNORM,
     EMBER_KOP_SILU_MUL,
     EMBER_KOP_GELU_MUL,
     EMBER_KOP_GELU_MUL_REF,
     EMBER_KOP_ROPE,
-    EMBER_KOP_ATTENTION,           /* the fused chunked attention (attn_chunk) */
-    EMBER_KOP_ATTENTION_PATTERN,   /* attention_probs + attention_mix, shared by every set */
-    EMBER_KOP_ENGINE,              /* the engine's own element loops (residual adds, biases, scales) */
-    EMBER_KOP_PRODUCT              /* a matrix product: named by ember_kernels_product_variant */
+    EMBER_KOP_ATTENTION,         /* the fused chunked attention (attn_chunk) */
+    EMBER_KOP_ATTENTION_PATTERN, /* attention_probs + attention_mix, shared by every set */
+    EMBER_KOP_ENGINE,            /* the engine's own element loops (residual adds, biases, scales) */
+    EMBER_KOP_PRODUCT            /* a matrix product: named by ember_kernels_product_variant */
 } ember_kop;
 /* "reference" when set `ops` runs the reference function for op, its own name otherwise, "shared"
  * for code every set shares. A static string. */
@@ -247,13 +247,13 @@ void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], 
  * query head h of token t reads KV head h / (n_head / n_head_kv) at positions first..p, where
  * p = pos0 + t and first = max(0, p - window + 1) when window > 0 (else 0). */
 typedef struct {
-    const float *q;        /* (n, n_head * hd) */
-    const void *k, *v;     /* in kv_type: key/value j of KV head g at element g*kv_head_stride + j*kv_stride */
-    ember_type kv_type;    /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
-    float *out;            /* (n, n_head * hd) */
-    float *scratch;        /* ember_attention_scratch_floats(threads, n_ctx, n_head, hd) floats */
-    int64_t n_chunks_cap;  /* chunks of the session's context: ceil(n_ctx / EMBER_ATTN_CHUNK) */
-    int64_t kv_stride;     /* elements from one position to the next within a KV head */
+    const float *q;         /* (n, n_head * hd) */
+    const void *k, *v;      /* in kv_type: key/value j of KV head g at element g*kv_head_stride + j*kv_stride */
+    ember_type kv_type;     /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
+    float *out;             /* (n, n_head * hd) */
+    float *scratch;         /* ember_attention_scratch_floats(threads, n_ctx, n_head, hd) floats */
+    int64_t n_chunks_cap;   /* chunks of the session's context: ceil(n_ctx / EMBER_ATTN_CHUNK) */
+    int64_t kv_stride;      /* elements from one position to the next within a KV head */
     int64_t kv_head_stride; /* elements from one KV head to the next */
     int64_t n_head, n_head_kv, hd, pos0, n, window;
     float scale;

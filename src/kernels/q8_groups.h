@@ -46,9 +46,7 @@ EMBER_AI size_t q8g_group_bytes(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G
 EMBER_AI size_t q8g_off_dx(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 32; }
 EMBER_AI size_t q8g_off_corr(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 36; }
 EMBER_AI size_t q8g_off_plain(int64_t nb) { return (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 40; }
-EMBER_AI size_t q8g_act_size(int64_t n_in) {
-    return (size_t)q8g_spans(n_in / EMBER_QK8_0) * Q8G_SPAN_BLOCKS * 72;
-}
+EMBER_AI size_t q8g_act_size(int64_t n_in) { return (size_t)q8g_spans(n_in / EMBER_QK8_0) * Q8G_SPAN_BLOCKS * 72; }
 
 /* Stores block b of a token's prepared activations: its 32 quants and its scale. */
 EMBER_AI void q8g_act_block(uint8_t *xa, int64_t nb, int64_t b, const int8_t q[32], float dx) {
@@ -136,8 +134,8 @@ typedef void (*q8g_kernel_fn)(const uint8_t *g, const uint8_t *const *xs, int64_
  * faster path for decoding with unrepacked weights; NULL: repack on the fly instead). */
 typedef float (*q8g_row_fn)(const uint8_t *row, const uint8_t *xa, int64_t nb);
 
-static void q8g_rows(const q8g_kernel_fn *kern, int t_max, q8g_row_fn row_kernel, const ember_matrix *w,
-                     const void *xa, size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
+static void q8g_rows(const q8g_kernel_fn *kern, int t_max, q8g_row_fn row_kernel, const ember_matrix *w, const void *xa,
+                     size_t xa_stride, float *y, int64_t n_tok, int64_t o0, int64_t o1) {
     if (n_tok > Q8G_MAX_TOKENS) { /* callers slice longer runs; stay in bounds if one does not */
         for (int64_t t0 = 0; t0 < n_tok; t0 += Q8G_MAX_TOKENS)
             q8g_rows(kern, t_max, row_kernel, w, (const uint8_t *)xa + (size_t)t0 * xa_stride, xa_stride,
@@ -146,7 +144,8 @@ static void q8g_rows(const q8g_kernel_fn *kern, int t_max, q8g_row_fn row_kernel
     }
     const int64_t nb = w->n_in / EMBER_QK8_0, ns = q8g_spans(nb);
     if (!w->packed && n_tok == 1 && row_kernel) { /* rows one at a time: one sequential stream */
-        for (int64_t o = o0; o < o1; o++) y[o] = row_kernel((const uint8_t *)w->data + (size_t)o * w->row_bytes, xa, nb);
+        for (int64_t o = o0; o < o1; o++)
+            y[o] = row_kernel((const uint8_t *)w->data + (size_t)o * w->row_bytes, xa, nb);
         return;
     }
     const size_t gbytes = q8g_group_bytes(nb);

@@ -77,10 +77,10 @@ EMBER_AI float qd_q8k_d(const uint8_t *yb) {
 EMBER_AI __m128i qd_k4_scales(const uint8_t *s) {
     uint32_t w[3], u[4];
     memcpy(w, s, 12);
-    u[0] = w[0] & 0x3f3f3f3fu;                                                   /* scales 0-3 */
-    u[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);           /* scales 4-7 */
-    u[2] = w[1] & 0x3f3f3f3fu;                                                   /* mins 0-3 */
-    u[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);    /* mins 4-7 */
+    u[0] = w[0] & 0x3f3f3f3fu;                                               /* scales 0-3 */
+    u[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);        /* scales 4-7 */
+    u[2] = w[1] & 0x3f3f3f3fu;                                               /* mins 0-3 */
+    u[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4); /* mins 4-7 */
     return _mm_loadu_si128((const __m128i *)u);
 }
 
@@ -345,7 +345,6 @@ static void qd_rows(const qd_row_fn kern[QD_MAX_T], int64_t block, const ember_m
     }
 }
 
-
 /* Instances with T fixed (1..4) so each is compiled for its tile. */
 #define QD_INSTANCES(name, call)                                                                                       \
     static void name##_1(const uint8_t *r, const uint8_t *const *xs, int64_t nb, int64_t n_in, float *o) { call(1); }  \
@@ -386,8 +385,7 @@ QD_INSTANCES(qd_kern_q51, QD_CALL_Q51)
         const int64_t nb = w->n_in / 32;                                                                               \
         if (w->packed)                                                                                                 \
             qg_rows(groupkern, QG_MAX_T, qg32_group_bytes(kind, nb), nb, w, xa, xa_stride, y, n_tok, o0, o1);          \
-        else                                                                                                           \
-            qd_rows(rowkern, 32, w, xa, xa_stride, y, n_tok, o0, o1);                                                  \
+        else qd_rows(rowkern, 32, w, xa, xa_stride, y, n_tok, o0, o1);                                                 \
     }
 QD_ROWS_32(qd_rows_q4_0, qd_kern_q40, qg40_kern, QG_Q4_0)
 QD_ROWS_32(qd_rows_q4_1, qd_kern_q41, qg41_kern, QG_Q4_1)
@@ -422,37 +420,37 @@ static void qd_rows_q6_k(const ember_matrix *w, const float *x, const void *xa, 
                          .act_prepare = qg4k_act_prepare,                                                              \
                          .rows = qd_rows_q4_k,                                                                         \
                          .pack_size = qg4k_pack_size,                                                                  \
-                         .pack = qg4k_pack},                                                                             \
+                         .pack = qg4k_pack},                                                                           \
     [EMBER_TYPE_Q5_K] = {.act_size = qg4k_act_size,                                                                    \
                          .act_prepare = qg4k_act_prepare,                                                              \
                          .rows = qd_rows_q5_k,                                                                         \
                          .pack_size = qg5k_pack_size,                                                                  \
-                         .pack = qg5k_pack},                                                                             \
+                         .pack = qg5k_pack},                                                                           \
     [EMBER_TYPE_Q6_K] = {.act_size = qg6k_act_size,                                                                    \
                          .act_prepare = qg6k_act_prepare,                                                              \
                          .rows = qd_rows_q6_k,                                                                         \
                          .pack_size = qg6k_pack_size,                                                                  \
-                         .pack = qg6k_pack},                                                                             \
+                         .pack = qg6k_pack},                                                                           \
     [EMBER_TYPE_Q4_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q4_0,                                                                         \
-                         .pack_size = qg_pack_size_q4_0,                                                                  \
-                         .pack = qg_pack_q4_0},                                                                             \
+                         .pack_size = qg_pack_size_q4_0,                                                               \
+                         .pack = qg_pack_q4_0},                                                                        \
     [EMBER_TYPE_Q5_0] = {.act_size = q8_size,                                                                          \
                          .act_prepare = q8_prep,                                                                       \
                          .rows = qd_rows_q5_0,                                                                         \
-                         .pack_size = qg_pack_size_q5_0,                                                                  \
-                         .pack = qg_pack_q5_0},                                                                             \
+                         .pack_size = qg_pack_size_q5_0,                                                               \
+                         .pack = qg_pack_q5_0},                                                                        \
     [EMBER_TYPE_Q4_1] = {.act_size = qd_q81_act_size,                                                                  \
                          .act_prepare = q81_prep,                                                                      \
                          .rows = qd_rows_q4_1,                                                                         \
-                         .pack_size = qg_pack_size_q4_1,                                                                  \
-                         .pack = qg_pack_q4_1},                                                                             \
+                         .pack_size = qg_pack_size_q4_1,                                                               \
+                         .pack = qg_pack_q4_1},                                                                        \
     [EMBER_TYPE_Q5_1] = {.act_size = qd_q81_act_size,                                                                  \
                          .act_prepare = q81_prep,                                                                      \
                          .rows = qd_rows_q5_1,                                                                         \
-                         .pack_size = qg_pack_size_q5_1,                                                                  \
-                         .pack = qg_pack_q5_1},                                                                             \
+                         .pack_size = qg_pack_size_q5_1,                                                               \
+                         .pack = qg_pack_q5_1},                                                                        \
     EMBER_MM_REFERENCE_PRODUCTS
 
 #endif

@@ -31,7 +31,9 @@ EMBER_AI __m256i qg_dot(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-EMBER_AI __m256i qg_bcast16(const uint8_t *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
+EMBER_AI __m256i qg_bcast16(const uint8_t *p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
 
 /* Row sums of two halves (8 lanes each, 4 per row): [row 0, row 1, row 2, row 3]. Exact. */
 EMBER_AI __m128i qg_rowsum(__m256i h0, __m256i h1) {
@@ -133,7 +135,8 @@ static void qg32_pack(qg_kind kind, const ember_matrix *w, void *dst) {
                         for (int i = 0; i < 4; i++) {
                             uint8_t v = 0;
                             for (int k = 0; k < 4; k++)
-                                v |= (uint8_t)(((qh >> (4 * k + i)) & 1) << (2 * k) | ((qh >> (16 + 4 * k + i)) & 1) << (2 * k + 1));
+                                v |= (uint8_t)(((qh >> (4 * k + i)) & 1) << (2 * k) | ((qh >> (16 + 4 * k + i)) & 1)
+                                                                                          << (2 * k + 1));
                             d[oq + 256 + e + i] = v;
                         }
                     }
@@ -180,7 +183,8 @@ EMBER_AI void qg32_group(qg_kind kind, const uint8_t *g, const uint8_t *const *x
             }
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
-                const __m256i ylo = qg_bcast16(xs[t] + 128 * qd + 16 * k), yhi = qg_bcast16(xs[t] + 128 * qd + 16 * (k + 4));
+                const __m256i ylo = qg_bcast16(xs[t] + 128 * qd + 16 * k),
+                              yhi = qg_bcast16(xs[t] + 128 * qd + 16 * (k + 4));
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) acc[t][h] = qg_dot(qg_dot(acc[t][h], lo[h], ylo), hi[h], yhi);
             }
@@ -212,8 +216,9 @@ EMBER_AI void qg32_group(qg_kind kind, const uint8_t *g, const uint8_t *const *x
         }
         /* lane 0 of each 128-bit half: rows 0, 1 (s[0]) and 2, 3 (s[1]) */
         const __m256 u = _mm256_shuffle_ps(s[0], s[1], 0x00); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
-        const __m128 out = _mm_unpacklo_ps(_mm_shuffle_ps(_mm256_castps256_ps128(u), _mm256_castps256_ps128(u), 0x08),
-                                           _mm_shuffle_ps(_mm256_extractf128_ps(u, 1), _mm256_extractf128_ps(u, 1), 0x08));
+        const __m128 out =
+            _mm_unpacklo_ps(_mm_shuffle_ps(_mm256_castps256_ps128(u), _mm256_castps256_ps128(u), 0x08),
+                            _mm_shuffle_ps(_mm256_extractf128_ps(u, 1), _mm256_extractf128_ps(u, 1), 0x08));
         qg_store(y + t * n_out, out, rows);
     }
 }
@@ -251,7 +256,9 @@ EMBER_AI size_t qgk_sb_bytes(bool five) { return five ? QG5K_SB_BYTES : QG4K_SB_
 EMBER_AI size_t qgk_off_sc(bool five) { return five ? 640 : 512; }
 #define QG4K_ACT_BYTES 288
 
-static size_t qg4k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * (QG4K_ACT_BYTES + sizeof(ember_block_q8_K)); }
+static size_t qg4k_act_size(int64_t n_in) {
+    return (size_t)(n_in / EMBER_QK_K) * (QG4K_ACT_BYTES + sizeof(ember_block_q8_K));
+}
 EMBER_AI size_t qg4k_off_q8k(int64_t nb) { return (size_t)nb * QG4K_ACT_BYTES; }
 
 static void qg4k_act_prepare(const float *x, void *xa, int64_t n_in) {
@@ -291,7 +298,8 @@ static void qg_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *mn) {
 
 static void qgk_pack(bool five, const ember_matrix *w, void *dst) {
     const int64_t nb = w->n_in / EMBER_QK_K;
-    const size_t sbb = qgk_sb_bytes(five), osc = qgk_off_sc(five), fbytes = five ? sizeof(ember_block_q5_K) : sizeof(ember_block_q4_K);
+    const size_t sbb = qgk_sb_bytes(five), osc = qgk_off_sc(five),
+                 fbytes = five ? sizeof(ember_block_q5_K) : sizeof(ember_block_q4_K);
     const size_t fqs = five ? 48 : 16; /* qs in the file's block (Q5_K: after qh[32] at 16) */
     uint8_t *d = dst;
     for (int64_t row0 = 0; row0 < w->n_out; row0 += 4)
@@ -308,7 +316,8 @@ static void qgk_pack(bool five, const ember_matrix *w, void *dst) {
                                 const uint8_t qh = blk[16 + 4 * k + i];
                                 const int l = k / 2;
                                 d[512 + 64 * (k % 2) + (r * 4 + c) * 4 + i] |=
-                                    (uint8_t)(((qh >> (2 * c)) & 1) << (2 * l) | ((qh >> (2 * c + 1)) & 1) << (2 * l + 1));
+                                    (uint8_t)(((qh >> (2 * c)) & 1) << (2 * l) | ((qh >> (2 * c + 1)) & 1)
+                                                                                     << (2 * l + 1));
                             }
                 for (int j = 0; j < 8; j++) qg_k4_scale_min(blk + 4, j, d + osc + r * 8 + j, d + osc + 32 + r * 8 + j);
                 memcpy(d + osc + 64 + 2 * r, blk, 2);
@@ -378,15 +387,18 @@ EMBER_AI void qgk_group(bool five, const uint8_t *g, const uint8_t *const *xs, i
                     ahi[t][h] = _mm256_dpbusd_epi32(ahi[t][h], hi[h], yhi);
 #else
                     /* pair sums <= 2 * 31 * 127; times a 6-bit scale, summed in int32 */
-                    acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], ylo), s16lo[h]));
-                    acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], yhi), s16hi[h]));
+                    acc[t][h] =
+                        _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], ylo), s16lo[h]));
+                    acc[t][h] =
+                        _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], yhi), s16hi[h]));
 #endif
                 }
             }
         }
         __m256i mn[2];
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) mn[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 32 + 16 * h)));
+        for (int h = 0; h < 2; h++)
+            mn[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 32 + 16 * h)));
         const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + osc + 64)));
         const __m128 dmw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + osc + 72)));
 #pragma GCC unroll 4
@@ -436,7 +448,9 @@ EMBER_AI void qgk_group(bool five, const uint8_t *g, const uint8_t *const *xs, i
 #define QG6K_SB_BYTES 840
 #define QG6K_ACT_BYTES 336
 
-static size_t qg6k_act_size(int64_t n_in) { return (size_t)(n_in / EMBER_QK_K) * (QG6K_ACT_BYTES + sizeof(ember_block_q8_K)); }
+static size_t qg6k_act_size(int64_t n_in) {
+    return (size_t)(n_in / EMBER_QK_K) * (QG6K_ACT_BYTES + sizeof(ember_block_q8_K));
+}
 EMBER_AI size_t qg6k_off_q8k(int64_t nb) { return (size_t)nb * QG6K_ACT_BYTES; }
 
 EMBER_AI int qg6k_value(int k, int c, int i) { return 64 * (k / 4) + 16 * c + 4 * (k % 4) + i; }
@@ -477,8 +491,8 @@ static void qg6k_pack(const ember_matrix *w, void *dst) {
         for (int64_t b = 0; b < nb; b++, d += QG6K_SB_BYTES) {
             memset(d, 0, QG6K_SB_BYTES); /* missing rows: quants 0 with scale 0 and d 0 */
             for (int r = 0; r < 4 && row0 + r < w->n_out; r++) {
-                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes +
-                                     (size_t)b * sizeof(ember_block_q6_K);
+                const uint8_t *blk =
+                    (const uint8_t *)w->data + (size_t)(row0 + r) * w->row_bytes + (size_t)b * sizeof(ember_block_q6_K);
                 for (int c = 0; c < 4; c++)
                     for (int i = 0; i < 4; i++) {
                         const int e = (r * 4 + c) * 4 + i;
@@ -487,7 +501,8 @@ static void qg6k_pack(const ember_matrix *w, void *dst) {
                                                        (qg6k_quant(blk, qg6k_value(mm + 8, c, i)) & 15) << 4);
                         for (int n = 0; n < 4; n++) {
                             uint8_t h = 0;
-                            for (int l = 0; l < 4; l++) h |= (uint8_t)((qg6k_quant(blk, qg6k_value(n + 4 * l, c, i)) >> 4) << (2 * l));
+                            for (int l = 0; l < 4; l++)
+                                h |= (uint8_t)((qg6k_quant(blk, qg6k_value(n + 4 * l, c, i)) >> 4) << (2 * l));
                             d[512 + 64 * n + e] = h;
                         }
                     }
@@ -522,7 +537,8 @@ EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
                 for (int h = 0; h < 2; h++) {
                     const __m256i l = _mm256_loadu_si256((const __m256i *)(g + 64 * (k % 8) + 32 * h));
                     const __m256i hb = _mm256_loadu_si256((const __m256i *)(g + 512 + 64 * kk + 32 * h));
-                    const __m256i lo = qq < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+                    const __m256i lo =
+                        qq < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
                     const __m256i hi = qq == 0   ? _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)
                                        : qq == 1 ? _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)
                                        : qq == 2 ? _mm256_and_si256(hb, m30)
@@ -571,7 +587,7 @@ EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
     }                                                                                                                  \
     static const qg_kernel_fn name[QG_MAX_T] = {name##_1, name##_2, name##_3, name##_4};
 #define QG32_GROUP(kind)                                                                                               \
-    EMBER_AI void qg32_group_##kind(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,          \
+    EMBER_AI void qg32_group_##kind(const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,           \
                                     int64_t n_out, int rows) {                                                         \
         qg32_group(kind, g, xs, T, nb, y, n_out, rows);                                                                \
     }

@@ -20,7 +20,7 @@ void ember_dequantize_row_q4_0(const void *src, float *dst, int64_t n) {
         const float d = ember_f16_to_f32(blk.d);
         float *y = dst + b * EMBER_QK4_0;
         for (int j = 0; j < 16; j++) {
-            y[j] = (float)((blk.qs[j] & 0x0F) - 8) * d;    /* nibbles in [0,15] -> [-8,7] */
+            y[j] = (float)((blk.qs[j] & 0x0F) - 8) * d; /* nibbles in [0,15] -> [-8,7] */
             y[j + 16] = (float)((blk.qs[j] >> 4) - 8) * d;
         }
     }
@@ -52,7 +52,7 @@ void ember_dequantize_row_q5_0(const void *src, float *dst, int64_t n) {
         const uint32_t qh = load_qh(blk.qh);
         float *y = dst + b * EMBER_QK5_0;
         for (int j = 0; j < 16; j++) {
-            int q0 = (blk.qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4;  /* in [0,31] -> [-16,15] */
+            int q0 = (blk.qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4; /* in [0,31] -> [-16,15] */
             int q1 = (blk.qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             y[j] = (float)(q0 - 16) * d;
             y[j + 16] = (float)(q1 - 16) * d;

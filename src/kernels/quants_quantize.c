@@ -26,9 +26,7 @@ static int round_nearest(float v) {
 
 /* C's float -> small-integer truncation for values known to lie in [-128, 255]; anything else (a
  * NaN from non-finite input) gives 0 instead of undefined behaviour. */
-static int trunc_small(float v) {
-    return v > -129.0f && v < 256.0f ? (int)v : 0;
-}
+static int trunc_small(float v) { return v > -129.0f && v < 256.0f ? (int)v : 0; }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -60,7 +58,7 @@ void ember_quantize_row_q4_0(const float *src, void *dst, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         blk.d = ember_f32_to_f16(d);
         for (int j = 0; j < 16; j++) {
-            int q0 = imin(15, trunc_small(x[j] * id + 8.5f));  /* x*id in [-8, 8] -> [0, 15] */
+            int q0 = imin(15, trunc_small(x[j] * id + 8.5f)); /* x*id in [-8, 8] -> [0, 15] */
             int q1 = imin(15, trunc_small(x[j + 16] * id + 8.5f));
             blk.qs[j] = (uint8_t)(q0 | q1 << 4);
         }
@@ -77,7 +75,7 @@ void ember_quantize_row_q5_0(const float *src, void *dst, int64_t n) {
         blk.d = ember_f32_to_f16(d);
         uint32_t qh = 0;
         for (int j = 0; j < 16; j++) {
-            int q0 = imin(31, trunc_small(x[j] * id + 16.5f));  /* [-16, 16] -> [0, 31] */
+            int q0 = imin(31, trunc_small(x[j] * id + 16.5f)); /* [-16, 16] -> [0, 31] */
             int q1 = imin(31, trunc_small(x[j + 16] * id + 16.5f));
             blk.qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
@@ -252,8 +250,7 @@ static float search_scale_sym(int n, int nmax, const float *x, int8_t *L) {
             suml2 += w * l * l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++)
-                L[i] = (int8_t)(nmax + clampi(round_nearest(iscale * x[i]), -nmax, nmax - 1));
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clampi(round_nearest(iscale * x[i]), -nmax, nmax - 1));
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -347,7 +344,8 @@ void ember_quantize_row_q2_k(const float *src, void *dst, int64_t n) {
         }
         if (max_min > 0) {
             float iscale = 15.f / max_min;
-            for (int j = 0; j < 16; j++) blk.scales[j] = (uint8_t)(blk.scales[j] | round_nearest(iscale * mins[j]) << 4);
+            for (int j = 0; j < 16; j++)
+                blk.scales[j] = (uint8_t)(blk.scales[j] | round_nearest(iscale * mins[j]) << 4);
             blk.dmin = ember_f32_to_f16(max_min / 15.f);
         } else {
             blk.dmin = ember_f32_to_f16(0.f);
@@ -357,8 +355,7 @@ void ember_quantize_row_q2_k(const float *src, void *dst, int64_t n) {
             const float d = ember_f16_to_f32(blk.d) * (blk.scales[j] & 0xF);
             if (!d) continue;
             const float dm = ember_f16_to_f32(blk.dmin) * (blk.scales[j] >> 4);
-            for (int i = 0; i < 16; i++)
-                L[16 * j + i] = (uint8_t)clampi(round_nearest((x[16 * j + i] + dm) / d), 0, 3);
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)clampi(round_nearest((x[16 * j + i] + dm) / d), 0, 3);
         }
         pack_2bit(L, blk.qs);
         memcpy((uint8_t *)dst + b * sizeof blk, &blk, sizeof blk);
@@ -402,8 +399,7 @@ void ember_quantize_row_q3_k(const float *src, void *dst, int64_t n) {
             int sc = (lo | ((blk.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
             float d = ember_f16_to_f32(blk.d) * sc;
             if (!d) continue;
-            for (int i = 0; i < 16; i++)
-                L[16 * j + i] = (int8_t)(clampi(round_nearest(x[16 * j + i] / d), -4, 3) + 4);
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (int8_t)(clampi(round_nearest(x[16 * j + i] / d), -4, 3) + 4);
         }
         /* third bit of value v into bit v/32 of hmask[v%32]; the low two bits stay in L */
         uint8_t low[EMBER_QK_K];
@@ -469,8 +465,7 @@ static void quantize_k4_block(const float *x, int nmax, float rmin, float rdelta
         const float d = ember_f16_to_f32(*d_out) * ls[j];
         if (!d) continue;
         const float dm = ember_f16_to_f32(*dmin_out) * lm[j];
-        for (int i = 0; i < 32; i++)
-            L[32 * j + i] = (uint8_t)clampi(round_nearest((x[32 * j + i] + dm) / d), 0, nmax);
+        for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)clampi(round_nearest((x[32 * j + i] + dm) / d), 0, nmax);
     }
 }
 

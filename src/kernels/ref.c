@@ -32,7 +32,7 @@ uint16_t ember_f32_to_f16(float f) {
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
-    if (ax < 0x38800000u) { /* subnormal or zero in f16: round(|f| * 2^24) */
+    if (ax < 0x38800000u) {                                  /* subnormal or zero in f16: round(|f| * 2^24) */
         float a;
         memcpy(&a, &ax, 4);
         return (uint16_t)(sign | (uint32_t)nearbyintf(a * 0x1p24f));
@@ -178,20 +178,21 @@ static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
 /* Every type with a to_float gets the same reference product (add a line per new type). */
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
-    .mm = {
-        [EMBER_TYPE_F32] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_F16] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_BF16] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q8_0] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference},
-        [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference},
-        EMBER_MM_REFERENCE_PRODUCTS, /* Q2_K, Q3_K */
-    },
+    .mm =
+        {
+            [EMBER_TYPE_F32] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_F16] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_BF16] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q8_0] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference},
+            [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference},
+            EMBER_MM_REFERENCE_PRODUCTS, /* Q2_K, Q3_K */
+        },
     .dot_f32 = ref_dot_f32,
     .attn_chunk = ref_attn_chunk,
     .rmsnorm = ember_rmsnorm,

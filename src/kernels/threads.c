@@ -31,8 +31,8 @@ typedef struct {
 
 struct ember_pool {
     int n_threads;
-    pthread_t *threads;     /* (n_threads - 1) workers */
-    worker_arg *args;       /* (n_threads - 1) */
+    pthread_t *threads; /* (n_threads - 1) workers */
+    worker_arg *args;   /* (n_threads - 1) */
     int n_started;
     pthread_mutex_t run_mu; /* one job at a time */
     pthread_mutex_t mu;     /* guards sleeping */
@@ -47,9 +47,9 @@ struct ember_pool {
     _Atomic(void *) arg;
     atomic_int_fast64_t n, head, tail;
     atomic_uint_fast64_t claim;
-    atomic_int_fast64_t done;  /* items of the current job finished */
-    atomic_uint_fast64_t gen;  /* bumped to wake workers; low 32 bits = the job generation */
-    atomic_int sleepers;       /* workers waiting on cv */
+    atomic_int_fast64_t done; /* items of the current job finished */
+    atomic_uint_fast64_t gen; /* bumped to wake workers; low 32 bits = the job generation */
+    atomic_int sleepers;      /* workers waiting on cv */
     atomic_bool stop;
 };
 
@@ -76,7 +76,8 @@ static void run_chunks(ember_pool *p, uint32_t g, int tid) {
             continue;
         /* [start, end) of job g is ours; the job cannot finish (and its fields cannot change)
          * before we report it done. */
-        atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), start, end, tid);
+        atomic_load_explicit(&p->fn, memory_order_relaxed)(atomic_load_explicit(&p->arg, memory_order_relaxed), start,
+                                                           end, tid);
         atomic_fetch_add_explicit(&p->done, end - start, memory_order_release);
     }
 }

@@ -78,14 +78,14 @@ _Static_assert(sizeof(ember_block_q8_0) == 34, "q8_0 block is 34 bytes");
 
 #define EMBER_QK4_0 32
 typedef struct {
-    uint16_t d;                 /* f16 scale */
+    uint16_t d;                  /* f16 scale */
     uint8_t qs[EMBER_QK4_0 / 2]; /* 4-bit quants, two per byte */
 } ember_block_q4_0;
 _Static_assert(sizeof(ember_block_q4_0) == 18, "q4_0 block is 18 bytes");
 
 #define EMBER_QK4_1 32
 typedef struct {
-    uint16_t d, m;               /* f16 scale and minimum */
+    uint16_t d, m; /* f16 scale and minimum */
     uint8_t qs[EMBER_QK4_1 / 2];
 } ember_block_q4_1;
 _Static_assert(sizeof(ember_block_q4_1) == 20, "q4_1 block is 20 bytes");
@@ -147,25 +147,25 @@ typedef struct {
 _Static_assert(sizeof(ember_block_q5_K) == 176, "q5_K block is 176 bytes");
 
 typedef struct {
-    uint8_t ql[EMBER_QK_K / 2];      /* the low 4 bits */
-    uint8_t qh[EMBER_QK_K / 4];      /* the high 2 bits */
-    int8_t scales[EMBER_QK_K / 16];  /* 8-bit scale per sub-block of 16 */
+    uint8_t ql[EMBER_QK_K / 2];     /* the low 4 bits */
+    uint8_t qh[EMBER_QK_K / 4];     /* the high 2 bits */
+    int8_t scales[EMBER_QK_K / 16]; /* 8-bit scale per sub-block of 16 */
     uint16_t d;
 } ember_block_q6_K;
 _Static_assert(sizeof(ember_block_q6_K) == 210, "q6_K block is 210 bytes");
 
 typedef struct {
-    float d;                          /* f32 scale: the activation type of the K-quant products */
+    float d; /* f32 scale: the activation type of the K-quant products */
     int8_t qs[EMBER_QK_K];
-    int16_t bsums[EMBER_QK_K / 16];   /* sums of each group of 16 quants */
+    int16_t bsums[EMBER_QK_K / 16]; /* sums of each group of 16 quants */
 } ember_block_q8_K;
 _Static_assert(sizeof(ember_block_q8_K) == 292, "q8_K block is 292 bytes");
 
 /* ---- traits: one entry per type (type_traits.c) ------------------------------------------------ */
 typedef struct {
-    const char *name;     /* "q8_0" */
-    int64_t block_size;   /* values per block (1 for f32/f16/bf16) */
-    size_t block_bytes;   /* bytes per block */
+    const char *name;   /* "q8_0" */
+    int64_t block_size; /* values per block (1 for f32/f16/bf16) */
+    size_t block_bytes; /* bytes per block */
     /* Row of n values (n a multiple of block_size) as f32, exactly as stored. NULL: ember cannot
      * read this type yet (a file holding it is refused). */
     void (*to_float)(const void *row, float *out, int64_t n);

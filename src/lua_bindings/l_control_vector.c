@@ -22,7 +22,7 @@ static int l_read_control_vector(lua_State *L) {
         lua_pushstring(L, err.msg);
         return lua_error(L);
     }
-    *box = cv; /* freed by the box if anything below raises */
+    *box = cv;                /* freed by the box if anything below raises */
     lua_createtable(L, 0, 4); /* [path, box, result] */
     lua_pushinteger(L, (lua_Integer)cv->n_embd);
     lua_setfield(L, -2, "n_embd");
@@ -41,7 +41,7 @@ static int l_read_control_vector(lua_State *L) {
         lua_setfield(L, -2, "layer");
         ember_lua_tensor *t = ember_lua_push_tensor(L, 1, cv->n_embd); /* [..., entry, tensor] */
         memcpy(t->data, cv->values + (size_t)i * (size_t)cv->n_embd, (size_t)cv->n_embd * sizeof(float));
-        lua_setfield(L, -2, "tensor");  /* [..., directions, entry] */
+        lua_setfield(L, -2, "tensor");          /* [..., directions, entry] */
         lua_rawseti(L, -2, (lua_Integer)i + 1); /* [..., directions] */
     }
     lua_setfield(L, -2, "directions"); /* [path, box, result] */

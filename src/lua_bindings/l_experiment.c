@@ -14,8 +14,8 @@
 
 /* The lifecycle hooks of a generation, indexed by ember_lua_hook - EMBER_STAGE_COUNT. The tensor
  * hooks are the engine's stages and take their names from ember_stage_name. */
-static const char *const lifecycle_names[EMBER_HOOK_COUNT - EMBER_STAGE_COUNT] = {
-    "on_model_loaded", "before_prefill", "on_generation_complete"};
+static const char *const lifecycle_names[EMBER_HOOK_COUNT - EMBER_STAGE_COUNT] = {"on_model_loaded", "before_prefill",
+                                                                                  "on_generation_complete"};
 
 static const char *hook_name(int h) {
     return h < EMBER_STAGE_COUNT ? ember_stage_name((ember_stage)h) : lifecycle_names[h - EMBER_STAGE_COUNT];
@@ -33,12 +33,12 @@ static bool is_layer_stage(int h) { return h < EMBER_STAGE_BEFORE_LOGITS; }
 /* Slots of the anchor table: the Lua values a runner needs, reachable from the registry. Every
  * slot exists from the start (false when empty), so storing into one never allocates. */
 enum {
-    SLOT_EXP = 1,   /* the experiment table (self of every method) */
-    SLOT_NAME,      /* its name */
-    SLOT_MODEL_CTX, /* the model context, built once */
-    SLOT_ERR,       /* the failing hook's error message */
-    SLOT_VIEWS,     /* one root view per (stage, layer) slot, made on first use; see view_slot */
-    SLOT_FN,        /* SLOT_FN + hook: the method, or false */
+    SLOT_EXP = 1,                          /* the experiment table (self of every method) */
+    SLOT_NAME,                             /* its name */
+    SLOT_MODEL_CTX,                        /* the model context, built once */
+    SLOT_ERR,                              /* the failing hook's error message */
+    SLOT_VIEWS,                            /* one root view per (stage, layer) slot, made on first use; see view_slot */
+    SLOT_FN,                               /* SLOT_FN + hook: the method, or false */
     SLOT_CTX = SLOT_FN + EMBER_HOOK_COUNT, /* SLOT_CTX + hook: that hook's context, or false */
     SLOT_COUNT = SLOT_CTX + EMBER_HOOK_COUNT - 1
 };
@@ -49,20 +49,20 @@ typedef struct {
 } gen_counts;
 
 struct ember_lua_runner {
-    lua_State *L;          /* the thread evaluations run on (set for each evaluation) */
-    int anchor_ref;        /* registry reference to the anchor table */
-    ember_hooks hooks;     /* on_tensor set only for stages the experiment defines */
+    lua_State *L;      /* the thread evaluations run on (set for each evaluation) */
+    int anchor_ref;    /* registry reference to the anchor table */
+    ember_hooks hooks; /* on_tensor set only for stages the experiment defines */
     bool has_tensor_hooks;
     bool defined[EMBER_HOOK_COUNT];
-    int64_t n_layers;      /* sizes the view slots */
-    int depth;             /* hook calls in progress: a nested call gets its own context and view */
-    bool modified;         /* a view was written during this run */
+    int64_t n_layers;       /* sizes the view slots */
+    int depth;              /* hook calls in progress: a nested call gets its own context and view */
+    bool modified;          /* a view was written during this run */
     int64_t modified_calls; /* tensor hook calls that wrote through their view (how often it acted) */
     bool failed;
     int fail_hook;
     ember_phase fail_phase;
     int64_t fail_layer;
-    bool tracing;          /* the generation is traced: what the lifecycle contexts report (set_tracing) */
+    bool tracing; /* the generation is traced: what the lifecycle contexts report (set_tracing) */
 };
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
@@ -97,15 +97,14 @@ static int ctx_token_position(lua_State *L) {
     ctx_ud *c = luaL_checkudata(L, 1, EMBER_LUA_CONTEXT);
     if ((c->kind == CTX_EXEC || c->kind == CTX_LAYER) && c->ev.input_token_count == 1)
         lua_pushinteger(L, c->ev.start_position);
-    else
-        lua_pushnil(L);
+    else lua_pushnil(L);
     return 1;
 }
 
 /* The model context's fields are read from model.info; "id" is the file's general.name. */
 static int model_field(lua_State *L, const char *k) {
-    static const char *const allowed[] = {"family", "architecture", "n_layers", "hidden_size", "n_vocab",
-                                          "n_heads", "n_kv_heads", NULL};
+    static const char *const allowed[] = {"family",  "architecture", "n_layers",   "hidden_size",
+                                          "n_vocab", "n_heads",      "n_kv_heads", NULL};
     lua_getiuservalue(L, 1, 1); /* [.., info] */
     if (strcmp(k, "id") == 0) {
         lua_getfield(L, -1, "name");
@@ -197,16 +196,35 @@ static int ctx_tostring(lua_State *L) {
 
 static void open_context(lua_State *L) {
     static const luaL_Reg meta[] = {{"__newindex", ctx_newindex}, {"__tostring", ctx_tostring}, {NULL, NULL}};
-    static const char *const fields[] = {
-        "kind", "model", "hook", "stage", "phase", "start_position", "input_token_count", "sequence_length",
-        "tracing", "layer_index", "family", "architecture", "n_layers", "hidden_size", "n_vocab", "n_heads",
-        "n_kv_heads", "id",
-        "prompt_token_count", "generated_token_count", "decode_count", NULL};
+    static const char *const fields[] = {"kind",
+                                         "model",
+                                         "hook",
+                                         "stage",
+                                         "phase",
+                                         "start_position",
+                                         "input_token_count",
+                                         "sequence_length",
+                                         "tracing",
+                                         "layer_index",
+                                         "family",
+                                         "architecture",
+                                         "n_layers",
+                                         "hidden_size",
+                                         "n_vocab",
+                                         "n_heads",
+                                         "n_kv_heads",
+                                         "id",
+                                         "prompt_token_count",
+                                         "generated_token_count",
+                                         "decode_count",
+                                         NULL};
     luaL_newmetatable(L, EMBER_LUA_CONTEXT); /* [mt] */
     luaL_setfuncs(L, meta, 0);
     lua_newtable(L); /* [mt, strings] */
-    static const struct { int at; const char *s; } strs[] = {
-        {STR_PREFILL, "prefill"}, {STR_DECODE, "decode"}, {STR_DISABLED, "disabled"}, {STR_ENABLED, "enabled"}};
+    static const struct {
+        int at;
+        const char *s;
+    } strs[] = {{STR_PREFILL, "prefill"}, {STR_DECODE, "decode"}, {STR_DISABLED, "disabled"}, {STR_ENABLED, "enabled"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         lua_pushstring(L, strs[i].s);
         lua_rawseti(L, -2, strs[i].at);
@@ -240,10 +258,10 @@ static void open_context(lua_State *L) {
 typedef struct {
     ember_lua_runner *r;
     int hook;
-    const ember_eval_ctx *ev;  /* tensor hooks and before_prefill */
-    ember_view *view;          /* tensor hooks */
-    const gen_counts *counts;  /* on_generation_complete */
-    ember_lua_view *v;         /* the view armed for this call, expired afterwards */
+    const ember_eval_ctx *ev; /* tensor hooks and before_prefill */
+    ember_view *view;         /* tensor hooks */
+    const gen_counts *counts; /* on_generation_complete */
+    ember_lua_view *v;        /* the view armed for this call, expired afterwards */
 } hook_call;
 
 /* Message handler: turns any error value into a string (no traceback: the failure message format
@@ -300,7 +318,7 @@ static void push_call_view(lua_State *L, hook_call *c) {
     ember_lua_runner *r = c->r;
     lua_Integer slot = r->depth == 1 ? view_slot(r, c->hook, c->ev->layer_index) : 0;
     if (slot > 0) {
-        lua_rawgeti(L, 2, SLOT_VIEWS); /* [.., views] */
+        lua_rawgeti(L, 2, SLOT_VIEWS);                   /* [.., views] */
         if (lua_rawgeti(L, -1, slot) == LUA_TUSERDATA) { /* [.., views, view] */
             c->v = lua_touserdata(L, -1);
             ember_lua_arm_view(c->v, c->view->data, c->view->rows, c->view->cols);
@@ -320,9 +338,9 @@ static void push_call_view(lua_State *L, hook_call *c) {
     /* The engine says how many heads the view holds; the stage says how they are laid out (the
      * pattern's rows, the heads' columns), so v:head(h) needs no arguments. */
     c->v->n_heads = c->view->n_heads;
-    c->v->heads_by = c->view->n_heads == 0                         ? EMBER_LUA_HEADS_NONE
+    c->v->heads_by = c->view->n_heads == 0                      ? EMBER_LUA_HEADS_NONE
                      : c->hook == EMBER_STAGE_ATTENTION_PATTERN ? EMBER_LUA_HEADS_ROWS
-                                                                 : EMBER_LUA_HEADS_COLUMNS;
+                                                                : EMBER_LUA_HEADS_COLUMNS;
 }
 
 /* Runs under lua_pcall: pushes the method, self, the context (and view) and calls. [call] */
@@ -426,12 +444,12 @@ int ember_lua_runner_raise(lua_State *L, ember_lua_runner *r) {
     bool has_phase = h < EMBER_STAGE_COUNT || h == EMBER_HOOK_BEFORE_PREFILL;
     const char *phase = r->fail_phase == EMBER_PHASE_PREFILL ? "prefill" : "decode";
     if (is_layer_stage(h))
-        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s, layer=%I): %s", lua_tostring(L, -2),
-                        hook_name(h), phase, (lua_Integer)r->fail_layer, msg);
+        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s, layer=%I): %s", lua_tostring(L, -2), hook_name(h),
+                        phase, (lua_Integer)r->fail_layer, msg);
     else if (has_phase)
-        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s): %s", lua_tostring(L, -2), hook_name(h), phase, msg);
-    else
-        lua_pushfstring(L, "experiment '%s' failed in %s: %s", lua_tostring(L, -2), hook_name(h), msg);
+        lua_pushfstring(L, "experiment '%s' failed in %s (phase=%s): %s", lua_tostring(L, -2), hook_name(h), phase,
+                        msg);
+    else lua_pushfstring(L, "experiment '%s' failed in %s: %s", lua_tostring(L, -2), hook_name(h), msg);
     return lua_error(L);
 }
 
@@ -454,8 +472,12 @@ void ember_lua_runner_on_model_loaded(lua_State *L, ember_lua_runner *r) {
 }
 
 void ember_lua_runner_before_prefill(lua_State *L, ember_lua_runner *r, int64_t n, int64_t start) {
-    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL, .start_position = start, .input_token_count = n,
-                         .sequence_length = start + n, .layer_index = -1, .tracing = r->tracing};
+    ember_eval_ctx ev = {.phase = EMBER_PHASE_PREFILL,
+                         .start_position = start,
+                         .input_token_count = n,
+                         .sequence_length = start + n,
+                         .layer_index = -1,
+                         .tracing = r->tracing};
     hook_call c = {.r = r, .hook = EMBER_HOOK_BEFORE_PREFILL, .ev = &ev};
     lifecycle(L, r, &c);
 }
@@ -484,7 +506,8 @@ static int r_set_tracing(lua_State *L) {
 /* runner:on_generation_complete(prompt_tokens, generated_tokens, decode_count) */
 static int r_on_generation_complete(lua_State *L) {
     ember_lua_runner *r = ember_lua_check_runner(L, 1);
-    gen_counts n = {.prompt_tokens = luaL_checkinteger(L, 2), .generated_tokens = luaL_checkinteger(L, 3),
+    gen_counts n = {.prompt_tokens = luaL_checkinteger(L, 2),
+                    .generated_tokens = luaL_checkinteger(L, 3),
                     .decode_count = luaL_checkinteger(L, 4)};
     hook_call c = {.r = r, .hook = EMBER_HOOK_ON_GENERATION_COMPLETE, .counts = &n};
     return lifecycle(L, r, &c);
@@ -554,9 +577,9 @@ static void check_typos(lua_State *L, int exp, const char *name, const char *fna
             lua_pop(L, 1);
         }
         if (!lua_getmetatable(L, t)) break; /* [t, mt] */
-        lua_getfield(L, -1, "__index");    /* [t, mt, index] */
-        lua_replace(L, t);                 /* [index, mt] */
-        lua_pop(L, 1);                     /* [index] */
+        lua_getfield(L, -1, "__index");     /* [t, mt, index] */
+        lua_replace(L, t);                  /* [index, mt] */
+        lua_pop(L, 1);                      /* [index] */
     }
     lua_pop(L, 1);
 }
@@ -687,8 +710,8 @@ void ember_lua_open_experiment(lua_State *L, int module) {
                                        {"on_generation_complete", r_on_generation_complete},
                                        {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", runner_gc}, {NULL, NULL}};
-    static const luaL_Reg getters[] = {{"modified", r_get_modified}, {"modified_calls", r_get_modified_calls},
-                                       {"name", r_get_name}, {NULL, NULL}};
+    static const luaL_Reg getters[] = {
+        {"modified", r_get_modified}, {"modified_calls", r_get_modified_calls}, {"name", r_get_name}, {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
     lua_pop(L, 1);
 

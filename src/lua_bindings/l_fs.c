@@ -167,9 +167,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
-static int is_dot_or_dotdot(const char *name) {
-    return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
-}
+static int is_dot_or_dotdot(const char *name) { return strcmp(name, ".") == 0 || strcmp(name, "..") == 0; }
 
 /* core.internal.remove_tree(path) -> true | nil, "cannot remove 'ENTRY': reason". Removes path
  * and everything below it without following a symbolic link anywhere: a link (at the top or

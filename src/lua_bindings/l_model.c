@@ -11,8 +11,8 @@
 
 /* User values of a model userdata. */
 enum {
-    UV_INFO = 1,  /* model.info, built once at load */
-    UV_TOKENIZER, /* the tokenizer; false once we know there is none; nil before the first look */
+    UV_INFO = 1,         /* model.info, built once at load */
+    UV_TOKENIZER,        /* the tokenizer; false once we know there is none; nil before the first look */
     UV_NO_TOKENIZER_WHY, /* why there is none (for the error of tokenize/generate{prompt=}) */
     UV_COUNT = UV_NO_TOKENIZER_WHY
 };
@@ -115,13 +115,15 @@ static int l_load(lua_State *L) {
         lua_pop(L, 1);
         const char *kv = ember_lua_opt_str_field(L, 1, "load", "kv_cache", "f32");
         if (!ember_kv_type_parse(kv, &p.kv_cache))
-            return luaL_error(L, "bad argument #1 to 'load' (option 'kv_cache' must be f32, f16 or bf16, got '%s')", kv);
+            return luaL_error(L, "bad argument #1 to 'load' (option 'kv_cache' must be f32, f16 or bf16, got '%s')",
+                              kv);
         provenance = opt_bool_field(L, "provenance");
         verify = opt_bool_field(L, "verify_model");
     }
     if (!ember_kernels_parse(kernels, &p.kernels))
-        return luaL_error(L, "bad argument #1 to 'load' (option 'kernels' must be auto, reference, avx2 or avx512, got '%s')",
-                          kernels);
+        return luaL_error(
+            L, "bad argument #1 to 'load' (option 'kernels' must be auto, reference, avx2 or avx512, got '%s')",
+            kernels);
 
     ember_lua_model *lm = lua_newuserdatauv(L, sizeof *lm, UV_COUNT); /* [.., model] */
     lm->m = NULL;
@@ -250,7 +252,8 @@ static int m_session(lua_State *L) {
         luaL_checktype(L, 2, LUA_TTABLE);
         ember_lua_check_options(L, 2, "session", valid);
         n_ctx = ember_lua_opt_int_field(L, 2, "session", "context", 0);
-        if (n_ctx < 0) return luaL_error(L, "bad argument #1 to 'session' (option 'context' must be >= 0, got %I)", n_ctx);
+        if (n_ctx < 0)
+            return luaL_error(L, "bad argument #1 to 'session' (option 'context' must be >= 0, got %I)", n_ctx);
     }
     ember_lua_new_session(L, 1, n_ctx, "session");
     return 1;
@@ -321,12 +324,15 @@ static int m_tostring(lua_State *L) {
 }
 
 void ember_lua_open_model(lua_State *L, int module) {
-    static const luaL_Reg methods[] = {
-        {"session", m_session},       {"tokenize", m_tokenize}, {"detokenize", m_detokenize},
-        {"set_tokenizer", m_set_tokenizer}, {"close", m_close}, {"sha256", m_sha256},
-        {"sha256_start", m_sha256_start}, {NULL, NULL}};
-    static const luaL_Reg meta[] = {
-        {"__gc", m_close}, {"__close", m_close}, {"__tostring", m_tostring}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"session", m_session},
+                                       {"tokenize", m_tokenize},
+                                       {"detokenize", m_detokenize},
+                                       {"set_tokenizer", m_set_tokenizer},
+                                       {"close", m_close},
+                                       {"sha256", m_sha256},
+                                       {"sha256_start", m_sha256_start},
+                                       {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", m_close}, {"__close", m_close}, {"__tostring", m_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
         {"info", m_get_info}, {"tokenizer", m_get_tokenizer}, {"closed", m_get_closed}, {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_MODEL, methods, meta, getters);

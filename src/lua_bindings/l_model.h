@@ -8,9 +8,9 @@
 #define EMBER_LUA_MODEL "ember.Model"
 
 typedef struct {
-    ember_model *m;     /* NULL once freed */
-    bool closed;        /* what Lua sees: closed models raise even while sessions keep m alive */
-    int64_t n_sessions; /* open engine sessions point into m, so m is freed after the last one */
+    ember_model *m;       /* NULL once freed */
+    bool closed;          /* what Lua sees: closed models raise even while sessions keep m alive */
+    int64_t n_sessions;   /* open engine sessions point into m, so m is freed after the last one */
     ember_digest *digest; /* the file's SHA-256, started at load or on first request; NULL before */
     bool verify_model;    /* load{verify_model=true}: the digest never comes from the cache */
 } ember_lua_model;

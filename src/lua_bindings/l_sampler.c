@@ -43,14 +43,15 @@ static int l_sampler(lua_State *L) {
     /* the engine's top_k is an int: a larger value must not wrap (4294967301 would act as 5) */
     if (top_k > INT_MAX)
         return luaL_error(L, "bad argument to '%s' (top_k must be at most %d, got %I)", f, INT_MAX, top_k);
-    if (!(top_p > 0 && top_p <= 1)) return luaL_error(L, "bad argument to '%s' (top_p must be in (0, 1], got %f)", f, top_p);
+    if (!(top_p > 0 && top_p <= 1))
+        return luaL_error(L, "bad argument to '%s' (top_p must be in (0, 1], got %f)", f, top_p);
 
     sampler_ud *u = lua_newuserdatauv(L, sizeof *u, 0); /* [.., sampler]: closed until made */
     u->s = NULL;
     u->n_vocab = n_vocab;
     luaL_setmetatable(L, EMBER_LUA_SAMPLER);
-    ember_sampler_params p = {.temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p,
-                              .seed = (uint64_t)seed};
+    ember_sampler_params p = {
+        .temperature = (float)temperature, .top_k = (int)top_k, .top_p = (float)top_p, .seed = (uint64_t)seed};
     ember_error err = {0};
     if (ember_sampler_new(&p, n_vocab, &u->s, &err) != EMBER_OK) return luaL_error(L, "%s: %s", f, err.msg);
     return 1;

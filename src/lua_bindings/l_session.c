@@ -47,7 +47,8 @@ static ember_lua_session *check_session(lua_State *L, int i, const char *fname) 
     if (!ls->s) luaL_error(L, SESSION_CLOSED_MSG);
     if (ls->model->closed) luaL_error(L, "%s: attempt to use a session of a closed model", fname);
     if (ls->busy)
-        luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)", fname);
+        luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)",
+                   fname);
     return ls;
 }
 
@@ -56,7 +57,8 @@ static ember_lua_session *check_session(lua_State *L, int i, const char *fname) 
 static int32_t *read_ids(lua_State *L, int idx, int64_t n_vocab, const char *fname, const char *what, int64_t *n_out) {
     idx = lua_absindex(L, idx);
     if (!lua_istable(L, idx))
-        luaL_error(L, "bad argument to '%s' (%s must be a table of token ids, got %s)", fname, what, luaL_typename(L, idx));
+        luaL_error(L, "bad argument to '%s' (%s must be a table of token ids, got %s)", fname, what,
+                   luaL_typename(L, idx));
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     if (n < 1) luaL_error(L, "bad argument to '%s' (%s is empty: at least one token id is needed)", fname, what);
     int32_t *ids = lua_newuserdatauv(L, (size_t)n * sizeof *ids, 0); /* [.., buffer] */
@@ -158,7 +160,7 @@ static ember_lua_runner *eval_runner(lua_State *L, ember_lua_session *ls, int op
         lua_pop(L, 1);
         return NULL;
     }
-    lua_getiuservalue(L, 1, 1); /* [exp, model] */
+    lua_getiuservalue(L, 1, 1);                                      /* [exp, model] */
     ember_lua_runner *r = ember_lua_runner_attach(L, -2, -1, fname); /* [exp, model, runner] */
     /* marked only after it succeeded: a failed on_model_loaded is called again next time */
     if (!session_saw(L, -3, false)) {
@@ -247,7 +249,8 @@ static int s_reset(lua_State *L) {
 
 static int s_close(lua_State *L) {
     ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
-    if (ls->busy) return luaL_error(L, "close: the session is busy (it cannot be closed from inside its own evaluation)");
+    if (ls->busy)
+        return luaL_error(L, "close: the session is busy (it cannot be closed from inside its own evaluation)");
     if (ls->s) ember_lua_trace_detach(L, 1);
     session_free(ls);
     return 0;
@@ -333,8 +336,8 @@ static int l_evaluate(lua_State *L) {
     ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
     if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
     if (ls->busy)
-        return luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)",
-                          fname);
+        return luaL_error(
+            L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)", fname);
     ember_lua_runner *r = lua_isnil(L, 3) ? NULL : ember_lua_check_runner(L, 3);
     ember_sampler *smp = lua_isnil(L, 4) ? NULL : ember_lua_check_sampler(L, 4, NULL);
     const int64_t n_vocab = ember_model_get_info(ember_session_model(ls->s))->n_vocab;
@@ -412,16 +415,21 @@ static int l_logits(lua_State *L) {
 }
 
 void ember_lua_open_session(lua_State *L, int module) {
-    static const luaL_Reg methods[] = {
-        {"prefill", s_prefill}, {"decode", s_decode}, {"logits", s_logits},
-        {"reset", s_reset},     {"close", s_close},   {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"prefill", s_prefill}, {"decode", s_decode}, {"logits", s_logits},
+                                       {"reset", s_reset},     {"close", s_close},   {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
-    static const luaL_Reg getters[] = {{"position", s_get_position}, {"context", s_get_context},
-                                       {"model", s_get_model},       {"closed", s_get_closed},
+    static const luaL_Reg getters[] = {{"position", s_get_position},
+                                       {"context", s_get_context},
+                                       {"model", s_get_model},
+                                       {"closed", s_get_closed},
                                        {NULL, NULL}};
-    static const luaL_Reg internal[] = {
-        {"session", l_new_session}, {"check_ids", l_check_ids}, {"evaluate", l_evaluate}, {"logits", l_logits},
-        {"set_all_logits", l_set_all_logits}, {"all_logits", l_all_logits}, {NULL, NULL}};
+    static const luaL_Reg internal[] = {{"session", l_new_session},
+                                        {"check_ids", l_check_ids},
+                                        {"evaluate", l_evaluate},
+                                        {"logits", l_logits},
+                                        {"set_all_logits", l_set_all_logits},
+                                        {"all_logits", l_all_logits},
+                                        {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_SESSION, methods, meta, getters);
     lua_pop(L, 1);
     ember_lua_set_internal(L, module, internal);

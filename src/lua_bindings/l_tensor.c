@@ -115,8 +115,8 @@ static int64_t check_index(lua_State *L, int arg, int64_t n, const char *what) {
 
 static void check_shape(lua_State *L, lua_Integer rows, lua_Integer cols, const char *fname) {
     if (rows < 1 || cols < 1 || rows > MAX_ELEMENTS || cols > MAX_ELEMENTS || rows * cols > MAX_ELEMENTS)
-        luaL_error(L, "bad argument to '%s' (shape [%I, %I] must have rows, cols >= 1 and at most 2^32 values)",
-                   fname, rows, cols);
+        luaL_error(L, "bad argument to '%s' (shape [%I, %I] must have rows, cols >= 1 and at most 2^32 values)", fname,
+                   rows, cols);
 }
 
 static const char *shape_str(lua_State *L, const tref *t) {
@@ -261,8 +261,8 @@ static void set_num(lua_State *L, const char *key, double v) {
 static int t_compare(lua_State *L) {
     tref a = to_tref(L, 1), b = to_tref(L, 2);
     if (a.rows != b.rows || a.cols != b.cols)
-        return luaL_error(L, "compare: shape mismatch: [%I, %I] vs [%I, %I]", (lua_Integer)a.rows,
-                          (lua_Integer)a.cols, (lua_Integer)b.rows, (lua_Integer)b.cols);
+        return luaL_error(L, "compare: shape mismatch: [%I, %I] vs [%I, %I]", (lua_Integer)a.rows, (lua_Integer)a.cols,
+                          (lua_Integer)b.rows, (lua_Integer)b.cols);
     int64_t n = a.rows * a.cols;
     lua_createtable(L, 0, 9);
     lua_pushinteger(L, n);
@@ -527,11 +527,27 @@ static int l_tensor_from_bytes(lua_State *L) {
 }
 
 static const luaL_Reg shared_methods[] = {
-    {"shape", t_shape},       {"dtype", t_dtype},       {"get", t_get},           {"set", t_set},
-    {"row", t_row},           {"values", t_values},     {"bytes", t_bytes},       {"write_bytes", t_write_bytes}, {"l2_norm", t_l2_norm},
-    {"abs_max", t_abs_max},   {"fingerprint", t_fingerprint}, {"sha256", t_sha256}, {"argmax", t_argmax},
-    {"clone", t_clone},       {"zero", t_zero},         {"scale", t_scale},       {"add", t_add},
-    {"copy_from", t_copy_from}, {"compare", t_compare}, {"top1", t_top1}, {NULL, NULL},
+    {"shape", t_shape},
+    {"dtype", t_dtype},
+    {"get", t_get},
+    {"set", t_set},
+    {"row", t_row},
+    {"values", t_values},
+    {"bytes", t_bytes},
+    {"write_bytes", t_write_bytes},
+    {"l2_norm", t_l2_norm},
+    {"abs_max", t_abs_max},
+    {"fingerprint", t_fingerprint},
+    {"sha256", t_sha256},
+    {"argmax", t_argmax},
+    {"clone", t_clone},
+    {"zero", t_zero},
+    {"scale", t_scale},
+    {"add", t_add},
+    {"copy_from", t_copy_from},
+    {"compare", t_compare},
+    {"top1", t_top1},
+    {NULL, NULL},
 };
 
 static const luaL_Reg view_only[] = {{"expired", v_expired}, {NULL, NULL}};

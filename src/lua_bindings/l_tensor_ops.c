@@ -70,16 +70,14 @@ static float *new_tensor(lua_State *L, int64_t rows, int64_t cols, const char *f
 }
 
 /* Scratch that Lua's GC frees even if a later call raises. */
-static double *scratch_doubles(lua_State *L, int64_t n) {
-    return lua_newuserdatauv(L, (size_t)n * sizeof(double), 0);
-}
+static double *scratch_doubles(lua_State *L, int64_t n) { return lua_newuserdatauv(L, (size_t)n * sizeof(double), 0); }
 
 /* Rows r0..r0+n-1 of the view at idx as a sub-view sharing its memory and expiry (like t:row). */
 static void push_subview(lua_State *L, int idx, const cref *t, int64_t r0, int64_t n) {
     ember_lua_view *root = t->view->root;
     ember_lua_view *v = ember_lua_push_view(L, (float *)t->data + r0 * t->cols, n, t->cols, root->modified);
     v->root = root;
-    v->epoch = root->epoch; /* expires with the root's current call */
+    v->epoch = root->epoch;       /* expires with the root's current call */
     lua_getiuservalue(L, idx, 1); /* the parent's root, or nil when the parent is the root */
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
@@ -355,14 +353,16 @@ static int t_head(lua_State *L) {
     }
     if (!lua_isnoneornil(L, 4)) {
         static const char *const layouts[] = {"columns", "rows", NULL};
-        ember_lua_heads want = luaL_checkoption(L, 4, NULL, layouts) == 0 ? EMBER_LUA_HEADS_COLUMNS : EMBER_LUA_HEADS_ROWS;
+        ember_lua_heads want =
+            luaL_checkoption(L, 4, NULL, layouts) == 0 ? EMBER_LUA_HEADS_COLUMNS : EMBER_LUA_HEADS_ROWS;
         if (by != EMBER_LUA_HEADS_NONE && by != want)
             return luaL_error(L, "head: this %s lays its heads out by %s", t.view ? "view" : "tensor",
                               by == EMBER_LUA_HEADS_ROWS ? "rows" : "columns");
         by = want;
     }
     if (n_heads < 1)
-        return luaL_error(L, "head: this %s carries no head count; pass it: t:head(h, n_heads [, \"columns\"|\"rows\"])",
+        return luaL_error(L,
+                          "head: this %s carries no head count; pass it: t:head(h, n_heads [, \"columns\"|\"rows\"])",
                           t.view ? "view" : "tensor");
     if (by == EMBER_LUA_HEADS_NONE) by = EMBER_LUA_HEADS_COLUMNS;
     if (h < 0 || h >= n_heads)
@@ -459,11 +459,13 @@ static int t_topk(lua_State *L) {
 /* ---- registration ------------------------------------------------------------------------------ */
 
 static const luaL_Reg methods[] = {
-    {"softmax", t_softmax},   {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
-    {"matmul_t", t_matmul_t}, {"transpose", t_transpose},     {"dot", t_dot},
-    {"cosine", t_cosine},     {"sum", t_sum},                 {"mean", t_mean},
-    {"slice", t_slice},       {"head", t_head},               {"token_argmax", t_token_argmax},
-    {"topk", t_topk},         {NULL, NULL},
+    {"softmax", t_softmax},     {"log_softmax", t_log_softmax},
+    {"matmul", t_matmul},       {"matmul_t", t_matmul_t},
+    {"transpose", t_transpose}, {"dot", t_dot},
+    {"cosine", t_cosine},       {"sum", t_sum},
+    {"mean", t_mean},           {"slice", t_slice},
+    {"head", t_head},           {"token_argmax", t_token_argmax},
+    {"topk", t_topk},           {NULL, NULL},
 };
 
 static const luaL_Reg operators[] = {
@@ -471,9 +473,8 @@ static const luaL_Reg operators[] = {
 };
 
 static const luaL_Reg module_funcs[] = {
-    {"add", l_add},       {"sub", l_sub},           {"mul", l_mul},       {"div", l_div},
-    {"matmul", t_matmul}, {"matmul_t", t_matmul_t}, {"dot", t_dot},       {"cosine", t_cosine},
-    {NULL, NULL},
+    {"add", l_add},           {"sub", l_sub}, {"mul", l_mul},       {"div", l_div}, {"matmul", t_matmul},
+    {"matmul_t", t_matmul_t}, {"dot", t_dot}, {"cosine", t_cosine}, {NULL, NULL},
 };
 
 void ember_lua_open_tensor_ops(lua_State *L, int module) {

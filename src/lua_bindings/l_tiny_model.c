@@ -28,13 +28,17 @@ static int l_make_tiny_model(lua_State *L) {
     bool known = false;
     for (size_t i = 0; tiny_families[i] && !known; i++) known = strcmp(family, tiny_families[i]) == 0;
     if (!known)
-        return luaL_error(L, "bad argument to 'make_tiny_model' (option 'family' must be llama, qwen3, qwen2, "
-                             "gemma4 or gpt2, got '%s')", family);
+        return luaL_error(L,
+                          "bad argument to 'make_tiny_model' (option 'family' must be llama, qwen3, qwen2, "
+                          "gemma4 or gpt2, got '%s')",
+                          family);
     p.family = family;
     const char *dtype = ember_lua_opt_str_field(L, 2, "make_tiny_model", "dtype", "f32");
     if (!ember_tiny_model_parse_dtype(dtype, &p.dtype))
-        return luaL_error(L, "bad argument to 'make_tiny_model' (option 'dtype' must be f32, f16, bf16 or q8_0, "
-                             "got '%s')", dtype);
+        return luaL_error(L,
+                          "bad argument to 'make_tiny_model' (option 'dtype' must be f32, f16, bf16 or q8_0, "
+                          "got '%s')",
+                          dtype);
     lua_Integer seed = ember_lua_opt_int_field(L, 2, "make_tiny_model", "seed", 1);
     if (seed < 0) return luaL_error(L, "bad argument to 'make_tiny_model' (option 'seed' must be >= 0)");
     p.seed = (uint64_t)seed;

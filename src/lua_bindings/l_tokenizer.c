@@ -43,9 +43,7 @@ static ltok *push_closed_tokenizer(lua_State *L) {
     return u;
 }
 
-void ember_lua_push_tokenizer(lua_State *L, ember_tokenizer *t) {
-    push_closed_tokenizer(L)->t = t;
-}
+void ember_lua_push_tokenizer(lua_State *L, ember_tokenizer *t) { push_closed_tokenizer(L)->t = t; }
 
 ember_tokenizer *ember_lua_check_tokenizer(lua_State *L, int idx) {
     ltok *u = luaL_checkudata(L, idx, EMBER_LUA_TOKENIZER);
@@ -93,7 +91,7 @@ static int opts_index(lua_State *L, int idx, const char *fname, const char *cons
 }
 
 int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, int opts_idx, const char *fname) {
-    static const char *const valid[] = { "bos", "special", NULL };
+    static const char *const valid[] = {"bos", "special", NULL};
     if (lua_type(L, text_idx) != LUA_TSTRING) /* checked first: lua_tolstring would convert numbers */
         luaL_error(L, "bad argument to '%s' (text must be a string, got %s)", fname, luaL_typename(L, text_idx));
     size_t len;
@@ -105,7 +103,7 @@ int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, i
     void **box = ember_lua_box(L, free); /* [.., box]: owns the ids if anything below raises */
     int32_t *ids;
     size_t n;
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_tokenizer_encode(t, text, len, bos, special, &ids, &n, &err) != EMBER_OK)
         return raise_plain(L, "%s", err.msg);
     *box = ids;
@@ -122,7 +120,7 @@ int ember_lua_tokenizer_encode(lua_State *L, ember_tokenizer *t, int text_idx, i
 }
 
 int ember_lua_tokenizer_decode(lua_State *L, ember_tokenizer *t, int ids_idx, int opts_idx, const char *fname) {
-    static const char *const valid[] = { "special", NULL };
+    static const char *const valid[] = {"special", NULL};
     ids_idx = lua_absindex(L, ids_idx);
     if (!lua_istable(L, ids_idx))
         luaL_error(L, "bad argument to '%s' (ids must be a table of integers, got %s)", fname,
@@ -149,7 +147,7 @@ int ember_lua_tokenizer_decode(lua_State *L, ember_tokenizer *t, int ids_idx, in
     }
     char *text;
     size_t len;
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_tokenizer_decode(t, ids, m, &text, &len, &err) != EMBER_OK) return raise_plain(L, "%s", err.msg);
     free(ids);
     *box = text;
@@ -245,7 +243,7 @@ static lstream *check_stream(lua_State *L, int idx) {
  * exact: the chunks add up to tok:decode(ids) byte for byte (EMBER_DETOK_AS_DECODE; the other
  * options may not be combined with it). */
 static int tok_stream(lua_State *L) {
-    static const char *const valid[] = { "skip_special", "strip_space", "exact", NULL };
+    static const char *const valid[] = {"skip_special", "strip_space", "exact", NULL};
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     int opts = opts_index(L, 2, "stream", valid);
     unsigned flags = 0;
@@ -263,7 +261,7 @@ static int tok_stream(lua_State *L) {
     luaL_setmetatable(L, EMBER_LUA_DETOK);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1); /* the stream keeps its tokenizer alive */
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_detok_stream_new(t, flags, &s->s, &err) != EMBER_OK) return raise_plain(L, "%s", err.msg);
     return 1;
 }
@@ -275,7 +273,7 @@ static int stream_push(lua_State *L) {
     if (id < INT32_MIN || id > INT32_MAX) return luaL_argerror(L, 2, "not a token id");
     const char *text;
     size_t len;
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_detok_stream_push(s->s, (int32_t)id, &text, &len, &err) != EMBER_OK) return raise_plain(L, "%s", err.msg);
     lua_pushlstring(L, text, len);
     return 1;
@@ -307,10 +305,10 @@ static void builder_free_box(void *b) { ember_tokenizer_builder_free(b); }
 /* core.tokenizer_from_gguf(path) */
 static int l_tokenizer_from_gguf(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
-    ltok *u = push_closed_tokenizer(L);              /* [path, tok] */
+    ltok *u = push_closed_tokenizer(L);            /* [path, tok] */
     void **box = ember_lua_box(L, gguf_close_box); /* [path, tok, box] */
     ember_gguf *g;
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_gguf_open(path, &g, &err) != EMBER_OK) return raise_plain(L, "ember.tokenizer: %s", err.msg);
     *box = g;
     if (ember_tokenizer_from_gguf(g, &u->t, &err) != EMBER_OK) return raise_plain(L, "ember.tokenizer: %s", err.msg);
@@ -341,7 +339,7 @@ static void check_status(lua_State *L, ember_status st, const ember_error *err) 
 
 /* spec.vocab: { [string] = id } (tokenizer.json's model.vocab). [.., vocab] on top. */
 static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *source) {
-    ember_error err = { 0 };
+    ember_error err = {0};
     int vocab = lua_gettop(L);
     lua_pushnil(L);
     while (lua_next(L, vocab)) { /* [.., vocab, key, id] */
@@ -359,7 +357,7 @@ static void build_vocab(lua_State *L, ember_tokenizer_builder *b, const char *so
 
 /* spec.added: array of { id=, content=, special=, lstrip=, rstrip=, single_word= }. [.., added] */
 static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *source) {
-    ember_error err = { 0 };
+    ember_error err = {0};
     int added = lua_gettop(L);
     lua_Unsigned n = lua_rawlen(L, added);
     for (lua_Unsigned i = 1; i <= n; i++) {
@@ -372,7 +370,7 @@ static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *so
         lua_getfield(L, at, "content");
         if (!isint || lua_type(L, -2) != LUA_TNUMBER || lua_type(L, -1) != LUA_TSTRING)
             raise_plain(L, "ember.tokenizer: %s: added_tokens[%I] needs an integer id and a string content", source,
-                       (lua_Integer)i);
+                        (lua_Integer)i);
         size_t len;
         const char *s = lua_tolstring(L, -1, &len);
         unsigned attr = spec_bool(L, at, "special") ? EMBER_TOKEN_CONTROL : EMBER_TOKEN_USER_DEFINED;
@@ -386,7 +384,7 @@ static void build_added(lua_State *L, ember_tokenizer_builder *b, const char *so
 
 /* spec.merges: array of "left right" strings or { left, right } pairs. [.., merges] */
 static void build_merges(lua_State *L, ember_tokenizer_builder *b, const char *source) {
-    ember_error err = { 0 };
+    ember_error err = {0};
     int merges = lua_gettop(L);
     lua_Unsigned n = lua_rawlen(L, merges);
     for (lua_Unsigned i = 1; i <= n; i++) {
@@ -414,7 +412,7 @@ static void build_merges(lua_State *L, ember_tokenizer_builder *b, const char *s
         }
         if (!l || !r || !llen || !rlen)
             raise_plain(L, "ember.tokenizer: %s: model.merges[%I] is neither \"left right\" nor [\"left\", \"right\"]",
-                       source, (lua_Integer)i);
+                        source, (lua_Integer)i);
         check_status(L, ember_tokenizer_builder_add_merge(b, l, llen, r, rlen, &err), &err);
         lua_settop(L, merges);
     }
@@ -432,8 +430,8 @@ static int parse_enum(lua_State *L, int spec, const char *key, const char *const
  * of ember_tokenizer_config: nfc, add_space_prefix, escape_spaces, byte_level, byte_fallback,
  * ignore_merges, newline_runs_whole, fuse_unk, decode_strip_space, add_bos }. */
 static int l_tokenizer_build(lua_State *L) {
-    static const char *const models[] = { "bpe", "spm", NULL };
-    static const char *const pres[] = { "none", "gpt2", "llama3", "qwen2", "newlines", NULL };
+    static const char *const models[] = {"bpe", "spm", NULL};
+    static const char *const pres[] = {"none", "gpt2", "llama3", "qwen2", "newlines", NULL};
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     const char *source = ember_lua_opt_str_field(L, 1, "tokenizer_build", "source", "tokenizer.json");
@@ -455,10 +453,10 @@ static int l_tokenizer_build(lua_State *L) {
     cfg.eos_id = spec_id(L, 1, "eos_id");
     cfg.unk_id = spec_id(L, 1, "unk_id");
 
-    ltok *u = push_closed_tokenizer(L);                /* [spec, tok] */
+    ltok *u = push_closed_tokenizer(L);              /* [spec, tok] */
     void **box = ember_lua_box(L, builder_free_box); /* [spec, tok, box] */
     ember_tokenizer_builder *b;
-    ember_error err = { 0 };
+    ember_error err = {0};
     check_status(L, ember_tokenizer_builder_new(source, &b, &err), &err);
     *box = b;
 
@@ -481,7 +479,7 @@ static int l_tokenizer_build(lua_State *L) {
 static int l_tokenizer_check(lua_State *L) {
     ember_tokenizer *t = ember_lua_check_tokenizer(L, 1);
     ember_lua_model *lm = ember_lua_check_model(L, 2);
-    ember_error err = { 0 };
+    ember_error err = {0};
     if (ember_tokenizer_check_gguf(t, ember_model_gguf(lm->m), &err) != EMBER_OK) {
         lua_pushnil(L);
         lua_pushstring(L, err.msg);
@@ -495,22 +493,29 @@ static int l_tokenizer_check(lua_State *L) {
 
 void ember_lua_open_tokenizer(lua_State *L, int module_index) {
     static const luaL_Reg tok_methods[] = {
-        { "encode", tok_encode }, { "decode", tok_decode },         { "token", tok_token },
-        { "find", tok_find },     { "is_special", tok_is_special }, { "stream", tok_stream },
-        { "close", tok_close },   { NULL, NULL },
+        {"encode", tok_encode},         {"decode", tok_decode}, {"token", tok_token}, {"find", tok_find},
+        {"is_special", tok_is_special}, {"stream", tok_stream}, {"close", tok_close}, {NULL, NULL},
     };
     static const luaL_Reg tok_meta[] = {
-        { "__gc", tok_close }, { "__close", tok_close }, { "__tostring", tok_tostring }, { NULL, NULL },
+        {"__gc", tok_close},
+        {"__close", tok_close},
+        {"__tostring", tok_tostring},
+        {NULL, NULL},
     };
     static const luaL_Reg tok_getters[] = {
-        { "vocab_size", get_vocab_size }, { "bos_id", get_bos_id }, { "eos_id", get_eos_id },
-        { "adds_bos", get_adds_bos },     { NULL, NULL },
+        {"vocab_size", get_vocab_size}, {"bos_id", get_bos_id}, {"eos_id", get_eos_id},
+        {"adds_bos", get_adds_bos},     {NULL, NULL},
     };
     static const luaL_Reg stream_methods[] = {
-        { "push", stream_push }, { "flush", stream_flush }, { "close", stream_close }, { NULL, NULL },
+        {"push", stream_push},
+        {"flush", stream_flush},
+        {"close", stream_close},
+        {NULL, NULL},
     };
     static const luaL_Reg stream_meta[] = {
-        { "__gc", stream_close }, { "__close", stream_close }, { NULL, NULL },
+        {"__gc", stream_close},
+        {"__close", stream_close},
+        {NULL, NULL},
     };
     module_index = lua_absindex(L, module_index);
     ember_lua_new_class(L, EMBER_LUA_TOKENIZER, tok_methods, tok_meta, tok_getters); /* [mt] */

@@ -13,7 +13,7 @@
 typedef struct {
     ember_trace *t; /* NULL once closed */
     FILE *f;
-    int attached;   /* sessions tracing into it right now: it cannot close under them */
+    int attached; /* sessions tracing into it right now: it cannot close under them */
 } lua_trace;
 
 static lua_trace *check_trace(lua_State *L, int i) {
@@ -187,9 +187,11 @@ void ember_lua_open_trace(lua_State *L, int module) {
     static const luaL_Reg meta[] = {{"__gc", t_gc}, {"__close", t_close}, {"__tostring", t_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
         {"events", t_get_events}, {"evaluations", t_get_evaluations}, {"closed", t_get_closed}, {NULL, NULL}};
-    static const luaL_Reg internal[] = {
-        {"trace_open", l_trace_open}, {"trace_write", l_trace_write}, {"trace_filter", l_trace_filter},
-        {"set_trace", l_set_trace}, {NULL, NULL}};
+    static const luaL_Reg internal[] = {{"trace_open", l_trace_open},
+                                        {"trace_write", l_trace_write},
+                                        {"trace_filter", l_trace_filter},
+                                        {"set_trace", l_set_trace},
+                                        {NULL, NULL}};
     ember_lua_new_class(L, EMBER_LUA_TRACE, methods, meta, getters);
     lua_pop(L, 1);
     ember_lua_set_internal(L, module, internal);

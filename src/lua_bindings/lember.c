@@ -32,7 +32,7 @@ static int class_index(lua_State *L) {
     lua_pop(L, 1);
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TNIL) return 1; /* [self, key, nil] */
-    lua_pushvalue(L, 1);                                           /* [self, key, getter, self] */
+    lua_pushvalue(L, 1);                                          /* [self, key, getter, self] */
     lua_call(L, 1, 1);
     return 1;
 }
@@ -128,8 +128,9 @@ lua_Integer ember_lua_opt_int_field(lua_State *L, int idx, const char *fname, co
     if (!lua_isnil(L, -1)) {
         int isint;
         v = lua_tointegerx(L, -1, &isint);
-        if (!isint) luaL_error(L, "bad argument to '%s' (option '%s' must be an integer, got %s)", fname, key,
-                               lua_type(L, -1) == LUA_TNUMBER ? "a non-integral number" : luaL_typename(L, -1));
+        if (!isint)
+            luaL_error(L, "bad argument to '%s' (option '%s' must be an integer, got %s)", fname, key,
+                       lua_type(L, -1) == LUA_TNUMBER ? "a non-integral number" : luaL_typename(L, -1));
     }
     lua_pop(L, 1);
     return v;
@@ -140,7 +141,8 @@ lua_Number ember_lua_opt_num_field(lua_State *L, int idx, const char *fname, con
     lua_Number v = def;
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TNUMBER)
-            luaL_error(L, "bad argument to '%s' (option '%s' must be a number, got %s)", fname, key, luaL_typename(L, -1));
+            luaL_error(L, "bad argument to '%s' (option '%s' must be a number, got %s)", fname, key,
+                       luaL_typename(L, -1));
         v = lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
@@ -153,7 +155,8 @@ const char *ember_lua_opt_str_field(lua_State *L, int idx, const char *fname, co
     const char *v = def;
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TSTRING)
-            luaL_error(L, "bad argument to '%s' (option '%s' must be a string, got %s)", fname, key, luaL_typename(L, -1));
+            luaL_error(L, "bad argument to '%s' (option '%s' must be a string, got %s)", fname, key,
+                       luaL_typename(L, -1));
         v = lua_tostring(L, -1);
     }
     lua_pop(L, 1);
@@ -213,15 +216,15 @@ static int l_check_options(lua_State *L) {
  * Lua caller accepts and refuses exactly what a C one does, with the same message. */
 static int l_opt_int(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    lua_pushinteger(L, ember_lua_opt_int_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
-                                               luaL_checkinteger(L, 4)));
+    lua_pushinteger(
+        L, ember_lua_opt_int_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3), luaL_checkinteger(L, 4)));
     return 1;
 }
 
 static int l_opt_num(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    lua_pushnumber(L, ember_lua_opt_num_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3),
-                                              luaL_checknumber(L, 4)));
+    lua_pushnumber(
+        L, ember_lua_opt_num_field(L, 1, luaL_checkstring(L, 2), luaL_checkstring(L, 3), luaL_checknumber(L, 4)));
     return 1;
 }
 
@@ -231,10 +234,18 @@ static int l_opt_num(lua_State *L) {
 static int l_cpu(lua_State *L) {
     const ember_cpu_features *f = ember_cpu();
     lua_createtable(L, 0, 10);
-    struct { const char *name; bool on; } flags[] = {
-        {"avx2", f->avx2},         {"fma", f->fma},           {"f16c", f->f16c},
-        {"avx512f", f->avx512f},   {"avx512bw", f->avx512bw}, {"avx512vl", f->avx512vl},
-        {"avx512vnni", f->avx512vnni}, {"avx512bf16", f->avx512bf16},
+    struct {
+        const char *name;
+        bool on;
+    } flags[] = {
+        {"avx2", f->avx2},
+        {"fma", f->fma},
+        {"f16c", f->f16c},
+        {"avx512f", f->avx512f},
+        {"avx512bw", f->avx512bw},
+        {"avx512vl", f->avx512vl},
+        {"avx512vnni", f->avx512vnni},
+        {"avx512bf16", f->avx512bf16},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         lua_pushboolean(L, flags[i].on);
@@ -324,12 +335,8 @@ static int l_clear_interrupt(lua_State *L) {
 }
 
 static const luaL_Reg module_funcs[] = {
-    {"now", l_now},
-    {"cpu", l_cpu},
-    {"read_file", l_read_file},
-    {"now_ms", l_now_ms},
-    {"sha256", l_sha256},
-    {"sha256_file", l_sha256_file},
+    {"now", l_now},       {"cpu", l_cpu},       {"read_file", l_read_file},
+    {"now_ms", l_now_ms}, {"sha256", l_sha256}, {"sha256_file", l_sha256_file},
     {NULL, NULL},
 };
 
@@ -369,15 +376,18 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_trace(L, module);
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
-    static const luaL_Reg internal[] = {{"check_options", l_check_options}, {"opt_int", l_opt_int}, {"opt_num", l_opt_num},
-                                        {"clear_interrupt", l_clear_interrupt}, {NULL, NULL}};
+    static const luaL_Reg internal[] = {{"check_options", l_check_options},
+                                        {"opt_int", l_opt_int},
+                                        {"opt_num", l_opt_num},
+                                        {"clear_interrupt", l_clear_interrupt},
+                                        {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 
     /* The class metatables, so lib/ember can add Lua-side methods and getters, and the REPL can
      * list what a userdata offers. */
     lua_newtable(L); /* [core, classes] */
-    const char *classes[][2] = {{"Model", EMBER_LUA_MODEL},   {"Session", EMBER_LUA_SESSION},
-                                {"Tensor", EMBER_LUA_TENSOR}, {"TensorView", EMBER_LUA_VIEW},
+    const char *classes[][2] = {{"Model", EMBER_LUA_MODEL},     {"Session", EMBER_LUA_SESSION},
+                                {"Tensor", EMBER_LUA_TENSOR},   {"TensorView", EMBER_LUA_VIEW},
                                 {"Context", EMBER_LUA_CONTEXT}, {"Sampler", EMBER_LUA_SAMPLER},
                                 {"Trace", EMBER_LUA_TRACE}};
     for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {

@@ -6,9 +6,9 @@
 #include <stddef.h>
 
 typedef struct {
-    const char *name;          /* the require name: "ember", "ember.cli", "ember.experiments.x" */
-    const char *chunk;         /* chunk name for messages: "@lib/ember/cli.lua" */
-    const unsigned char *src;  /* (len) the file's bytes, NUL-terminated */
+    const char *name;         /* the require name: "ember", "ember.cli", "ember.experiments.x" */
+    const char *chunk;        /* chunk name for messages: "@lib/ember/cli.lua" */
+    const unsigned char *src; /* (len) the file's bytes, NUL-terminated */
     size_t len;
 } ember_lib_module;
 

@@ -165,13 +165,15 @@ static int collectargs(char **argv, int *first) {
             if (argv[i][2] != '\0' || argv[i + 1] == NULL || argv[i + 1][0] == '-') return HAS_ERROR;
             *first = i + 1;
             return args | HAS_M;
-        case 'i': args |= HAS_I; /* fall through: -i implies -v */
+        case 'i':
+            args |= HAS_I; /* fall through: -i implies -v */
         /* fall through */
         case 'v':
             if (argv[i][2] != '\0') return HAS_ERROR;
             args |= HAS_V;
             break;
-        case 'e': args |= HAS_E; /* fall through */
+        case 'e':
+            args |= HAS_E; /* fall through */
         /* fall through */
         case 'l':
             if (argv[i][2] == '\0') {
@@ -248,7 +250,7 @@ static void add_script_dir(lua_State *L, const char *fname) {
     lua_getglobal(L, "package"); /* [package] */
     lua_getfield(L, -1, "path"); /* [package, path] */
     lua_pushfstring(L, "%s;%s%s?.lua;%s%s?/init.lua", lua_tostring(L, -1), real, sep, real, sep);
-    lua_setfield(L, -3, "path"); /* [package, path] */
+    lua_setfield(L, -3, "path");  /* [package, path] */
     lua_getfield(L, -2, "cpath"); /* [package, path, cpath] */
     lua_pushfstring(L, "%s;%s%s?.so", lua_tostring(L, -1), real, sep);
     lua_setfield(L, -4, "cpath");
@@ -486,8 +488,10 @@ static void setup_readline(void) {
     rl_basic_word_break_characters = " \t\n\"\\'><=;+-*/%^~#{}()[],&|";
 }
 
-static const luaL_Reg rl_funcs[] = {{"readline", l_readline},       {"add_history", l_add_history},
-                                    {"load_history", l_load_history}, {"set_completer", l_set_completer},
+static const luaL_Reg rl_funcs[] = {{"readline", l_readline},
+                                    {"add_history", l_add_history},
+                                    {"load_history", l_load_history},
+                                    {"set_completer", l_set_completer},
                                     {NULL, NULL}};
 
 /* require("ember.readline") -> the same rl table the REPL gets, for Lua commands that read lines
@@ -559,8 +563,8 @@ static int global_index(lua_State *L) {
 }
 
 static void set_global_ember(lua_State *L) {
-    lua_pushglobaltable(L);       /* [_G] */
-    lua_createtable(L, 0, 1);     /* [_G, mt] */
+    lua_pushglobaltable(L);   /* [_G] */
+    lua_createtable(L, 0, 1); /* [_G, mt] */
     lua_pushcfunction(L, global_index);
     lua_setfield(L, -2, "__index");
     lua_setmetatable(L, -2);

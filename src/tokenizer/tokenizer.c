@@ -306,8 +306,8 @@ void ember_tokenizer_builder_free(ember_tokenizer_builder *b) {
     free(b);
 }
 
-ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text,
-                                               size_t len, float score, unsigned attr, ember_error *err) {
+ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text, size_t len,
+                                               float score, unsigned attr, ember_error *err) {
     char q1[256], q2[256];
     unsigned kind = attr & EMBER_TOKEN_KIND_MASK;
     if (id < 0 || id >= TOK_MAX_ID)
@@ -383,7 +383,8 @@ ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const
     if (m < 0)
         return ember_error_set(err, EMBER_ERR_FORMAT, "%s: merge %d makes '%s', which is not in the vocabulary",
                                b->source, rank, tok_quote(q, sizeof q, tab->text + tab->text_used, llen + rlen));
-    if (!tok_merge_put(&b->merges, b->entry_id[l], b->entry_id[r], rank, b->entry_id[m])) return tok_nomem(err, b->source);
+    if (!tok_merge_put(&b->merges, b->entry_id[l], b->entry_id[r], rank, b->entry_id[m]))
+        return tok_nomem(err, b->source);
     b->n_merges++;
     return EMBER_OK;
 }
@@ -492,8 +493,7 @@ static ember_status tok_build_added(ember_tokenizer *t) {
         /* equal strings sort by id: the last of a run is the highest */
         int32_t id = t->added[i], nx = i + 1 < n ? t->added[i + 1] : -1;
         const char *s = tab->text + tab->off[id];
-        if (nx >= 0 && tab->len[nx] == tab->len[id] && memcmp(tab->text + tab->off[nx], s, tab->len[id]) == 0)
-            continue;
+        if (nx >= 0 && tab->len[nx] == tab->len[id] && memcmp(tab->text + tab->off[nx], s, tab->len[id]) == 0) continue;
         t->added[m++] = id;
         t->added_first[(unsigned char)s[0] + 1] = m; /* one past the last with this byte */
         if (tab->len[id] > t->added_max_len) t->added_max_len = tab->len[id];
@@ -565,8 +565,8 @@ static bool tok_make_piece(ember_tokenizer *t, int32_t id) {
 
 static ember_status tok_check_special_id(const ember_tokenizer *t, const char *what, int32_t id, ember_error *err) {
     if (id == -1 || tok_has(&t->tab, id)) return EMBER_OK;
-    return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the %s id %d is not a token of the vocabulary", t->source,
-                           what, id);
+    return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the %s id %d is not a token of the vocabulary", t->source, what,
+                           id);
 }
 
 ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const ember_tokenizer_config *cfg,

@@ -35,7 +35,7 @@ enum {
     EMBER_TOKEN_CONTROL = 3,      /* special: matched in text only when parse_special */
     EMBER_TOKEN_USER_DEFINED = 4, /* added but not special: always matched in text */
     EMBER_TOKEN_UNUSED = 5,
-    EMBER_TOKEN_BYTE = 6,         /* <0xNN>: stands for one raw byte */
+    EMBER_TOKEN_BYTE = 6, /* <0xNN>: stands for one raw byte */
     EMBER_TOKEN_KIND_MASK = 0xFF,
     EMBER_TOKEN_LSTRIP = 1u << 8,      /* an added token that swallows whitespace on its left */
     EMBER_TOKEN_RSTRIP = 1u << 9,      /* ... on its right */
@@ -61,16 +61,16 @@ typedef enum {
 typedef struct {
     ember_tok_model model;
     ember_tok_pre pre;
-    bool nfc;                 /* normalize each text run to NFC (Qwen2/3) */
-    bool add_space_prefix;    /* prepend ' ' to each text run (SentencePiece "▁" prefix) */
-    bool escape_spaces;       /* ' ' -> U+2581 before merging (SentencePiece style) */
-    bool byte_level;          /* symbols are GPT-2 byte-alphabet characters, one per byte */
-    bool byte_fallback;       /* a symbol with no token becomes its <0xNN> byte tokens */
-    bool ignore_merges;       /* a word that is itself a token is taken whole (LLaMA 3) */
-    bool newline_runs_whole;  /* a newline-only word that is a token is taken whole (Gemma 4) */
-    bool fuse_unk;            /* consecutive unknown symbols become one unk token */
-    bool decode_strip_space;  /* decode drops the one leading space the prefix added */
-    bool add_bos;             /* the family's default for encode(add_bos) */
+    bool nfc;                       /* normalize each text run to NFC (Qwen2/3) */
+    bool add_space_prefix;          /* prepend ' ' to each text run (SentencePiece "▁" prefix) */
+    bool escape_spaces;             /* ' ' -> U+2581 before merging (SentencePiece style) */
+    bool byte_level;                /* symbols are GPT-2 byte-alphabet characters, one per byte */
+    bool byte_fallback;             /* a symbol with no token becomes its <0xNN> byte tokens */
+    bool ignore_merges;             /* a word that is itself a token is taken whole (LLaMA 3) */
+    bool newline_runs_whole;        /* a newline-only word that is a token is taken whole (Gemma 4) */
+    bool fuse_unk;                  /* consecutive unknown symbols become one unk token */
+    bool decode_strip_space;        /* decode drops the one leading space the prefix added */
+    bool add_bos;                   /* the family's default for encode(add_bos) */
     int32_t bos_id, eos_id, unk_id; /* -1 when none */
 } ember_tokenizer_config;
 
@@ -91,8 +91,8 @@ void ember_tokenizer_builder_free(ember_tokenizer_builder *b);
  * Giving an id again with the same string updates its score and attributes (an added token that is
  * also in the vocabulary); with a different string it is an error. When two ids share a string,
  * text lookups find the later one. */
-ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text,
-                                               size_t len, float score, unsigned attr, ember_error *err);
+ember_status ember_tokenizer_builder_add_token(ember_tokenizer_builder *b, int64_t id, const char *text, size_t len,
+                                               float score, unsigned attr, ember_error *err);
 /* Appends one merge; its rank is the number of merges added before it. Both sides and their
  * concatenation must already be tokens. A repeated pair keeps its first rank. */
 ember_status ember_tokenizer_builder_add_merge(ember_tokenizer_builder *b, const char *left, size_t llen,
@@ -114,8 +114,8 @@ ember_status ember_tokenizer_encode(const ember_tokenizer *t, const char *text, 
  * for byte tokens need not be valid UTF-8). A leading BOS is not rendered when the tokenizer adds
  * BOS by default, so decode(encode(s)) == s for lossless families; special tokens elsewhere are
  * rendered as their text. An id out of range, or one that has no token, is an error. */
-ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                                    size_t *len, ember_error *err);
+ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len,
+                                    ember_error *err);
 
 int64_t ember_tokenizer_vocab_size(const ember_tokenizer *t);
 /* The file the tokenizer was built from, as named in errors. */

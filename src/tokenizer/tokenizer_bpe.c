@@ -107,7 +107,7 @@ static ember_status bpe_consider(const ember_tokenizer *t, tok_work *w, int32_t 
     if (a < 0 || w->sym[a].next < 0) return EMBER_OK;
     int32_t rank, result;
     if (!tok_merge_find(&t->merges, w->sym[a].id, w->sym[w->sym[a].next].id, &rank, &result)) return EMBER_OK;
-    tok_pair e = { -(double)rank, a, -1, 0, rank };
+    tok_pair e = {-(double)rank, a, -1, 0, rank};
     return heap_push(w, e, err);
 }
 
@@ -162,14 +162,14 @@ ember_status tok_bpe_word(const ember_tokenizer *t, tok_work *w, const char *wor
             /* the word spelled in the byte alphabet, looked up whole */
             if ((st = tok_work_reserve_buf(w, 2 * len, err)) != EMBER_OK) return st;
             size_t m = 0;
-            for (size_t i = 0; i < len; i++)
-                m += ember_utf8_encode(ember_byte_to_cp((uint8_t)word[i]), w->buf + m);
+            for (size_t i = 0; i < len; i++) m += ember_utf8_encode(ember_byte_to_cp((uint8_t)word[i]), w->buf + m);
             int32_t id = tok_map_find(&t->map, &t->tab, w->buf, m);
             if (id >= 0) return tok_ids_push(out, id, err);
         }
         if ((st = reserve_symbols(w, len, err)) != EMBER_OK) return st;
         for (size_t i = 0; i < len; i++)
-            if ((st = push_symbol(w, t->byte_token[(unsigned char)word[i]], (uint32_t)i, 1, err)) != EMBER_OK) return st;
+            if ((st = push_symbol(w, t->byte_token[(unsigned char)word[i]], (uint32_t)i, 1, err)) != EMBER_OK)
+                return st;
     } else {
         if (t->cfg.ignore_merges || (t->cfg.newline_runs_whole && all_newlines(word, len))) {
             int32_t id = tok_map_find(&t->map, &t->tab, word, len);
@@ -212,7 +212,7 @@ static ember_status spm_consider(const ember_tokenizer *t, tok_work *w, const ch
     uint32_t size = l->n + r->n;
     int32_t id = tok_map_find(&t->map, &t->tab, run + l->start, size);
     if (id < 0) return EMBER_OK;
-    tok_pair e = { t->tab.score[id], left, right, size, 0 };
+    tok_pair e = {t->tab.score[id], left, right, size, 0};
     return heap_push(w, e, err);
 }
 

@@ -13,8 +13,8 @@ static ember_status check_id(const ember_tokenizer *t, int32_t id, ember_error *
                            (long long)t->tab.n);
 }
 
-ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                                    size_t *len, ember_error *err) {
+ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len,
+                                    ember_error *err) {
     *text = NULL;
     *len = 0;
     ember_status st;
@@ -52,13 +52,13 @@ ember_status ember_tokenizer_decode(const ember_tokenizer *t, const int32_t *ids
 struct ember_detok_stream {
     const ember_tokenizer *t;
     unsigned flags;
-    bool started;     /* a piece has been emitted since the start/flush */
-    bool any_id;      /* an id has been pushed since the start/flush */
-    char *pending;    /* bytes of an incomplete character, at most 3 */
+    bool started;  /* a piece has been emitted since the start/flush */
+    bool any_id;   /* an id has been pushed since the start/flush */
+    char *pending; /* bytes of an incomplete character, at most 3 */
     size_t n_pending;
-    char *out;        /* the chunk handed back by the last call */
+    char *out; /* the chunk handed back by the last call */
     size_t cap_out;
-    char *joined;     /* pending bytes + the new piece, before validation */
+    char *joined; /* pending bytes + the new piece, before validation */
     size_t cap_joined;
 };
 
@@ -100,12 +100,12 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     if (c >= 0xC2 && c <= 0xDF) need = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 3;
-        if (c == 0xE0) lo = 0xA0;      /* no overlong forms */
-        if (c == 0xED) hi = 0x9F;      /* no surrogates */
+        if (c == 0xE0) lo = 0xA0; /* no overlong forms */
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         need = 4;
         if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;      /* nothing above U+10FFFF */
+        if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
     } else {
         return 0;
     }
@@ -129,9 +129,7 @@ static bool grow(char **buf, size_t *cap, size_t n) {
     return true;
 }
 
-static bool out_reserve(ember_detok_stream *s, size_t n) {
-    return grow(&s->out, &s->cap_out, n);
-}
+static bool out_reserve(ember_detok_stream *s, size_t n) { return grow(&s->out, &s->cap_out, n); }
 
 /* Moves the complete characters of bytes[0..n) to s->out (at *o); invalid bytes become U+FFFD (or
  * pass through unchanged with EMBER_DETOK_AS_DECODE) and a valid but unfinished tail is kept in

@@ -133,9 +133,7 @@ static ember_status encode_run(const ember_tokenizer *t, tok_work *w, const char
 
 /* ---- added tokens ---------------------------------------------------------------------------- */
 
-static bool is_ascii_space(char c) {
-    return c == ' ' || (c >= '\t' && c <= '\r');
-}
+static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* A word character for single_word tokens: letter, number or '_' (what \w means to HF). */
 static bool word_char_at(const char *s, size_t n, size_t i) {
@@ -216,8 +214,8 @@ ember_status ember_tokenizer_encode(const ember_tokenizer *t, const char *text, 
                                (unsigned char)text[bad], bad);
 
     ember_status st = EMBER_OK;
-    tok_ids out = { 0 };
-    tok_work w = { 0 };
+    tok_ids out = {0};
+    tok_work w = {0};
     if (add_bos && t->cfg.bos_id >= 0 && (st = tok_ids_push(&out, t->cfg.bos_id, err)) != EMBER_OK) goto done;
 
     /* Cut added tokens out first: the text between them is encoded run by run. added_first makes

@@ -20,7 +20,7 @@ typedef struct {
 
 /* (left id, right id) -> (rank, merged id), open addressing. */
 typedef struct {
-    uint64_t key;   /* (left << 32 | right) + 1; 0 marks an empty slot */
+    uint64_t key; /* (left << 32 | right) + 1; 0 marks an empty slot */
     int32_t rank;
     int32_t result;
 } tok_merge_slot;
@@ -35,41 +35,41 @@ typedef struct {
  * arena stays below 4 GiB (TOK_MAX_TEXT_BYTES), so offsets are 32-bit. */
 #define TOK_MAX_TEXT_BYTES ((size_t)UINT32_MAX)
 typedef struct {
-    char *text;           /* (text_used) all vocabulary strings, back to back, then the decoded
+    char *text; /* (text_used) all vocabulary strings, back to back, then the decoded
                            * pieces that differ from their token's string */
     size_t text_used, text_cap;
-    uint32_t *off;        /* (n) start of id's string in text */
-    uint32_t *len;        /* (n) its length */
-    float *score;         /* (n) SentencePiece score, 0 elsewhere */
-    uint16_t *attr;       /* (n) EMBER_TOKEN_*; 0 = no token with this id */
-    int64_t n, cap;       /* ids 0..n-1 are addressable */
+    uint32_t *off;  /* (n) start of id's string in text */
+    uint32_t *len;  /* (n) its length */
+    float *score;   /* (n) SentencePiece score, 0 elsewhere */
+    uint16_t *attr; /* (n) EMBER_TOKEN_*; 0 = no token with this id */
+    int64_t n, cap; /* ids 0..n-1 are addressable */
 } tok_table;
 
 struct ember_tokenizer {
-    char *source;                /* file named in errors */
+    char *source; /* file named in errors */
     ember_tokenizer_config cfg;
     tok_table tab;
     tok_str_map map;
     tok_merge_map merges;
-    uint32_t *piece_off;         /* (tab.n) start of the decoded piece in tab.text: the token's own
+    uint32_t *piece_off;        /* (tab.n) start of the decoded piece in tab.text: the token's own
                                   * string when decoding leaves it as is (most tokens) */
-    uint32_t *piece_len;         /* (tab.n) */
-    int32_t byte_token[256];     /* byte-level: id of the alphabet character of each byte */
-    int32_t byte_fallback[256];  /* id of <0xNN> for each byte, -1 when absent */
+    uint32_t *piece_len;        /* (tab.n) */
+    int32_t byte_token[256];    /* byte-level: id of the alphabet character of each byte */
+    int32_t byte_fallback[256]; /* id of <0xNN> for each byte, -1 when absent */
     /* The added tokens for leftmost-longest matching in raw text: ids sorted by their strings
      * (bytewise, a prefix before its extensions), one id per string (the highest, as a map that
      * lets the later id win). 4 bytes a token, where a byte trie cost ~50 for reserved tokens. */
-    int32_t *added;              /* (n_added) */
+    int32_t *added; /* (n_added) */
     int32_t n_added;
-    int32_t added_first[257];    /* added[added_first[b] .. added_first[b + 1]) start with byte b */
-    size_t added_max_len;        /* longest added token in bytes */
+    int32_t added_first[257]; /* added[added_first[b] .. added_first[b + 1]) start with byte b */
+    size_t added_max_len;     /* longest added token in bytes */
 };
 
 /* id -> entry of the builder's compact table, open addressing. */
 typedef struct {
-    int32_t *keys;  /* (cap) id, -1 = empty */
-    int32_t *vals;  /* (cap) entry */
-    size_t cap;     /* power of two */
+    int32_t *keys; /* (cap) id, -1 = empty */
+    int32_t *vals; /* (cap) entry */
+    size_t cap;    /* power of two */
     size_t count;
 } tok_id_map;
 
@@ -93,13 +93,9 @@ int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, 
 bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result);
 uint64_t tok_hash_bytes(const char *s, size_t len);
 
-static inline bool tok_has(const tok_table *tab, int64_t id) {
-    return id >= 0 && id < tab->n && tab->attr[id] != 0;
-}
+static inline bool tok_has(const tok_table *tab, int64_t id) { return id >= 0 && id < tab->n && tab->attr[id] != 0; }
 
-static inline unsigned tok_kind(const tok_table *tab, int32_t id) {
-    return tab->attr[id] & EMBER_TOKEN_KIND_MASK;
-}
+static inline unsigned tok_kind(const tok_table *tab, int32_t id) { return tab->attr[id] & EMBER_TOKEN_KIND_MASK; }
 
 /* ---- growable id list ------------------------------------------------------------------------ */
 
@@ -122,14 +118,14 @@ typedef struct {
 typedef struct {
     tok_symbol *sym;
     size_t n_sym, cap_sym;
-    void *heap;     /* tok_pair (tokenizer_bpe.c): the candidate merges of either model */
+    void *heap; /* tok_pair (tokenizer_bpe.c): the candidate merges of either model */
     size_t n_heap, cap_heap;
-    char *buf;      /* scratch bytes: a word spelled in the byte alphabet */
+    char *buf; /* scratch bytes: a word spelled in the byte alphabet */
     size_t cap_buf;
-    char *run;      /* the normalized text run being encoded */
+    char *run; /* the normalized text run being encoded */
     size_t cap_run;
-    int32_t *cp;    /* code points of the run being split */
-    uint8_t *fl;    /* their EMBER_CP_* classes */
+    int32_t *cp;      /* code points of the run being split */
+    uint8_t *fl;      /* their EMBER_CP_* classes */
     uint32_t *cp_off; /* byte offset of each code point, plus one past the end */
     size_t cap_cp;
 } tok_work;

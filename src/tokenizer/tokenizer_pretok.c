@@ -23,9 +23,7 @@ static size_t run_of_other(const uint8_t *fl, size_t n, size_t j) {
     return j;
 }
 
-static int32_t ascii_lower(int32_t c) {
-    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-}
+static int32_t ascii_lower(int32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 /* 's|'t|'re|'ve|'m|'ll|'d at i (i holds the apostrophe): the end, or 0 for no match. LLaMA 3
  * and Qwen2 ask for (?i:...), which ember, like llama.cpp, folds for ASCII letters only. */

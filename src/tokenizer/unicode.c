@@ -22,18 +22,14 @@ unsigned ember_unicode_flags(int32_t cp) {
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-        return EMBER_CP_LETTER;
+    case UTF8PROC_CATEGORY_LO: return EMBER_CP_LETTER;
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-        return EMBER_CP_NUMBER;
+    case UTF8PROC_CATEGORY_NO: return EMBER_CP_NUMBER;
     case UTF8PROC_CATEGORY_ZS:
     case UTF8PROC_CATEGORY_ZL:
-    case UTF8PROC_CATEGORY_ZP:
-        return EMBER_CP_SPACE;
-    default:
-        return 0;
+    case UTF8PROC_CATEGORY_ZP: return EMBER_CP_SPACE;
+    default: return 0;
     }
 }
 
@@ -55,11 +51,17 @@ size_t ember_utf8_decode(const char *str, size_t n, int32_t *cp) {
     size_t len;
     int32_t c, min;
     if (s[0] >= 0xC2 && s[0] <= 0xDF) { /* 0xC0/0xC1 would only start overlong forms */
-        len = 2; c = s[0] & 0x1F; min = 0x80;
+        len = 2;
+        c = s[0] & 0x1F;
+        min = 0x80;
     } else if ((s[0] & 0xF0) == 0xE0) {
-        len = 3; c = s[0] & 0x0F; min = 0x800;
+        len = 3;
+        c = s[0] & 0x0F;
+        min = 0x800;
     } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        len = 4; c = s[0] & 0x07; min = 0x10000;
+        len = 4;
+        c = s[0] & 0x07;
+        min = 0x10000;
     } else {
         return 0;
     }

@@ -126,7 +126,10 @@ static bool npy_parse(const unsigned char *b, size_t n, npy_f32 *out) {
         if (*sh != ')') return false;
         d0 = 1; /* 0-d array */
     }
-    if (got == 1) { d1 = d0; d0 = 1; }
+    if (got == 1) {
+        d1 = d0;
+        d0 = 1;
+    }
     size_t count = (size_t)d0 * (size_t)d1;
     if (hoff + hlen + count * 4 > n) return false;
     out->rows = d0;

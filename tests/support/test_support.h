@@ -11,10 +11,15 @@
 extern int ember_test_passed, ember_test_failed;
 
 #define CHECK(cond) ember_test_check((cond), #cond, __FILE__, __LINE__, NULL)
-#define CHECK_MSG(cond, ...) do { char m_[1024]; snprintf(m_, sizeof m_, __VA_ARGS__); \
-    ember_test_check((cond), #cond, __FILE__, __LINE__, m_); } while (0)
-#define CHECK_NEAR(a, b, tol) CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), \
-    "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b, (double)(b), (double)(tol))
+#define CHECK_MSG(cond, ...)                                                                                           \
+    do {                                                                                                               \
+        char m_[1024];                                                                                                 \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                                                          \
+        ember_test_check((cond), #cond, __FILE__, __LINE__, m_);                                                       \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                                                          \
+    CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), "%s = %.9g, %s = %.9g, tol %.3g", #a, (double)(a), #b,         \
+              (double)(b), (double)(tol))
 
 bool ember_test_check(bool ok, const char *expr, const char *file, int line, const char *msg);
 /* CHECK_MSG as an expression: returns whether the check passed, so a test can stop on failure. */

@@ -8,7 +8,7 @@
 -- Without --model it makes a mid-size random llama model with build/make-tiny-model.
 
 local ember = require("ember")
-local bench = require("ember.benchmark")
+local bench = require("ember.run.benchmark")
 
 local USAGE = "usage: hooks_ab.lua [--model M] [--prompt-tokens N] [--gen-tokens N] [--repeat R] [--kernels K] [--threads N]"
   .. " [--stages a,b]"
@@ -42,7 +42,7 @@ local model = ember.load { model = opts.model, kernels = opts.kernels or "auto",
 local bopts = { prompt_tokens = opts.prompt_tokens, gen_tokens = opts.gen_tokens, ["repeat"] = opts["repeat"] }
 local r, b_name = nil, "name-only"
 if opts.stages then
-  local stages, err = require("ember.selectors").parse_stage_list(opts.stages)
+  local stages, err = require("ember.run.selectors").parse_stage_list(opts.stages)
   if not stages or stages == "all" then error("hooks_ab.lua: --stages: " .. (err or "name the stages"), 0) end
   r, b_name = bench.stages_ab(model, bopts, stages), "read " .. opts.stages
 else

@@ -7,7 +7,7 @@
 package.path = "lib/?.lua;lib/?/init.lua;" .. package.path
 package.cpath = "build/lua/?.so;" .. package.cpath
 
-local tokenizer = require("ember.tokenizer")
+local tokenizer = require("ember.model.tokenizer")
 
 local fixtures = os.getenv("EMBER_FIXTURES") or "../shared/fixtures"
 local target_mb = tonumber(arg[1]) or 4

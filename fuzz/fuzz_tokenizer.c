@@ -1,5 +1,5 @@
 /* fuzz_tokenizer.c — libFuzzer harness: any bytes as a tokenizer.json through the real loader
- * (lib/ember/tokenizer.lua on lua-cjson, which feeds the C builder), then encode and decode of a
+ * (lib/ember/model/tokenizer.lua on lua-cjson, which feeds the C builder), then encode and decode of a
  * fixed text and of the input's own first bytes. One Lua state serves every input; a Lua error is
  * the expected answer to bad bytes, a crash or sanitizer report is a bug. */
 #include "fuzz_input.h"
@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Runs for each input: load, then encode/decode; returns nothing, errors are caught by pcall. */
 static const char driver[] = "local path, sample = ...\n"
-                             "local tokenizer = require('ember.tokenizer')\n"
+                             "local tokenizer = require('ember.model.tokenizer')\n"
                              "local ok, tok = pcall(tokenizer, { file = path, config = false })\n"
                              "if not ok then return end\n"
                              "for _, text in ipairs({ 'Hello world, 123 \\u{e9}t\\u{e9}\\n\\n  <s>x', sample }) do\n"

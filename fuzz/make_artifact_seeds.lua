@@ -1,7 +1,7 @@
 -- fuzz/make_artifact_seeds.lua OUT_DIR — seeds for fuzz_artifact: small artifacts written by
--- lib/ember/artifact.lua itself (a few records of each kind, 1.1.0 and the older 1.0.0 form), each
+-- lib/ember/store/artifact.lua itself (a few records of each kind, 1.1.0 and the older 1.0.0 form), each
 -- packed as the harness reads them: 4-byte length, manifest.json, tensors.safetensors.
-local artifact = require("ember.artifact")
+local artifact = require("ember.store.artifact")
 local cjson = require("cjson")
 
 local out = assert(arg[1], "usage: make_artifact_seeds.lua OUT_DIR")
@@ -61,6 +61,6 @@ for i, records in ipairs(sets) do
     local f = assert(io.open(string.format("%s/seed-%d%s", out, i, old and "-1.0" or ""), "wb"))
     f:write(string.pack("<I4", #manifest), manifest, read(dir .. "/tensors.safetensors"))
     f:close()
-    assert(require("ember.fs").remove_tree(dir))
+    assert(require("ember.store.fs").remove_tree(dir))
   end
 end

@@ -3,8 +3,8 @@
 -- description (8-byte LE length, JSON header, byte buffer), not with ember's own loader.
 
 local cjson = require("cjson")
-local artifact = require("ember.artifact")
-local json = require("ember.json")
+local artifact = require("ember.store.artifact")
+local json = require("ember.store.json")
 local H = require("helpers.artifacts")
 
 -- An independent safetensors reader: returns header table and the data buffer.

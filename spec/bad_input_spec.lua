@@ -5,7 +5,7 @@
 -- the Lua heap.
 
 local ember = require("ember")
-local tokenizer = require("ember.tokenizer")
+local tokenizer = require("ember.model.tokenizer")
 local fx = require("helpers.fixtures")
 
 local TIME_LIMIT = 5    -- seconds of CPU per case; each takes milliseconds
@@ -278,7 +278,7 @@ describe("numeric flags are typed and ranged (usage errors)", function()
     assert.is_nil(err:find("non-negative integer", 1, true))
   end)
   it("the largest integer is an integer (a seed may be 2^63-1)", function()
-    local flags = require("ember.flags")
+    local flags = require("ember.cli.flags")
     assert.equal(math.maxinteger, flags.uint("9223372036854775807"))
     assert.is_nil(flags.uint("9223372036854775808"))
   end)
@@ -307,7 +307,7 @@ describe("the model's context_length", function()
     local ok, err = pcall(m.generate, m, { ids = { 1, 2, 3 }, max_tokens = 20 })
     assert.is_false(ok)
     has(tostring(err), "bad argument to 'generate'", "23 positions", "context_length 16")
-    local gen = require("ember.generate")
+    local gen = require("ember.model.generate")
     local said, saved = {}, gen.notice
     gen.notice = function(msg) said[#said + 1] = msg end
     local out = m:generate { ids = { 1, 2, 3 }, max_tokens = 20, context = 24, eos = false }
@@ -358,7 +358,7 @@ describe("outputs of one run never collide", function()
   end)
   it("the default run manifest does not overwrite an existing file", function()
     local m = C.need_model()
-    local dir = require("ember.fs").make_temp_dir("ember-bad-input")
+    local dir = require("ember.store.fs").make_temp_dir("ember-bad-input")
     local here = assert(io.popen("pwd")):read("l")
     -- the default manifest of a statistics run is beside the statistics file: s.json -> s.run.json
     local f = assert(io.open(dir .. "/s.run.json", "wb"))
@@ -374,7 +374,7 @@ describe("outputs of one run never collide", function()
     local e = assert(io.open(dir .. "/err")):read("a")
     has(e, "s.run.json", "already exists")
     assert.equal("mine", assert(io.open(dir .. "/s.run.json")):read("a"))
-    require("ember.fs").remove_tree(dir)
+    require("ember.store.fs").remove_tree(dir)
   end)
 end)
 
@@ -452,7 +452,7 @@ print("end", out.stop, #out.ids)
 end)
 
 describe("late failures and killed writers", function()
-  local fs = require("ember.fs")
+  local fs = require("ember.store.fs")
   it("a run manifest that cannot be written names the artifacts already committed", function()
     local m = C.need_model()
     local dir = fs.make_temp_dir("ember-late")
@@ -488,7 +488,7 @@ describe("late failures and killed writers", function()
 end)
 
 describe("tampered and special artifact files", function()
-  local artifact = require("ember.artifact")
+  local artifact = require("ember.store.artifact")
   local H = require("helpers.artifacts")
   local cjson = require("cjson")
   after_each(H.cleanup)
@@ -596,7 +596,7 @@ end)
 
 describe("selector lists", function()
   it("many large ranges are refused by their total, not built into a huge table", function()
-    local sel = require("ember.selectors")
+    local sel = require("ember.run.selectors")
     local parts = {}
     for i = 0, 99 do parts[#parts + 1] = string.format("%d-%d", i * 1000001, i * 1000001 + 1000000) end
     collectgarbage()

@@ -1,10 +1,10 @@
--- `ember benchmark` (lib/ember/cli.lua over lib/ember/benchmark.lua): flags, usage errors that name
+-- `ember benchmark` (lib/ember/cli.lua over lib/ember/run/benchmark.lua): flags, usage errors that name
 -- the flag, the refusal of experiments, the JSON fields and that the numbers are positive. Never a
 -- speed threshold: speed is measured, not tested.
 
 local cjson = require("cjson")
 local cli = require("ember.cli")
-local bench = require("ember.benchmark")
+local bench = require("ember.run.benchmark")
 local models = require("helpers.models")
 local H = require("helpers.artifacts")
 

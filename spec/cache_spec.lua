@@ -1,11 +1,11 @@
--- model:run_with_cache (lib/ember/cache.lua): the cached activations match boundaries.npz, the
+-- model:run_with_cache (lib/ember/model/cache.lua): the cached activations match boundaries.npz, the
 -- all-position logits match exact_logits.npy and their last row is the session's logits bit for
 -- bit; only what was asked for is kept; bad stages, layers and options are clear errors.
 
 local ember = require("ember")
 local npy = require("helpers.npy")
 local fx = require("helpers.fixtures")
-local selectors = require("ember.selectors")
+local selectors = require("ember.run.selectors")
 
 -- max|got - ref| / max|ref| over rows first_row.. of ref (1-based) against the rows of got.
 local function rel_rows(got, ref, first_row)

@@ -385,7 +385,7 @@ end
     code, out = ember("compare-artifacts", dir .. "/A", dir .. "/B", "--json")
     assert.equal(0, code)
     local doc = cjson.decode(out)
-    assert.is_false(require("ember.compare").at_least(doc.class, "exact-semantic"))
+    assert.is_false(require("ember.analysis.compare").at_least(doc.class, "exact-semantic"))
     assert.equal(records, doc.summary.aligned)
   end)
 
@@ -419,7 +419,7 @@ end
     assert.matches("first differing records", text, 1, true)
     assert.matches("largest differences per stage and layer", text, 1, true)
     local listed, differing_groups = 0, 0
-    local compare = require("ember.compare")
+    local compare = require("ember.analysis.compare")
     for _, key in ipairs(order) do
       if expected[key].d > 0 then differing_groups = differing_groups + 1 end
     end

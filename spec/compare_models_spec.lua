@@ -4,10 +4,10 @@
 
 local cjson = require("cjson")
 local ember = require("ember")
-local artifact = require("ember.artifact")
-local cm = require("ember.compare_models")
-local fs = require("ember.fs")
-local patch = require("ember.patch")
+local artifact = require("ember.store.artifact")
+local cm = require("ember.analysis.compare_models")
+local fs = require("ember.store.fs")
+local patch = require("ember.run.patch")
 local fx = require("helpers.fixtures")
 local C = require("helpers.cli")
 

@@ -2,8 +2,8 @@
 -- docs/artifacts.md), duplicate rejection, and per-record metrics checked against values worked
 -- out by hand.
 
-local artifact = require("ember.artifact")
-local compare = require("ember.compare")
+local artifact = require("ember.store.artifact")
+local compare = require("ember.analysis.compare")
 local cjson = require("cjson")
 local ember = require("ember")
 local H = require("helpers.artifacts")

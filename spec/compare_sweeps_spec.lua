@@ -3,8 +3,8 @@
 -- name, the classes with --require and --json, and refusal of a sweep paired with a capture.
 
 local cjson = require("cjson")
-local fs = require("ember.fs")
-local store = require("ember.sweep_store")
+local fs = require("ember.store.fs")
+local store = require("ember.sweep.store")
 local fx = require("helpers.fixtures")
 local C = require("helpers.cli")
 

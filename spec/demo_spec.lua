@@ -1,9 +1,9 @@
--- `ember demo` (lib/ember/demo.lua): the three steps on the tiny model — a generation equal to
+-- `ember demo` (lib/ember/cli/demo.lua): the three steps on the tiny model — a generation equal to
 -- generate's own, one norm line per layer matching a hook's reading, and the restoration
 -- criterion holding; --help lists the flags.
 
 local C = require("helpers.cli")
-local demo = require("ember.demo")
+local demo = require("ember.cli.demo")
 
 describe("ember demo", function()
   it("--help lists every flag", function()

@@ -7,7 +7,7 @@
 
 local checkout = require("helpers.checkout")
 local docblocks = require("helpers.docblocks")
-local fs = require("ember.fs")
+local fs = require("ember.store.fs")
 
 local q = fs.shell_quote
 

@@ -4,7 +4,7 @@
 
 local cjson = require("cjson")
 local ember = require("ember")
-local compose = require("ember.compose")
+local compose = require("ember.run.compose")
 local models = require("helpers.models")
 local H = require("helpers.artifacts")
 

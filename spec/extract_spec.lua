@@ -1,12 +1,12 @@
--- Hidden-state extraction (`ember --extract-hidden LAYERS --extract-out FILE`, lib/ember/extract.lua):
+-- Hidden-state extraction (`ember --extract-hidden LAYERS --extract-out FILE`, lib/ember/analysis/extract.lua):
 -- the file is opened by an independent safetensors reader (python3 json + struct, written from the
 -- format) and every tensor equals what an after_layer hook sees in the same prefill; the sidecar's
 -- provenance; bad input names the flag, file and line.
 
 local C = require("helpers.cli")
 local ember_cli, need_model = C.ember, C.need_model
-local fs = require("ember.fs")
-local json = require("ember.json")
+local fs = require("ember.store.fs")
+local json = require("ember.store.json")
 
 local function write(path, text)
   local f = assert(io.open(path, "wb"))
@@ -91,7 +91,7 @@ describe("ember --extract-hidden", function()
       model:generate { prompt = text, max_tokens = 0, experiment = hook }
     end
     local hidden = model.info.hidden_size
-    local sha = require("ember.manifest").model_sha256(model)
+    local sha = require("ember.store.manifest").model_sha256(model)
     model:close()
 
     local read = python_read(out)
@@ -121,7 +121,7 @@ describe("ember --extract-hidden", function()
     assert.equal(prompts[2], doc.prompts[2].prompt.text)
     assert.equal(read["hidden.p1.L2"].rows, #doc.prompts[2].input_ids)
     -- and ember's own reader accepts the pair
-    local back = require("ember.extract").read(out)
+    local back = require("ember.analysis.extract").read(out)
     assert.equal(3, #back.sidecar.prompts)
   end)
 
@@ -132,7 +132,7 @@ describe("ember --extract-hidden", function()
       pending("python3 with json, struct and hashlib is not available: the independent reader cannot run")
       return
     end
-    local ember, extract = require("ember"), require("ember.extract")
+    local ember, extract = require("ember"), require("ember.analysis.extract")
     local model = ember.load { model = model_path }
     local reader, seen = extract.reader({ 1, 4 }), {}
     -- the observer comes after the reader: both see one and the same view of each layer
@@ -140,7 +140,7 @@ describe("ember --extract-hidden", function()
       if ctx.phase == "prefill" then seen[ctx.layer_index] = ember.sha256(view:bytes()) end
     end }
     local out = model:generate { prompt = "same run", max_tokens = 0,
-      experiment = require("ember.compose").compose({ reader, observer }) }
+      experiment = require("ember.run.compose").compose({ reader, observer }) }
     local file = fs.join(dir, "same.safetensors")
     extract.write(file, { { prompt = "same run", ids = out.prompt_ids, hidden = reader.hidden } },
       { model = model, layers = { 1, 4 }, data = { source = "prompt", path = json.null, sha256 = ember.sha256("same run") } })
@@ -192,7 +192,7 @@ describe("ember --extract-hidden", function()
       assert.equal(0, code, err)
     end
     -- the files differ only in the sidecar name they carry: the tensors are byte-identical
-    local st = require("ember.safetensors")
+    local st = require("ember.store.safetensors")
     local ta, tb = st.decode(fs.read(a)), st.decode(fs.read(b))
     assert.same(ta.names, tb.names)
     for _, name in ipairs(ta.names) do
@@ -236,7 +236,7 @@ describe("ember --extract-hidden", function()
   it("shows a progress line on a terminal and only the summary elsewhere", function()
     local model_path = need_model()
     if not model_path then return end
-    local extract, progress = require("ember.extract"), require("ember.sweep_progress")
+    local extract, progress = require("ember.analysis.extract"), require("ember.sweep.progress")
     local model = require("ember").load { model = model_path }
     local prompts = { { prompt = "one" }, { prompt = "two" }, { prompt = "three" } }
     local tty, plain = C.sink(), C.sink()
@@ -270,7 +270,7 @@ describe("ember --extract-hidden", function()
     assert.equal(0, (ember_cli("--model", model_path, "--prompt", "abc", "--extract-hidden", "1", "--extract-out", out)))
     local data = fs.read(out)
     write(out, data:sub(1, -2) .. string.char((data:byte(-1) + 1) % 256))
-    local ok, err = pcall(require("ember.extract").read, out)
+    local ok, err = pcall(require("ember.analysis.extract").read, out)
     assert.is_false(ok)
     assert.matches("does not match its sidecar", err, 1, true)
   end)

@@ -1,9 +1,9 @@
--- spec/fs_dirs_spec.lua — lib/ember/fs.lua's directory changes on the C binding (core.internal
--- mkdir, mkdir_p, remove_tree, realpath) and outputs.lua's path resolution: the OS reason in every
+-- spec/fs_dirs_spec.lua — lib/ember/store/fs.lua's directory changes on the C binding (core.internal
+-- mkdir, mkdir_p, remove_tree, realpath) and run/outputs.lua's path resolution: the OS reason in every
 -- error, links never followed out of a removed tree, any byte in a name, and no process started.
 -- What is on disk is checked with find(1) and realpath(1), not with the functions under test.
-local fs = require("ember.fs")
-local outputs = require("ember.outputs")
+local fs = require("ember.store.fs")
+local outputs = require("ember.run.outputs")
 
 local q = fs.shell_quote
 
@@ -44,7 +44,7 @@ local function lua_child(cwd, code, unprivileged)
     end
     prefix = "setpriv --reuid=65534 --regid=65534 --clear-groups "
   end
-  local prelude = "local fs = require('ember.fs') local function report(...) local t = table.pack(...) "
+  local prelude = "local fs = require('ember.store.fs') local function report(...) local t = table.pack(...) "
     .. "local out = {} for i = 1, t.n do out[i] = string.format('%q', t[i]) end "
     .. "io.write('return ', table.concat(out, ', ')) end "
   local cmd = string.format("cd %s && %senv LUA_PATH=%s LUA_CPATH=%s timeout 60 lua5.4 -e %s 2>&1", q(cwd), prefix,

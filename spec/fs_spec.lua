@@ -1,7 +1,7 @@
--- spec/fs_spec.lua — lib/ember/fs.lua's file tests on the stat binding (core.internal.stat and
+-- spec/fs_spec.lua — lib/ember/store/fs.lua's file tests on the stat binding (core.internal.stat and
 -- list_dir): each kind of path answered as `test -e`/`test -d` would, the sweep of stale temporaries
 -- by their age, and that a file test no longer starts a process.
-local fs = require("ember.fs")
+local fs = require("ember.store.fs")
 local internal = require("ember.core").internal
 
 describe("ember.fs file tests", function()

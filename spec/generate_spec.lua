@@ -40,15 +40,15 @@ describe("name lists", function()
   end)
 
   it("is what selectors and compose use", function()
-    assert.are.same(STAGES, require("ember.selectors").STAGES)
-    assert.are.same(LAYER_STAGES, require("ember.selectors").LAYER_STAGES)
-    assert.are.same(RESIDUAL, require("ember.selectors").RESIDUAL_STAGES)
-    assert.are.same(HOOKS, require("ember.compose").HOOKS)
+    assert.are.same(STAGES, require("ember.run.selectors").STAGES)
+    assert.are.same(LAYER_STAGES, require("ember.run.selectors").LAYER_STAGES)
+    assert.are.same(RESIDUAL, require("ember.run.selectors").RESIDUAL_STAGES)
+    assert.are.same(HOOKS, require("ember.run.compose").HOOKS)
   end)
 
   it("exports the kernel sets (docs/kernels.md's four) and --kernels accepts exactly those", function()
     assert.are.same({ "auto", "reference", "avx2", "avx512" }, ember.kernel_sets)
-    local flags = require("ember.flags")
+    local flags = require("ember.cli.flags")
     assert.are.equal(ember.kernel_sets, flags.KERNEL_SETS)
     for _, name in ipairs(ember.kernel_sets) do assert.are.equal(name, (flags.kernels(name))) end
     local v, msg = flags.kernels("avx3")
@@ -110,7 +110,7 @@ describe("check_experiment", function()
       error_of(ember.check_experiment, { name = "x", after_mpl = callable }, "compose"))
     local class = { on_generation_complet = function() end }
     class.__index = class
-    assert.is_truthy(error_of(require("ember.compose").compose, { { name = "a" }, setmetatable({ name = "b" }, class) })
+    assert.is_truthy(error_of(require("ember.run.compose").compose, { { name = "a" }, setmetatable({ name = "b" }, class) })
       :find("did you mean 'on_generation_complete'", 1, true))
     assert.is_truthy(error_of(ember.check_experiment, { name = "x", after_mlp = 5 })
       :find("hook 'after_mlp' must be a function, got number", 1, true))
@@ -141,7 +141,7 @@ describe("generate on the primitives", function()
   it("composes callable-table hooks instead of dropping them", function()
     local n = 0
     local counter = setmetatable({}, { __call = function() n = n + 1 end })
-    local exp = require("ember.compose").compose({ { name = "a", after_logits = counter }, { name = "b" } })
+    local exp = require("ember.run.compose").compose({ { name = "a", after_logits = counter }, { name = "b" } })
     local N = 3
     model:generate { ids = { 1, 2 }, max_tokens = N, eos = false, experiment = exp }
     assert.are.equal(1 + N, n) -- prefill + one decode per generated token

@@ -4,7 +4,7 @@
 -- zero, the first query sees only key 0, and untouched columns keep the plain run's bytes.
 
 local ember = require("ember")
-local compose = require("ember.compose")
+local compose = require("ember.run.compose")
 local models = require("helpers.models")
 
 local function factory(file) return dofile("scripts/experiments/" .. file) end

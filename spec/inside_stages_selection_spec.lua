@@ -4,8 +4,8 @@
 
 local cjson = require("cjson")
 local ember = require("ember")
-local selectors = require("ember.selectors")
-local capture = require("ember.capture")
+local selectors = require("ember.run.selectors")
+local capture = require("ember.run.capture")
 local H = require("helpers.artifacts")
 local C = require("helpers.cli")
 local models = require("helpers.models")
@@ -74,7 +74,7 @@ describe("inside stages in selections", function()
       "--capture-activations", dir, "--capture-stages", "attention_pattern,attention_heads,mlp_activation",
       "--capture-layers", "0,2")
     assert.equal(0, code, err)
-    local art = require("ember.artifact").read(dir)
+    local art = require("ember.store.artifact").read(dir)
     assert.equal((1 + N) * 3 * 2, #art.records) -- evaluations x stages x layers
     local seen = {}
     for _, r in ipairs(art.records) do
@@ -112,7 +112,7 @@ describe("inside stages in selections", function()
   end)
 
   it("activation-stats refuses an unknown stage, naming it", function()
-    local ok, err = pcall(require("ember.builtin").experiment, "activation_stats", { stages = { "attention_patern" } })
+    local ok, err = pcall(require("ember.run.builtin").experiment, "activation_stats", { stages = { "attention_patern" } })
     assert.is_false(ok)
     assert.matches("unknown stage 'attention_patern'", tostring(err), 1, true)
   end)

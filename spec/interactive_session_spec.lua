@@ -4,7 +4,7 @@
 -- (re-implemented here on model:generate{ids=}), and each turn prefills only its new tokens.
 
 local C = require("helpers.cli")
-local interactive = require("ember.interactive")
+local interactive = require("ember.cli.interactive")
 
 local function append(dst, src, n)
   return table.move(src, 1, n or #src, #dst + 1, dst)

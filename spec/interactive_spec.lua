@@ -1,4 +1,4 @@
--- `ember interactive` (lib/ember/interactive.lua): the loop's logic through a scripted rl table
+-- `ember interactive` (lib/ember/cli/interactive.lua): the loop's logic through a scripted rl table
 -- (what a turn prints equals what generate gives for the same ids, /reset, /stats, /help), then a
 -- real pseudo-terminal (tmux, as spec/repl_spec.lua does): output streams while the generation
 -- runs, Ctrl-C stops it and the next line continues the session, /stats and /reset, Ctrl-D exits.
@@ -6,7 +6,7 @@
 
 local C = require("helpers.cli")
 local fx = require("helpers.fixtures")
-local interactive = require("ember.interactive")
+local interactive = require("ember.cli.interactive")
 
 local function scripted(lines)
   local i = 0

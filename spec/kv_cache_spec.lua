@@ -62,7 +62,7 @@ describe("KV cache type", function()
     end
     assert.equal("f32", capture("a").execution.kv_cache)
     assert.equal("f16", capture("b", "--kv-cache", "f16").execution.kv_cache)
-    local compare = require("ember.compare")
+    local compare = require("ember.analysis.compare")
     local res = compare.compare_dirs(dir .. "/a", dir .. "/b")
     assert.is_true(res.class ~= "exact" and res.class ~= "exact-semantic", res.class)
     local found

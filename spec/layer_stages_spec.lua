@@ -8,7 +8,7 @@
 local ember = require("ember")
 local npy = require("helpers.npy")
 local fx = require("helpers.fixtures")
-local fs = require("ember.fs")
+local fs = require("ember.store.fs")
 
 local STAGES = { "attention_pattern", "attention_heads", "mlp_activation" }
 

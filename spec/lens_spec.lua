@@ -30,7 +30,7 @@ local function all_cases()
   local out = {}
   for _, set in ipairs({ "parity", "parity-quant" }) do
     local dir = fx.root .. "/" .. set
-    local p = io.popen("ls -1 " .. require("ember.fs").shell_quote(dir) .. " 2>/dev/null")
+    local p = io.popen("ls -1 " .. require("ember.store.fs").shell_quote(dir) .. " 2>/dev/null")
     for name in p:lines() do
       if fx.exists(dir .. "/" .. name .. "/case.json") then
         out[#out + 1] = { set = set, name = name, dir = dir .. "/" .. name }

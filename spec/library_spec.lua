@@ -1,10 +1,10 @@
 -- The library as shipped: lib/ember embedded in ember-lua (served by package.preload, EMBER_LIB
--- overriding it), `ember-lua -m`, the built-in experiments under ember.experiments, ember.flags,
+-- overriding it), `ember-lua -m`, the built-in experiments under ember.experiments, ember.cli.flags,
 -- and the default tiny model made on first use in the cache directory.
 
 local F = require("helpers.fixtures")
 local H = require("helpers.artifacts")
-local flags = require("ember.flags")
+local flags = require("ember.cli.flags")
 
 local lua_bin = F.build .. "/ember-lua"
 
@@ -70,9 +70,9 @@ describe("ember-lua's embedded library", function()
     local out, rc = sh(H.shell_quote(lua_bin) .. " -m")
     assert.equal(1, rc)
     assert.matches("'-m' needs argument", out, 1, true)
-    out, rc = sh(H.shell_quote(lua_bin) .. " -m ember.json")
+    out, rc = sh(H.shell_quote(lua_bin) .. " -m ember.store.json")
     assert.equal(1, rc)
-    assert.matches("module 'ember.json' has no main function", out, 1, true)
+    assert.matches("module 'ember.store.json' has no main function", out, 1, true)
   end)
 end)
 
@@ -128,7 +128,7 @@ end)
 
 describe("built-in experiments", function()
   it("are modules of the library, and scripts/experiments/ files make the same experiments", function()
-    local builtin = require("ember.builtin")
+    local builtin = require("ember.run.builtin")
     local z = builtin.experiment("zero_layer_output", { target = "3:attention", notice = function() end })
     assert.equal("zero-layer-output", z.name)
     assert.equal(3, z.target.layer)
@@ -173,10 +173,10 @@ end)
 describe("the default model", function()
   after_each(H.cleanup)
 
-  -- runs `ember.default_model.path()` under stock lua5.4 with the given environment prefix
+  -- runs `ember.model.default_model.path()` under stock lua5.4 with the given environment prefix
   local function default_path(env)
     return sh(env .. " LUA_PATH=" .. H.shell_quote(package.path) .. " LUA_CPATH=" .. H.shell_quote(package.cpath)
-      .. " lua5.4 -e " .. H.shell_quote("io.write(require('ember.default_model').path())"))
+      .. " lua5.4 -e " .. H.shell_quote("io.write(require('ember.model.default_model').path())"))
   end
 
   it("is made on first use in $XDG_CACHE_HOME/ember, the same bytes make-tiny-model writes", function()

@@ -1,13 +1,13 @@
--- Linear probes (`ember probe train|eval`, lib/ember/probe.lua, lib/ember/probe_cli.lua): the
+-- Linear probes (`ember probe train|eval`, lib/ember/analysis/probe.lua, lib/ember/cli/probe.lua): the
 -- numerics on hand-made data, the deterministic split, and on the tiny model a synthetic dataset
 -- whose label is the prompt's first token: the probe must decode it from a later layer, and the
 -- same training on shuffled labels must stay near chance. Both bounds are derived below.
 
 local C = require("helpers.cli")
 local ember_cli, need_model = C.ember, C.need_model
-local fs = require("ember.fs")
-local json = require("ember.json")
-local probe = require("ember.probe")
+local fs = require("ember.store.fs")
+local json = require("ember.store.json")
+local probe = require("ember.analysis.probe")
 
 local function write(path, text)
   local f = assert(io.open(path, "wb"))
@@ -143,7 +143,7 @@ describe("ember probe on the tiny model", function()
     assert.equal(1, t.seed)
     assert.same({ "A", "B" }, doc.classes)
     local model = ember.load { model = model_path }
-    assert.equal(require("ember.manifest").model_sha256(model), doc.model.sha256)
+    assert.equal(require("ember.store.manifest").model_sha256(model), doc.model.sha256)
     model:close()
 
     -- eval applies the saved probe: on the same data it agrees with what training reported

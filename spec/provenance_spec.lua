@@ -101,7 +101,7 @@ describe("model digest cache", function()
     local a, b = capture("a"), capture("b")
     assert.equal("fresh", a.model.sha256_source)
     assert.equal("cached", b.model.sha256_source)
-    local res = require("ember.compare").compare_dirs(dir .. "/a", dir .. "/b")
+    local res = require("ember.analysis.compare").compare_dirs(dir .. "/a", dir .. "/b")
     assert.equal("exact", res.class, res.reason)
     local seen = false
     for _, d in ipairs(res.provenance_differences) do

@@ -1,11 +1,11 @@
 -- Inspection surfaces refuse active experiments (SPEC §7): extraction, probes, demo, interactive
--- and benchmark, each with every experiment flag ember.flags lists. The refusal comes before the
+-- and benchmark, each with every experiment flag ember.cli.flags lists. The refusal comes before the
 -- model runs: the model path given does not exist, so a check made after loading would fail
 -- differently (exit 1, "cannot open").
 
 local C = require("helpers.cli")
 local ember_cli = C.ember
-local flags = require("ember.flags")
+local flags = require("ember.cli.flags")
 
 local MISSING = "/nonexistent/refusal-model.gguf"
 

@@ -2,7 +2,7 @@
 -- session in a real pseudo-terminal (tmux) that loads a model, prints a tensor, recalls history
 -- and completes names with Tab.
 
-local repl = require("ember.repl")
+local repl = require("ember.cli.repl")
 local fx = require("helpers.fixtures")
 
 describe("ember.repl logic", function()
@@ -72,7 +72,7 @@ describe("ember.repl logic", function()
 end)
 
 describe("help()", function()
-  local help = require("ember.help")
+  local help = require("ember.cli.help")
   local ember = require("ember")
 
   it("has a line for every function of the ember module and every method of every class", function()
@@ -108,7 +108,7 @@ describe("help()", function()
         end
       end
     end
-    assert.are.same({}, missing, "add a line to lib/ember/help.lua for: " .. table.concat(missing, ", "))
+    assert.are.same({}, missing, "add a line to lib/ember/cli/help.lua for: " .. table.concat(missing, ", "))
   end)
 
   it("lists the module, an object's methods, and a function's line", function()

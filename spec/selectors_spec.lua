@@ -1,7 +1,7 @@
 -- The LPeg grammars behind every flag value: what they accept, what they refuse, and that a
 -- refusal says what was expected (so the CLI can name the flag and the problem).
 
-local sel = require("ember.selectors")
+local sel = require("ember.run.selectors")
 
 describe("selectors.parse_layer_stage", function()
   it("reads zero-layer-output's LAYER:STAGE with the three short stages", function()

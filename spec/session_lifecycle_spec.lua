@@ -125,7 +125,7 @@ describe("the experiment lifecycle in sessions", function()
       assert.is_not_nil(args, "no arguments for " .. file .. " in this spec's ARGS table")
       if type(args) == "function" then args = args(model) end
       -- factories get (args, model handle), as --experiment gives them
-      local function make() return dofile(file)(args, require("ember.builtin").handle(model)) end
+      local function make() return dofile(file)(args, require("ember.run.builtin").handle(model)) end
       -- the session: prefill the prompt, decode one token
       local s = model:session { context = #ids + 2 }
       local exp = make()

@@ -3,9 +3,9 @@
 -- bit-identical to the same sweep run in one local process. Pending, with the reason, when the
 -- cluster cannot start here (not root, Slurm or MUNGE missing); every daemon started is stopped.
 
-local fs = require("ember.fs")
-local store = require("ember.sweep_store")
-local merge = require("ember.sweep_merge")
+local fs = require("ember.store.fs")
+local store = require("ember.sweep.store")
+local merge = require("ember.sweep.merge")
 local fx = require("helpers.fixtures")
 local C = require("helpers.cli")
 

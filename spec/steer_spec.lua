@@ -6,13 +6,13 @@
 -- here the way llama.cpp's cvector-generator writes them (helpers.gguf_writer).
 
 local ember = require("ember")
-local compose = require("ember.compose")
+local compose = require("ember.run.compose")
 local models = require("helpers.models")
 local npy = require("helpers.npy")
 local gguf_writer = require("helpers.gguf_writer")
 local cli = require("helpers.cli")
 local steer = require("ember.experiments.steer")
-local cvec = require("ember.control_vector")
+local cvec = require("ember.run.control_vector")
 
 local model
 local need_default = models.lazy_default()
@@ -154,7 +154,7 @@ describe("ember.experiments.steer", function()
 end)
 
 describe("ember.vector_file", function()
-  local vf = require("ember.vector_file")
+  local vf = require("ember.store.vector_file")
 
   it("reads .npy f32 and f16 vectors and a chosen row of a matrix, exactly", function()
     local v = direction(3, 10)
@@ -228,7 +228,7 @@ describe("--steer", function()
     assert.matches("MODIFIED by steer 2:after_layer:" .. v .. ":4: vector %[1, " .. H .. "%]", err)
     assert.matches("added to after_layer of layer 2, 4 times %(prefill 1, decode 3%)", err)
     assert.matches("added to after_mlp of layers 1%-2, 8 times %(prefill 2, decode 6%)", err)
-    local m = require("ember.json").decode(io.open(manifest):read("a"))
+    local m = require("ember.store.json").decode(io.open(manifest):read("a"))
     local d = m.experiment.members[1].details
     assert.are.equal(2, #d)
     assert.are.same({ "2", "after_layer", 4.0, 1, H }, { d[1].layers, d[1].stage, d[1].scale, d[1].shape[1], d[1].shape[2] })
@@ -337,7 +337,7 @@ describe("llama.cpp control vectors", function()
         "--capture-activations", dir, "--capture-stages", "after_logits", ...)
       assert.are.equal(0, code, err)
       local shas = {}
-      for _, r in ipairs(require("ember.artifact").read(dir).records) do shas[#shas + 1] = r.sha256 end
+      for _, r in ipairs(require("ember.store.artifact").read(dir).records) do shas[#shas + 1] = r.sha256 end
       return shas, err
     end
     local a, err = logits_of("--control-vector", cv .. ":1.5")
@@ -385,7 +385,7 @@ end)
 describe("scripts/experiments/logit_lens.lua", function()
   it("prints one row per layer; the last layer's top token is the run's greedy next token", function()
     if not need_model() then return end
-    local exp = dofile("scripts/experiments/logit_lens.lua")("k=3", require("ember.builtin").handle(model))
+    local exp = dofile("scripts/experiments/logit_lens.lua")("k=3", require("ember.run.builtin").handle(model))
     local s = model:session {}
     local ids = model:tokenize(models.PROMPT)
     local logits = s:prefill(ids, { experiment = exp })

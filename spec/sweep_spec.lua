@@ -5,12 +5,12 @@
 
 local cjson = require("cjson")
 local ember = require("ember")
-local artifact = require("ember.artifact")
-local fs = require("ember.fs")
-local patch = require("ember.patch")
+local artifact = require("ember.store.artifact")
+local fs = require("ember.store.fs")
+local patch = require("ember.run.patch")
 local sweep = require("ember.sweep")
-local store = require("ember.sweep_store")
-local merge = require("ember.sweep_merge")
+local store = require("ember.sweep.store")
+local merge = require("ember.sweep.merge")
 local fx = require("helpers.fixtures")
 local C = require("helpers.cli")
 
@@ -297,7 +297,7 @@ describe("ember.sweep", function()
 
   it("reports progress: a final summary off a terminal, one rewritten line on one", function()
     need_model()
-    local progress = require("ember.sweep_progress")
+    local progress = require("ember.sweep.progress")
     local sink = C.sink()
     run("prog", { progress = progress.new { stream = sink, mode = "summary" } })
     local text = sink:text()
@@ -396,7 +396,7 @@ describe("ember sweep (command)", function()
 
   it("draws the heatmap as SVG and PNG with the labels the manifest names", function()
     need_model()
-    if not require("ember.plot").gnuplot() then pending("gnuplot is not installed") end
+    if not require("ember.analysis.plot").gnuplot() then pending("gnuplot is not installed") end
     local dir = work .. "/cmd"
     local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out", dir,
       "--metric", "logit-diff", "--stages", "after_attention,after_layer", "--threads", "1", "--progress", "none")

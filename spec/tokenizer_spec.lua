@@ -3,7 +3,7 @@
 -- Fixtures: EMBER_FIXTURES or ../shared/fixtures (from the project root); a missing file makes its
 -- test pending with the path in the message.
 
-local tokenizer = require("ember.tokenizer")
+local tokenizer = require("ember.model.tokenizer")
 local cjson = require("cjson")
 
 local FIXTURES = os.getenv("EMBER_FIXTURES") or "../shared/fixtures"

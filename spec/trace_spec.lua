@@ -6,7 +6,7 @@
 local ember = require("ember")
 local fx = require("helpers.fixtures")
 local H = require("helpers.cli")
-local fs = require("ember.fs")
+local fs = require("ember.store.fs")
 
 local read = require("helpers.files").read
 
@@ -125,7 +125,7 @@ describe("--trace", function()
       end
     end
     local listed = {}
-    for _, name in ipairs(require("ember.trace").OPS) do
+    for _, name in ipairs(require("ember.model.trace").OPS) do
       listed[name] = true
       assert.is_true(seen[name] == true, "listed but never emitted: " .. name)
     end
@@ -380,7 +380,7 @@ describe("--dump-layers and --dump-logits", function()
 
   it("of a run that fails part-way are not written, and its spilled views are removed", function()
     local m = ember.load({ model = H.need_model() })
-    local dump = require("ember.dump")
+    local dump = require("ember.run.dump")
     local obs = dump.observer({ layers = p("d"), logits = p("l.safetensors") })
     local calls = 0
     local failing = { name = "fail-in-decode", after_layer = function(_, ctx)

@@ -1,7 +1,7 @@
 /* test_generate_interrupt.c — a host that raises the interrupt flag (ember_lua_interrupted, as
  * ember-lua's SIGINT handler does) without arming a Lua hook sees generate stop between tokens:
  * stop = "interrupted", the tokens so far kept (the same ids as an uninterrupted run), one decode
- * per kept token, no on_generation_complete, and the flag cleared. Runs lib/ember/generate.lua
+ * per kept token, no on_generation_complete, and the flag cleared. Runs lib/ember/model/generate.lua
  * from the source tree on the ember core, in a plain lua_State. */
 #include "ember.h"
 #include "lbind.h"

@@ -1,12 +1,12 @@
 -- fuzz/drivers/artifact.lua — any bytes as an activation artifact through the reader
--- (lib/ember/artifact.lua: manifest.json on lua-cjson, tensors.safetensors, every check). The
+-- (lib/ember/store/artifact.lua: manifest.json on lua-cjson, tensors.safetensors, every check). The
 -- input is a 4-byte little-endian length, then that many bytes of manifest.json, then the
 -- tensors.safetensors bytes; the safetensors decoder also gets the whole input on its own. A read
 -- must succeed or raise a message naming the artifact; anything else is a finding.
-local artifact = require("ember.artifact")
-local safetensors = require("ember.safetensors")
+local artifact = require("ember.store.artifact")
+local safetensors = require("ember.store.safetensors")
 
-local dir = require("ember.fs").make_temp_dir("ember-fuzz-artifact") -- private (0700), no shell
+local dir = require("ember.store.fs").make_temp_dir("ember-fuzz-artifact") -- private (0700), no shell
 
 local function put(name, bytes)
   local f = assert(io.open(dir .. "/" .. name, "wb"))

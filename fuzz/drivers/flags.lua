@@ -1,13 +1,13 @@
 -- fuzz/drivers/flags.lua — any bytes as a command line (NUL-separated arguments) through the flag
--- grammar (lib/ember/flags.lua) with the `ember`, `ember benchmark`, `ember sweep` and `ember
+-- grammar (lib/ember/cli/flags.lua) with the `ember`, `ember benchmark`, `ember sweep` and `ember
 -- compare-models` flag lists. Parsing must return options or raise a usage error: any other error,
 -- or a numeric option outside its flag's documented range, is a finding.
-local flags = require("ember.flags")
+local flags = require("ember.cli.flags")
 local cli = require("ember.cli")
 
 local specs = {
   flags.spec(cli.FLAGS), cli.BENCH_FLAGS, cli.COMPARE_FLAGS,
-  require("ember.sweep_cli").FLAGS, require("ember.compare_models_cli").FLAGS,
+  require("ember.cli.sweep").FLAGS, require("ember.cli.compare_models").FLAGS,
 }
 
 local RANGES = { ["top-k"] = { 0, flags.MAX_TOP_K }, threads = { 0, flags.MAX_THREADS },

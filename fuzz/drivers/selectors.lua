@@ -1,7 +1,7 @@
--- fuzz/drivers/selectors.lua — any bytes through every LPeg grammar of lib/ember/selectors.lua.
+-- fuzz/drivers/selectors.lua — any bytes through every LPeg grammar of lib/ember/run/selectors.lua.
 -- Each parse_* returns a value or nil and a message; raising, or a value that breaks its own
 -- contract (a non-integer layer, an unsorted or repeated index list), is a finding.
-local sel = require("ember.selectors")
+local sel = require("ember.run.selectors")
 
 local function check(cond, what, s)
   if not cond then error(string.format("%s for input %q", what, s), 0) end

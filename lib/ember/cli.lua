@@ -5,12 +5,12 @@
 -- Exit codes: 0 success; 1 the run or comparison failed (hook failure, unreadable artifact,
 -- --require not met); 2 usage error (unknown/malformed flag, bad value, out-of-range layer).
 
-local flags = require("ember.flags")
-local selectors = require("ember.selectors")
+local flags = require("ember.cli.flags")
+local selectors = require("ember.run.selectors")
 
 local M = {}
 
--- ---- flags (the grammar is ember.flags'; the lists are this command's) ---------------------------
+-- ---- flags (the grammar is ember.cli.flags'; the lists are this command's) ---------------------------
 
 local function zero_value(s) return selectors.parse_layer_stage(s, "zero") end
 local function patch_value(s) return selectors.parse_layer_stage(s, "patch") end
@@ -41,7 +41,7 @@ M.FLAGS = {
     many = true },
   { "control-vector", selectors.parse_control_vector, "FILE.gguf[:SCALE]",
     "add a llama.cpp control vector (direction.N at after_layer of layer N; repeatable: vectors sum)", many = true },
-  { "control-vector-layers", function(v) return require("ember.control_vector").parse_range(v) end, "A-B",
+  { "control-vector-layers", function(v) return require("ember.run.control_vector").parse_range(v) end, "A-B",
     "apply control vectors only at layers A..B, inclusive (default 1 to the last layer, as llama.cpp)" },
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
@@ -64,7 +64,7 @@ M.FLAGS = {
       local list = {}
       for name in v:gmatch("[^,%s]+") do list[#list + 1] = name end
       if #list == 0 then return nil, "expected a list of op names like attn_q,ffn_down" end
-      local _, err = require("ember.trace").check_filter({ ops = list })
+      local _, err = require("ember.model.trace").check_filter({ ops = list })
       if err then return nil, err end
       return list
     end, "LIST", "trace only these ops: attn_q,ffn_down,... (names: docs/inspection.md)" },
@@ -151,12 +151,12 @@ local function run_benchmark(args, io_)
   if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
   if o["hooks-ab"] and o["trace-ab"] then usage_error("benchmark: --hooks-ab and --trace-ab are two runs; give one") end
   if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
-  local bench = require("ember.benchmark")
+  local bench = require("ember.run.benchmark")
   if o["provenance-ab"] then
     local res = bench.provenance_ab({ model = o.model, kernels = o.kernels, threads = o.threads }, {
       prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"], warmup = o.warmup })
     if o.json then
-      io_.stdout:write(require("ember.json").encode(res, { indent = "  " }))
+      io_.stdout:write(require("ember.store.json").encode(res, { indent = "  " }))
     else
       io_.stdout:write(bench.format_provenance_ab(res))
     end
@@ -194,7 +194,7 @@ local function run_benchmark(args, io_)
   end
 
   if o.json then
-    local json = require("ember.json")
+    local json = require("ember.store.json")
     local function side(x)
       return json.ordered({ "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs" }, {
         prefill_tok_s = x.prefill_tok_s, decode_tok_s = x.decode_tok_s,
@@ -259,9 +259,9 @@ local function run_compare(args, io_)
   local spec = M.COMPARE_FLAGS
   local opts, pos = flags.parse(args, 2, spec)
   if #pos ~= 2 then usage_error("compare-artifacts needs two artifact directories, got %d", #pos) end
-  local compare = require("ember.compare")
+  local compare = require("ember.analysis.compare")
   -- two sweep artifacts are compared cell by cell, with the same classes, --json and --require
-  local sweeps = require("ember.compare_sweeps")
+  local sweeps = require("ember.sweep.compare")
   local sa, sb = sweeps.is_sweep(pos[1]), sweeps.is_sweep(pos[2])
   if sa ~= sb then
     error(string.format("compare-artifacts: '%s' is %s and '%s' is %s; compare two sweeps or two activation "
@@ -337,7 +337,7 @@ end
 -- nothing lands in the working directory unasked.
 function M.run_manifest_path(o)
   if o["run-manifest"] then return o["run-manifest"] end
-  if o["capture-activations"] then return require("ember.fs").join(o["capture-activations"], "run.json") end
+  if o["capture-activations"] then return require("ember.store.fs").join(o["capture-activations"], "run.json") end
   local stats = o["activation-stats"]
   if stats then return (stats:gsub("%.json$", "")) .. ".run.json" end
   return nil
@@ -358,7 +358,7 @@ function M.steering_experiments(o, model, notice)
   if o.steer then
     local additions = {}
     for i, st in ipairs(o.steer) do
-      local okv, r = pcall(require("ember.vector_file").read, st.source)
+      local okv, r = pcall(require("ember.store.vector_file").read, st.source)
       if not okv then usage_error("--steer: %s", tostring(r)) end
       local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true, after_layer = true })[st.stage]
       if stage_width and r.shape[2] ~= model.info.hidden_size then
@@ -372,7 +372,7 @@ function M.steering_experiments(o, model, notice)
     list[#list + 1] = require("ember.experiments.steer").make { additions = additions, notice = notice }
   end
   if o["control-vector"] then
-    local cvec = require("ember.control_vector")
+    local cvec = require("ember.run.control_vector")
     local files = {}
     for i, f in ipairs(o["control-vector"]) do
       local okc, cv = pcall(cvec.read, f.path)
@@ -406,16 +406,16 @@ local function run_generate(args, argv, io_)
     usage_error("unexpected argument '%s'", pos[1])
   end
   if o["extract-hidden"] ~= nil or o["extract-out"] ~= nil or o.prompts ~= nil then
-    return require("ember.extract").cli(o, argv, io_)
+    return require("ember.analysis.extract").cli(o, argv, io_)
   end
   check_combinations(o)
 
   -- Output locations are checked before the model loads: a run must not be wasted on a typo.
-  local fs = require("ember.fs")
+  local fs = require("ember.store.fs")
   -- a run manifest goes next to the output it describes, or where --run-manifest says; none else
   local run_manifest = M.run_manifest_path(o)
   local default_manifest = run_manifest ~= nil and o["run-manifest"] == nil
-  local clash = require("ember.outputs").check {
+  local clash = require("ember.run.outputs").check {
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
     { flag = "--run-manifest", path = run_manifest, kind = "file", default = default_manifest },
@@ -423,7 +423,7 @@ local function run_generate(args, argv, io_)
     { flag = "--dump-layers", path = o["dump-layers"], kind = "dir" },
     { flag = "--dump-logits", path = o["dump-logits"], kind = "file" },
     -- the logits dump's sidecar is a derived path: it never replaces an existing file
-    { flag = "--dump-logits", path = o["dump-logits"] and require("ember.dump").logits_sidecar(o["dump-logits"]),
+    { flag = "--dump-logits", path = o["dump-logits"] and require("ember.run.dump").logits_sidecar(o["dump-logits"]),
       kind = "file", default = true },
   }
   if clash then usage_error("%s", clash) end
@@ -446,7 +446,7 @@ local function run_generate(args, argv, io_)
     if o[k] and not fs.is_dir(o[k]) then usage_error("--%s: '%s' is not a directory", k, o[k]) end
   end
 
-  local capture = require("ember.capture")
+  local capture = require("ember.run.capture")
   local cap
   if o["capture-activations"] then
     local cfg, err = capture.config {
@@ -461,7 +461,7 @@ local function run_generate(args, argv, io_)
 
   -- A user experiment file is compiled and run before the model loads, so a broken file fails
   -- fast; its factory is called once the model is there: factory(args, model handle).
-  local builtin = require("ember.builtin")
+  local builtin = require("ember.run.builtin")
   local user_made
   if o.experiment then
     if not fs.exists(o.experiment) then usage_error("--experiment: cannot open '%s'", o.experiment) end
@@ -494,7 +494,7 @@ local function run_generate(args, argv, io_)
   local max_tokens = o["max-tokens"] or 16
   -- the context the run needs, checked against the model before anything runs (SPEC: the model's
   -- context_length is a limit unless --context says otherwise)
-  require("ember.generate").check_context(info, #model.tokenizer:encode(o.prompt), max_tokens, o.context or 0,
+  require("ember.model.generate").check_context(info, #model.tokenizer:encode(o.prompt), max_tokens, o.context or 0,
     function(msg) usage_error("--max-tokens: %s", (msg:gsub("an explicit context", "--context N"))) end,
     function(msg) io_.stderr:write("ember: --context: ", msg, "\n") end)
 
@@ -527,11 +527,11 @@ local function run_generate(args, argv, io_)
   local stats_exp
   if o["zero-layer-output"] then
     local z = o["zero-layer-output"]
-    experiments[#experiments + 1] = require("ember.builtin").experiment("zero_layer_output",
+    experiments[#experiments + 1] = require("ember.run.builtin").experiment("zero_layer_output",
       { target = string.format("%d:%s", z.layer, z.short), notice = notice })
     exp_args = string.format("%d:%s", z.layer, z.short)
   elseif o["activation-patch"] then
-    local patch = require("ember.patch")
+    local patch = require("ember.run.patch")
     experiments[#experiments + 1] = patch.experiment {
       source = o["activation-patch"], target = o["patch-target"], model = model,
       positions = o["patch-positions"] ~= "all" and o["patch-positions"] or nil,
@@ -549,7 +549,7 @@ local function run_generate(args, argv, io_)
     exp_args = args_text
   end
   if o["activation-stats"] then
-    stats_exp = require("ember.builtin").experiment("activation_stats",
+    stats_exp = require("ember.run.builtin").experiment("activation_stats",
       { output = o["activation-stats"], stages = o["capture-stages"] })
     experiments[#experiments + 1] = stats_exp
   end
@@ -559,7 +559,7 @@ local function run_generate(args, argv, io_)
   local dumps
   if o["dump-layers"] or o["dump-logits"] then
     dumps = { layers = o["dump-layers"], logits = o["dump-logits"],
-      observer = require("ember.dump").observer { layers = o["dump-layers"], logits = o["dump-logits"] } }
+      observer = require("ember.run.dump").observer { layers = o["dump-layers"], logits = o["dump-logits"] } }
   end
 
   -- Text is streamed as it is generated, byte for byte what the final text will be: an exact
@@ -578,7 +578,7 @@ local function run_generate(args, argv, io_)
     end
   end
   -- the context notice was given above, before the run: generate must not repeat it
-  local generate = require("ember.generate")
+  local generate = require("ember.model.generate")
   local saved_notice = generate.notice
   generate.notice = function() end
   local okr, result = pcall(require("ember.run").execute, {
@@ -637,11 +637,11 @@ function M.main(arg, io_)
   local ok, code = pcall(function()
     if args[1] == "compare-artifacts" then return run_compare(args, io_) end
     if args[1] == "benchmark" then return run_benchmark(args, io_) end
-    if args[1] == "sweep" then return require("ember.sweep_cli").main(args, io_) end
-    if args[1] == "compare-models" then return require("ember.compare_models_cli").main(args, io_) end
-    if args[1] == "probe" then return require("ember.probe_cli").main(args, argv, io_) end
-    if args[1] == "demo" then return require("ember.demo").main(args, argv, io_) end
-    if args[1] == "interactive" then return require("ember.interactive").main(args, argv, io_) end
+    if args[1] == "sweep" then return require("ember.cli.sweep").main(args, io_) end
+    if args[1] == "compare-models" then return require("ember.cli.compare_models").main(args, io_) end
+    if args[1] == "probe" then return require("ember.cli.probe").main(args, argv, io_) end
+    if args[1] == "demo" then return require("ember.cli.demo").main(args, argv, io_) end
+    if args[1] == "interactive" then return require("ember.cli.interactive").main(args, argv, io_) end
     return run_generate(args, argv, io_)
   end)
   if ok then return code end

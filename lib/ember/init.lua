@@ -10,16 +10,16 @@ for k, v in pairs(core) do
 end
 M.core = core
 
--- model:generate{...} is written in Lua on the core's primitives (lib/ember/generate.lua)
-core.classes.Model.__methods.generate = require("ember.generate").generate
--- model:run_with_cache{ ids= | prompt=, stages=, layers=, all_logits= } -> cache (lib/ember/cache.lua)
-core.classes.Model.__methods.run_with_cache = require("ember.cache").run_with_cache
+-- model:generate{...} is written in Lua on the core's primitives (lib/ember/model/generate.lua)
+core.classes.Model.__methods.generate = require("ember.model.generate").generate
+-- model:run_with_cache{ ids= | prompt=, stages=, layers=, all_logits= } -> cache (lib/ember/model/cache.lua)
+core.classes.Model.__methods.run_with_cache = require("ember.model.cache").run_with_cache
 
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
-M.tokenizer = require("ember.tokenizer")
+M.tokenizer = require("ember.model.tokenizer")
 
--- ember.trace(path [, model [, filter]]) -> ember.Trace (lib/ember/trace.lua, docs/inspection.md)
-M.trace = require("ember.trace").open
+-- ember.trace(path [, model [, filter]]) -> ember.Trace (lib/ember/model/trace.lua, docs/inspection.md)
+M.trace = require("ember.model.trace").open
 -- ember.fingerprint(t) -> the value fingerprint of a tensor or view (t:fingerprint())
 function M.fingerprint(t)
   local mt = getmetatable(t)
@@ -31,7 +31,7 @@ function M.fingerprint(t)
 end
 
 -- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
-M.selectors = require("ember.selectors")
+M.selectors = require("ember.run.selectors")
 -- ember.experiments.<name>: the built-in experiment factories (activation_stats, zero_layer_output,
 -- steer), loaded on first use: ember.experiments.steer{ layer =, stage =, vector =, scale = }
 M.experiments = setmetatable({}, { __index = function(t, name)
@@ -103,7 +103,7 @@ local function load(opts)
       model:close()
       error("bad argument #1 to 'load' (option 'trace' must be a file path, got " .. type(opts.trace) .. ")", 0)
     end
-    local tr = require("ember.trace")
+    local tr = require("ember.model.trace")
     tr.for_model(model, tr.open(opts.trace, model))
   end
   return model
@@ -123,17 +123,17 @@ function M.load(opts)
 end
 
 -- ember.save_tensors(path, { name = tensor, ... } [, metadata]) / ember.load_tensors(path) ->
--- { name = tensor }, metadata: named tensors in one safetensors file (lib/ember/tensor_file.lua)
-local tensor_file = require("ember.tensor_file")
+-- { name = tensor }, metadata: named tensors in one safetensors file (lib/ember/store/tensor_file.lua)
+local tensor_file = require("ember.store.tensor_file")
 M.save_tensors, M.load_tensors = tensor_file.save, tensor_file.load
 
 -- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
--- -> the causal sweep's result (lib/ember/sweep.lua, docs/sweeps.md)
+-- -> the causal sweep's result (lib/ember/sweep/init.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end
 
 -- ember.extract_hidden{ model =, prompts =, layers = } -> per prompt { prompt, label, ids, hidden =
 -- { [layer] = Tensor } }: the residual stream after layers, every prompt token (docs/extraction.md)
-function M.extract_hidden(opts) return require("ember.extract").hidden(opts) end
+function M.extract_hidden(opts) return require("ember.analysis.extract").hidden(opts) end
 
 -- ember.load_experiment(path [, args [, model]]) -> experiment table
 -- An experiment file returns a factory `function(args, model) return exp end` (or the table
@@ -144,7 +144,7 @@ function M.load_experiment(path, args, model)
     error("bad argument #1 to 'load_experiment' (file path expected, got " .. type(path) .. ")", 2)
   end
   -- the one loader of experiment files (the CLI's too): errors name the file
-  local builtin = require("ember.builtin")
+  local builtin = require("ember.run.builtin")
   local ok, made = pcall(builtin.load, path, args, model and builtin.handle(model))
   if not ok then error("load_experiment: " .. tostring(made), 2) end
   return made

@@ -6,7 +6,7 @@
 -- Use: ember --experiment scripts/experiments/attention_knockout.lua --experiment-args "layers=all keys=0"
 --      (layers and keys: lists like 0,2-3 or all; quote a list with a comma: keys='0,5')
 
-local xargs = require("ember.experiment_args")
+local xargs = require("ember.run.experiment_args")
 
 return function(args)
   local who = "attention-knockout"

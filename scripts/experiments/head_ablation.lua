@@ -5,7 +5,7 @@
 -- Use: ember --experiment scripts/experiments/head_ablation.lua --experiment-args "layer=1 heads='0,3'"
 --      (heads: a list like 0,2-3 or all; quote a list with a comma)
 
-local xargs = require("ember.experiment_args")
+local xargs = require("ember.run.experiment_args")
 
 return function(args)
   local who = "head-ablation"

@@ -9,7 +9,7 @@
 -- exp:lines() gives it as a list of strings and exp:top() as numbers (in a session, where no
 -- completion is signalled).
 
-local xargs = require("ember.experiment_args")
+local xargs = require("ember.run.experiment_args")
 
 return function(args, model)
   local who = "logit-lens"

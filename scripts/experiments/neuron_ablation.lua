@@ -5,7 +5,7 @@
 -- Use: ember --experiment scripts/experiments/neuron_ablation.lua --experiment-args "layer=2 neurons=0-99"
 --      (neurons: a list like 0,5-9 or all; quote a list with a comma)
 
-local xargs = require("ember.experiment_args")
+local xargs = require("ember.run.experiment_args")
 
 return function(args)
   local who = "neuron-ablation"

@@ -4,7 +4,7 @@
 --
 -- Use: ember --experiment scripts/experiments/scale_attention.lua --experiment-args "layer=3 factor=0.5"
 
-local selectors = require("ember.selectors")
+local selectors = require("ember.run.selectors")
 
 return function(args)
   local kv, err = selectors.parse_kv(type(args) == "string" and args or "")

@@ -10,7 +10,7 @@
 --                                                                    any source --steer reads)
 -- The same as `ember --steer 2:after_layer:dir.npy:1`.
 
-local xargs = require("ember.experiment_args")
+local xargs = require("ember.run.experiment_args")
 
 return function(args)
   local who = "steering-vector"
@@ -34,8 +34,8 @@ return function(args)
       for i = 1, hidden do v[i] = (i == dim + 1) and 1.0 or 0.0 end
       return ember.tensor(1, hidden, v)
     end
-    if not kv.vector:match("%.f32$") then return kv.vector end -- a --steer source (ember.vector_file)
-    local bytes = require("ember.fs").read(kv.vector, "steering-vector: vector file '" .. kv.vector .. "'")
+    if not kv.vector:match("%.f32$") then return kv.vector end -- a --steer source (ember.store.vector_file)
+    local bytes = require("ember.store.fs").read(kv.vector, "steering-vector: vector file '" .. kv.vector .. "'")
     if #bytes ~= hidden * 4 then
       error(string.format("steering-vector: %s holds %d bytes, expected %d (hidden size %d as f32)",
         kv.vector, #bytes, hidden * 4, hidden), 0)

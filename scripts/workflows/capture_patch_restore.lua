@@ -8,7 +8,7 @@
 --     [--prompt TEXT] [--layer 4] [--max-tokens 4] [--kernels K] [--threads N] [--out DIR]
 -- Exit 0 when the criterion holds, 1 when it fails, 2 for a usage error.
 
-local flags = require("ember.flags")
+local flags = require("ember.cli.flags")
 
 local FLAGS = {
   { "model", "path", "FILE.gguf" },
@@ -36,9 +36,9 @@ is used and removed when the criterion holds.
 
 local function main(o)
   local ember = require("ember")
-  local fs = require("ember.fs")
-  local workflow = require("ember.workflow")
-  local model_path = o.model or require("ember.default_model").path()
+  local fs = require("ember.store.fs")
+  local workflow = require("ember.run.workflow")
+  local model_path = o.model or require("ember.model.default_model").path()
   local model = ember.load { model = model_path, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels,
     threads = o.threads }
   local out_dir, temp_root = o.out, nil

@@ -5,7 +5,7 @@
 --     [--tokenizer T.json] [--temperature T] [--top-k K] [--top-p P] [--seed N] [--kernels SET]
 --     [--threads N]
 
-local flags = require("ember.flags")
+local flags = require("ember.cli.flags")
 
 local FLAGS = {
   { "model", "path", "FILE.gguf" },

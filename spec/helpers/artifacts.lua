@@ -4,7 +4,7 @@
 
 local M = {}
 
-local shell_quote = require("ember.fs").shell_quote
+local shell_quote = require("ember.store.fs").shell_quote
 M.shell_quote = shell_quote
 
 -- f32{...} -> little-endian float32 bytes

@@ -3,7 +3,7 @@
 -- binaries linked into its build/, so a spec can run documented commands verbatim there and
 -- then ask git whether they left anything behind. Must not touch the real tree.
 
-local fs = require("ember.fs")
+local fs = require("ember.store.fs")
 local fx = require("helpers.fixtures")
 
 local M = {}

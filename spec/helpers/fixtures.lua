@@ -28,7 +28,7 @@ function M.ints(list)
   return out
 end
 
-local shell_quote = require("ember.fs").shell_quote
+local shell_quote = require("ember.store.fs").shell_quote
 
 -- Names of the parity cases (sub-folders of <root>/<folder>, default "parity"), sorted; empty if
 -- the folder is missing.

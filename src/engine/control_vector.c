@@ -1,6 +1,6 @@
 /* control_vector.c — reads the control-vector GGUF files llama.cpp's cvector-generator writes
  * (`direction.N` tensors, f32, one per steered layer) into plain arrays. Must not apply them: where
- * a direction lands is the Lua library's business (lib/ember/control_vector.lua, docs/cli.md).
+ * a direction lands is the Lua library's business (lib/ember/run/control_vector.lua, docs/cli.md).
  *
  * What llama.cpp accepts (common/common.cpp, common_control_vector_load_one) and so what is checked
  * here: every tensor is named `direction.N` with N a positive decimal integer (direction.0 is

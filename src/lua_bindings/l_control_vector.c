@@ -1,6 +1,6 @@
 /* l_control_vector.c — core.read_control_vector(path): the direction.N tensors of a llama.cpp
  * control-vector GGUF (read and checked by src/engine/control_vector.c) as owned ember.Tensors.
- * Must not decide where they are added: lib/ember/control_vector.lua does (llama.cpp's mapping). */
+ * Must not decide where they are added: lib/ember/run/control_vector.lua does (llama.cpp's mapping). */
 #include "l_control_vector.h"
 
 #include <string.h>

@@ -1,4 +1,4 @@
-/* l_fs.c — the file-system calls of lib/ember/fs.lua and outputs.lua: what a path is, what a
+/* l_fs.c — the file-system calls of lib/ember/store/fs.lua and run/outputs.lua: what a path is, what a
  * directory holds, mkdir, mkdir -p, recursive removal, realpath. System calls, never a /bin/sh. */
 #define _XOPEN_SOURCE 700 /* nftw, realpath */
 #include "l_fs.h"

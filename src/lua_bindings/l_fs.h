@@ -1,5 +1,5 @@
 /* l_fs.h — core.internal's file-system calls (l_fs.c): stat, list_dir, mkdir, mkdir_p,
- * remove_tree, realpath, which lib/ember/fs.lua makes without spawning a process. */
+ * remove_tree, realpath, which lib/ember/store/fs.lua makes without spawning a process. */
 #ifndef EMBER_L_FS_H
 #define EMBER_L_FS_H
 

@@ -1,5 +1,5 @@
 /* l_model.c — ember.Model: ember.load, model.info, the model's tokenizer, sessions, close
- * (model:generate is Lua: lib/ember/generate.lua, added to the class by lib/ember/init.lua).
+ * (model:generate is Lua: lib/ember/model/generate.lua, added to the class by lib/ember/init.lua).
  * The userdata starts closed and opens only once the engine model exists; sessions point into the
  * engine model, so it is freed only when it is closed and no session is left. */
 #include "l_model.h"

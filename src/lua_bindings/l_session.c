@@ -1,5 +1,5 @@
 /* l_session.c — ember.Session (a KV cache over one model: prefill, decode, reset) and the one
- * evaluation primitive generation is built on (lib/ember/generate.lua holds the policy).
+ * evaluation primitive generation is built on (lib/ember/model/generate.lua holds the policy).
  * Never loops over tokens and never calls back into Lua except through an experiment's hooks. */
 #include "l_session.h"
 
@@ -299,7 +299,7 @@ static int s_tostring(lua_State *L) {
     return 1;
 }
 
-/* ---- the building blocks of generate (lib/ember/generate.lua) ----------------------------------- */
+/* ---- the building blocks of generate (lib/ember/model/generate.lua) -------------------------- */
 
 /* core.internal.session(model, n_ctx, fname) -> Session; errors name fname. */
 static int l_new_session(lua_State *L) {

@@ -245,7 +245,7 @@ static int t_argmax(lua_State *L) {
     return 1;
 }
 
-/* ---- comparison (for lib/ember/compare.lua; the measures are defined in docs/artifacts.md) ------- */
+/* ---- comparison (for lib/ember/analysis/compare.lua; the measures are in docs/artifacts.md) ------ */
 
 static void set_num(lua_State *L, const char *key, double v) {
     lua_pushnumber(L, v);

@@ -1,6 +1,6 @@
 /* l_tiny_model.c — ember.make_tiny_model: the project's deterministic random-weight model generator
  * (tools/tiny_model.c, the one `make-tiny-model` runs) for Lua, so the default model can be made
- * on first use by any ember build. Must not pick paths or defaults: lib/ember/default_model.lua does. */
+ * on first use by any ember build. Must not pick paths or defaults: lib/ember/model/default_model.lua does. */
 #include "l_tiny_model.h"
 
 #include <string.h>

@@ -1,5 +1,5 @@
 /* l_tokenizer.c — ember.Tokenizer and ember.DetokStream, and the C end of the tokenizer.json loader.
- * Must not parse JSON or interpret tokenizer.json (lib/ember/tokenizer.lua does): it receives the
+ * Must not parse JSON or interpret tokenizer.json (lib/ember/model/tokenizer.lua does): it receives the
  * decoded tables and a flat configuration, and feeds them to the engine's builder. */
 #include "l_tokenizer.h"
 

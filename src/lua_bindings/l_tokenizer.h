@@ -13,7 +13,7 @@
 
 /* Registers both classes and adds to the ember.core table at module_index:
  *   core.tokenizer_from_gguf(path)  -> ember.Tokenizer (raises on error)
- *   core.tokenizer_build(spec)      -> ember.Tokenizer; spec is what lib/ember/tokenizer.lua
+ *   core.tokenizer_build(spec)      -> ember.Tokenizer; spec is what lib/ember/model/tokenizer.lua
  *                                      makes of a tokenizer.json (see l_tokenizer.c) */
 void ember_lua_open_tokenizer(lua_State *L, int module_index);
 

@@ -1,5 +1,5 @@
 /* l_trace.c — ember.Trace: a JSONL trace file the engine writes its events into while the
- * trace is attached to a session (core.internal.set_trace); lib/ember/trace.lua adds the header and
+ * trace is attached to a session (core.internal.set_trace); lib/ember/model/trace.lua adds the header and
  * the summary line. Hooks get no handle on it: only the library attaches or detaches a trace. */
 #include "l_trace.h"
 
@@ -66,7 +66,7 @@ static int l_trace_write(lua_State *L) {
 }
 
 /* core.internal.trace_filter(trace, layers | nil, ops | nil): layers a sequence of 0-based layer
- * indices, ops a sequence of op names (lib/ember/trace.lua validates them against the model). */
+ * indices, ops a sequence of op names (lib/ember/model/trace.lua validates them against the model). */
 static int l_trace_filter(lua_State *L) {
     lua_trace *lt = check_trace(L, 1);
     bool *mask = NULL;

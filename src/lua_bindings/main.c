@@ -1,6 +1,6 @@
 /* main.c — ember-lua: the Lua 5.4 interpreter with ember built in, its Lua library included
  * (lib_embed.h). Takes the standard `lua` options plus `-m mod`, runs scripts under lua_pcall with
- * a traceback, and with no script opens the REPL (lib/ember/repl.lua) over GNU readline. Only the
+ * a traceback, and with no script opens the REPL (lib/ember/cli/repl.lua) over GNU readline. Only the
  * terminal glue is C; the REPL logic is Lua. */
 #include "lbind.h"
 #include "lib_embed.h"
@@ -344,7 +344,7 @@ static void preload(lua_State *L, bool with_library) {
     lua_pop(L, 1);
 }
 
-/* ---- readline glue for lib/ember/repl.lua -------------------------------------------------------- */
+/* ---- readline glue for lib/ember/cli/repl.lua ------------------------------------------------ */
 
 static char *line_result;
 static bool line_done;
@@ -513,7 +513,7 @@ static void preload_readline(lua_State *L) {
 static int run_repl(lua_State *L) {
     setup_readline();
     lua_getglobal(L, "require");
-    lua_pushliteral(L, "ember.repl");
+    lua_pushliteral(L, "ember.cli.repl");
     int status = docall(L, 1, 1); /* [repl] */
     if (status != LUA_OK) return report(L, status);
     lua_getfield(L, -1, "run"); /* [repl, run] */

@@ -8,9 +8,9 @@
 -- "attention_pattern,mlp_activation").
 -- The JSON is written when the generation completes, atomically, keys in a fixed order.
 
-local json = require("ember.json")
-local fs = require("ember.fs")
-local selectors = require("ember.selectors")
+local json = require("ember.store.json")
+local fs = require("ember.store.fs")
+local selectors = require("ember.run.selectors")
 
 local RECORD_KEYS = { "phase", "stage", "layer_index", "sequence_length", "start_position", "token_range",
   "shape", "dtype", "l2_norm", "abs_max", "fingerprint" }

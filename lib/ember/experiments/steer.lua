@@ -12,11 +12,11 @@
 --   take one of their own width, checked at the first call; attention_pattern is refused (its width
 --   is the sequence length, which grows with every token).
 -- vector: an ember.Tensor/TensorView of one row, a list of numbers, or a source string for
---   ember.vector_file ("v.npy", "v.safetensors#name", "ARTIFACT_DIR#record@row").
+--   ember.store.vector_file ("v.npy", "v.safetensors#name", "ARTIFACT_DIR#record@row").
 -- A vector whose scaled values are all zero (scale 0) is never added: such a run is bit-identical
 -- to one without it, and is not marked modified.
 
-local selectors = require("ember.selectors")
+local selectors = require("ember.run.selectors")
 
 local M = {}
 
@@ -30,7 +30,7 @@ end
 local function vector_of(v, where)
   local ember = require("ember")
   if type(v) == "string" then
-    local ok, r = pcall(require("ember.vector_file").read, v)
+    local ok, r = pcall(require("ember.store.vector_file").read, v)
     if not ok then error(where .. ": " .. tostring(r), 0) end
     return r.tensor, r.source
   end
@@ -152,7 +152,7 @@ function M.make(args)
     stats = { additions = 0, prefill = 0, decode = 0, vectors = #list } }
   local stats = exp.stats
 
-  -- the manifest's record of each vector (ember.manifest writes `details` as given)
+  -- the manifest's record of each vector (ember.store.manifest writes `details` as given)
   exp.details = {}
   for i, a in ipairs(list) do
     exp.details[i] = { layers = a.layers == "all" and "all" or layers_text(a.layers), stage = a.stage,

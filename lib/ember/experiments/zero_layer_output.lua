@@ -6,7 +6,7 @@
 --      ember --experiment scripts/experiments/zero_layer_output.lua --experiment-args 4:attention
 -- args: "LAYER:STAGE" (STAGE attention|mlp|layer) or { layer = n, stage = "mlp", notice = fn }.
 
-local selectors = require("ember.selectors")
+local selectors = require("ember.run.selectors")
 
 return function(args)
   local notice = function(msg) io.stderr:write(msg, "\n") end

@@ -1,0 +1,297 @@
+-- ember.analysis.compare_models — two files of the same model in different weight types (F32 vs Q8_0, ...)
+-- on the same tokens: per-layer, per-stage divergence of B from A, then causal localisation: A's
+-- activation patched into B layer by layer, and the share of B's output divergence that recovers.
+-- Must not parse flags, print or draw (cli/compare_models.lua does); it returns a report.
+--
+-- "The same tokens": A generates greedily; B is fed A's prompt and A's generated tokens (teacher
+-- forcing), so every evaluation of B lines up with one of A, in prefill and in decode.
+
+local capture = require("ember.run.capture")
+local compare = require("ember.analysis.compare")
+local json = require("ember.store.json")
+local manifest = require("ember.store.manifest")
+local patch = require("ember.run.patch")
+local selectors = require("ember.run.selectors")
+
+local M = {}
+
+local function fail(msg, ...) error("compare-models: " .. string.format(msg, ...), 0) end
+
+-- The models must be the same network: same family and shapes (weights may differ in type).
+local function check_pair(a, b)
+  for _, k in ipairs({ "family", "n_layers", "hidden_size", "n_vocab" }) do
+    if a.info[k] ~= b.info[k] then
+      fail("the models are not the same network: %s is %s in A (%s) and %s in B (%s)", k, tostring(a.info[k]),
+        a.info.path, tostring(b.info[k]), b.info.path)
+    end
+  end
+end
+
+-- One pass over the token sequence: prefill `ids`, then decode each token of `feed` (A chooses them
+-- greedily when feed is nil). Returns the logits of every evaluation and the tokens fed.
+local function pass(model, ids, n, feed, exp)
+  local s = model:session { context = #ids + n }
+  local opts = exp and { experiment = exp } or nil
+  local logits = { s:prefill(ids, opts) }
+  local tokens = {}
+  for k = 1, n do
+    local t = feed and feed[k] or (logits[#logits]:argmax() - 1)
+    tokens[k] = t
+    logits[#logits + 1] = s:decode(t, opts)
+  end
+  s:close()
+  return logits, tokens
+end
+
+local function softmax(v)
+  local mx = -math.huge
+  for i = 1, #v do if v[i] > mx then mx = v[i] end end
+  local p, sum, exp = {}, 0.0, math.exp
+  for i = 1, #v do local e = exp(v[i] - mx); p[i] = e; sum = sum + e end
+  for i = 1, #v do p[i] = p[i] / sum end
+  return p
+end
+
+-- KL(A || B) of two next-token distributions, in double.
+local function kl(la, lb)
+  local p, q = softmax(la:values()), softmax(lb:values())
+  local d, log = 0.0, math.log
+  for i = 1, #p do if p[i] > 0 then d = d + p[i] * (log(p[i]) - log(q[i])) end end
+  return d
+end
+
+-- How far B's outputs are from A's: KL and top-1 agreement, prefill and decode apart.
+local function output_divergence(la, lb)
+  local r = { kl_prefill = kl(la[1], lb[1]), top1_prefill = la[1]:argmax() == lb[1]:argmax(), exact = true }
+  local sum, agree = 0.0, 0
+  for i = 1, #la do
+    if la[i]:bytes() ~= lb[i]:bytes() then r.exact = false end
+    if i > 1 then
+      sum = sum + kl(la[i], lb[i])
+      if la[i]:argmax() == lb[i]:argmax() then agree = agree + 1 end
+    end
+  end
+  local nd = #la - 1
+  r.kl_decode = nd > 0 and sum / nd or json.null
+  r.top1_decode = nd > 0 and agree / nd or json.null
+  r.kl_mean = (r.kl_prefill + sum) / #la
+  r.top1_agreement = ((r.top1_prefill and 1 or 0) + agree) / #la
+  return r
+end
+
+local function recovered(base, now)
+  if base == json.null or now == json.null or base == 0 then return json.null end
+  return (base - now) / base
+end
+
+-- run(opts) -> report. opts: { a = ember.Model, b = ember.Model, prompt = text | ids = {...},
+--   max_tokens = 4, stages = {...} (localisation stages, default {"after_layer"}), on_step = fn,
+--   shard = { index, count } (only the localisation cells with index mod count = index) }
+function M.run(opts)
+  local a, b = opts.a, opts.b
+  check_pair(a, b)
+  local ids = opts.ids or a:tokenize(opts.prompt)
+  local n = opts.max_tokens or 4
+  local stages = opts.stages or { "after_layer" }
+  for _, s in ipairs(stages) do
+    local ok, why = selectors.check_residual_layer_stage(s)
+    if not ok then fail("localisation %s", why) end
+  end
+  local step = opts.on_step or function() end
+
+  -- A greedy and B teacher-forced, every stage of every layer captured
+  local all = assert(capture.config {})
+  local cap_a, cap_b = capture.experiment(all), capture.experiment(all)
+  local la, gen = pass(a, ids, n, nil, cap_a)
+  local lb = pass(b, ids, n, gen, cap_b)
+  step()
+  for i, r in ipairs(cap_a.records) do r.index = i - 1 end
+  local src = { dir = "model A (" .. a.info.path .. ")", manifest = { model = { family = a.info.family } },
+    records = cap_a.records }
+
+  -- per (stage, layer): the prefill tensor's divergence, and the decode steps' mean / worst
+  local by_key = {}
+  for _, r in ipairs(cap_b.records) do by_key[require("ember.store.artifact").record_key(r)] = r end
+  local rows, index = {}, {}
+  for _, ra in ipairs(cap_a.records) do
+    local rb = by_key[require("ember.store.artifact").record_key(ra)]
+    local key = ra.stage .. "|" .. tostring(ra.layer)
+    local row = index[key]
+    if not row then
+      row = { stage = ra.stage, layer = ra.layer, decode = { n = 0, rel_l2 = 0.0, cosine = math.huge, max_abs = 0.0 } }
+      index[key] = row
+      rows[#rows + 1] = row
+    end
+    local m = compare.metrics(ra, rb)
+    if ra.phase == "prefill" then
+      row.prefill = { rel_l2 = m.rel_l2 or json.null, cosine = m.cosine or json.null, max_abs = m.max_abs_diff }
+    else
+      local d = row.decode
+      d.n = d.n + 1
+      d.rel_l2 = d.rel_l2 + (m.rel_l2 or 0)
+      d.cosine = math.min(d.cosine, m.cosine or 1)
+      d.max_abs = math.max(d.max_abs, m.max_abs_diff)
+    end
+  end
+  for _, row in ipairs(rows) do
+    local d = row.decode
+    if d.n > 0 then
+      row.decode = { rel_l2 = d.rel_l2 / d.n, cosine = d.cosine, max_abs = d.max_abs, steps = d.n }
+    else
+      row.decode = json.null
+    end
+  end
+
+  local base = output_divergence(la, lb)
+  local function localise(stage, layer)
+    local p = patch.experiment { source = src, target = { layer = layer, stage = stage }, model = b }
+    local lp = pass(b, ids, n, gen, p)
+    p:on_generation_complete()
+    step()
+    local o = output_divergence(la, lp)
+    return { stage = stage, layer = layer == nil and json.null or layer, kl_prefill = o.kl_prefill,
+      kl_decode = o.kl_decode, top1_agreement = o.top1_agreement, logits_exact = o.exact,
+      recovered_prefill = recovered(base.kl_prefill, o.kl_prefill),
+      recovered_decode = recovered(base.kl_decode, o.kl_decode),
+      recovered = recovered(base.kl_mean, o.kl_mean) }
+  end
+  -- the localisation grid: each stage x layer, then the end of the network (A's logits in B must
+  -- make B's outputs A's, bit for bit); a shard computes every count-th cell
+  local cells = {}
+  for _, stage in ipairs(stages) do
+    for layer = 0, a.info.n_layers - 1 do cells[#cells + 1] = { stage, layer } end
+  end
+  cells[#cells + 1] = { "after_logits", nil }
+  local shard = opts.shard
+  local localisation = {}
+  for i, c in ipairs(cells) do
+    if shard == nil or (i - 1) % shard.count == shard.index then
+      local l = localise(c[1], c[2])
+      l.index = i - 1
+      localisation[#localisation + 1] = l
+    end
+  end
+
+  local function model_info(m)
+    return { path = m.info.path, sha256 = (manifest.model_sha256(m)), dtype = m.info.dtype_summary,
+      kernels = m.info.kernels, threads = m.info.threads }
+  end
+  return { tool_version = require("ember").version, a = model_info(a), b = model_info(b), family = a.info.family,
+    n_layers = a.info.n_layers, prompt_ids = ids, generated_ids = gen, evaluations = #la, output = base,
+    divergence = rows, localisation = localisation, stages = stages, cells = #cells, shard = shard }
+end
+
+-- What must agree for two reports to be parts of one comparison (the shard itself aside).
+M.SEMANTIC = { "tool_version", "a.sha256", "b.sha256", "a.kernels", "b.kernels", "prompt_ids", "generated_ids",
+  "stages", "cells", "output_divergence" }
+
+-- merge(reports) -> one report holding every localisation cell; reports are decoded report.json
+-- tables of the shards of one comparison. Refuses, naming the field, shards of another one.
+function M.merge(reports)
+  if #reports == 0 then fail("merge: no reports given") end
+  local first = reports[1]
+  local function get(r, path)
+    local v = r
+    for k in path:gmatch("[^.]+") do v = type(v) == "table" and v[k] or nil end
+    return json.encode(v)
+  end
+  local seen, rows, shards = {}, {}, {}
+  for i, r in ipairs(reports) do
+    if type(r.shard) ~= "table" then fail("merge: report %d was not made with --shard", i) end
+    for _, p in ipairs(M.SEMANTIC) do
+      if get(r, p) ~= get(first, p) then
+        fail("merge: report %d does not belong with report 1: %s differs (%s vs %s)", i, p, get(r, p), get(first, p))
+      end
+    end
+    if r.shard.count ~= first.shard.count then fail("merge: report %d is one of %d shards, report 1 of %d", i,
+      r.shard.count, first.shard.count) end
+    if shards[r.shard.index] then fail("merge: reports %d and %d are both shard %d/%d", shards[r.shard.index], i,
+      r.shard.index, r.shard.count) end
+    shards[r.shard.index] = i
+    for _, l in ipairs(r.localisation) do
+      if seen[l.index] then fail("merge: localisation cell %d is in two reports", l.index) end
+      seen[l.index] = true
+      rows[#rows + 1] = l
+    end
+  end
+  for k = 0, first.shard.count - 1 do
+    if not shards[k] then fail("merge: shard %d/%d is missing", k, first.shard.count) end
+  end
+  table.sort(rows, function(x, y) return x.index < y.index end)
+  -- back to the in-memory shape: the logits stages have no layer (nil, not JSON null)
+  for _, r in ipairs(first.divergence) do if r.layer == json.null then r.layer = nil end end
+  local out = {}
+  for k, v in pairs(first) do out[k] = v end
+  out.localisation, out.shard, out.plot = rows, nil, nil
+  out.output, out.output_divergence = first.output_divergence, nil
+  out.a, out.b = first.a, first.b
+  return out
+end
+
+-- to_json(report) -> JSON text with a fixed key order
+function M.to_json(r)
+  local function ordered(keys, t) return json.ordered(keys, t) end
+  local MODEL = { "path", "sha256", "dtype", "kernels", "threads" }
+  local div = json.array()
+  for i, row in ipairs(r.divergence) do
+    local p = row.prefill and ordered({ "rel_l2", "cosine", "max_abs" }, row.prefill) or json.null
+    local d = row.decode ~= json.null and ordered({ "rel_l2", "cosine", "max_abs", "steps" }, row.decode) or json.null
+    div[i] = ordered({ "stage", "layer", "prefill", "decode" }, { stage = row.stage,
+      layer = row.layer == nil and json.null or row.layer, prefill = p, decode = d })
+  end
+  local loc = json.array()
+  for i, l in ipairs(r.localisation) do
+    loc[i] = ordered({ "index", "stage", "layer", "kl_prefill", "kl_decode", "top1_agreement", "recovered_prefill",
+      "recovered_decode", "recovered", "logits_exact" }, l)
+  end
+  local o = r.output
+  return json.encode(ordered({ "schema", "schema_version", "tool_version", "a", "b", "family", "n_layers",
+    "prompt_ids", "generated_ids", "evaluations", "stages", "cells", "shard", "output_divergence", "divergence",
+    "localisation", "plot" }, {
+    schema = "ember.compare-models", schema_version = "1.0.0", tool_version = r.tool_version,
+    stages = json.array({ table.unpack(r.stages) }), cells = r.cells,
+    shard = r.shard and ordered({ "index", "count" }, r.shard) or json.null,
+    a = ordered(MODEL, r.a), b = ordered(MODEL, r.b), family = r.family, n_layers = r.n_layers,
+    prompt_ids = json.array({ table.unpack(r.prompt_ids) }), generated_ids = json.array({ table.unpack(r.generated_ids) }),
+    evaluations = r.evaluations,
+    output_divergence = ordered({ "kl_prefill", "kl_decode", "kl_mean", "top1_prefill", "top1_decode",
+      "top1_agreement", "exact" }, o),
+    divergence = div, localisation = loc, plot = r.plot,
+  }), { indent = "  " })
+end
+
+local function g(v) return v == json.null and "-" or string.format("%.4g", v) end
+
+-- format(report) -> the text table `ember compare-models` prints
+function M.format(r)
+  local out = {}
+  local function line(...) out[#out + 1] = string.format(...) end
+  line("compare-models: A %s (%s)  B %s (%s)", r.a.path, r.a.dtype, r.b.path, r.b.dtype)
+  line("%s, %d layers; %d prompt tokens, %d generated by A (B fed the same tokens); %d evaluations", r.family,
+    r.n_layers, #r.prompt_ids, #r.generated_ids, r.evaluations)
+  local o = r.output
+  line("output divergence of B from A: KL prefill %s, KL decode (mean) %s, top-1 agreement %.0f%%", g(o.kl_prefill),
+    g(o.kl_decode), 100 * o.top1_agreement)
+  line("")
+  line("per-layer divergence            ---------- prefill ----------   ------- decode (mean / worst) -------")
+  line("%-16s %5s   %10s %10s %10s   %10s %10s %10s", "stage", "layer", "rel L2", "cosine", "max|d|", "rel L2",
+    "min cos", "max|d|")
+  for _, row in ipairs(r.divergence) do
+    local p, d = row.prefill or {}, row.decode ~= json.null and row.decode or {}
+    line("%-16s %5s   %10s %10s %10s   %10s %10s %10s", row.stage, row.layer and tostring(row.layer) or "-",
+      g(p.rel_l2 or json.null), g(p.cosine or json.null), g(p.max_abs or json.null), g(d.rel_l2 or json.null),
+      g(d.cosine or json.null), g(d.max_abs or json.null))
+  end
+  line("")
+  line("causal localisation: A's activation patched into B; share of B's KL from A recovered")
+  line("%-16s %5s   %10s %10s %10s %10s %8s", "stage", "layer", "KL prefill", "KL decode", "rec. pre", "rec. dec",
+    "top-1")
+  for _, l in ipairs(r.localisation) do
+    line("%-16s %5s   %10s %10s %10s %10s %7.0f%%%s", l.stage, l.layer == json.null and "-" or tostring(l.layer),
+      g(l.kl_prefill), g(l.kl_decode), g(l.recovered_prefill), g(l.recovered_decode), 100 * l.top1_agreement,
+      l.logits_exact and "  logits exact" or "")
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+return M

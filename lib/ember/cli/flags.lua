@@ -1,0 +1,226 @@
+-- ember.cli.flags — the one flag grammar of ember's commands (the `ember` CLI and the workflow scripts):
+-- `--name VALUE`, `--name=VALUE`, boolean `--name`, each flag at most once (unless marked
+-- repeatable), values converted by kind, and usage errors that name the flag. Must not know any
+-- command's flags or run anything.
+--
+-- A flag list is { { name, kind, META, help [, many = true] }, ... }; kind is "string" (any value),
+-- "path" (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil,
+-- message (M.uint_in and M.float_in make range-checked ones). A flag with `many = true` may be
+-- given several times; its value is then the list of converted values in command-line order.
+
+local selectors = require("ember.run.selectors")
+
+local M = {}
+
+-- ---- value kinds shared by several commands -----------------------------------------------------
+
+-- the choices of --kernels: the kernels' own list (cpu.h), exported by the core
+M.KERNEL_SETS = require("ember.core").kernel_sets
+
+-- The engine's own limits, so a flag beyond them is a usage error rather than a failed run: the
+-- largest session (src/engine/session.c), the thread cap of ember.load, the sampler's int top_k.
+M.MAX_CONTEXT = 1 << 24
+M.MAX_THREADS = 4096
+M.MAX_TOP_K = 2147483647
+
+function M.kernels(s) return selectors.parse_choice(s, M.KERNEL_SETS, "kernel set") end
+
+-- uint(s) -> the integer, or nil and a message that tells digits too large for any integer
+-- ("out of range") from text that is not a non-negative integer at all.
+local MAXINT_TEXT = tostring(math.maxinteger)
+local function uint(s)
+  local n, err = selectors.parse_uint(s)
+  if n ~= nil then return n end
+  if type(s) == "string" and s:find("^%d+$") then
+    -- the 19-digit values up to math.maxinteger are integers too (parse_uint stops at 18 digits)
+    local digits = s:gsub("^0+", "")
+    if #digits == #MAXINT_TEXT and digits <= MAXINT_TEXT then return math.tointeger(tonumber(digits)) end
+    return nil, string.format("%s is out of range (at most %s)", s, MAXINT_TEXT)
+  end
+  return nil, err
+end
+M.uint = uint
+
+function M.positive(s)
+  local n, err = uint(s)
+  if n == nil then return nil, err end
+  if n < 1 then return nil, "expected a positive integer, got '" .. s .. "'" end
+  return n
+end
+
+-- uint_in(lo, hi [, why]) -> a kind: an integer in lo..hi; `why` says where the bound comes from.
+function M.uint_in(lo, hi, why)
+  return function(s)
+    local n, err = uint(s)
+    if n == nil then return nil, err end
+    if n < lo or n > hi then
+      return nil, string.format("%s is out of range (%d..%d%s)", s, lo, hi, why and ("; " .. why) or "")
+    end
+    return n
+  end
+end
+
+-- float_in(lo, hi, lo_open, hi_open) -> a kind: a finite number in the interval (hi nil: no upper
+-- bound); the message shows the interval in the usual bracket notation.
+function M.float_in(lo, hi, lo_open, hi_open)
+  local range = (lo_open and "(" or "[") .. tostring(lo) .. ", " .. (hi and tostring(hi) or "inf")
+    .. ((hi_open or not hi) and ")" or "]")
+  return function(s)
+    local x, err = selectors.parse_float(s)
+    if x == nil then return nil, err end
+    if x < lo or (lo_open and x == lo) or (hi and (x > hi or (hi_open and x == hi))) then
+      return nil, string.format("%s is out of range %s", s, range)
+    end
+    return x
+  end
+end
+
+-- ---- usage errors -------------------------------------------------------------------------------
+
+-- Raised as tables so a command can tell them (exit 2) from run failures (exit 1).
+local UsageError = {}
+UsageError.__tostring = function(e) return e.msg end
+
+function M.usage_error(msg, ...)
+  error(setmetatable({ msg = string.format(msg, ...) }, UsageError), 0)
+end
+local usage_error = M.usage_error
+
+function M.is_usage_error(e) return getmetatable(e) == UsageError end
+
+-- ---- parsing ------------------------------------------------------------------------------------
+
+-- spec(list) -> name -> { name, kind, meta, help }, the form parse() looks flags up in.
+function M.spec(list)
+  local spec = {}
+  for _, f in ipairs(list) do spec[f[1]] = { name = f[1], kind = f[2], meta = f[3], help = f[4], many = f.many } end
+  return spec
+end
+
+local function convert(flag, value)
+  local kind = flag.kind
+  if kind == "string" then return value end
+  if kind == "path" then
+    if value == "" then usage_error("--%s: expected a path, got an empty string", flag.name) end
+    return value
+  end
+  local parse = kind
+  if kind == "uint" then parse = uint
+  elseif kind == "float" then parse = selectors.parse_float end
+  local v, err = parse(value)
+  if v == nil then usage_error("--%s: %s", flag.name, err) end
+  return v
+end
+
+-- parse(args, first, spec) -> opts, positionals: args[first..] against spec (from M.spec).
+-- Raises a usage error naming the flag.
+function M.parse(args, first, spec)
+  local opts, positionals = {}, {}
+  local i = first
+  while i <= #args do
+    local tok = args[i]
+    local name, value = selectors.parse_flag(tok)
+    if name == false then usage_error("%s", value) end
+    if name == nil then
+      positionals[#positionals + 1] = tok
+    else
+      local flag = spec[name]
+      if not flag then usage_error("unknown flag '--%s'", name) end
+      if opts[name] ~= nil and not flag.many then usage_error("flag '--%s' given more than once", name) end
+      if flag.kind == "bool" then
+        if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end
+        opts[name] = true
+      else
+        if value == nil then
+          i = i + 1
+          value = args[i]
+          local next_name = value and selectors.parse_flag(value)
+          if value == nil or (next_name and spec[next_name]) then
+            usage_error("flag '--%s' needs a value (%s)", name, flag.meta or "VALUE")
+          end
+        end
+        if flag.many then
+          opts[name] = opts[name] or {}
+          opts[name][#opts[name] + 1] = convert(flag, value)
+        else
+          opts[name] = convert(flag, value)
+        end
+      end
+    end
+    i = i + 1
+  end
+  return opts, positionals
+end
+
+-- present(args, first, names) -> the first of `names` given as a flag in args[first..], or nil.
+-- For refusing flags before the rest of the command line is parsed.
+function M.present(args, first, names)
+  for i = first, #args do
+    local name = selectors.parse_flag(args[i])
+    for _, k in ipairs(names) do
+      if name == k then return k end
+    end
+  end
+  return nil
+end
+
+-- ---- experiments and the commands that refuse them ------------------------------------------
+
+-- The flags that make a run an experiment: each attaches hooks that change or record what the
+-- network computes. Inspection surfaces (extraction, probes, demo, interactive, benchmark) refuse
+-- them (SPEC §7): whether a value would be read before or after the intervention is not defined.
+M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
+  "activation-patch", "steer", "control-vector" }
+
+-- refuse_experiments(what, flag): a usage error when flag (an experiment flag given) is set;
+-- `what` names the command or option that runs without experiments.
+function M.refuse_experiments(what, flag)
+  if flag then
+    usage_error("'%s' refuses active experiments (--%s): the meaning of pre- vs post-intervention values "
+      .. "is not defined for it", what, flag)
+  end
+end
+
+-- refuse_experiment_args(what, args, first): the same for a command line not parsed yet, so the
+-- refusal comes before anything else is looked at (or the model is loaded).
+function M.refuse_experiment_args(what, args, first)
+  M.refuse_experiments(what, M.present(args, first, M.EXPERIMENT_FLAGS))
+end
+
+-- ---- help text ----------------------------------------------------------------------------------
+
+-- usage(head, list, tail) -> head lines, one line per flag of list ("  --name META   help"),
+-- then tail lines; newline-terminated.
+function M.usage(head, list, tail)
+  local lines = {}
+  for _, l in ipairs(head) do lines[#lines + 1] = l end
+  for _, f in ipairs(list) do
+    local left = "--" .. f[1] .. (f[3] and (" " .. f[3]) or "")
+    lines[#lines + 1] = string.format("  %-32s %s", left, f[4])
+  end
+  for _, l in ipairs(tail or {}) do lines[#lines + 1] = l end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- ---- scripts ------------------------------------------------------------------------------------
+
+-- script(name, list, usage, body, args) -> exit code, for a command-line script: parses args with
+-- list; --help prints usage (exit 0); a usage error prints "name: message" and usage (exit 2);
+-- body(opts, positionals) returns the exit code (default 0), and an error it raises prints
+-- "name: message" (exit 1). Scripts end with os.exit(flags.script(...)).
+function M.script(name, list, usage, body, args)
+  local ok, code = pcall(function()
+    local o, pos = M.parse(args or {}, 1, M.spec(list))
+    if o.help then io.stdout:write(usage); return 0 end
+    return body(o, pos) or 0
+  end)
+  if ok then return code end
+  if M.is_usage_error(code) then
+    io.stderr:write(name, ": ", code.msg, "\n", usage)
+    return 2
+  end
+  io.stderr:write(name, ": ", tostring(code), "\n")
+  return 1
+end
+
+return M

@@ -1,0 +1,149 @@
+-- ember.cli.sweep — the `ember sweep` subcommand: run a causal sweep (or one shard of it, or N
+-- shards as local processes), `ember sweep merge OUT SHARD...`, `ember sweep compare A B`.
+-- Must not hold sweep logic: it parses flags and hands over to sweep / sweep_merge / sweep_jobs.
+
+local flags = require("ember.cli.flags")
+local selectors = require("ember.run.selectors")
+
+local M = {}
+
+local usage_error = flags.usage_error
+local positive = flags.positive
+local function shard_value(s) return require("ember.sweep").parse_shard(s) end
+local function metric_value(s) return require("ember.sweep.metric").parse(s) end
+local function progress_value(s)
+  return selectors.parse_choice(s, { "auto", "tty", "summary", "none" }, "progress mode")
+end
+local function stage_list(s)
+  local v, err = selectors.parse_stage_list(s)
+  if v == nil then return nil, err end
+  return v
+end
+
+M.FLAGS_LIST = {
+  { "model", "path", "FILE.gguf", "the model (required)" },
+  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  { "clean", "string", "TEXT", "the clean prompt (required)" },
+  { "corrupted", "string", "TEXT", "the corrupted prompt, same token count (required)" },
+  { "metric", metric_value, "M", "kl | logit-diff[:A,B] | prob[:A] (default kl; ids default to the top-1s)" },
+  { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
+  { "layers", selectors.parse_index_list, "LIST", "layers: all | 0,2,4-6 (default all)" },
+  { "positions", selectors.parse_index_list, "LIST", "positions: all | 0-3 (default all: the prompt's, and the decode steps')" },
+  { "decode-steps", "uint", "N", "generate N greedy tokens per run; the metric is read after them and positions run on to prompt+N-1 (default 0)" },
+  { "out", "path", "DIR", "the sweep artifact directory (required; an interrupted run resumes in it)" },
+  { "shard", shard_value, "I/N", "compute only shard I of N (cells i with i mod N = I)" },
+  { "jobs", positive, "N", "run N shards as local processes, then merge them into --out" },
+  { "threads", "uint", "N", "worker threads per process (default: the physical cores)" },
+  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "progress", progress_value, "MODE", "auto | tty | summary | none (default auto: one line on a terminal)" },
+  { "max-cells", positive, "N", "stop after computing N new cells (rerun to continue)" },
+  { "checkpoint", "float", "SECONDS", "write the cells computed so far at most this often (default 1; 0 = every cell)" },
+  { "no-plot", "bool", nil, "do not draw the heatmaps" },
+  { "help", "bool", nil, "show this help" },
+}
+M.FLAGS = flags.spec(M.FLAGS_LIST)
+
+function M.usage()
+  return flags.usage({
+    "usage: ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR [options]",
+    "       ember sweep merge OUT SHARD_DIR...",
+    "       ember sweep compare SWEEP_A SWEEP_B",
+    "",
+    "options:",
+  }, M.FLAGS_LIST, {
+    "",
+    "Each cell patches the clean prompt's activation at (stage, layer, position) into the corrupted",
+    "prompt's run and measures the next-token logits (after --decode-steps greedy tokens). See docs/sweeps.md.",
+  })
+end
+
+local function draw(dir, io_)
+  local ok, err = pcall(function() return require("ember.sweep.plot").draw(dir) end)
+  if not ok then io_.stderr:write("ember: sweep: heatmap not drawn: ", tostring(err), "\n") end
+  return ok
+end
+
+local function run_merge(args, io_)
+  local out = args[3]
+  if out == nil or #args < 4 then usage_error("sweep merge needs OUT and at least one shard directory") end
+  local dirs = {}
+  for i = 4, #args do dirs[#dirs + 1] = args[i] end
+  local res = require("ember.sweep.merge").merge(out, dirs)
+  io_.stderr:write(string.format("ember: sweep merge: %d shards, %d cells -> %s (%s)\n", #dirs, #res.cells, out,
+    res.manifest.status))
+  if res.manifest.status == "complete" then draw(out, io_) end
+  return 0
+end
+
+local function run_compare(args, io_)
+  if #args ~= 4 then usage_error("sweep compare needs two sweep directories, got %d", #args - 2) end
+  local store, merge = require("ember.sweep.store"), require("ember.sweep.merge")
+  local a, b = store.read(args[3], { partial_ok = true }), store.read(args[4], { partial_ok = true })
+  local res = merge.compare(a, b)
+  io_.stdout:write(merge.format(res, a, b))
+  return res.equal and 0 or 1
+end
+
+-- The argument list a shard process gets: this command's flags minus --jobs/--out/--progress.
+local function shard_args(args)
+  local out, skip = {}, { jobs = true, out = true, progress = true, ["no-plot"] = true }
+  local i = 2
+  while i <= #args do
+    local name, value = selectors.parse_flag(args[i])
+    if name and skip[name] then
+      if value == nil and M.FLAGS[name].kind ~= "bool" then i = i + 1 end
+    else
+      out[#out + 1] = args[i]
+    end
+    i = i + 1
+  end
+  return out
+end
+
+-- main(args, io) -> exit code; args[1] is "sweep". Usage errors are raised (ember.cli.flags) for the
+-- ember command to report with exit code 2.
+function M.main(args, io_)
+  if args[2] == "merge" then return run_merge(args, io_) end
+  if args[2] == "compare" then return run_compare(args, io_) end
+  local o, pos = flags.parse(args, 2, M.FLAGS)
+  if o.help then io_.stdout:write(M.usage()); return 0 end
+  if #pos > 0 then usage_error("sweep: unexpected argument '%s'", pos[1]) end
+  for _, k in ipairs({ "model", "clean", "corrupted", "out" }) do
+    if o[k] == nil then usage_error("sweep: --%s is required", k) end
+  end
+  if o.jobs and o.shard then usage_error("sweep: --jobs and --shard cannot be combined (--jobs makes the shards)") end
+  local fs = require("ember.store.fs")
+  if not fs.is_dir(fs.dirname(o.out)) then usage_error("--out: directory '%s' does not exist", fs.dirname(o.out)) end
+  if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
+
+  if o.jobs then
+    local res = require("ember.sweep.jobs").run { args = shard_args(args), out = o.out, jobs = o.jobs,
+      progress = require("ember.sweep.progress").new { stream = io_.stderr, mode = o.progress, label = "sweep" },
+      stderr = io_.stderr }
+    if res.status == "complete" and not o["no-plot"] then draw(o.out, io_) end
+    io_.stderr:write(string.format("ember: sweep: %d shards merged into %s\n", o.jobs, o.out))
+    return 0
+  end
+
+  local ember = require("ember")
+  local ok, model = pcall(ember.load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
+    threads = o.threads })
+  if not ok then error(tostring(model), 0) end
+  local progress = require("ember.sweep.progress").new { stream = io_.stderr, mode = o.progress,
+    label = o.shard and string.format("sweep shard %d/%d", o.shard.index, o.shard.count) or "sweep" }
+  local argv = { "ember", table.unpack(args) }
+  local res = require("ember.sweep").run {
+    model = model, tokenizer_path = o.tokenizer, clean = o.clean, corrupted = o.corrupted, metric = o.metric,
+    stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],
+    shard = o.shard, out = o.out,
+    max_cells = o["max-cells"], progress = progress, argv = argv, checkpoint_seconds = o.checkpoint,
+  }
+  model:close()
+  local st = res.stats
+  io_.stderr:write(string.format("ember: sweep: %s: %d of %d cells (%d computed now, %d resumed) in %s\n",
+    res.manifest.status, #res.cells, st.total, st.computed, st.resumed, o.out))
+  if res.manifest.status == "complete" and not o.shard and not o["no-plot"] then draw(o.out, io_) end
+  return 0
+end
+
+return M

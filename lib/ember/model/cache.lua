@@ -1,0 +1,114 @@
+-- ember.model.cache — model:run_with_cache{...}: one prefill pass on a fresh session that returns the
+-- chosen activations as owned Tensors keyed by stage and layer, plus the logits. Built on the
+-- ordinary experiment hooks (a read-only experiment that clones the views it was asked for), so
+-- the pass computes exactly what an uninstrumented prefill computes. Keeps only what was asked for.
+
+local selectors = require("ember.run.selectors")
+
+local M = {}
+
+local OPTIONS = { ids = true, prompt = true, bos = true, stages = true, layers = true, all_logits = true }
+
+-- Level 0: the message names the function and the option; a library position would only mislead.
+local function fail(msg) error("run_with_cache: " .. msg, 0) end
+
+local function sorted_keys(set)
+  local out = {}
+  for k in pairs(set) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+-- The prompt ids: ids= as given, or prompt= through the model's tokenizer (bos= passed on).
+local function prompt_ids(model, opts)
+  if (opts.ids == nil) == (opts.prompt == nil) then fail("give exactly one of ids= (token ids) or prompt= (text)") end
+  if opts.ids ~= nil then
+    if type(opts.ids) ~= "table" or #opts.ids == 0 then fail("ids must be a non-empty table of token ids") end
+    return opts.ids
+  end
+  if type(opts.prompt) ~= "string" then fail("prompt must be a string, got " .. type(opts.prompt)) end
+  local tok_opts = opts.bos ~= nil and { bos = opts.bos } or nil
+  local ids = model:tokenize(opts.prompt, tok_opts)
+  if #ids == 0 then fail("the prompt gives no tokens") end
+  return ids
+end
+
+-- stages= a list of stage names from the engine's own list (core.stages, as ember.selectors
+-- exports it); absent: all of them.
+local function stage_list(opts)
+  if opts.stages == nil then return { table.unpack(selectors.STAGES) } end
+  if type(opts.stages) ~= "table" then fail("stages must be a list of stage names, got " .. type(opts.stages)) end
+  for _, s in ipairs(opts.stages) do
+    if not selectors.STAGE_SET[s] then
+      fail("unknown stage '" .. tostring(s) .. "' (stages: " .. table.concat(selectors.STAGES, ", ") .. ")")
+    end
+  end
+  return opts.stages
+end
+
+-- layers= a list of 0-based layer indices; absent: every layer. Returns a set.
+local function layer_set(opts, n_layers)
+  local set = {}
+  if opts.layers == nil then
+    for l = 0, n_layers - 1 do set[l] = true end
+    return set
+  end
+  if type(opts.layers) ~= "table" then fail("layers must be a list of 0-based layer indices, got " .. type(opts.layers)) end
+  for _, l in ipairs(opts.layers) do
+    if math.type(l) ~= "integer" or l < 0 or l >= n_layers then
+      fail("layer " .. tostring(l) .. " out of range 0.." .. (n_layers - 1) .. " (layers are 0-based)")
+    end
+    set[l] = true
+  end
+  return set
+end
+
+-- run_with_cache(model, opts) -> cache
+--   opts: { ids = {...} | prompt = "text", bos = bool, stages = {...}, layers = {...}, all_logits = bool }
+--   cache[stage][layer] for per-layer stages (0-based layer keys), cache.before_logits and
+--   cache.after_logits (Tensors), cache.logits ([1, n_vocab] of the last position, or [P, n_vocab]
+--   with all_logits), cache.ids (the prompt ids), cache.stages, cache.layers (sorted lists).
+function M.run_with_cache(model, opts)
+  if type(opts) ~= "table" then fail("expected a table of options, got " .. type(opts)) end
+  for k in pairs(opts) do
+    if not OPTIONS[k] then
+      fail("unknown option '" .. tostring(k) .. "' (options: " .. table.concat(sorted_keys(OPTIONS), ", ") .. ")")
+    end
+  end
+  local info = model.info
+  local ids = prompt_ids(model, opts)
+  local stages = stage_list(opts)
+  local layers = layer_set(opts, info.n_layers)
+  local last_layer = info.n_layers - 1
+
+  local cache = { ids = ids, stages = stages, layers = sorted_keys(layers) }
+  local exp = { name = "run_with_cache" }
+  for _, stage in ipairs(stages) do
+    if selectors.LAYER_STAGE_SET[stage] then
+      local by_layer = {}
+      cache[stage] = by_layer
+      exp[stage] = function(_, ctx, view)
+        if layers[ctx.layer_index] then by_layer[ctx.layer_index] = view:clone() end
+      end
+    else
+      exp[stage] = function(_, _, view) cache[stage] = view:clone() end
+    end
+  end
+  -- Every position's logits: the last layer's residual through the unembedding, read in place
+  -- inside the hook (no copy of the residual is kept unless after_layer was asked for).
+  local all_logits
+  if opts.all_logits then
+    local keep = exp.after_layer
+    exp.after_layer = function(self, ctx, view)
+      if keep then keep(self, ctx, view) end
+      if ctx.layer_index == last_layer then all_logits = model:unembed(view) end
+    end
+  end
+
+  local s <close> = model:session { context = #ids }
+  local logits = s:prefill(ids, { experiment = exp })
+  cache.logits = all_logits or logits
+  return cache
+end
+
+return M

@@ -1,0 +1,171 @@
+-- ember.store.fs — the few file-system operations artifacts need: whole-file read, atomic write
+-- (temporary file + rename), directories. Must not leave half-written outputs behind.
+--
+-- Every file-system operation here is a system call through ember.core (src/lua_bindings/l_fs.c):
+-- file tests, listing, mkdir, mkdir -p, recursive removal, realpath; renames are os.rename. No
+-- process is started, so a path may hold any byte but NUL, and a failure says which path and why
+-- (the OS reason, "Permission denied", "File exists"). There is no plain-Lua fallback: plain Lua
+-- has no mkdir or stat, and ember.core is there wherever lib/ember runs (ember-lua, or stock
+-- lua5.4 with build/lua/ember/core.so).
+
+local internal = require("ember.core").internal
+
+local M = {}
+
+-- shell_quote(s) -> s in single quotes for /bin/sh, for the callers that do run external tools
+-- (gnuplot, sbatch, job scripts); fs itself never needs it.
+function M.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+-- exists(path): anything is there (a symbolic link counts by what it points to, as with test -e).
+function M.exists(path)
+  return internal.stat(path) ~= nil
+end
+
+function M.is_dir(path)
+  local info = internal.stat(path)
+  return info ~= nil and info.type == "dir"
+end
+
+function M.dirname(path)
+  local d = path:match("^(.*)/[^/]*$")
+  if d == nil then return "." end
+  if d == "" then return "/" end
+  return d
+end
+
+function M.basename(path)
+  return (path:gsub("/+$", ""):match("([^/]*)$"))
+end
+
+function M.join(a, b)
+  if a:sub(-1) == "/" then return a .. b end
+  return a .. "/" .. b
+end
+
+-- read(path, what) -> whole file as a string; raises "<what> 'path': reason" when unreadable.
+function M.read(path, what)
+  local f, err = io.open(path, "rb")
+  if not f then error(string.format("%s: cannot open: %s", what or path, err), 0) end
+  local data = f:read("a")
+  f:close()
+  if data == nil then error(string.format("%s: cannot read '%s'", what or path, path), 0) end
+  return data
+end
+
+-- This process's id (from /proc/self/stat), or 0 where there is none: temporary names carry it,
+-- so a later run can tell a killed writer's leftovers from a live writer's file.
+local function own_pid()
+  local f = io.open("/proc/self/stat", "r")
+  local pid = f and f:read("n")
+  if f then f:close() end
+  return math.tointeger(pid) or 0
+end
+local PID = own_pid()
+
+-- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
+-- NAME.tmp-PID-RANDOM (sweep_temps relies on the form).
+function M.temp_sibling(path)
+  return string.format("%s.tmp-%d-%08x%08x", path, PID, math.random(0, 0x7fffffff), os.time() & 0x7fffffff)
+end
+
+-- sweep_temps(dir) -> list of the paths removed: the temporary files and directories that an
+-- atomic write in `dir` left behind when its process was killed (NAME.tmp-PID-RANDOM whose PID no
+-- longer runs; the older NAME.tmp-RANDOM form once it is an hour old). A live writer's are kept.
+function M.sweep_temps(dir)
+  local removed = {}
+  local names = internal.list_dir(dir)
+  if not names then return removed end
+  local hour_ago = os.time() - 3600
+  for _, name in ipairs(names) do
+    if name:find(".tmp-", 1, true) then
+      local path = M.join(dir, name)
+      local pid = name:match("%.tmp%-(%d+)%-%x+$")
+      local dead
+      if pid then
+        pid = tonumber(pid)
+        dead = pid ~= PID and pid > 0 and not M.exists("/proc/" .. pid)
+      elseif name:match("%.tmp%-%x+$") then
+        -- the older form carries no writer: only an hour without a change marks it abandoned
+        local info = internal.stat(path, true)
+        dead = info ~= nil and info.mtime < hour_ago
+      end
+      if dead and M.remove_tree(path) then removed[#removed + 1] = path end
+    end
+  end
+  return removed
+end
+
+-- write_atomic(path, data [, what]) -> the stale temporaries swept from path's directory (see
+-- sweep_temps). Readers see the old file or the whole new one, never a part.
+function M.write_atomic(path, data, what)
+  local swept = M.sweep_temps(M.dirname(path))
+  local tmp = M.temp_sibling(path)
+  local f, err = io.open(tmp, "wb")
+  if not f then error(string.format("%s: cannot write '%s': %s", what or "output", path, err), 0) end
+  local ok, werr = f:write(data)
+  if ok then ok, werr = f:flush() end
+  f:close()
+  if not ok then
+    os.remove(tmp)
+    error(string.format("%s: cannot write '%s': %s", what or "output", path, tostring(werr)), 0)
+  end
+  local rok, rerr = os.rename(tmp, path)
+  if not rok then
+    os.remove(tmp)
+    error(string.format("%s: cannot move into place '%s': %s", what or "output", path, rerr), 0)
+  end
+  return swept
+end
+
+-- mkdir(path [, mode]) -> true, or nil and "cannot create directory 'PATH': reason" (the OS
+-- reason: "File exists" for anything already there, "No such file or directory" for a missing
+-- parent, "Permission denied", "Not a directory"). mode: 0777 by default (less the umask).
+function M.mkdir(path, mode)
+  return internal.mkdir(path, mode)
+end
+
+-- isatty(fd) -> whether the file descriptor (0 stdin, 1 stdout, 2 stderr) is a terminal.
+function M.isatty(fd)
+  return internal.isatty(fd)
+end
+
+-- mkdir_p(path) -> true (also when the directory is there already), or nil and "cannot create
+-- directory 'PREFIX': reason" naming the first component that could not be made.
+function M.mkdir_p(path)
+  return internal.mkdir_p(path)
+end
+
+-- remove_tree(path) -> true (also when nothing is there), or nil and "cannot remove 'ENTRY':
+-- reason". Never follows a symbolic link: a link inside the tree (or path itself) is removed, its
+-- target is not; "", "/" and paths ending in "." or ".." are refused. Only ever called on
+-- directories this process created (temporary artifact directories) and on the stale temporaries
+-- sweep_temps has found (a killed writer's).
+function M.remove_tree(path)
+  return internal.remove_tree(path)
+end
+
+-- realpath(path) -> the absolute path with links, "." and ".." resolved (every component must
+-- exist), or nil and "cannot resolve 'PATH': reason".
+function M.realpath(path)
+  return internal.realpath(path)
+end
+
+-- A fresh private directory under $TMPDIR (or /tmp) for scratch outputs such as workflow runs.
+function M.make_temp_dir(prefix)
+  local base = os.getenv("TMPDIR") or "/tmp"
+  local last
+  for _ = 1, 16 do
+    -- not the NAME.tmp-PID-RANDOM form: these directories outlive their process on purpose, and
+    -- sweep_temps must never take them for a killed writer's leftovers
+    local path = M.join(base, string.format("%s-%08x%08x", M.basename(prefix or "ember"), math.random(0, 0x7fffffff),
+      os.time() & 0x7fffffff))
+    local ok, err = M.mkdir(path, 448) -- 0700: private, as the name promises
+    if ok then return path end
+    last = err
+  end
+  error("cannot create a temporary directory under " .. base .. ": " .. last, 0)
+end
+
+return M

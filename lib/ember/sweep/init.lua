@@ -1,0 +1,279 @@
+-- ember.sweep — causal sweeps: for every cell (stage, layer, position) of a grid, patch the clean
+-- prompt's activation into the corrupted prompt's run and measure the next-token logits (after
+-- the prefill, or after decode_steps greedy tokens when positions beyond the prompt are swept).
+-- Must not parse flags or draw: the CLI (cli/sweep.lua) and plots (sweep/plot.lua, analysis/plot.lua) sit on top of it.
+--
+-- Certified cells: when the row a cell writes already holds the clean bytes, the patched run must
+-- be bit-identical to the corrupted baseline; the engine checks that for every such cell and fails
+-- the sweep otherwise (it would mean patching is not the pure replacement it claims to be).
+
+local capture = require("ember.run.capture")
+local json = require("ember.store.json")
+local patch = require("ember.run.patch")
+local selectors = require("ember.run.selectors")
+local metric_mod = require("ember.sweep.metric")
+local store = require("ember.sweep.store")
+
+local M = {}
+
+local function fail(msg, ...) error("sweep: " .. string.format(msg, ...), 0) end
+
+-- The grid's cells in their fixed order (stage-major, then layer, then position); index is 0-based.
+function M.cells(grid)
+  local out = {}
+  for _, stage in ipairs(grid.stages) do
+    for _, layer in ipairs(grid.layers) do
+      for _, pos in ipairs(grid.positions) do
+        out[#out + 1] = { index = #out, stage = stage, layer = layer, position = pos }
+      end
+    end
+  end
+  return out
+end
+
+-- in_shard(index, shard) -> does this cell belong to shard I of N? Round-robin, so every shard of
+-- a grid ordered by layer gets a share of cheap and expensive cells alike.
+function M.in_shard(index, shard)
+  return shard == nil or index % shard.count == shard.index
+end
+
+-- parse_shard("I/N") -> { index, count } or nil and a message
+function M.parse_shard(s)
+  if type(s) == "table" then return s end
+  local i, n = tostring(s):match("^(%d+)/(%d+)$")
+  i, n = tonumber(i), tonumber(n)
+  if not i or not n or n < 1 or i >= n then
+    return nil, "expected I/N with 0 <= I < N (e.g. 0/4), got '" .. tostring(s) .. "'"
+  end
+  return { index = math.tointeger(i), count = math.tointeger(n) }
+end
+
+local function list_of(v, all, what)
+  if v == nil or v == "all" then return { table.unpack(all) } end
+  if type(v) == "string" then
+    local parsed, err = selectors.parse_index_list(v, what)
+    if not parsed then fail("%ss: %s", what, err) end
+    if parsed == "all" then return { table.unpack(all) } end
+    v = parsed
+  end
+  return v
+end
+
+local function prompt_ids(model, p, what)
+  if type(p) == "table" then
+    if p.ids then return p.ids, p.text end
+    return p, nil
+  end
+  if type(p) ~= "string" then fail("%s prompt is required (text or a list of token ids)", what) end
+  return model:tokenize(p), p
+end
+
+-- ASCII-only label text for a token (plot tics and manifest labels): other bytes become '?'.
+function M.token_label(s)
+  s = (s or ""):gsub("[^\32-\126]", "?")
+  return s
+end
+
+-- config(model, opts) -> the normalized sweep definition (everything that decides the grid's values).
+local function config(model, opts)
+  local info = model.info
+  local clean_ids, clean_text = prompt_ids(model, opts.clean, "clean")
+  local corr_ids, corr_text = prompt_ids(model, opts.corrupted, "corrupted")
+  if #clean_ids ~= #corr_ids then
+    fail("the clean prompt has %d tokens and the corrupted prompt %d: patching by position needs equal lengths",
+      #clean_ids, #corr_ids)
+  end
+  local m, err = metric_mod.parse(opts.metric or "kl")
+  if not m then fail("%s", err) end
+  local stages = opts.stages
+  if stages == nil then stages = { "after_layer" } end
+  if type(stages) == "string" then
+    local parsed, serr = selectors.parse_stage_list(stages)
+    if not parsed then fail("stages: %s", serr) end
+    stages = parsed == "all" and { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } or parsed
+  end
+  for _, s in ipairs(stages) do
+    local ok, why = selectors.check_residual_layer_stage(s)
+    if not ok then fail("%s", why) end
+  end
+  local steps = opts.decode_steps or 0
+  if math.type(steps) ~= "integer" or steps < 0 then
+    fail("decode_steps must be a non-negative integer, got %s", tostring(opts.decode_steps))
+  end
+  -- decode step k (1-based) evaluates position #prompt + k - 1: those are the positions beyond the prompt
+  local n_pos = #clean_ids + steps
+  local all_layers, all_pos = {}, {}
+  for l = 0, info.n_layers - 1 do all_layers[#all_layers + 1] = l end
+  for p = 0, n_pos - 1 do all_pos[#all_pos + 1] = p end
+  local layers = list_of(opts.layers, all_layers, "layer")
+  local positions = list_of(opts.positions, all_pos, "position")
+  for _, l in ipairs(layers) do
+    if math.type(l) ~= "integer" or l < 0 or l >= info.n_layers then
+      fail("layer %s is out of range (the model has %d layers: 0-%d)", tostring(l), info.n_layers, info.n_layers - 1)
+    end
+  end
+  for _, p in ipairs(positions) do
+    if math.type(p) ~= "integer" or p < 0 or p >= n_pos then
+      if steps == 0 then
+        fail("position %s is out of range (the prompts have %d tokens: 0-%d)", tostring(p), #clean_ids, #clean_ids - 1)
+      end
+      fail("position %s is out of range (%d prompt tokens + %d decode steps: 0-%d)", tostring(p), #clean_ids, steps,
+        n_pos - 1)
+    end
+  end
+  return { clean_ids = clean_ids, clean_text = clean_text, corrupted_ids = corr_ids, corrupted_text = corr_text,
+    metric = m, decode_steps = steps, grid = { stages = stages, layers = layers, positions = positions } }
+end
+
+-- One run: the prefill, then `steps` greedy decodes (each feeding back the top-1 token, lowest id on
+-- ties, end-of-sequence ignored so every run evaluates the same positions), all with the
+-- experiment. Returns the last logits tensor and the generated ids.
+local function run_once(session, ids, steps, exp)
+  local opts = exp and { experiment = exp } or nil
+  session:reset()
+  local logits = session:prefill(ids, opts)
+  local generated = {}
+  for _ = 1, steps do
+    local t = logits:argmax() - 1
+    generated[#generated + 1] = t
+    logits = session:decode(t, opts)
+  end
+  return logits, generated
+end
+
+-- baselines(model, cfg) -> clean capture records, clean and corrupted logits and generated ids
+local function baselines(model, session, cfg)
+  local steps = cfg.decode_steps
+  local ccfg = assert(capture.config { stages = cfg.grid.stages, layers = cfg.grid.layers,
+    phase = steps > 0 and "all" or "prefill" })
+  local cap = capture.experiment(ccfg)
+  local clean, clean_gen = run_once(session, cfg.clean_ids, steps, cap)
+  for i, r in ipairs(cap.records) do r.index = i - 1 end
+  local corrupted, corr_gen = run_once(session, cfg.corrupted_ids, steps)
+  return cap.records, clean, corrupted, clean_gen, corr_gen
+end
+
+-- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
+-- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
+--   "logit-diff[:A,B]" | "prob[:A]", stages = {...}|"all" (default {"after_layer"}),
+--   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
+--   run on to #prompt + N - 1 and the metric is read after N greedy decodes), shard = "I/N"|{index,count}, out = DIR (resumed
+--   when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
+--   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
+--   tokenizer_path, argv, on_cell = function(cell) }
+function M.run(opts)
+  local model = opts.model
+  if model == nil then fail("model is required") end
+  local cfg = config(model, opts)
+  local shard
+  if opts.shard ~= nil then
+    local err
+    shard, err = M.parse_shard(opts.shard)
+    if not shard then fail("shard: %s", err) end
+  end
+  local session = model:session { context = #cfg.clean_ids + cfg.decode_steps }
+  local records, clean_logits, corr_logits, clean_gen, corr_gen = baselines(model, session, cfg)
+  cfg.metric = metric_mod.resolve(cfg.metric, clean_logits, corr_logits, model.info.n_vocab)
+  local measure = metric_mod.evaluator(cfg.metric, clean_logits)
+  local clean_value, corr_value = measure(clean_logits), measure(corr_logits)
+  local corr_bytes = corr_logits:bytes()
+
+  -- source records by (stage, layer): the clean prefill of each selected layer, and its decodes
+  local source = {}
+  for _, r in ipairs(records) do
+    local k = r.stage .. "|" .. r.layer
+    source[k] = source[k] or {}
+    table.insert(source[k], r)
+  end
+  local function source_of(c) -- the record holding the cell's position
+    for _, r in ipairs(source[c.stage .. "|" .. c.layer]) do
+      if c.position >= r.start_position and c.position < r.start_position + r.shape[1] then return r end
+    end
+    fail("no clean record holds %s layer %d position %d", c.stage, c.layer, c.position)
+  end
+  local src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
+    records = records }
+
+  local doc = store.new_manifest {
+    model = model, cfg = cfg, shard = shard, tokenizer_path = opts.tokenizer_path, argv = opts.argv,
+    clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = clean_value,
+    clean_generated = clean_gen, corrupted_generated = corr_gen,
+    corrupted_value = corr_value, text = function(id)
+      local s = M.token_label(model:detokenize({ id }))
+      return s ~= "" and s or ("<" .. id .. ">") -- BOS and other tokens without text
+    end,
+  }
+  local done = {}
+  local resumed = 0
+  if opts.out then
+    local prev = store.read_for_resume(opts.out, doc)
+    if prev then
+      for _, c in ipairs(prev.cells) do done[c.index] = c; resumed = resumed + 1 end
+    end
+  end
+
+  local all = M.cells(cfg.grid)
+  local mine = {}
+  for _, c in ipairs(all) do if M.in_shard(c.index, shard) then mine[#mine + 1] = c end end
+  local progress = opts.progress
+  if progress then progress:start(#mine, resumed) end
+
+  local computed, last_write = 0, store.now()
+  local checkpoint = opts.checkpoint_seconds or 1
+  local function cells_list()
+    local list = {}
+    for _, c in ipairs(mine) do if done[c.index] then list[#list + 1] = done[c.index] end end
+    return list
+  end
+  local function save(final)
+    if not opts.out then return end
+    local list = cells_list()
+    doc.status = #list == #mine and "complete" or "partial"
+    store.write(opts.out, doc, list, all)
+    last_write = store.now()
+  end
+
+  local ok, err = pcall(function()
+    for _, c in ipairs(mine) do
+      if not done[c.index] then
+        if opts.max_cells and computed >= opts.max_cells then break end
+        local src = source_of(c)
+        local p = patch.experiment { source = src_art, target = { layer = c.layer, stage = c.stage }, model = model,
+          positions = { c.position }, certify = true }
+        local logits, generated = run_once(session, cfg.corrupted_ids, cfg.decode_steps, p)
+        p:on_generation_complete()
+        local certified = p.identical()
+        local bytes = logits:bytes()
+        if certified and bytes ~= corr_bytes then
+          fail("certified cell %s layer %d position %d: the patched row was bit-identical to the one it replaced, "
+            .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position)
+        end
+        local value = measure(logits)
+        local cell = store.cell {
+          index = c.index, stage = c.stage, layer = c.layer, position = c.position, value = value,
+          clean_value = clean_value, corrupted_value = corr_value, certified = certified,
+          equals_corrupted = bytes == corr_bytes,
+          source_sha256 = src.sha256, source_row = c.position - src.start_position,
+          logits_sha256 = require("ember").sha256(bytes), top1 = logits:argmax() - 1,
+          settings_sha256 = doc.settings_sha256, generated_ids = cfg.decode_steps > 0 and generated or nil,
+        }
+        done[c.index] = cell
+        computed = computed + 1
+        if opts.on_cell then opts.on_cell(cell) end
+        if progress then progress:step() end
+        if checkpoint <= 0 or store.now() - last_write >= checkpoint then save(false) end
+      end
+    end
+  end)
+  -- whatever happened, the cells computed so far are kept: a rerun resumes from them
+  local sok, serr = pcall(save, true)
+  if progress then progress:finish(ok) end
+  if not ok then error(err, 0) end
+  if not sok then error(serr, 0) end
+  local list = cells_list()
+  doc.status = #list == #mine and "complete" or "partial"
+  return { manifest = doc, cells = list, dir = opts.out,
+    stats = { total = #mine, computed = computed, resumed = resumed, grid_cells = #all } }
+end
+
+return M

@@ -1,0 +1,102 @@
+-- ember.sweep.metric — the scalar a causal sweep measures on a run's next-token logits: a logit
+-- difference between two tokens, the probability of a token, or the KL divergence to the clean run.
+-- Must not run the model: it reads logits tensors (f32, widened to double) and returns numbers.
+
+local selectors = require("ember.run.selectors")
+
+local M = {}
+
+M.KINDS = { "logit-diff", "prob", "kl" }
+
+-- parse(text) -> { kind, tokens = {ids...} } or nil and a message. Grammar: `logit-diff[:A,B]`,
+-- `prob[:A]`, `kl`; A and B are token ids. Missing ids are filled in by resolve() from the runs.
+function M.parse(text)
+  if type(text) == "table" then return text end
+  if type(text) ~= "string" then return nil, "metric: expected logit-diff[:A,B] | prob[:A] | kl" end
+  local kind, rest = text:match("^([%a%-]+):(.*)$")
+  kind = kind or text
+  if kind ~= "logit-diff" and kind ~= "prob" and kind ~= "kl" then
+    return nil, "metric: unknown metric '" .. text .. "' (expected logit-diff[:A,B] | prob[:A] | kl)"
+  end
+  local m = { kind = kind, tokens = {} }
+  if rest then
+    local want = kind == "logit-diff" and 2 or kind == "prob" and 1 or 0
+    if want == 0 then return nil, "metric: kl takes no tokens (got '" .. text .. "')" end
+    -- order matters (A - B), so the ids are split here rather than read as a sorted list
+    local ids = {}
+    for item in (rest .. ","):gmatch("([^,]*),") do ids[#ids + 1] = selectors.parse_uint(item) or false end
+    local bad = false
+    for _, id in ipairs(ids) do if id == false then bad = true end end
+    if bad or #ids ~= want then
+      return nil, string.format("metric: %s needs %d token id%s after ':' (got '%s')", kind, want,
+        want > 1 and "s" or "", rest)
+    end
+    m.tokens = ids
+  end
+  return m
+end
+
+local function values(t) return t:values() end
+
+-- Probabilities (double) of one logits row, computed stably.
+local function softmax(v)
+  local mx = -math.huge
+  for i = 1, #v do if v[i] > mx then mx = v[i] end end
+  local p, sum, exp = {}, 0.0, math.exp
+  for i = 1, #v do local e = exp(v[i] - mx); p[i] = e; sum = sum + e end
+  for i = 1, #v do p[i] = p[i] / sum end
+  return p
+end
+
+-- resolve(m, clean_logits, corrupted_logits, n_vocab) -> m with its token ids decided: the default
+-- logit difference is clean top-1 minus corrupted top-1, the default probability the clean top-1.
+function M.resolve(m, clean, corrupted, n_vocab)
+  local r = { kind = m.kind, tokens = { table.unpack(m.tokens) } }
+  local top_c, top_x = clean:argmax() - 1, corrupted:argmax() - 1
+  if r.kind == "logit-diff" and #r.tokens == 0 then
+    if top_c == top_x then
+      error(string.format("metric: logit-diff needs two tokens: the clean and corrupted runs both predict token %d; "
+        .. "give them as logit-diff:A,B", top_c), 0)
+    end
+    r.tokens = { top_c, top_x }
+  elseif r.kind == "prob" and #r.tokens == 0 then
+    r.tokens = { top_c }
+  end
+  for _, id in ipairs(r.tokens) do
+    if id >= n_vocab then error(string.format("metric: token %d is outside the vocabulary (%d tokens)", id, n_vocab), 0) end
+  end
+  return r
+end
+
+-- label(m [, token_text]) -> "logit(12) - logit(40)" style title text.
+function M.label(m, text)
+  local function tok(id)
+    local s = text and text(id)
+    return s and string.format("%d '%s'", id, s) or tostring(id)
+  end
+  if m.kind == "logit-diff" then return "logit difference " .. tok(m.tokens[1]) .. " - " .. tok(m.tokens[2]) end
+  if m.kind == "prob" then return "probability of " .. tok(m.tokens[1]) end
+  return "KL(clean || patched)"
+end
+
+-- evaluator(m, clean_logits) -> function(logits) -> number. The clean distribution is computed once.
+function M.evaluator(m, clean)
+  if m.kind == "logit-diff" then
+    local a, b = m.tokens[1] + 1, m.tokens[2] + 1
+    return function(t) return t:get(1, a) - t:get(1, b) end
+  elseif m.kind == "prob" then
+    local a = m.tokens[1] + 1
+    return function(t) return softmax(values(t))[a] end
+  end
+  local pc = softmax(values(clean))
+  local log = math.log
+  return function(t)
+    local px, kl = softmax(values(t)), 0.0
+    for i = 1, #pc do
+      if pc[i] > 0 then kl = kl + pc[i] * (log(pc[i]) - log(px[i])) end
+    end
+    return kl
+  end
+end
+
+return M

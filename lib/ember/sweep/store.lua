@@ -1,0 +1,318 @@
+-- ember.sweep.store — the sweep artifact on disk: DIR/manifest.json (provenance, baselines, one
+-- entry per computed cell) and DIR/grid.safetensors (the metric grid), plus resume, merge and the
+-- cell-by-cell comparison of two sweeps. Must not run the model (sweep/init.lua does).
+--
+-- The manifest is the truth: the grid file is rebuilt from its cells at every write, so a run
+-- interrupted between the two writes resumes from the manifest and rewrites a consistent grid.
+
+local fs = require("ember.store.fs")
+local json = require("ember.store.json")
+local manifest = require("ember.store.manifest")
+local safetensors = require("ember.store.safetensors")
+
+local M = {}
+
+M.SCHEMA = "ember.sweep"
+M.SCHEMA_VERSION = "1.0.0"
+M.MANIFEST = "manifest.json"
+M.GRID = "grid.safetensors"
+
+local function sha256(s) return require("ember").sha256(s) end
+local function fail(msg, ...) error(string.format(msg, ...), 0) end
+
+-- Wall-clock seconds with centisecond resolution where Linux offers it (progress and checkpoints).
+function M.now()
+  local f = io.open("/proc/uptime", "r")
+  if f then
+    local t = f:read("n")
+    f:close()
+    if t then return t end
+  end
+  return os.time()
+end
+
+local ORDER = { "schema", "schema_version", "status", "created_at_unix", "tool", "model", "tokenizer", "clean",
+  "corrupted", "metric", "grid", "settings_sha256", "shard", "merged_from", "execution", "plot", "argv", "grid_file",
+  "cells" }
+-- generated_ids (runs and cells) exists only in sweeps with decode steps, so a prefill-only sweep
+-- writes exactly the bytes it always did
+local RUN_KEYS = { "prompt", "input_ids", "tokens", "generated_ids", "logits_sha256", "top1", "value" }
+local CELL_KEYS = { "index", "stage", "layer", "position", "target", "value", "recovered", "certified",
+  "equals_corrupted", "top1", "generated_ids", "logits_sha256", "source", "settings_sha256" }
+
+local function ints(t) return json.array({ table.unpack(t) }) end
+local function num(v) return (type(v) == "string" and tonumber(v:gsub("Infinity", "inf"))) or v end
+
+-- Floats come back from JSON as integers when whole; values are doubles, so they are made doubles
+-- again (a resumed manifest must encode to the same bytes as a fresh one).
+local function float(v)
+  if v == nil or v == json.null then return json.null end
+  if v == "NaN" then return 0 / 0 end
+  if v == "Infinity" then return math.huge end
+  if v == "-Infinity" then return -math.huge end
+  return num(v) + 0.0
+end
+
+-- cell(c) -> the manifest entry of one computed cell, keys in their fixed order.
+function M.cell(c)
+  local recovered = c.recovered
+  if recovered == nil then
+    -- the share of the clean-vs-corrupted gap this patch closes: 0 = corrupted, 1 = clean
+    local denom = c.clean_value - c.corrupted_value
+    recovered = (denom ~= 0 and denom == denom) and (c.value - c.corrupted_value) / denom or json.null
+  end
+  local src = c.source or { run = "clean", record_sha256 = c.source_sha256, row = c.source_row }
+  return json.ordered(CELL_KEYS, {
+    index = c.index, stage = c.stage, layer = c.layer, position = c.position,
+    target = c.target or string.format("%d:%s@%d", c.layer, c.stage, c.position),
+    value = float(c.value), recovered = recovered == json.null and json.null or float(recovered),
+    certified = c.certified == true, equals_corrupted = c.equals_corrupted == true,
+    top1 = c.top1, generated_ids = c.generated_ids and ints(c.generated_ids) or nil, logits_sha256 = c.logits_sha256,
+    source = json.ordered({ "run", "record_sha256", "row" }, { run = src.run, record_sha256 = src.record_sha256,
+      row = src.row }),
+    settings_sha256 = c.settings_sha256,
+  })
+end
+
+-- new_manifest(p) -> the manifest document of a sweep (without cells). p: { model, cfg (sweep
+-- config), shard, tokenizer_path, argv, clean_logits, corrupted_logits, clean_value,
+-- corrupted_value, clean_generated, corrupted_generated (ids of the decode steps),
+-- text = function(id) -> label }
+function M.new_manifest(p)
+  local ember = require("ember")
+  local cfg, model = p.cfg, p.model
+  local msec = manifest.model_section(model)
+  local steps = cfg.decode_steps or 0
+  local function run_section(text, ids, generated, logits, value)
+    local labels = json.array()
+    for i, id in ipairs(ids) do labels[i] = p.text(id) end
+    return json.ordered(RUN_KEYS, {
+      prompt = manifest.prompt_section(text, ids, false), input_ids = ints(ids), tokens = labels,
+      generated_ids = steps > 0 and ints(generated) or nil,
+      logits_sha256 = logits:sha256(), top1 = logits:argmax() - 1, value = value,
+    })
+  end
+  local clean = run_section(cfg.clean_text, cfg.clean_ids, p.clean_generated, p.clean_logits, p.clean_value)
+  local corrupted = run_section(cfg.corrupted_text, cfg.corrupted_ids, p.corrupted_generated, p.corrupted_logits,
+    p.corrupted_value)
+  -- the token each run feeds at every position: the prompt's, then (decode steps) the generated ones
+  local function label_at(run, pos)
+    if pos < #run.tokens then return run.tokens[pos + 1] end
+    return p.text(run.generated_ids[pos - #run.tokens + 1])
+  end
+  local metric = json.ordered({ "kind", "tokens", "label" }, { kind = cfg.metric.kind, tokens = ints(cfg.metric.tokens),
+    label = require("ember.sweep.metric").label(cfg.metric, p.text) })
+  local g = cfg.grid
+  local position_labels = json.array()
+  for i, pos in ipairs(g.positions) do
+    local a, b = label_at(clean, pos), label_at(corrupted, pos)
+    position_labels[i] = string.format("%d %s", pos, a == b and a or (a .. "/" .. b))
+  end
+  local grid = json.ordered({ "stages", "layers", "positions", "shape", "order", "position_labels", "phase",
+    "decode_steps" }, {
+    stages = json.array({ table.unpack(g.stages) }), layers = ints(g.layers), positions = ints(g.positions),
+    shape = ints({ #g.stages, #g.layers, #g.positions }), order = "stage,layer,position",
+    position_labels = position_labels, phase = steps > 0 and "prefill+decode" or "prefill",
+    decode_steps = steps > 0 and steps or nil,
+  })
+  -- what decides every cell's value, hashed once so each cell can name it
+  local settings = json.encode(json.ordered({ "metric", "grid", "clean_ids", "corrupted_ids" }, {
+    metric = json.ordered({ "kind", "tokens" }, { kind = metric.kind, tokens = metric.tokens }),
+    grid = json.ordered({ "stages", "layers", "positions", "decode_steps" }, { stages = grid.stages,
+      layers = grid.layers, positions = grid.positions, decode_steps = grid.decode_steps }),
+    clean_ids = clean.input_ids, corrupted_ids = corrupted.input_ids }))
+  local argv = json.array()
+  for i, a in ipairs(p.argv or {}) do argv[i] = tostring(a) end
+  return {
+    schema = M.SCHEMA, schema_version = M.SCHEMA_VERSION, status = "partial", created_at_unix = os.time(),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = ember.version }),
+    model = msec, tokenizer = manifest.tokenizer_section(p.tokenizer_path, msec.sha256),
+    clean = clean, corrupted = corrupted, metric = metric, grid = grid, settings_sha256 = sha256(settings),
+    shard = p.shard and json.ordered({ "index", "count" }, { index = p.shard.index, count = p.shard.count }) or json.null,
+    execution = manifest.execution_section(model), argv = argv,
+  }
+end
+
+-- Fields that decide the values of the cells: two sweeps (or shards) that differ in any of them
+-- cannot be joined or resumed into each other. Kernel sets are here because bit-identity is only
+-- promised for one kernel set (and one KV cache type); thread counts are not (the grid does not
+-- depend on them).
+M.SEMANTIC = { "tool.version", "model.sha256", "tokenizer.sha256", "clean.prompt.sha256", "clean.input_ids",
+  "clean.logits_sha256", "corrupted.prompt.sha256", "corrupted.input_ids", "corrupted.logits_sha256",
+  "metric.kind", "metric.tokens", "grid.stages", "grid.layers", "grid.positions", "grid.decode_steps",
+  "settings_sha256",
+  "execution.kernels", "execution.kv_cache" }
+
+local function field(doc, path)
+  local v = doc
+  for k in path:gmatch("[^.]+") do
+    if type(v) ~= "table" then return nil end
+    v = v[k]
+  end
+  return v
+end
+
+local function text_of(v)
+  if v == nil then return "(absent)" end
+  local s = json.encode(v)
+  if #s > 80 then s = s:sub(1, 77) .. "..." end
+  return s
+end
+
+-- differences(a, b [, extra]) -> list of { path, a, b } over the semantic fields (and `extra`)
+function M.differences(a, b, extra)
+  local out = {}
+  local paths = { table.unpack(M.SEMANTIC) }
+  for _, p in ipairs(extra or {}) do paths[#paths + 1] = p end
+  for _, p in ipairs(paths) do
+    local x, y = field(a, p), field(b, p)
+    local tx, ty = text_of(x), text_of(y)
+    if tx ~= ty then out[#out + 1] = { path = p, a = tx, b = ty } end
+  end
+  return out
+end
+
+-- ---- writing ---------------------------------------------------------------------------------------
+
+local function pack_f32(v)
+  if v == nil or v == json.null then return string.pack("<f", 0 / 0) end
+  return string.pack("<f", v)
+end
+
+-- grid_blob(doc, cells) -> safetensors bytes: metric, recovered, certified, each [stages, layers,
+-- positions] f32 (NaN where a cell is not in this artifact; certified is 1 or 0).
+function M.grid_blob(doc, cells)
+  local shape = doc.grid.shape
+  local n = shape[1] * shape[2] * shape[3]
+  local by = {}
+  for _, c in ipairs(cells) do by[c.index] = c end
+  local parts = { metric = {}, recovered = {}, certified = {} }
+  for i = 0, n - 1 do
+    local c = by[i]
+    parts.metric[i + 1] = pack_f32(c and c.value)
+    parts.recovered[i + 1] = pack_f32(c and c.recovered)
+    parts.certified[i + 1] = pack_f32(c and (c.certified and 1.0 or 0.0))
+  end
+  local tensors = {}
+  for _, name in ipairs({ "metric", "recovered", "certified" }) do
+    tensors[#tensors + 1] = { name = name, shape = { shape[1], shape[2], shape[3] }, data = table.concat(parts[name]) }
+  end
+  return safetensors.encode(tensors, { format = "pt", schema = M.SCHEMA, schema_version = M.SCHEMA_VERSION,
+    order = "stage,layer,position" })
+end
+
+-- write(dir, doc, cells): the grid file first, then the manifest that vouches for it, each
+-- atomically (temporary file + rename). `dir` is created when missing.
+function M.write(dir, doc, cells)
+  local where = "sweep '" .. dir .. "'"
+  local ok, err = fs.mkdir_p(dir)
+  if not ok then fail("%s: %s", where, err) end
+  local blob = M.grid_blob(doc, cells)
+  doc.grid_file = json.ordered({ "name", "size", "sha256" }, { name = M.GRID, size = #blob, sha256 = sha256(blob) })
+  local list = json.array()
+  for i, c in ipairs(cells) do list[i] = c end
+  doc.cells = list
+  fs.write_atomic(fs.join(dir, M.GRID), blob, where)
+  fs.write_atomic(fs.join(dir, M.MANIFEST), json.encode(json.ordered(ORDER, doc), { indent = "  " }), where)
+end
+
+-- ---- reading ---------------------------------------------------------------------------------------
+
+local KEYS = {
+  tool = { "name", "version" },
+  model = { "path", "sha256", "family", "architecture", "name", "n_layers", "hidden_size", "n_vocab",
+    "dtype_summary", "experimental" },
+  tokenizer = { "source", "path", "sha256" },
+  metric = { "kind", "tokens", "label" },
+  grid = { "stages", "layers", "positions", "shape", "order", "position_labels", "phase", "decode_steps" },
+  shard = { "index", "count" },
+  execution = { "kernels", "threads" },
+  plot = { "tool", "title", "xlabel", "ylabel", "cblabel", "xtics", "ytics", "files" },
+  grid_file = { "name", "size", "sha256" },
+}
+local PROMPT_KEYS = { "sha256", "source", "text", "withheld", "token_count" }
+
+-- A decoded manifest written back must give the same text as the one first written: key orders
+-- come back (JSON objects are unordered to cjson) and lists stay lists even when empty.
+local function restore_shape(doc)
+  for k, keys in pairs(KEYS) do if type(doc[k]) == "table" then json.ordered(keys, doc[k]) end end
+  for _, k in ipairs({ "clean", "corrupted" }) do
+    local r = doc[k]
+    json.ordered(RUN_KEYS, r)
+    if type(r.prompt) == "table" then json.ordered(PROMPT_KEYS, r.prompt) end
+    for _, a in ipairs({ "input_ids", "tokens", "generated_ids" }) do if type(r[a]) == "table" then json.array(r[a]) end end
+  end
+  json.array(doc.metric.tokens or {})
+  for _, a in ipairs({ "stages", "layers", "positions", "shape", "position_labels" }) do
+    if type(doc.grid[a]) == "table" then json.array(doc.grid[a]) end
+  end
+  if type(doc.argv) == "table" then json.array(doc.argv) end
+  if type(doc.plot) == "table" then
+    for _, a in ipairs({ "xtics", "ytics", "files" }) do if type(doc.plot[a]) == "table" then json.array(doc.plot[a]) end end
+    for _, f in ipairs(doc.plot.files or {}) do json.ordered({ "stage", "svg", "png" }, f) end
+  end
+  if type(doc.merged_from) == "table" then
+    json.array(doc.merged_from)
+    for _, m in ipairs(doc.merged_from) do json.ordered({ "dir", "shard", "cells", "threads", "manifest_sha256" }, m) end
+  end
+  return doc
+end
+
+-- read(dir [, opts]) -> { dir, manifest, cells }. Verifies the schema, the cells (fields, indices
+-- inside the grid, no duplicates) and, for a complete sweep, the grid file's sha256.
+function M.read(dir, opts)
+  local where = "sweep '" .. dir .. "'"
+  if not fs.is_dir(dir) then fail("%s: not a directory", where) end
+  local path = fs.join(dir, M.MANIFEST)
+  if not fs.exists(path) then fail("%s: %s is missing (not a sweep output)", where, M.MANIFEST) end
+  local doc = json.decode(fs.read(path, where), where .. ": " .. M.MANIFEST)
+  if type(doc) ~= "table" or doc.schema ~= M.SCHEMA then
+    fail("%s: %s is not an ember sweep (schema '%s')", where, M.MANIFEST, tostring(type(doc) == "table" and doc.schema))
+  end
+  if type(doc.schema_version) ~= "string" or not doc.schema_version:match("^1%.%d+%.%d+$") then
+    fail("%s: unsupported schema_version '%s' (this ember reads 1.x)", where, tostring(doc.schema_version))
+  end
+  for _, k in ipairs({ "model", "clean", "corrupted", "metric", "grid", "execution", "cells" }) do
+    if type(doc[k]) ~= "table" then fail("%s: missing or invalid '%s'", where, k) end
+  end
+  local shape = doc.grid.shape
+  local n = shape[1] * shape[2] * shape[3]
+  local cells, seen = {}, {}
+  for i, c in ipairs(doc.cells) do
+    local cw = string.format("%s: cell %d", where, i - 1)
+    if math.type(c.index) ~= "integer" or c.index < 0 or c.index >= n then fail("%s: index outside the grid", cw) end
+    if seen[c.index] then fail("%s: cell index %d appears twice", cw, c.index) end
+    seen[c.index] = true
+    if c.settings_sha256 ~= doc.settings_sha256 then fail("%s: settings_sha256 differs from the sweep's", cw) end
+    c.value = float(c.value)
+    c.recovered = float(c.recovered)
+    cells[#cells + 1] = M.cell(c)
+  end
+  doc.cells = nil
+  restore_shape(doc)
+  if not (opts and opts.partial_ok) then
+    if doc.status ~= "complete" then fail("%s: status is '%s' (an interrupted run; rerun it to resume)", where,
+      tostring(doc.status)) end
+    local blob = fs.read(fs.join(dir, M.GRID), where .. ": " .. M.GRID)
+    if type(doc.grid_file) ~= "table" or sha256(blob) ~= doc.grid_file.sha256 then
+      fail("%s: sha256 of %s does not match the manifest", where, M.GRID)
+    end
+  end
+  return { dir = dir, manifest = doc, cells = cells }
+end
+
+-- read_for_resume(dir, doc) -> previous { cells } when `dir` holds part of the same sweep, nil when
+-- `dir` does not exist; raises naming the field when it holds another sweep.
+function M.read_for_resume(dir, doc)
+  if not fs.exists(dir) then return nil end
+  local prev = M.read(dir, { partial_ok = true })
+  local diffs = M.differences(doc, prev.manifest, { "shard.index", "shard.count" })
+  if #diffs > 0 then
+    local d = diffs[1]
+    fail("sweep: --out '%s' holds another sweep (%s: %s there, %s here); choose another directory", dir, d.path,
+      d.b, d.a)
+  end
+  return prev
+end
+
+return M

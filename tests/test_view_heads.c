@@ -1,7 +1,7 @@
 /* test_view_heads.c — v:head(h) on views that carry a head layout (what the hook adapter gives the
- * per-head stages): columns give a copy of one head's columns, rows a sub-view of one head's rows
- * that writes through and expires with the view; clone() keeps the layout; a wrong n_heads or
- * layout is refused. Views are made here over a C buffer, as the adapter makes them over engine
+ * per-head stages): rows give a sub-view of one head's rows, columns a strided sub-view of one
+ * head's columns; both write through and expire with the view; clone() keeps the layout; a wrong
+ * n_heads or layout is refused. Views are made here over a C buffer, as the adapter makes them over engine
  * memory, and driven from Lua on the ember core. */
 #include "l_tensor.h"
 #include "test_support.h"
@@ -23,11 +23,12 @@ static const char *const script = "local v_rows, v_cols = ...\n"
                                   "h1:set(1, 2, -1)\n"
                                   "out[#out + 1] = v_rows:get(4, 2)\n"
                                   "out[#out + 1] = getmetatable(h1).__name\n"
-                                  "-- columns: head 1 is columns 3..4, a copy\n"
+                                  "-- columns: head 1 is columns 3..4, a strided sub-view\n"
                                   "local c1 = v_cols:head(1)\n"
                                   "out[#out + 1] = table.concat(c1:shape(), 'x')\n"
                                   "out[#out + 1] = table.concat(c1:row(2):values(), ',')\n"
                                   "out[#out + 1] = getmetatable(c1).__name\n"
+                                  "c1:set(6, 1, -2)\n"
                                   "-- a clone keeps the layout\n"
                                   "out[#out + 1] = table.concat(v_cols:clone():head(0):values(), ',')\n"
                                   "out[#out + 1] = table.concat(v_rows:clone():head(0):shape(), 'x')\n"
@@ -70,7 +71,7 @@ int main(void) {
         "ember.TensorView",
         "6x2",
         "12.0,13.0",
-        "ember.Tensor",
+        "ember.TensorView",
         "0.0,1.0,10.0,11.0,20.0,21.0,30.0,-1.0,40.0,41.0,50.0,51.0",
         "3x4",
         "head: this view holds 2 heads, not 3",
@@ -85,6 +86,7 @@ int main(void) {
         lua_pop(L, 2);
     }
     CHECK_MSG(buf[3 * COLS + 1] == -1.0f, "the write through head(1) of the rows view did not reach the buffer");
+    CHECK_MSG(buf[5 * COLS + 2] == -2.0f, "the write through head(1) of the columns view did not reach the buffer");
     CHECK(modified);
 
     /* expire the view the sub-view came from: the sub-view must refuse to read */

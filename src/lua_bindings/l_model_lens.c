@@ -13,7 +13,7 @@
 static int m_unembed(lua_State *L) {
     ember_lua_model *lm = ember_lua_check_model(L, 1);
     int64_t rows, cols;
-    const float *x = ember_lua_check_values(L, 2, &rows, &cols);
+    const float *x = ember_lua_check_values(L, 2, &rows, &cols, "unembed");
     const ember_model_info *in = ember_model_get_info(lm->m);
     if (cols != in->hidden_size)
         return luaL_error(L, "unembed: expected a [rows, %I] residual (hidden_size %I), got [%I, %I]",

@@ -61,7 +61,7 @@ static int l_sampler(lua_State *L) {
 static int s_sample(lua_State *L) {
     int64_t n_vocab, rows, cols;
     ember_sampler *s = ember_lua_check_sampler(L, 1, &n_vocab);
-    const float *x = ember_lua_check_values(L, 2, &rows, &cols);
+    const float *x = ember_lua_check_values(L, 2, &rows, &cols, "sample");
     if (rows != 1 || cols != n_vocab)
         return luaL_error(L, "sample: logits must be [1, %I], got [%I, %I]", (lua_Integer)n_vocab, (lua_Integer)rows,
                           (lua_Integer)cols);

@@ -13,42 +13,72 @@
 #error "bytes(), sha256() and fingerprint() assume the host stores f32 little-endian"
 #endif
 
-#define EXPIRED_MSG "attempt to use an expired view (it was valid only inside the hook call that received it)"
-
 /* Largest tensor ember.tensor() makes: 2^32 values (16 GiB). Bigger is surely a mistake. */
 #define MAX_ELEMENTS ((int64_t)1 << 32)
 
-/* A root view is usable between its arm and its expiry; a sub-view only within the call of the
- * root that made it (the root's epoch has not moved on since). */
-static bool view_alive(const ember_lua_view *v) { return v->root->alive && v->epoch == v->root->epoch; }
+typedef ember_lua_ref tref;
 
-/* What both types share: a pointer, a shape, and (for views) where writes are recorded. */
-typedef struct {
-    float *data; /* (rows, cols) */
-    int64_t rows, cols;
-    ember_lua_view *view; /* NULL for an owned tensor */
-} tref;
-
-static tref to_tref(lua_State *L, int i) {
+ember_lua_ref ember_lua_check_ref(lua_State *L, int i, const char *fname) {
     tref t = {0};
     ember_lua_tensor *ot = luaL_testudata(L, i, EMBER_LUA_TENSOR);
     if (ot) {
         t.data = ot->data;
         t.rows = ot->rows;
-        t.cols = ot->cols;
+        t.cols = t.stride = ot->cols;
+        t.n_heads = ot->n_heads;
+        t.heads_by = ot->heads_by;
         return t;
     }
     ember_lua_view *v = luaL_testudata(L, i, EMBER_LUA_VIEW);
     if (!v) {
-        luaL_typeerror(L, i, "ember.Tensor or ember.TensorView");
+        luaL_error(L, "bad argument #%d to '%s' (ember.Tensor or ember.TensorView expected, got %s)", i, fname,
+                   luaL_typename(L, i));
         return t; /* not reached */
     }
-    if (!view_alive(v)) luaL_error(L, EXPIRED_MSG);
+    if (!ember_lua_view_alive(v)) luaL_error(L, "%s: " EMBER_LUA_EXPIRED_MSG, fname);
     t.data = v->data;
     t.rows = v->rows;
     t.cols = v->cols;
+    t.stride = v->stride;
     t.view = v;
+    t.n_heads = v->n_heads;
+    t.heads_by = v->heads_by;
     return t;
+}
+
+static bool contiguous(const tref *t) { return t->stride == t->cols || t->rows == 1; }
+
+/* Copies the rows of t into dst, [rows, cols] contiguous. */
+static void gather(const tref *t, float *dst) {
+    for (int64_t r = 0; r < t->rows; r++)
+        memcpy(dst + r * t->cols, t->data + r * t->stride, (size_t)t->cols * sizeof(float));
+}
+
+ember_lua_ref ember_lua_check_dense(lua_State *L, int i, const char *fname) {
+    tref t = ember_lua_check_ref(L, i, fname);
+    if (contiguous(&t)) {
+        t.stride = t.cols;
+        return t;
+    }
+    float *copy = lua_newuserdatauv(L, (size_t)(t.rows * t.cols) * sizeof(float), 0); /* [.., scratch] */
+    gather(&t, copy);
+    t.data = copy;
+    t.stride = t.cols;
+    return t;
+}
+
+void ember_lua_push_subview(lua_State *L, int idx, const ember_lua_ref *t, float *data, int64_t rows, int64_t cols) {
+    ember_lua_view *root = t->view->root;
+    ember_lua_view *v = ember_lua_push_view(L, data, rows, cols, root->modified); /* [.., sub] */
+    v->stride = t->stride;
+    v->root = root;
+    v->epoch = root->epoch;       /* expires with the root's current call */
+    lua_getiuservalue(L, idx, 1); /* the parent's root, or nil when the parent is the root */
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, idx);
+    }
+    lua_setiuservalue(L, -2, 1); /* keeps the root (and so v->root) alive */
 }
 
 /* Records a write through a view; the run reports it as out.modified. */
@@ -57,6 +87,9 @@ static void mark_written(tref *t) {
 }
 
 static int64_t count(const tref *t) { return t->rows * t->cols; }
+
+/* Element (r, c), 0-based. */
+static float *at(const tref *t, int64_t r, int64_t c) { return t->data + r * t->stride + c; }
 
 ember_lua_tensor *ember_lua_push_tensor(lua_State *L, int64_t rows, int64_t cols) {
     size_t bytes = sizeof(ember_lua_tensor) + (size_t)(rows * cols) * sizeof(float);
@@ -74,6 +107,7 @@ ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int
     v->data = data;
     v->rows = rows;
     v->cols = cols;
+    v->stride = cols;
     v->alive = true;
     v->epoch = 0;
     v->modified = modified;
@@ -88,7 +122,8 @@ void ember_lua_arm_view(ember_lua_view *v, float *data, int64_t rows, int64_t co
     v->data = data;
     v->rows = rows;
     v->cols = cols;
-    v->epoch++; /* rows taken from the previous call stay expired */
+    v->stride = cols;
+    v->epoch++; /* sub-views taken in the previous call stay expired */
     v->alive = true;
 }
 
@@ -97,8 +132,8 @@ void ember_lua_expire_view(ember_lua_view *v) {
     v->data = NULL; /* belt and braces: nothing can reach the engine buffer any more */
 }
 
-const float *ember_lua_check_values(lua_State *L, int i, int64_t *rows, int64_t *cols) {
-    tref t = to_tref(L, i);
+const float *ember_lua_check_values(lua_State *L, int i, int64_t *rows, int64_t *cols, const char *fname) {
+    tref t = ember_lua_check_dense(L, i, fname);
     *rows = t.rows;
     *cols = t.cols;
     return t.data;
@@ -126,7 +161,7 @@ static const char *shape_str(lua_State *L, const tref *t) {
 /* ---- reads --------------------------------------------------------------------------------------- */
 
 static int t_shape(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "shape");
     lua_createtable(L, 2, 0);
     lua_pushinteger(L, t.rows);
     lua_rawseti(L, -2, 1);
@@ -136,26 +171,26 @@ static int t_shape(lua_State *L) {
 }
 
 static int t_dtype(lua_State *L) {
-    to_tref(L, 1);
+    ember_lua_check_ref(L, 1, "dtype");
     lua_pushliteral(L, "f32");
     return 1;
 }
 
 static int t_len(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "__len");
     lua_pushinteger(L, count(&t));
     return 1;
 }
 
 static int t_get(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "get");
     int64_t r = check_index(L, 2, t.rows, "row"), c = check_index(L, 3, t.cols, "column");
-    lua_pushnumber(L, t.data[(r - 1) * t.cols + (c - 1)]);
+    lua_pushnumber(L, *at(&t, r - 1, c - 1));
     return 1;
 }
 
 static int t_values(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "values");
     int64_t n = count(&t);
     if (n > INT32_MAX) return luaL_error(L, "values: tensor has %I values, too many for a Lua table", (lua_Integer)n);
     lua_createtable(L, (int)n, 0);
@@ -167,7 +202,7 @@ static int t_values(lua_State *L) {
 }
 
 static int t_bytes(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "bytes");
     lua_pushlstring(L, (const char *)t.data, (size_t)count(&t) * sizeof(float));
     return 1;
 }
@@ -175,7 +210,7 @@ static int t_bytes(lua_State *L) {
 /* t:write_bytes(file) -> true, or nil and the reason: t:bytes() written to an open Lua file without
  * making the string (a dump of long prompts streams its views to disk with no copy in Lua). */
 static int t_write_bytes(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "write_bytes");
     luaL_Stream *f = luaL_checkudata(L, 2, LUA_FILEHANDLE);
     if (f->closef == NULL) return luaL_argerror(L, 2, "attempt to use a closed file");
     const size_t n = (size_t)count(&t);
@@ -196,14 +231,14 @@ static double l2_norm(const tref *t) {
 }
 
 static int t_l2_norm(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "l2_norm");
     lua_pushnumber(L, l2_norm(&t));
     return 1;
 }
 
 /* NaN propagates: an activation with a NaN must not look healthy. */
 static int t_abs_max(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "abs_max");
     double m = 0;
     for (int64_t i = 0, n = count(&t); i < n; i++) {
         double a = fabs((double)t.data[i]);
@@ -221,13 +256,13 @@ static int t_abs_max(lua_State *L) {
  * little-endian f32 bytes, row-major; the shape is not included). Returned as the u64's bit
  * pattern in a Lua integer (negative when the top bit is set). */
 static int t_fingerprint(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "fingerprint");
     lua_pushinteger(L, (lua_Integer)ember_fingerprint_f32(t.data, count(&t)));
     return 1;
 }
 
 static int t_sha256(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "sha256");
     char hex[65];
     ember_sha256_hex(t.data, (size_t)count(&t) * sizeof(float), hex);
     lua_pushstring(L, hex);
@@ -236,12 +271,12 @@ static int t_sha256(lua_State *L) {
 
 /* argmax([row]) -> 1-based column; the row may be omitted only for a one-row tensor. */
 static int t_argmax(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "argmax");
     int64_t r = 1;
     if (!lua_isnoneornil(L, 2)) r = check_index(L, 2, t.rows, "row");
     else if (t.rows != 1)
         return luaL_error(L, "argmax: the tensor has %I rows; pass the row (argmax(row))", (lua_Integer)t.rows);
-    lua_pushinteger(L, ember_argmax(t.data + (r - 1) * t.cols, t.cols) + 1);
+    lua_pushinteger(L, ember_argmax(at(&t, r - 1, 0), t.cols) + 1);
     return 1;
 }
 
@@ -259,7 +294,7 @@ static void set_num(lua_State *L, const char *key, double v) {
  * l2 = ||a - b||; rel_l2 = ||a - b|| / ||a||; a NaN difference makes max_abs_diff NaN. Undefined
  * values (cosine against a zero vector, rel_l2 with ||a|| = 0 and a difference) are absent. */
 static int t_compare(lua_State *L) {
-    tref a = to_tref(L, 1), b = to_tref(L, 2);
+    tref a = ember_lua_check_dense(L, 1, "compare"), b = ember_lua_check_dense(L, 2, "compare");
     if (a.rows != b.rows || a.cols != b.cols)
         return luaL_error(L, "compare: shape mismatch: [%I, %I] vs [%I, %I]", (lua_Integer)a.rows, (lua_Integer)a.cols,
                           (lua_Integer)b.rows, (lua_Integer)b.cols);
@@ -314,12 +349,12 @@ static int t_compare(lua_State *L) {
  * rows are logits); the lowest column on ties, and NaN never wins, as greedy sampling. A row
  * that is all NaN has no entry. */
 static int t_top1(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "top1");
     if (t.rows > INT32_MAX)
         return luaL_error(L, "top1: tensor has %I rows, too many for a Lua table", (lua_Integer)t.rows);
     lua_createtable(L, (int)t.rows, 0);
     for (int64_t r = 0; r < t.rows; r++) {
-        const float *row = t.data + r * t.cols;
+        const float *row = at(&t, r, 0);
         int64_t best = -1;
         for (int64_t c = 0; c < t.cols; c++)
             if (!isnan(row[c]) && (best < 0 || row[c] > row[best])) best = c;
@@ -331,31 +366,21 @@ static int t_top1(lua_State *L) {
 }
 
 static int t_clone(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "clone");
     ember_lua_tensor *c = ember_lua_push_tensor(L, t.rows, t.cols);
     memcpy(c->data, t.data, (size_t)count(&t) * sizeof(float));
-    ember_lua_tensor *ot = t.view ? NULL : luaL_testudata(L, 1, EMBER_LUA_TENSOR);
-    c->n_heads = t.view ? t.view->n_heads : ot->n_heads; /* a clone of a per-head view keeps v:head(h) */
-    c->heads_by = t.view ? t.view->heads_by : ot->heads_by;
+    c->n_heads = t.n_heads; /* a clone of a per-head view keeps v:head(h) */
+    c->heads_by = t.heads_by;
     return 1;
 }
 
 /* A row of a view is a sub-view (same memory, same expiry); a row of a tensor is a copy. */
 static int t_row(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "row");
     int64_t r = check_index(L, 2, t.rows, "row");
-    float *src = t.data + (r - 1) * t.cols;
+    float *src = at(&t, r - 1, 0);
     if (t.view) {
-        ember_lua_view *root = t.view->root;
-        ember_lua_view *v = ember_lua_push_view(L, src, 1, t.cols, root->modified); /* [self, r, sub] */
-        v->root = root;
-        v->epoch = root->epoch;
-        lua_getiuservalue(L, 1, 1); /* the parent's root, or nil when the parent is the root */
-        if (lua_isnil(L, -1)) {
-            lua_pop(L, 1);
-            lua_pushvalue(L, 1);
-        }
-        lua_setiuservalue(L, -2, 1); /* keeps the root (and so v->root) alive */
+        ember_lua_push_subview(L, 1, &t, src, 1, t.cols); /* [self, r, sub] */
         return 1;
     }
     ember_lua_tensor *c = ember_lua_push_tensor(L, 1, t.cols);
@@ -365,27 +390,45 @@ static int t_row(lua_State *L) {
 
 /* ---- writes ------------------------------------------------------------------------------------ */
 
+/* The first and one-past-last float a tensor's values span. */
+static uintptr_t span_lo(const tref *t) { return (uintptr_t)t->data; }
+static uintptr_t span_hi(const tref *t) { return (uintptr_t)at(t, t->rows - 1, t->cols); }
+
+/* The source operand of a write into t, contiguous and safe to read while t is written: a source
+ * sharing memory with t (v:add(v:row(1)), a head copied onto a neighbour) is copied first, unless
+ * it is t itself element for element (v:add(v) doubles v). */
+static tref write_source(lua_State *L, int i, const tref *t, const char *fname) {
+    tref s = ember_lua_check_dense(L, i, fname);
+    bool same = s.data == t->data && s.stride == t->stride && s.rows == t->rows && s.cols == t->cols;
+    if (same || span_hi(&s) <= span_lo(t) || span_hi(t) <= span_lo(&s)) return s;
+    float *copy = lua_newuserdatauv(L, (size_t)count(&s) * sizeof(float), 0); /* [.., scratch] */
+    memcpy(copy, s.data, (size_t)count(&s) * sizeof(float));
+    s.data = copy;
+    return s;
+}
+
 static int t_set(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "set");
     int64_t r = check_index(L, 2, t.rows, "row"), c = check_index(L, 3, t.cols, "column");
     float v = (float)luaL_checknumber(L, 4);
-    t.data[(r - 1) * t.cols + (c - 1)] = v;
+    *at(&t, r - 1, c - 1) = v;
     mark_written(&t);
     return 0;
 }
 
 static int t_zero(lua_State *L) {
-    tref t = to_tref(L, 1);
-    memset(t.data, 0, (size_t)count(&t) * sizeof(float));
+    tref t = ember_lua_check_ref(L, 1, "zero");
+    for (int64_t r = 0; r < t.rows; r++) memset(at(&t, r, 0), 0, (size_t)t.cols * sizeof(float));
     mark_written(&t);
     lua_settop(L, 1);
     return 1;
 }
 
 static int t_scale(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "scale");
     float k = (float)luaL_checknumber(L, 2);
-    for (int64_t i = 0, n = count(&t); i < n; i++) t.data[i] *= k;
+    for (int64_t r = 0; r < t.rows; r++)
+        for (int64_t c = 0; c < t.cols; c++) *at(&t, r, c) *= k;
     mark_written(&t);
     lua_settop(L, 1);
     return 1;
@@ -394,20 +437,21 @@ static int t_scale(lua_State *L) {
 /* add(x [, k]): x is a number (added to every value), a tensor of the same shape, or a one-row
  * tensor added to every row (a steering vector over all positions). k scales x (default 1). */
 static int t_add(lua_State *L) {
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_ref(L, 1, "add");
     float k = (float)luaL_optnumber(L, 3, 1.0);
     if (lua_type(L, 2) == LUA_TNUMBER) {
         float x = (float)lua_tonumber(L, 2) * k;
-        for (int64_t i = 0, n = count(&t); i < n; i++) t.data[i] += x;
+        for (int64_t r = 0; r < t.rows; r++)
+            for (int64_t c = 0; c < t.cols; c++) *at(&t, r, c) += x;
     } else {
-        tref s = to_tref(L, 2);
+        tref s = write_source(L, 2, &t, "add");
         bool same = s.rows == t.rows && s.cols == t.cols, bcast = s.rows == 1 && s.cols == t.cols;
         if (!same && !bcast)
             return luaL_error(L, "add: shape mismatch: target is %s, source is %s (must be equal, or [1, %I])",
                               shape_str(L, &t), shape_str(L, &s), (lua_Integer)t.cols);
         for (int64_t r = 0; r < t.rows; r++) {
-            const float *src = s.data + (same ? r * t.cols : 0);
-            float *dst = t.data + r * t.cols;
+            const float *src = s.data + (same ? r * s.stride : 0);
+            float *dst = at(&t, r, 0);
             for (int64_t c = 0; c < t.cols; c++) dst[c] += k * src[c];
         }
     }
@@ -416,13 +460,13 @@ static int t_add(lua_State *L) {
     return 1;
 }
 
-/* copy_from(src): exact shape match; never resizes. memmove: rows of one view may overlap. */
+/* copy_from(src): exact shape match; never resizes. */
 static int t_copy_from(lua_State *L) {
-    tref t = to_tref(L, 1), s = to_tref(L, 2);
+    tref t = ember_lua_check_ref(L, 1, "copy_from"), s = write_source(L, 2, &t, "copy_from");
     if (s.rows != t.rows || s.cols != t.cols)
         return luaL_error(L, "copy_from: shape mismatch: target is %s, source is %s", shape_str(L, &t),
                           shape_str(L, &s));
-    memmove(t.data, s.data, (size_t)count(&t) * sizeof(float));
+    for (int64_t r = 0; r < t.rows; r++) memcpy(at(&t, r, 0), s.data + r * s.stride, (size_t)t.cols * sizeof(float));
     mark_written(&t);
     lua_settop(L, 1);
     return 1;
@@ -431,18 +475,18 @@ static int t_copy_from(lua_State *L) {
 /* v:expired() -> bool: lets code check a view it kept without provoking the error. */
 static int v_expired(lua_State *L) {
     ember_lua_view *v = luaL_checkudata(L, 1, EMBER_LUA_VIEW);
-    lua_pushboolean(L, !view_alive(v));
+    lua_pushboolean(L, !ember_lua_view_alive(v));
     return 1;
 }
 
 /* "ember.Tensor[1, 8192] f32 {0.1, -2, 3.5, ..., 0.25} l2=12.5" */
 static int t_tostring(lua_State *L) {
     ember_lua_view *v = luaL_testudata(L, 1, EMBER_LUA_VIEW);
-    if (v && !view_alive(v)) {
+    if (v && !ember_lua_view_alive(v)) {
         lua_pushliteral(L, "ember.TensorView (expired)");
         return 1;
     }
-    tref t = to_tref(L, 1);
+    tref t = ember_lua_check_dense(L, 1, "tostring");
     int64_t n = count(&t);
     luaL_Buffer b;
     luaL_buffinit(L, &b);

@@ -1,6 +1,7 @@
 /* l_tensor_ops.c — the computing side of ember.Tensor / ember.TensorView: softmax, matmul, dot,
  * broadcasting arithmetic, reductions, slices, heads and token-space helpers. Never writes to its
- * operands: results are new owned Tensors (or, for whole-row selections of a view, sub-views). */
+ * operands: results are new owned Tensors (or, for the selections of a view — slice, head —
+ * sub-views that write through). */
 #include "l_tensor_ops.h"
 #include "l_tensor.h"
 
@@ -11,47 +12,12 @@
 /* The same ceiling as ember.tensor(): 2^32 values (16 GiB). */
 #define MAX_ELEMENTS ((int64_t)1 << 32)
 
-#define EXPIRED_MSG "attempt to use an expired view (it was valid only inside the hook call that received it)"
+/* A read-only look at either type (l_tensor.h). */
+typedef ember_lua_ref cref;
 
-/* A read-only look at either type. */
-typedef struct {
-    const float *data; /* (rows, cols) */
-    int64_t rows, cols;
-    ember_lua_view *view; /* NULL for an owned tensor */
-    int64_t n_heads;      /* head layout, when the view or the tensor carries one */
-    ember_lua_heads heads_by;
-} cref;
-
-/* As l_tensor.c: a root is usable between its arm and its expiry, a sub-view only within the call
- * of the root that made it. */
-static bool view_alive(const ember_lua_view *v) { return v->root->alive && v->epoch == v->root->epoch; }
-
-static cref check_ref(lua_State *L, int i, const char *fname) {
-    cref t = {0};
-    ember_lua_tensor *ot = luaL_testudata(L, i, EMBER_LUA_TENSOR);
-    if (ot) {
-        t.data = ot->data;
-        t.rows = ot->rows;
-        t.cols = ot->cols;
-        t.n_heads = ot->n_heads;
-        t.heads_by = ot->heads_by;
-        return t;
-    }
-    ember_lua_view *v = luaL_testudata(L, i, EMBER_LUA_VIEW);
-    if (!v) {
-        luaL_error(L, "bad argument #%d to '%s' (ember.Tensor or ember.TensorView expected, got %s)", i, fname,
-                   luaL_typename(L, i));
-        return t; /* not reached */
-    }
-    if (!view_alive(v)) luaL_error(L, "%s: " EXPIRED_MSG, fname);
-    t.data = v->data;
-    t.rows = v->rows;
-    t.cols = v->cols;
-    t.view = v;
-    t.n_heads = v->n_heads;
-    t.heads_by = v->heads_by;
-    return t;
-}
+/* The operand at i, contiguous: what every computing method reads (a strided view's values are
+ * gathered first, l_tensor.c). */
+static cref check_ref(lua_State *L, int i, const char *fname) { return ember_lua_check_dense(L, i, fname); }
 
 static bool is_tensor(lua_State *L, int i) {
     return luaL_testudata(L, i, EMBER_LUA_TENSOR) || luaL_testudata(L, i, EMBER_LUA_VIEW);
@@ -72,24 +38,10 @@ static float *new_tensor(lua_State *L, int64_t rows, int64_t cols, const char *f
 /* Scratch that Lua's GC frees even if a later call raises. */
 static double *scratch_doubles(lua_State *L, int64_t n) { return lua_newuserdatauv(L, (size_t)n * sizeof(double), 0); }
 
-/* Rows r0..r0+n-1 of the view at idx as a sub-view sharing its memory and expiry (like t:row). */
-static void push_subview(lua_State *L, int idx, const cref *t, int64_t r0, int64_t n) {
-    ember_lua_view *root = t->view->root;
-    ember_lua_view *v = ember_lua_push_view(L, (float *)t->data + r0 * t->cols, n, t->cols, root->modified);
-    v->root = root;
-    v->epoch = root->epoch;       /* expires with the root's current call */
-    lua_getiuservalue(L, idx, 1); /* the parent's root, or nil when the parent is the root */
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_pushvalue(L, idx);
-    }
-    lua_setiuservalue(L, -2, 1); /* keeps the root (and so v->root) alive */
-}
-
 /* Rows r0..r0+n-1: a sub-view of a view, a copy of a tensor. */
 static void push_rows(lua_State *L, int idx, const cref *t, int64_t r0, int64_t n, const char *fname) {
     if (t->view) {
-        push_subview(L, idx, t, r0, n);
+        ember_lua_push_subview(L, idx, t, t->data + r0 * t->stride, n, t->cols);
         return;
     }
     float *out = new_tensor(L, n, t->cols, fname);
@@ -324,7 +276,7 @@ static int t_mean(lua_State *L) { return reduce_rows(L, true, "mean"); }
 
 /* t:slice(r0, r1): rows r0..r1, 1-based and inclusive like string.sub; r1 defaults to the last. */
 static int t_slice(lua_State *L) {
-    cref t = check_ref(L, 1, "slice");
+    cref t = ember_lua_check_ref(L, 1, "slice");
     lua_Integer r0 = luaL_checkinteger(L, 2), r1 = luaL_optinteger(L, 3, (lua_Integer)t.rows);
     if (r0 < 1 || r1 > t.rows || r0 > r1)
         return luaL_error(L, "slice: rows %I..%I out of range for shape %s (1-based, inclusive, r0 <= r1)", r0, r1,
@@ -334,12 +286,12 @@ static int t_slice(lua_State *L) {
 }
 
 /* t:head(h [, n_heads [, "columns"|"rows"]]): head h (0-based, like layers) of a per-head tensor.
- * "columns": [rows, n_heads*head_dim] -> [rows, head_dim] (attention_heads), always a copy (the
- * columns are not contiguous). "rows": [n_heads*n, n_keys] -> [n, n_keys] (attention_pattern),
- * a sub-view of a view. A view of a per-head stage (and its clone) knows both; any other tensor
- * needs n_heads. */
+ * "columns": [rows, n_heads*head_dim] -> [rows, head_dim] (attention_heads); "rows":
+ * [n_heads*n, n_keys] -> [n, n_keys] (attention_pattern). Of a view, either is a sub-view that
+ * writes through (the columns one strided); of a tensor, a copy. A view of a per-head stage (and
+ * its clone) knows both; any other tensor needs n_heads. */
 static int t_head(lua_State *L) {
-    cref t = check_ref(L, 1, "head");
+    cref t = ember_lua_check_ref(L, 1, "head");
     lua_Integer h = luaL_checkinteger(L, 2);
     int64_t n_heads = t.n_heads;
     ember_lua_heads by = t.heads_by;
@@ -378,8 +330,13 @@ static int t_head(lua_State *L) {
     if (t.cols % n_heads)
         return luaL_error(L, "head: %I columns do not split into %I heads", (lua_Integer)t.cols, (lua_Integer)n_heads);
     const int64_t hd = t.cols / n_heads;
+    if (t.view) { /* the head's columns of every row: a strided window on the view's memory */
+        ember_lua_push_subview(L, 1, &t, t.data + h * hd, t.rows, hd);
+        return 1;
+    }
     float *out = new_tensor(L, t.rows, hd, "head");
-    for (int64_t r = 0; r < t.rows; r++) memcpy(out + r * hd, t.data + r * t.cols + h * hd, (size_t)hd * sizeof(float));
+    for (int64_t r = 0; r < t.rows; r++)
+        memcpy(out + r * hd, t.data + r * t.stride + h * hd, (size_t)hd * sizeof(float));
     return 1;
 }
 

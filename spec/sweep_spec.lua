@@ -418,7 +418,8 @@ describe("ember sweep (command)", function()
         assert.truthy(svg:find(">" .. xml(tic) .. "<", 1, true), "tic missing from " .. f.svg .. ": " .. tic)
       end
       assert.equal(12, #m.plot.xtics)
-      assert.equal("2  qu/ s", m.plot.xtics[3]) -- position 2: " qu" in the clean prompt, " s" in the corrupted
+      -- position 2: " qu" in the clean prompt, " s" in the corrupted, their spaces shown as U+2423
+      assert.equal("2 \u{2423}qu/\u{2423}s", m.plot.xtics[3])
       -- the SVG opens in an independent renderer
       local rsvg = os.execute("command -v rsvg-convert >/dev/null 2>&1")
       if rsvg then

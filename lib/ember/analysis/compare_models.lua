@@ -12,6 +12,7 @@ local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local patch = require("ember.run.patch")
 local selectors = require("ember.run.selectors")
+local token_label = require("ember.analysis.token_label")
 
 local M = {}
 
@@ -185,6 +186,24 @@ end
 M.SEMANTIC = { "tool_version", "a.sha256", "b.sha256", "a.kernels", "b.kernels", "prompt_ids", "generated_ids",
   "stages", "cells", "output_divergence" }
 
+-- What a shard's report carries into the plots' titles and series names is checked where it is
+-- read: dtypes printable (no control byte, valid UTF-8), stages among the per-layer stages.
+local function check_text(r, i)
+  for _, side in ipairs({ "a", "b" }) do
+    local d = type(r[side]) == "table" and r[side].dtype or nil
+    if not token_label.is_printable(d) then
+      fail("merge: report %d: %s.dtype is not printable text (%s); the report was not written by ember", i, side,
+        type(d) == "string" and ("'" .. token_label.printable(d) .. "'") or type(d))
+    end
+  end
+  if type(r.stages) ~= "table" then fail("merge: report %d: missing or invalid 'stages'", i) end
+  for k, st in ipairs(r.stages) do
+    if not selectors.RESIDUAL_LAYER_STAGE_SET[st] then
+      fail("merge: report %d: stages[%d] is '%s', not a per-layer stage", i, k - 1, token_label.printable(st))
+    end
+  end
+end
+
 -- merge(reports) -> one report holding every localisation cell; reports are decoded report.json
 -- tables of the shards of one comparison. Refuses, naming the field, shards of another one.
 function M.merge(reports)
@@ -198,6 +217,7 @@ function M.merge(reports)
   local seen, rows, shards = {}, {}, {}
   for i, r in ipairs(reports) do
     if type(r.shard) ~= "table" then fail("merge: report %d was not made with --shard", i) end
+    check_text(r, i)
     for _, p in ipairs(M.SEMANTIC) do
       if get(r, p) ~= get(first, p) then
         fail("merge: report %d does not belong with report 1: %s differs (%s vs %s)", i, p, get(r, p), get(first, p))

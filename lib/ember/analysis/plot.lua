@@ -1,10 +1,16 @@
 -- ember.analysis.plot — figures drawn by gnuplot (Debian's gnuplot-nox): heatmaps of sweep grids and line
 -- plots of per-layer divergence, each written as SVG and PNG. Must not compute what it draws.
 --
--- gnuplot gets a data file and a script in a private temporary directory beside the figure; its
--- outputs are written there and renamed into place, so a figure appears complete or not at all.
+-- gnuplot gets a data file and a script in a private temporary directory beside the figure and
+-- runs there, so the script names only its own files ("data.txt", "out.svg") and never a path of
+-- the user's; its outputs are renamed into place, so a figure appears complete or not at all.
+--
+-- Every string that reaches the script goes through M.quote, the one escaper: a single-quoted
+-- gnuplot string (no backquote or macro substitution there) that cannot hold a newline, a control
+-- byte or invalid UTF-8, so no label can end the line it sits on and start a command of its own.
 
 local fs = require("ember.store.fs")
+local token_label = require("ember.analysis.token_label")
 
 local M = {}
 
@@ -21,8 +27,10 @@ function M.gnuplot()
   return nil, "gnuplot is not installed (Debian: apt-get install gnuplot-nox)"
 end
 
--- A gnuplot single-quoted string: only the quote itself needs doubling.
-local function q(s) return "'" .. tostring(s):gsub("'", "''") .. "'" end
+-- quote(s) -> a gnuplot single-quoted string holding s: control bytes and invalid UTF-8 written as
+-- visible escapes (token_label.printable), the quote itself doubled (the only escape gnuplot reads
+-- inside single quotes). The result never holds a byte below 0x20 or 0x7F.
+local function q(s) return "'" .. token_label.printable(s):gsub("'", "''") .. "'" end
 M.quote = q
 
 local function tics(labels)
@@ -36,8 +44,16 @@ local function num(v)
   return string.format("%.9g", v)
 end
 
--- Runs one script for both terminals; `body` is the plot commands, `files` { svg = path, png = path }.
-local function render(dir, base, setup, body, data, size)
+local function write_file(path, text)
+  local f, err = io.open(path, "wb")
+  if not f then fail("cannot write %s: %s", path, tostring(err)) end
+  f:write(text)
+  f:close()
+end
+
+-- Runs one script for both terminals, in a fresh directory inside `dir`; `plot_cmd` is the plot
+-- command, which reads the data file as DATA (a name the script defines, no path of the user's).
+local function render(dir, base, setup, plot_cmd, data, size)
   local gp, why = M.gnuplot()
   if not gp then fail("%s", why) end
   -- the scratch directory sits inside the output directory, so the final rename never crosses
@@ -45,40 +61,32 @@ local function render(dir, base, setup, body, data, size)
   local tmp = fs.temp_sibling(fs.join(dir, "." .. base))
   local mok, merr = fs.mkdir(tmp)
   if not mok then fail("%s", merr) end
-  local datafile = fs.join(tmp, "data.txt")
-  local f = assert(io.open(datafile, "wb"))
-  f:write(data)
-  f:close()
-  local outs = { svg = fs.join(tmp, base .. ".svg"), png = fs.join(tmp, base .. ".png") }
+  write_file(fs.join(tmp, "data.txt"), data)
   local terms = {
     svg = string.format("set terminal svg size %d,%d dynamic noenhanced font 'sans,11' background rgb 'white'", size[1],
       size[2]),
     png = string.format("set terminal pngcairo size %d,%d noenhanced font 'sans,10' background rgb 'white'", size[1],
       size[2]),
   }
-  local script = {}
+  local script = { "DATA = 'data.txt'" }
   for _, kind in ipairs({ "svg", "png" }) do
     script[#script + 1] = terms[kind]
-    script[#script + 1] = "set output " .. q(outs[kind])
+    script[#script + 1] = "set output 'out." .. kind .. "'"
     script[#script + 1] = setup
-    script[#script + 1] = (body:gsub("@DATA@", q(datafile)))
+    script[#script + 1] = plot_cmd
     script[#script + 1] = "unset output"
   end
-  local sfile = fs.join(tmp, "plot.gp")
-  f = assert(io.open(sfile, "wb"))
-  f:write(table.concat(script, "\n"), "\n")
-  f:close()
-  local log = fs.join(tmp, "gnuplot.log")
-  local ok = os.execute(fs.shell_quote(gp) .. " " .. fs.shell_quote(sfile) .. " >" .. fs.shell_quote(log) .. " 2>&1")
+  write_file(fs.join(tmp, "plot.gp"), table.concat(script, "\n") .. "\n")
+  local ok = os.execute("cd " .. fs.shell_quote(tmp) .. " && " .. fs.shell_quote(gp) .. " plot.gp >gnuplot.log 2>&1")
   if not ok then
-    local msg = fs.read(log, "gnuplot log")
+    local msg = fs.read(fs.join(tmp, "gnuplot.log"), "gnuplot log")
     fs.remove_tree(tmp)
     fail("gnuplot failed: %s", msg)
   end
   local result = {}
   for _, kind in ipairs({ "svg", "png" }) do
     local final = fs.join(dir, base .. "." .. kind)
-    local rok, rerr = os.rename(outs[kind], final)
+    local rok, rerr = os.rename(fs.join(tmp, "out." .. kind), final)
     if not rok then fs.remove_tree(tmp); fail("cannot move %s into place: %s", final, tostring(rerr)) end
     result[kind] = final
   end
@@ -111,7 +119,7 @@ function M.heatmap(o)
   setup[#setup + 1] = "set tics out nomirror"
   local w = math.max(520, 120 + nx * 38)
   local h = math.max(360, 200 + ny * 30)
-  return render(o.dir, o.base, table.concat(setup, "\n"), "plot @DATA@ matrix with image notitle",
+  return render(o.dir, o.base, table.concat(setup, "\n"), "plot DATA matrix with image notitle",
     table.concat(data, "\n") .. "\n", { w, h })
 end
 
@@ -132,7 +140,7 @@ function M.lines(o)
   if o.logscale then setup[#setup + 1] = "set logscale y" end
   local plots = {}
   for k, s in ipairs(o.series) do
-    plots[k] = string.format("@DATA@ using 1:%d with linespoints title %s", k + 1, q(s.name))
+    plots[k] = string.format("DATA using 1:%d with linespoints title %s", k + 1, q(s.name))
   end
   return render(o.dir, o.base, table.concat(setup, "\n"), "plot " .. table.concat(plots, ", "),
     table.concat(data, "\n") .. "\n", { math.max(640, 200 + n * 40), 420 + 20 * #o.series })

@@ -13,6 +13,7 @@ local patch = require("ember.run.patch")
 local selectors = require("ember.run.selectors")
 local metric_mod = require("ember.sweep.metric")
 local store = require("ember.sweep.store")
+local token_label = require("ember.analysis.token_label")
 
 local M = {}
 
@@ -66,12 +67,6 @@ local function prompt_ids(model, p, what)
   end
   if type(p) ~= "string" then fail("%s prompt is required (text or a list of token ids)", what) end
   return model:tokenize(p), p
-end
-
--- ASCII-only label text for a token (plot tics and manifest labels): other bytes become '?'.
-function M.token_label(s)
-  s = (s or ""):gsub("[^\32-\126]", "?")
-  return s
 end
 
 -- config(model, opts) -> the normalized sweep definition (everything that decides the grid's values).
@@ -199,7 +194,7 @@ function M.run(opts)
     clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = clean_value,
     clean_generated = clean_gen, corrupted_generated = corr_gen,
     corrupted_value = corr_value, text = function(id)
-      local s = M.token_label(model:detokenize({ id }))
+      local s = token_label.visible(model:detokenize({ id }))
       return s ~= "" and s or ("<" .. id .. ">") -- BOS and other tokens without text
     end,
   }

@@ -9,6 +9,9 @@ local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local safetensors = require("ember.store.safetensors")
+local selectors = require("ember.run.selectors")
+local sweep_metric = require("ember.sweep.metric")
+local token_label = require("ember.analysis.token_label")
 
 local M = {}
 
@@ -101,7 +104,7 @@ function M.new_manifest(p)
     return p.text(run.generated_ids[pos - #run.tokens + 1])
   end
   local metric = json.ordered({ "kind", "tokens", "label" }, { kind = cfg.metric.kind, tokens = ints(cfg.metric.tokens),
-    label = require("ember.sweep.metric").label(cfg.metric, p.text) })
+    label = sweep_metric.label(cfg.metric, p.text) })
   local g = cfg.grid
   local position_labels = json.array()
   for i, pos in ipairs(g.positions) do
@@ -258,6 +261,47 @@ local function restore_shape(doc)
   return doc
 end
 
+-- The text a manifest carries into figures, titles and file names. A manifest may come from another
+-- job (the shards of a cluster run), so what it says is checked here, where it is read: labels
+-- printable (no control byte, valid UTF-8, as ember writes them), stages among the per-layer stages
+-- (a stage names a file), the metric among the known kinds.
+local function label_fields(doc)
+  local out = { { "metric.label", doc.metric.label } }
+  for _, run in ipairs({ "clean", "corrupted" }) do
+    for i, t in ipairs(type(doc[run].tokens) == "table" and doc[run].tokens or {}) do
+      out[#out + 1] = { string.format("%s.tokens[%d]", run, i - 1), t }
+    end
+  end
+  for i, t in ipairs(type(doc.grid.position_labels) == "table" and doc.grid.position_labels or {}) do
+    out[#out + 1] = { string.format("grid.position_labels[%d]", i - 1), t }
+  end
+  return out
+end
+
+local function check_text(doc, where)
+  for _, f in ipairs(label_fields(doc)) do
+    if not token_label.is_printable(f[2]) then
+      fail("%s: %s is %s (a label must be printable text: no control byte, valid UTF-8); the manifest was not "
+        .. "written by ember", where, f[1], type(f[2]) == "string" and ("'" .. token_label.printable(f[2]) .. "'")
+        or "not a string")
+    end
+  end
+  if type(doc.grid.stages) ~= "table" then fail("%s: missing or invalid 'grid.stages'", where) end
+  for i, st in ipairs(doc.grid.stages) do
+    if not selectors.RESIDUAL_LAYER_STAGE_SET[st] then
+      fail("%s: grid.stages[%d] is '%s', not a per-layer stage (%s); the manifest was not written by ember", where,
+        i - 1, token_label.printable(st), table.concat(selectors.RESIDUAL_LAYER_STAGES, ", "))
+    end
+  end
+  local kinds = sweep_metric.KINDS
+  local known = false
+  for _, k in ipairs(kinds) do known = known or doc.metric.kind == k end
+  if not known then
+    fail("%s: metric.kind is '%s' (expected %s); the manifest was not written by ember", where,
+      token_label.printable(doc.metric.kind), table.concat(kinds, ", "))
+  end
+end
+
 -- read(dir [, opts]) -> { dir, manifest, cells }. Verifies the schema, the cells (fields, indices
 -- inside the grid, no duplicates) and, for a complete sweep, the grid file's sha256.
 function M.read(dir, opts)
@@ -275,6 +319,7 @@ function M.read(dir, opts)
   for _, k in ipairs({ "model", "clean", "corrupted", "metric", "grid", "execution", "cells" }) do
     if type(doc[k]) ~= "table" then fail("%s: missing or invalid '%s'", where, k) end
   end
+  check_text(doc, where)
   local shape = doc.grid.shape
   local n = shape[1] * shape[2] * shape[3]
   local cells, seen = {}, {}

@@ -110,6 +110,64 @@ describe("figures from hostile text", function()
   end)
 end)
 
+describe("heatmap colour bars", function()
+  local function labels(sc)
+    local out = {}
+    for _, t in ipairs(sc.tics) do out[#out + 1] = t.label end
+    return out
+  end
+
+  it("centres a diverging scale on 0 and keeps the baselines inside it", function()
+    local sc = plot.scale { xtics = { "a", "b" }, rows = { { -1, 3 } }, marks = { { label = "clean", value = -4.5 } } }
+    assert.equal("diverging", sc.palette) -- both signs: diverging by default
+    assert.same({ -4.5, 4.5 }, { sc.lo, sc.hi })
+    assert.same({ { label = "clean -4.5", value = -4.5 } }, sc.marks)
+    -- tics every 2 from -4 to 4, without -4 (too close to the clean mark)
+    assert.same({ "-2", "0", "2", "4" }, labels(sc))
+    sc = plot.scale { xtics = { "a" }, rows = { { 0.25 } }, palette = "diverging" }
+    assert.same({ -0.25, 0.25 }, { sc.lo, sc.hi })
+  end)
+
+  it("uses a sequential scale for values of one sign, and joins the labels of close marks", function()
+    local sc = plot.scale { xtics = { "a", "b" }, rows = { { 0, 0.14 } },
+      marks = { { label = "clean", value = 0 }, { label = "corrupted", value = 0.005 } } }
+    assert.equal("sequential", sc.palette)
+    assert.same({ 0, 0.14 }, { sc.lo, sc.hi })
+    assert.same({ { label = "clean 0 / corrupted 0.005", value = 0 } }, sc.marks)
+    assert.same({ 0, 0.005 }, sc.bars) -- both still drawn where they are
+    local ok, err = pcall(plot.scale, { xtics = { "a" }, rows = { { 1 } }, palette = "rainbow" })
+    assert.is_false(ok)
+    assert.matches("unknown palette 'rainbow'", err, 1, true)
+  end)
+
+  it("puts the colour-bar label clear of the longest tic label, and every label on the canvas", function()
+    need_gnuplot()
+    local work = fs.make_temp_dir("ember-plot-spec")
+    local out = plot.heatmap { dir = work, base = "h", title = "a title", xlabel = "position", ylabel = "layer",
+      cblabel = "metric", xtics = { "0 \u{2423}The", "1 \\n" }, ytics = { "0", "1" }, rows = { { -123.456, 7 }, { 0.5, 1 } },
+      marks = { { label = "corrupted", value = -100.25 }, { label = "clean", value = 99.5 } } }
+    local svg = read(out.svg)
+    local width = tonumber(svg:match('viewBox="0 0 (%d+) %d+"'))
+    -- text positions: gnuplot writes each label as <g transform="translate(x,y)" ... text-anchor="A"><text>T</text>
+    local cb_right, cblabel_x = 0, nil
+    for x, rot, anchor, text in svg:gmatch('translate%(([%d.]+),[%d.]+%)( ?[^"]*)"[^>]-text%-anchor="(%a+)">%s*<text>([^<]*)</text>') do
+      x = tonumber(x)
+      if text == "metric" then cblabel_x = x
+      elseif anchor == "start" and rot == "" then
+        -- DejaVu Sans at 11 px: digits and most letters advance at most 0.64 em (7.04 px)
+        cb_right = math.max(cb_right, x + utf8.len(text) * 7.04)
+        assert.is_true(x + utf8.len(text) * 7.04 <= width, "off the canvas: " .. text)
+      end
+    end
+    assert.truthy(cblabel_x, "the colour-bar label is drawn")
+    assert.truthy(svg:find("corrupted -100.2", 1, true))
+    assert.truthy(svg:find("clean 99.5", 1, true))
+    -- the label is turned by 90 degrees: half its font height on each side of x
+    assert.is_true(cblabel_x - 6 > cb_right, string.format("label at %g, tic labels end at %g", cblabel_x, cb_right))
+    fs.remove_tree(work)
+  end)
+end)
+
 describe("ember sweep merge of shards with hostile labels (issue 27 item 1)", function()
   local work, path
   setup(function()

@@ -404,14 +404,27 @@ describe("ember sweep (command)", function()
     local m = cjson.decode(read(dir .. "/manifest.json"))
     assert.equal("logit-diff", m.metric.kind)
     assert.same({ m.clean.top1, m.corrupted.top1 }, m.metric.tokens)
-    assert.equal(2, #m.plot.files)
-    for _, f in ipairs(m.plot.files) do
+    -- per stage: the metric and the recovered share, each with both baselines on its colour bar
+    assert.equal(4, #m.plot.files)
+    local function g4(v) return (string.format("%.4g", v)) end
+    local want = {
+      metric = { palette = "diverging", title = m.plot.title, marks = { "clean " .. g4(m.clean.value),
+        "corrupted " .. g4(m.corrupted.value) } },
+      recovered = { palette = "diverging", title = "recovered share, " .. m.plot.title,
+        marks = { "clean 1", "corrupted 0" } },
+    }
+    for i, f in ipairs(m.plot.files) do
+      local w = want[f.value]
+      assert.equal(i <= 2 and "after_attention" or "after_layer", f.stage)
+      assert.equal(w.palette, f.palette)
+      assert.equal(w.title .. " at " .. f.stage, f.title)
       local svg = read(dir .. "/" .. f.svg)
       local png = read(dir .. "/" .. f.png)
       assert.equal("\137PNG\r\n\26\n", png:sub(1, 8))
       -- gnuplot's SVG escapes '&' and '<' in text (an XML reader needs nothing else escaped there)
       local function xml(s) return (s:gsub("&", "&amp;"):gsub("<", "&lt;")) end
-      for _, label in ipairs({ m.plot.xlabel, m.plot.ylabel, m.plot.title .. " at " .. f.stage }) do
+      for _, mark in ipairs(w.marks) do assert.truthy(svg:find(mark, 1, true), "baseline missing: " .. mark) end
+      for _, label in ipairs({ m.plot.xlabel, m.plot.ylabel, f.title, f.cblabel }) do
         assert.truthy(svg:find(">" .. xml(label) .. "<", 1, true), "label missing from " .. f.svg .. ": " .. label)
       end
       for _, tic in ipairs(m.plot.xtics) do

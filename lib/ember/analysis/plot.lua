@@ -52,7 +52,8 @@ local function write_file(path, text)
 end
 
 -- Runs one script for both terminals, in a fresh directory inside `dir`; `plot_cmd` is the plot
--- command, which reads the data file as DATA (a name the script defines, no path of the user's).
+-- command (or one per terminal, { svg =, png = }), which reads the data file as DATA (a name the
+-- script defines, no path of the user's).
 local function render(dir, base, setup, plot_cmd, data, size)
   local gp, why = M.gnuplot()
   if not gp then fail("%s", why) end
@@ -73,7 +74,7 @@ local function render(dir, base, setup, plot_cmd, data, size)
     script[#script + 1] = terms[kind]
     script[#script + 1] = "set output 'out." .. kind .. "'"
     script[#script + 1] = setup
-    script[#script + 1] = plot_cmd
+    script[#script + 1] = type(plot_cmd) == "table" and plot_cmd[kind] or plot_cmd
     script[#script + 1] = "unset output"
   end
   write_file(fs.join(tmp, "plot.gp"), table.concat(script, "\n") .. "\n")
@@ -99,28 +100,163 @@ local function common(o)
   return lines
 end
 
--- heatmap{ dir, base, title, xlabel, ylabel, cblabel, xtics = {labels}, ytics = {labels},
---          rows = { {v...}, ... } (one row per y tic; nil/NaN = not computed) } -> { svg, png }
-function M.heatmap(o)
-  local ny, nx = #o.rows, #o.xtics
-  local data = {}
-  for _, row in ipairs(o.rows) do
-    local cols = {}
-    for x = 1, nx do cols[x] = num(row[x]) end
-    data[#data + 1] = table.concat(cols, " ")
+-- ---- heatmaps -----------------------------------------------------------------------------------
+
+-- Pixel sizes of the layout. Labels are measured in characters of CHAR_W pixels (sans at 10-11
+-- points averages under 7), so every margin is computed from the labels it must hold instead of
+-- left to gnuplot's estimate (which let the colour-bar label run into long tic labels).
+local CHAR_W, CELL_W, CELL_H = 7, 30, 26
+local NOT_COMPUTED, NOT_COMPUTED_LABEL = "#c8c8c8", "grey: not computed"
+local PALETTES = {
+  sequential = "set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')",
+  -- blue below 0, white at 0, red above: the colour says the sign, the depth the size
+  diverging = "set palette defined (0 '#2166ac', 0.25 '#92c5de', 0.5 '#f7f7f7', 0.75 '#f4a582', 1 '#b2182b')",
+}
+
+local function width_of(labels)
+  local n = 0
+  for _, l in ipairs(labels) do n = math.max(n, utf8.len(token_label.printable(l)) or #l) end
+  return n * CHAR_W
+end
+
+local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
+
+local function nice_step(span)
+  local raw = span / 5
+  local mag = 10 ^ math.floor(math.log(raw, 10))
+  for _, m in ipairs({ 1, 2, 2.5, 5, 10 }) do if raw <= m * mag * (1 + 1e-9) then return m * mag end end
+  return 10 * mag
+end
+
+local function fmt(v)
+  local s = string.format("%.4g", v)
+  return s == "-0" and "0" or s
+end
+
+-- scale(o) -> { lo, hi, palette, tics = { {label, value} }, marks = { {label, value} }, bars }: the
+-- colour bar heatmap(o) draws. A diverging scale is symmetric around 0 (white there); baselines
+-- (o.marks) are inside the range and replace the regular tics too close to them (two close marks
+-- share one label); `bars` are the marks' values, each drawn as a bar.
+function M.scale(o)
+  local lo, hi
+  local function take(v) if finite(v) then lo, hi = math.min(lo or v, v), math.max(hi or v, v) end end
+  for _, row in ipairs(o.rows) do for x = 1, #o.xtics do take(row[x]) end end
+  for _, m in ipairs(o.marks or {}) do take(m.value) end
+  lo, hi = lo or 0, hi or 1
+  local palette = o.palette or ((lo < 0 and hi > 0) and "diverging" or "sequential")
+  if not PALETTES[palette] then fail("unknown palette '%s' (sequential | diverging)", tostring(palette)) end
+  if palette == "diverging" then
+    local m = math.max(-lo, hi)
+    if m == 0 then m = 1 end
+    lo, hi = -m, m
+  elseif lo == hi then
+    lo, hi = lo - 0.5, hi + 0.5
   end
-  local setup = common(o)
+  local span, step = hi - lo, nice_step(hi - lo)
+  local tics, marks, bars = {}, {}, {}
+  for _, m in ipairs(o.marks or {}) do
+    if finite(m.value) then
+      bars[#bars + 1] = m.value
+      local last = marks[#marks]
+      if last and math.abs(last.value - m.value) < 0.08 * span then -- one label for two close marks
+        last.label = last.label .. " / " .. m.label .. " " .. fmt(m.value)
+      else
+        marks[#marks + 1] = { label = m.label .. " " .. fmt(m.value), value = m.value }
+      end
+    end
+  end
+  for k = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) do
+    local v, near = k * step, false
+    for _, m in ipairs(marks) do near = near or math.abs(m.value - v) < 0.08 * span end
+    if not near then tics[#tics + 1] = { label = fmt(v), value = v } end
+  end
+  return { lo = lo, hi = hi, palette = palette, tics = tics, marks = marks, bars = bars }
+end
+
+-- layout(o, sc) -> canvas size and the plot's and colour bar's boxes, in pixels from the bottom left
+local function layout(o, sc, any_nan)
+  local nx, ny = #o.xtics, #o.rows
+  local cb_labels = {}
+  for _, t in ipairs(sc.tics) do cb_labels[#cb_labels + 1] = t.label end
+  for _, m in ipairs(sc.marks) do cb_labels[#cb_labels + 1] = m.label end
+  local left = 24 + 14 + width_of(o.ytics) + 10
+  local bottom = 24 + 16 + math.ceil(width_of(o.xtics) * 0.87) + 8 -- x tics are turned by 60 degrees
+  local pw, ph = math.max(260, nx * CELL_W), math.max(160, ny * CELL_H)
+  local right = 24 + 16 + 8 + width_of(cb_labels) + 14 + 24
+  if any_nan then right = math.max(right, 24 + width_of({ NOT_COMPUTED_LABEL }) + 12) end
+  -- gnuplot centres the title over the plot: wide enough that it stays on the canvas
+  pw = math.max(pw, width_of({ o.title or "" }) + 16 - 2 * math.min(left, right))
+  local top = 44
+  local w, h = left + pw + right, bottom + ph + top
+  return { w = w, h = h, left = left, bottom = bottom, pw = pw, ph = ph, cb_x = left + pw + 24, cb_w = 16 }
+end
+
+-- The setup lines of a heatmap: axes, margins, colour bar and its marks, all placed in screen
+-- coordinates from `lay`.
+local function heatmap_setup(o, sc, lay, any_nan)
+  local function sx(px) return string.format("%.5f", px / lay.w) end
+  local function sy(px) return string.format("%.5f", px / lay.h) end
+  -- the x label goes at the canvas's foot, below the turned tics (gnuplot's own place for it, with
+  -- fixed margins, can fall off the canvas)
+  local setup = { "set title " .. q(o.title), "set ylabel " .. q(o.ylabel),
+    string.format("set label %s at screen %s,%s center", q(o.xlabel), sx(lay.left + lay.pw / 2), sy(12)) }
+  local nx, ny = #o.xtics, #o.rows
   setup[#setup + 1] = "set xtics rotate by -60 " .. tics(o.xtics)
   setup[#setup + 1] = "set ytics " .. tics(o.ytics)
   setup[#setup + 1] = string.format("set xrange [-0.5:%g]", nx - 0.5)
   setup[#setup + 1] = string.format("set yrange [-0.5:%g]", ny - 0.5)
-  setup[#setup + 1] = "set cblabel " .. q(o.cblabel or "")
-  setup[#setup + 1] = "set palette defined (0 '#f7fbff', 0.5 '#6baed6', 1 '#08306b')"
+  setup[#setup + 1] = string.format("set cbrange [%.17g:%.17g]", sc.lo, sc.hi)
+  setup[#setup + 1] = PALETTES[sc.palette]
   setup[#setup + 1] = "set tics out nomirror"
-  local w = math.max(520, 120 + nx * 38)
-  local h = math.max(360, 200 + ny * 30)
-  return render(o.dir, o.base, table.concat(setup, "\n"), "plot DATA matrix with image notitle",
-    table.concat(data, "\n") .. "\n", { w, h })
+  setup[#setup + 1] = string.format("set lmargin at screen %s; set rmargin at screen %s", sx(lay.left),
+    sx(lay.left + lay.pw))
+  setup[#setup + 1] = string.format("set bmargin at screen %s; set tmargin at screen %s", sy(lay.bottom),
+    sy(lay.bottom + lay.ph))
+  setup[#setup + 1] = string.format("set colorbox user origin screen %s,%s size screen %s,%s", sx(lay.cb_x),
+    sy(lay.bottom), sx(lay.cb_w), sy(lay.ph))
+  local cbt = {}
+  for _, t in ipairs(sc.tics) do cbt[#cbt + 1] = q(t.label) .. " " .. string.format("%.17g", t.value) end
+  for _, m in ipairs(sc.marks) do cbt[#cbt + 1] = q(m.label) .. " " .. string.format("%.17g", m.value) end
+  setup[#setup + 1] = "set cbtics out (" .. table.concat(cbt, ", ") .. ")"
+  for _, v in ipairs(sc.bars) do -- each baseline as a black bar across the colour bar
+    local y = lay.bottom + (v - sc.lo) / (sc.hi - sc.lo) * lay.ph
+    setup[#setup + 1] = string.format("set arrow from screen %s,%s to screen %s,%s nohead front lw 2 lc rgb 'black'",
+      sx(lay.cb_x - 4), sy(y), sx(lay.cb_x + lay.cb_w + 4), sy(y))
+  end
+  setup[#setup + 1] = string.format("set label %s at screen %s,%s center rotate by 90", q(o.cblabel or ""),
+    sx(lay.w - 18), sy(lay.bottom + lay.ph / 2))
+  if any_nan then
+    setup[#setup + 1] = string.format(
+      "set object 1 rectangle from graph 0,0 to graph 1,1 behind fillcolor rgb '%s' fillstyle solid noborder",
+      NOT_COMPUTED)
+    setup[#setup + 1] = string.format("set label %s at screen %s,%s left", q(NOT_COMPUTED_LABEL), sx(lay.cb_x),
+      sy(lay.bottom - 16))
+  end
+  return setup
+end
+
+-- heatmap{ dir, base, title, xlabel, ylabel, cblabel, xtics = {labels}, ytics = {labels},
+--          rows = { {v...}, ... } (one row per y tic, bottom to top; nil/NaN = not computed, grey),
+--          palette = "sequential" | "diverging" (default: diverging when the values have both signs;
+--          a diverging scale is centred on 0), marks = { {label, value} } (baselines, drawn as
+--          labelled bars on the colour bar) } -> { svg, png }
+function M.heatmap(o)
+  local ny, nx = #o.rows, #o.xtics
+  if nx == 0 or ny == 0 then fail("heatmap: nothing to draw (%d rows x %d columns)", ny, nx) end
+  local data, any_nan = {}, false
+  for _, row in ipairs(o.rows) do
+    local cols = {}
+    for x = 1, nx do
+      cols[x] = num(row[x])
+      any_nan = any_nan or cols[x] == "NaN"
+    end
+    data[#data + 1] = table.concat(cols, " ")
+  end
+  local sc = M.scale(o)
+  local lay = layout(o, sc, any_nan)
+  return render(o.dir, o.base, table.concat(heatmap_setup(o, sc, lay, any_nan), "\n"),
+    -- SVG: one rectangle per cell (an embedded bitmap would be smoothed by viewers)
+    { svg = "plot DATA matrix with image pixels notitle", png = "plot DATA matrix with image notitle" }, table.concat(data, "\n") .. "\n", { lay.w, lay.h })
 end
 
 -- lines{ dir, base, title, xlabel, ylabel, xtics = {labels}, series = { {name, values = {...}} },

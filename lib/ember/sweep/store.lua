@@ -233,6 +233,8 @@ local KEYS = {
   plot = { "tool", "title", "xlabel", "ylabel", "cblabel", "xtics", "ytics", "files" },
   grid_file = { "name", "size", "sha256" },
 }
+-- one entry of plot.files: a figure of one stage (value: "metric" or "recovered")
+M.PLOT_FILE_KEYS = { "stage", "value", "title", "cblabel", "palette", "svg", "png" }
 local PROMPT_KEYS = { "sha256", "source", "text", "withheld", "token_count" }
 
 -- A decoded manifest written back must give the same text as the one first written: key orders
@@ -252,7 +254,9 @@ local function restore_shape(doc)
   if type(doc.argv) == "table" then json.array(doc.argv) end
   if type(doc.plot) == "table" then
     for _, a in ipairs({ "xtics", "ytics", "files" }) do if type(doc.plot[a]) == "table" then json.array(doc.plot[a]) end end
-    for _, f in ipairs(doc.plot.files or {}) do json.ordered({ "stage", "svg", "png" }, f) end
+    for _, f in ipairs(doc.plot.files or {}) do
+      json.ordered(M.PLOT_FILE_KEYS, f)
+    end
   end
   if type(doc.merged_from) == "table" then
     json.array(doc.merged_from)

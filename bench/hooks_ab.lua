@@ -10,9 +10,11 @@
 local ember = require("ember")
 local bench = require("ember.run.benchmark")
 
-local USAGE = "usage: hooks_ab.lua [--model M] [--prompt-tokens N] [--gen-tokens N] [--repeat R] [--kernels K] [--threads N]"
+local USAGE = "usage: hooks_ab.lua [--model M] [--prompt-tokens N] [--gen-tokens N] [--repeat R] [--kernels K]"
+  .. " [--threads N]"
   .. " [--stages a,b]"
-local KNOWN = { model = true, prompt_tokens = true, gen_tokens = true, ["repeat"] = true, kernels = true, threads = true,
+local KNOWN = { model = true, prompt_tokens = true, gen_tokens = true, ["repeat"] = true, kernels = true,
+  threads = true,
   stages = true }
 local opts = { ["repeat"] = 7 }
 local i = 1

@@ -171,7 +171,9 @@ describe("ember.Model and ember.Session", function()
   it("reports model.info", function()
     local i = model.info
     assert.are.equal("llama", i.family)
-    for _, k in ipairs({ "n_layers", "hidden_size", "n_vocab", "n_heads", "n_kv_heads", "head_dim", "context_length", "threads" }) do
+    local keys = { "n_layers", "hidden_size", "n_vocab", "n_heads", "n_kv_heads", "head_dim", "context_length",
+      "threads" }
+    for _, k in ipairs(keys) do
       assert.are.equal("integer", math.type(i[k]), k)
     end
     assert.are.equal("reference", i.kernels)
@@ -291,8 +293,10 @@ describe("ember.Model and ember.Session", function()
     -- one decode evaluation per generated token, the last one included (SPEC §4.1)
     assert.are.equal(#a.ids, a.stats.decode_count)
     -- a seeded sampler is reproducible too
-    local c = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42, eos = false }
-    local d = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42, eos = false }
+    local c = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42,
+      eos = false }
+    local d = model:generate { ids = { 1, 2, 3 }, max_tokens = 5, temperature = 0.8, top_k = 20, seed = 42,
+      eos = false }
     assert.are.same(c.ids, d.ids)
   end)
 
@@ -387,7 +391,8 @@ describe("experiments", function()
     local exp = logger()
     local out = run(exp, N)
     assert.are.equal(N, #out.ids)
-    local expected = { { hook = "on_model_loaded" }, { hook = "before_prefill", phase = "prefill", start = 0, count = P, seq = P } }
+    local expected = { { hook = "on_model_loaded" },
+      { hook = "before_prefill", phase = "prefill", start = 0, count = P, seq = P } }
     -- prefill, then one decode evaluation per generated token (SPEC §4.1)
     for e = 0, N do
       local phase = e == 0 and "prefill" or "decode"
@@ -432,7 +437,8 @@ describe("experiments", function()
     local base = run(nil, 4)
     local norms = 0
     local exp = { name = "reader" }
-    for _, st in ipairs({ "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }) do
+    local stages = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
+    for _, st in ipairs(stages) do
       exp[st] = function(_, _, v)
         norms = norms + v:l2_norm() + v:abs_max()
         v:get(1, 1)
@@ -471,7 +477,8 @@ describe("experiments", function()
       if ctx.phase == "decode" and ctx.layer_index == 1 then error("expected a finite activation", 0) end
     end
     local msg = error_of(run, exp, 4)
-    assert.are.equal("experiment 'fail-here' failed in after_attention (phase=decode, layer=1): expected a finite activation", msg)
+    assert.are.equal("experiment 'fail-here' failed in after_attention (phase=decode, layer=1): "
+      .. "expected a finite activation", msg)
     local last = exp.log[#exp.log]
     assert.are.equal("after_attention", last.hook)
     assert.are.equal(1, last.layer)
@@ -488,9 +495,11 @@ describe("experiments", function()
     assert.are.equal("experiment 'e' failed in on_generation_complete: boom",
       error_of(run, { name = "e", on_generation_complete = function() error("boom", 0) end }))
     local msg = error_of(run, { name = "e", before_layer = function() error("with position") end })
-    assert.is_truthy(msg:find("^experiment 'e' failed in before_layer %(phase=prefill, layer=0%): .*api_spec.lua:%d+: with position$"), msg)
+    assert.is_truthy(msg:find("^experiment 'e' failed in before_layer %(phase=prefill, layer=0%): "
+      .. ".*api_spec.lua:%d+: with position$"), msg)
     msg = error_of(run, { name = "e", before_layer = function() error({}) end })
-    assert.are.equal("experiment 'e' failed in before_layer (phase=prefill, layer=0): (error object is a table value)", msg)
+    assert.are.equal("experiment 'e' failed in before_layer (phase=prefill, layer=0): "
+      .. "(error object is a table value)", msg)
   end)
 
   it("expires views when the hook returns", function()
@@ -521,7 +530,8 @@ describe("experiments", function()
         first:get(1, 1)
       end
     end })
-    assert.is_truthy(msg:find("^experiment 'stale' failed in before_layer %(phase=prefill, layer=1%): .*expired view"), msg)
+    assert.is_truthy(msg:find("^experiment 'stale' failed in before_layer %(phase=prefill, layer=1%): "
+      .. ".*expired view"), msg)
   end)
 
   it("refuses writes of the wrong shape inside a hook", function()
@@ -529,7 +539,8 @@ describe("experiments", function()
       v:copy_from(ember.tensor(1, 3))
     end })
     assert.is_truthy(msg:find("failed in after_mlp (phase=prefill, layer=0): ", 1, true), msg)
-    assert.is_truthy(msg:find("shape mismatch: target is [" .. #prompt .. ", " .. H .. "], source is [1, 3]", 1, true), msg)
+    assert.is_truthy(msg:find("shape mismatch: target is [" .. #prompt .. ", " .. H .. "], source is [1, 3]", 1,
+      true), msg)
   end)
 
   it("makes contexts read-only", function()
@@ -547,7 +558,8 @@ describe("experiments", function()
     class.__index = class
     msg = error_of(run, setmetatable({ name = "typo2" }, class))
     assert.is_truthy(msg:find("did you mean 'before_layer'", 1, true), msg)
-    assert.is_truthy(error_of(run, { name = "bad", after_mlp = 5 }):find("hook 'after_mlp' must be a function, got number", 1, true))
+    assert.is_truthy(error_of(run, { name = "bad", after_mlp = 5 })
+      :find("hook 'after_mlp' must be a function, got number", 1, true))
     assert.is_truthy(error_of(run, { after_mlp = function() end }):find("non-empty 'name'", 1, true))
     assert.is_truthy(error_of(run, "not a table"):find("experiment must be a table", 1, true))
   end)
@@ -567,7 +579,8 @@ describe("experiments", function()
     s:prefill({ 1, 2 }, { experiment = { name = "count", after_logits = function() calls = calls + 1 end } })
     s:decode(3, { experiment = { name = "count", after_logits = function() calls = calls + 1 end } })
     assert.are.equal(2, calls)
-    local msg = error_of(s.decode, s, 4, { experiment = { name = "reenter", after_layer = function() s:decode(5) end } })
+    local msg = error_of(s.decode, s, 4,
+      { experiment = { name = "reenter", after_layer = function() s:decode(5) end } })
     assert.is_truthy(msg:find("failed in after_layer (phase=decode, layer=0): ", 1, true), msg)
     assert.is_truthy(msg:find("busy", 1, true), msg)
     -- the failed evaluation left the session usable at its old position

@@ -190,10 +190,12 @@ describe("artifact.read", function()
       assert.is_false(ok)
       return err
     end
-    assert.matches("unsupported schema_version '2.0.0'", edited('"schema_version": "1%.1%.0"', '"schema_version": "2.0.0"'), 1, true)
+    assert.matches("unsupported schema_version '2.0.0'",
+      edited('"schema_version": "1%.1%.0"', '"schema_version": "2.0.0"'), 1, true)
     assert.matches("unsupported dtype 'f16'", edited('"dtype": "f32"', '"dtype": "f16"'), 1, true)
     assert.matches("unsupported byte order 'big'", edited('"byte_order": "little"', '"byte_order": "big"'), 1, true)
-    assert.matches("not an ember activation artifact", edited('"schema": "ember%.activations"', '"schema": "other"'), 1, true)
+    assert.matches("not an ember activation artifact",
+      edited('"schema": "ember%.activations"', '"schema": "other"'), 1, true)
   end)
 
   it("says which file is missing", function()

@@ -497,7 +497,8 @@ describe("tampered and special artifact files", function()
   local function sample()
     local dir = H.tmpdir() .. "/art"
     artifact.write(dir, H.sections(), {
-      { stage = "after_attention", layer = 0, phase = "prefill", start_position = 0, shape = { 1, 3 }, data = f32(3, 0) },
+      { stage = "after_attention", layer = 0, phase = "prefill", start_position = 0, shape = { 1, 3 },
+        data = f32(3, 0) },
       { stage = "after_mlp", layer = 1, phase = "prefill", start_position = 0, shape = { 1, 3 }, data = f32(3, 10) },
       { stage = "after_mlp", layer = 0, phase = "decode", start_position = 1, shape = { 1, 3 }, data = f32(3, 20) },
     })

@@ -177,7 +177,8 @@ describe("ember benchmark runs", function()
     local r = cjson.decode(p:read("a"))
     p:close()
     assert.is_true(r.membw_gbs > 0)
-    assert.near(r.membw_gbs * 1e9 / r.model.weight_bytes_per_token, r.decode_ceiling_tok_s, 1e-6 * r.decode_ceiling_tok_s)
+    assert.near(r.membw_gbs * 1e9 / r.model.weight_bytes_per_token, r.decode_ceiling_tok_s,
+      1e-6 * r.decode_ceiling_tok_s)
     -- the paired measurement: one pair per decoded token of every measured run
     assert.equal(2, r.paired.pairs)
     assert.is_true(r.paired.share > 0 and r.paired.decode_tok_s > 0 and r.paired.membw_gbs > 0)

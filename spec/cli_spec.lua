@@ -70,7 +70,8 @@ describe("ember flags", function()
 
   it("refuses flag combinations that have no meaning", function()
     local cases = {
-      { { "--zero-layer-output", "1:mlp", "--experiment", "x.lua" }, "--zero-layer-output and --experiment cannot be combined" },
+      { { "--zero-layer-output", "1:mlp", "--experiment", "x.lua" },
+        "--zero-layer-output and --experiment cannot be combined" },
       { { "--capture-layers", "1" }, "--capture-layers needs --capture-activations DIR" },
       { { "--capture-omit-prompt" }, "--capture-omit-prompt needs --capture-activations DIR" },
       { { "--patch-target", "1:mlp" }, "--activation-patch DIR and --patch-target L:STAGE go together" },
@@ -126,8 +127,10 @@ describe("ember runs", function()
 
   it("checks output and source locations before loading the model", function()
     local cases = {
-      { "--activation-stats", "/nonexistent/dir/s.json", "--activation-stats: directory '/nonexistent/dir' does not exist" },
-      { "--capture-activations", "/nonexistent/dir/cap", "--capture-activations: directory '/nonexistent/dir' does not exist" },
+      { "--activation-stats", "/nonexistent/dir/s.json",
+        "--activation-stats: directory '/nonexistent/dir' does not exist" },
+      { "--capture-activations", "/nonexistent/dir/cap",
+        "--capture-activations: directory '/nonexistent/dir' does not exist" },
       { "--run-manifest", "/nonexistent/r.json", "--run-manifest: directory '/nonexistent' does not exist" },
     }
     for _, c in ipairs(cases) do
@@ -135,7 +138,8 @@ describe("ember runs", function()
       assert.equal(2, code, c[1])
       assert.matches(c[3], err, 1, true)
     end
-    local code, _, err = ember("--model", "/nonexistent/m.gguf", "--prompt", "x", "--activation-patch", "/nonexistent/A",
+    local code, _, err = ember("--model", "/nonexistent/m.gguf", "--prompt", "x", "--activation-patch",
+      "/nonexistent/A",
       "--patch-target", "1:mlp")
     assert.equal(2, code)
     assert.matches("--activation-patch: '/nonexistent/A' is not a directory", err, 1, true)
@@ -239,7 +243,8 @@ return function(args, model)
   return exp
 end
 ]])
-    local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--experiment", dir .. "/probe.lua",
+    local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "1", "--experiment",
+      dir .. "/probe.lua",
       "--experiment-args", "word=fox layer=2", "--run-manifest", dir .. "/run.json")
     assert.equal(0, code, err)
     local stats = cjson.decode(H.read(dir .. "/run.json")).experiment.members[1].stats
@@ -340,7 +345,8 @@ end
       function exp:after_mpl(ctx, v) v:zero() end
       return exp]])
     for _, extra in ipairs({ {}, { "--capture-activations", dir .. "/cap" } }) do
-      local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "2", "--experiment", dir .. "/typo.lua",
+      local code, _, err = ember("--model", path, "--prompt", "x", "--max-tokens", "2", "--experiment",
+        dir .. "/typo.lua",
         "--run-manifest", dir .. "/run.json", table.unpack(extra))
       assert.equal(1, code)
       assert.matches("after_mpl", err, 1, true)

@@ -111,7 +111,9 @@ describe("compare classes", function()
   end)
 
   it("failed: artifacts with no record in common cannot be aligned", function()
-    local a = make(nil, nil, function(recs) for _, r in ipairs(recs) do r.start_position = r.start_position + 10 end end)
+    local a = make(nil, nil, function(recs)
+      for _, r in ipairs(recs) do r.start_position = r.start_position + 10 end
+    end)
     local b = make()
     local res = compare.compare(a, b)
     assert.equal("failed", res.class)

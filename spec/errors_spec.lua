@@ -11,7 +11,8 @@ describe("error messages", function()
     local cases = {
       { { model = "nope.gguf" }, "^load: nope.gguf: cannot open" },
       { "nope.gguf", "^load: nope.gguf: cannot open" },
-      { { model = "m.gguf", kernel = "avx2" }, "^bad argument to 'load' %(unknown option 'kernel', did you mean 'kernels'%?" },
+      { { model = "m.gguf", kernel = "avx2" },
+        "^bad argument to 'load' %(unknown option 'kernel', did you mean 'kernels'%?" },
       { { model = "nope.gguf", tokenizer = 3 }, "^bad argument #1 to 'load' %(option 'tokenizer' must be" },
       { 42, "^bad argument #1 to 'load' %(table of options or model path expected, got number%)" },
     }

@@ -15,7 +15,8 @@ end
 -- An observer that keeps a copy of every tensor it sees, keyed "stage|layer|phase|start".
 local function recorder(name)
   local exp = { name = name or "recorder", seen = {}, order = {} }
-  for _, stage in ipairs({ "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }) do
+  local stages = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
+  for _, stage in ipairs(stages) do
     exp[stage] = function(self, ctx, view)
       local key = string.format("%s|%s|%s|%d", stage, tostring(ctx.layer_index), ctx.phase, ctx.start_position)
       self.seen[key] = { bytes = view:bytes(), shape = view:shape(), fingerprint = view:fingerprint() }
@@ -98,7 +99,11 @@ describe("activation_stats.lua", function()
       assert.equal(stage, r.stage)
       assert.equal(phase, r.phase)
       assert.equal(tonumber(start), r.start_position)
-      if layer == "nil" or layer == "-1" then assert.equal(cjson.null, r.layer_index) else assert.equal(tonumber(layer), r.layer_index) end
+      if layer == "nil" or layer == "-1" then
+        assert.equal(cjson.null, r.layer_index)
+      else
+        assert.equal(tonumber(layer), r.layer_index)
+      end
       assert.equal(string.format("%u", fnv1a64(seen.bytes)), digits[i])
       local rows = seen.shape[1]
       assert.same({ rows, seen.shape[2] }, r.shape)
@@ -116,7 +121,8 @@ describe("zero_layer_output.lua", function()
   it("zeroes only the target in prefill and every decode, counts it, and says so", function()
     if not need_model() then return end
     local notices = {}
-    local zero = factory("zero_layer_output.lua")({ target = "1:mlp", notice = function(m) notices[#notices + 1] = m end })
+    local zero = factory("zero_layer_output.lua")({ target = "1:mlp",
+      notice = function(m) notices[#notices + 1] = m end })
     local rec = recorder()
     local base = recorder()
     gen(base)
@@ -140,7 +146,8 @@ describe("zero_layer_output.lua", function()
     assert.not_equal(base.seen["after_layer|1|prefill|0"].bytes, rec.seen["after_layer|1|prefill|0"].bytes)
     assert.equal(1, #notices)
     assert.matches("MODIFIED", notices[1], 1, true)
-    assert.matches(string.format("in %d evaluations (prefill 1, decode %d)", evaluations, #out.ids), notices[1], 1, true)
+    assert.matches(string.format("in %d evaluations (prefill 1, decode %d)", evaluations, #out.ids), notices[1], 1,
+      true)
   end)
 
   it("refuses an unknown stage when made, and a layer the model lacks before any tensor hook", function()
@@ -148,7 +155,8 @@ describe("zero_layer_output.lua", function()
     assert.is_false(ok)
     assert.matches("unknown stage 'mlpx'", err, 1, true)
     if not need_model() then return end
-    local zero = factory("zero_layer_output.lua")({ target = model.info.n_layers .. ":attention", notice = function() end })
+    local zero = factory("zero_layer_output.lua")({ target = model.info.n_layers .. ":attention",
+      notice = function() end })
     local rec = recorder()
     ok, err = pcall(gen, compose.compose({ zero, rec }))
     assert.is_false(ok)

@@ -143,7 +143,8 @@ describe("ember --extract-hidden", function()
       experiment = require("ember.run.compose").compose({ reader, observer }) }
     local file = fs.join(dir, "same.safetensors")
     extract.write(file, { { prompt = "same run", ids = out.prompt_ids, hidden = reader.hidden } },
-      { model = model, layers = { 1, 4 }, data = { source = "prompt", path = json.null, sha256 = ember.sha256("same run") } })
+      { model = model, layers = { 1, 4 },
+        data = { source = "prompt", path = json.null, sha256 = ember.sha256("same run") } })
     model:close()
     local read = python_read(file)
     assert.equal(seen[1], read["hidden.p0.L1"].sha256)
@@ -156,11 +157,13 @@ describe("ember --extract-hidden", function()
     if not model_path then return end
     local ember = require("ember")
     local model = ember.load { model = model_path }
-    local res = ember.extract_hidden { model = model, prompts = { "abc", { prompt = "de f", label = 2 } }, layers = "1-2" }
+    local res = ember.extract_hidden { model = model, prompts = { "abc", { prompt = "de f", label = 2 } },
+      layers = "1-2" }
     assert.equal(2, #res)
     assert.equal(2, res[2].label)
     local seen = {}
-    model:generate { prompt = "de f", max_tokens = 0, experiment = { name = "spec_rows", after_layer = function(_, ctx, v)
+    model:generate { prompt = "de f", max_tokens = 0, experiment = { name = "spec_rows",
+      after_layer = function(_, ctx, v)
       if ctx.phase == "prefill" then seen[ctx.layer_index] = v:sha256() end
     end } }
     assert.same({ #res[2].ids, model.info.hidden_size }, res[2].hidden[2]:shape())
@@ -212,15 +215,21 @@ describe("ember --extract-hidden", function()
     write(junk, '{"prompt": "ok", "lable": "typo"}\n')
     local out = fs.join(dir, "x.safetensors")
     local cases = {
-      { { "--prompts", bad, "--extract-hidden", "1", "--extract-out", out }, "line 2: field \"prompt\" must be a string" },
+      { { "--prompts", bad, "--extract-hidden", "1", "--extract-out", out },
+        "line 2: field \"prompt\" must be a string" },
       { { "--prompts", noprompts, "--extract-hidden", "1", "--extract-out", out }, "holds no prompts" },
       { { "--prompts", junk, "--extract-hidden", "1", "--extract-out", out }, "line 1: unknown field \"lable\"" },
-      { { "--prompts", fs.join(dir, "missing.jsonl"), "--extract-hidden", "1", "--extract-out", out }, "--prompts: cannot open" },
+      { { "--prompts", fs.join(dir, "missing.jsonl"), "--extract-hidden", "1", "--extract-out", out },
+        "--prompts: cannot open" },
       { { "--prompt", "x", "--extract-hidden", "1" }, "--extract-hidden LAYERS and --extract-out FILE go together" },
-      { { "--prompt", "x", "--extract-hidden", "1,x", "--extract-out", out }, "--extract-hidden: expected 'all' or a list of layer numbers" },
-      { { "--prompt", "x", "--prompts", bad, "--extract-hidden", "1", "--extract-out", out }, "exactly one of --prompt TEXT or --prompts" },
-      { { "--prompt", "x", "--extract-hidden", "1", "--extract-out", out, "--max-tokens", "3" }, "--max-tokens does not apply to --extract-hidden" },
-      { { "--prompt", "x", "--extract-hidden", "1", "--extract-out", fs.join(dir, "no/such/x.safetensors") }, "--extract-out: directory" },
+      { { "--prompt", "x", "--extract-hidden", "1,x", "--extract-out", out },
+        "--extract-hidden: expected 'all' or a list of layer numbers" },
+      { { "--prompt", "x", "--prompts", bad, "--extract-hidden", "1", "--extract-out", out },
+        "exactly one of --prompt TEXT or --prompts" },
+      { { "--prompt", "x", "--extract-hidden", "1", "--extract-out", out, "--max-tokens", "3" },
+        "--max-tokens does not apply to --extract-hidden" },
+      { { "--prompt", "x", "--extract-hidden", "1", "--extract-out", fs.join(dir, "no/such/x.safetensors") },
+        "--extract-out: directory" },
       { { "--prompt", "x", "--extract-hidden", "1", "--extract-out", dir }, "is a directory" },
     }
     for _, c in ipairs(cases) do
@@ -267,7 +276,8 @@ describe("ember --extract-hidden", function()
     local model_path = need_model()
     if not model_path then return end
     local out = fs.join(dir, "h.safetensors")
-    assert.equal(0, (ember_cli("--model", model_path, "--prompt", "abc", "--extract-hidden", "1", "--extract-out", out)))
+    assert.equal(0, (ember_cli("--model", model_path, "--prompt", "abc", "--extract-hidden", "1", "--extract-out",
+      out)))
     local data = fs.read(out)
     write(out, data:sub(1, -2) .. string.char((data:byte(-1) + 1) % 256))
     local ok, err = pcall(require("ember.analysis.extract").read, out)

@@ -110,7 +110,8 @@ describe("check_experiment", function()
       error_of(ember.check_experiment, { name = "x", after_mpl = callable }, "compose"))
     local class = { on_generation_complet = function() end }
     class.__index = class
-    assert.is_truthy(error_of(require("ember.run.compose").compose, { { name = "a" }, setmetatable({ name = "b" }, class) })
+    assert.is_truthy(error_of(require("ember.run.compose").compose,
+      { { name = "a" }, setmetatable({ name = "b" }, class) })
       :find("did you mean 'on_generation_complete'", 1, true))
     assert.is_truthy(error_of(ember.check_experiment, { name = "x", after_mlp = 5 })
       :find("hook 'after_mlp' must be a function, got number", 1, true))

@@ -112,7 +112,8 @@ describe("inside stages in selections", function()
   end)
 
   it("activation-stats refuses an unknown stage, naming it", function()
-    local ok, err = pcall(require("ember.run.builtin").experiment, "activation_stats", { stages = { "attention_patern" } })
+    local ok, err = pcall(require("ember.run.builtin").experiment, "activation_stats",
+      { stages = { "attention_patern" } })
     assert.is_false(ok)
     assert.matches("unknown stage 'attention_patern'", tostring(err), 1, true)
   end)

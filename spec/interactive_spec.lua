@@ -20,7 +20,8 @@ describe("ember interactive, scripted", function()
     local model = require("ember").load { model = path }
     local out, err = C.sink(), C.sink()
     local writes = 0
-    local counting = { write = function(self, ...) writes = writes + 1; out:write(...); return self end, flush = function() end }
+    local counting = { write = function(self, ...) writes = writes + 1; out:write(...); return self end,
+      flush = function() end }
     local total = interactive.run(model, scripted({ "hello", "/stats", "again", "/reset", "/stats", false, "/help",
       "/bogus", "   ", nil }), { stdout = counting, stderr = err }, { max_tokens = 6 })
     local text = out:text()
@@ -55,7 +56,8 @@ describe("ember interactive, scripted", function()
     if not path then return end
     local model = require("ember").load { model = path }
     local out = C.sink()
-    interactive.run(model, scripted({ "hello", nil }), { stdout = out, stderr = C.sink() }, { max_tokens = 6, context = 8 })
+    interactive.run(model, scripted({ "hello", nil }), { stdout = out, stderr = C.sink() },
+      { max_tokens = 6, context = 8 })
     assert.matches("more than the context (8 positions): /reset to start over", out:text(), 1, true)
     model:close()
   end)

@@ -220,7 +220,8 @@ describe("make-tiny-model --out", function()
     local tool = F.build .. "/make-tiny-model"
     if not F.exists(tool) then return pending("missing " .. tool .. " (build the project first)") end
     local dir = H.tmpdir()
-    local out, rc = sh(H.shell_quote(tool) .. " --family llama --dtype f32 --out " .. H.shell_quote(dir .. "/a/b/x.gguf"))
+    local out, rc = sh(H.shell_quote(tool) .. " --family llama --dtype f32 --out "
+      .. H.shell_quote(dir .. "/a/b/x.gguf"))
     assert.equal(0, rc, out)
     assert.is_true(F.exists(dir .. "/a/b/x.gguf"))
     -- the same bytes as a file written into an existing directory

@@ -104,7 +104,8 @@ for _, folder in ipairs({ "parity", "parity-quant" }) do
         end)
 
         if case.tensor_types then
-          it("loads the file's mix of weight types as it is (" .. table.concat(quant_types(case), ", ") .. ")", function()
+          it("loads the file's mix of weight types as it is (" .. table.concat(quant_types(case), ", ") .. ")",
+            function()
             local have = {}
             for t in model.info.dtype_summary:gmatch("[^+]+") do have[t] = true end
             for _, t in ipairs(quant_types(case)) do
@@ -194,7 +195,8 @@ for _, folder in ipairs({ "parity", "parity-quant" }) do
             local rows = {}
             for r = 1, ref.rows do rows[r] = t:row(r) end
             local rel = rel_error(rows, ref, 1)
-            assert.is_true(rel <= tol.exact_rel, string.format("%s: rel %.3g > exact_rel %.3g", key, rel, tol.exact_rel))
+            assert.is_true(rel <= tol.exact_rel,
+              string.format("%s: rel %.3g > exact_rel %.3g", key, rel, tol.exact_rel))
             n = n + 1
           end
           assert.are.equal(4 * model.info.n_layers + 2, n)

@@ -51,7 +51,8 @@ describe("plot.quote", function()
     local f = assert(io.open(dir .. "/t.gp", "wb"))
     f:write(table.concat(lines, "\n"), "\n")
     f:close()
-    local ok = os.execute(string.format("cd %s && %s t.gp 2>out.txt", fs.shell_quote(dir), fs.shell_quote(plot.gnuplot())))
+    local ok = os.execute(string.format("cd %s && %s t.gp 2>out.txt", fs.shell_quote(dir),
+      fs.shell_quote(plot.gnuplot())))
     assert.is_true(ok == true, read(dir .. "/out.txt"))
     local got = {}
     for l in read(dir .. "/out.txt"):gmatch("([^\n]*)\n") do got[#got + 1] = l end
@@ -144,13 +145,15 @@ describe("heatmap colour bars", function()
     need_gnuplot()
     local work = fs.make_temp_dir("ember-plot-spec")
     local out = plot.heatmap { dir = work, base = "h", title = "a title", xlabel = "position", ylabel = "layer",
-      cblabel = "metric", xtics = { "0 \u{2423}The", "1 \\n" }, ytics = { "0", "1" }, rows = { { -123.456, 7 }, { 0.5, 1 } },
+      cblabel = "metric", xtics = { "0 \u{2423}The", "1 \\n" }, ytics = { "0", "1" },
+      rows = { { -123.456, 7 }, { 0.5, 1 } },
       marks = { { label = "corrupted", value = -100.25 }, { label = "clean", value = 99.5 } } }
     local svg = read(out.svg)
     local width = tonumber(svg:match('viewBox="0 0 (%d+) %d+"'))
     -- text positions: gnuplot writes each label as <g transform="translate(x,y)" ... text-anchor="A"><text>T</text>
     local cb_right, cblabel_x = 0, nil
-    for x, rot, anchor, text in svg:gmatch('translate%(([%d.]+),[%d.]+%)( ?[^"]*)"[^>]-text%-anchor="(%a+)">%s*<text>([^<]*)</text>') do
+    local label_pattern = 'translate%(([%d.]+),[%d.]+%)( ?[^"]*)"[^>]-text%-anchor="(%a+)">%s*<text>([^<]*)</text>'
+    for x, rot, anchor, text in svg:gmatch(label_pattern) do
       x = tonumber(x)
       if text == "metric" then cblabel_x = x
       elseif anchor == "start" and rot == "" then

@@ -147,7 +147,8 @@ describe("ember probe on the tiny model", function()
     model:close()
 
     -- eval applies the saved probe: on the same data it agrees with what training reported
-    local code2, out2, err2 = ember_cli("probe", "eval", "--probe", out, "--data", data, "--model", model_path, "--json")
+    local code2, out2, err2 = ember_cli("probe", "eval", "--probe", out, "--data", data, "--model", model_path,
+      "--json")
     assert.equal(0, code2, err2)
     local ev = json.decode(out2)
     assert.equal(N, ev.labelled)
@@ -167,7 +168,8 @@ describe("ember probe on the tiny model", function()
     local data = fs.join(dir, "ab.jsonl")
     dataset(data, 60)
     local ex = fs.join(dir, "ab.safetensors")
-    assert.equal(0, (ember_cli("--model", model_path, "--prompts", data, "--extract-hidden", "2,3", "--extract-out", ex)))
+    assert.equal(0, (ember_cli("--model", model_path, "--prompts", data, "--extract-hidden", "2,3", "--extract-out",
+      ex)))
     local code, out_a = ember_cli("probe", "train", "--data", ex, "--layer", "3", "--json")
     assert.equal(0, code, out_a)
     local code_b, out_b = ember_cli("probe", "train", "--model", model_path, "--data", data, "--layer", "3", "--json")

@@ -34,7 +34,8 @@ describe("README commands", function()
     for _, b in ipairs(blocks) do cmds[#cmds + 1] = b.code end
     assert.are.equal(2, #blocks, table.concat(cmds))
     assert.is_truthy(blocks[1].code:match("^%./run%.sh main%s"))
-    assert.is_truthy(blocks[2].code:find('./run.sh main --model M.gguf --tokenizer tokenizer.json --prompt "..."', 1, true))
+    assert.is_truthy(blocks[2].code:find('./run.sh main --model M.gguf --tokenizer tokenizer.json --prompt "..."', 1,
+      true))
   end)
 
   it("run verbatim and the restoration criterion holds, leaving the checkout clean", function()

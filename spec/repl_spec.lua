@@ -58,7 +58,10 @@ describe("ember.repl logic", function()
     }
     local stdout, stderr = io.stdout, io.stderr
     -- capture what the REPL prints
-    local sink = { write = function(self, ...) for _, s in ipairs({ ... }) do out[#out + 1] = tostring(s) end return self end }
+    local sink = { write = function(self, ...)
+      for _, s in ipairs({ ... }) do out[#out + 1] = tostring(s) end
+      return self
+    end }
     io.write = function(...) return sink:write(...) end
     io.stdout, io.stderr = sink, sink
     local ok, err = pcall(repl.run, rl)

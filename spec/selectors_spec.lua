@@ -6,12 +6,14 @@ local sel = require("ember.run.selectors")
 describe("selectors.parse_layer_stage", function()
   it("reads zero-layer-output's LAYER:STAGE with the three short stages", function()
     assert.same({ layer = 4, stage = "after_mlp", short = "mlp" }, sel.parse_layer_stage("4:mlp", "zero"))
-    assert.same({ layer = 0, stage = "after_attention", short = "attention" }, sel.parse_layer_stage("0:attention", "zero"))
+    assert.same({ layer = 0, stage = "after_attention", short = "attention" },
+      sel.parse_layer_stage("0:attention", "zero"))
     assert.same({ layer = 12, stage = "after_layer", short = "layer" }, sel.parse_layer_stage("12:layer", "zero"))
   end)
 
   it("refuses full stage names, unknown stages, trailing junk and missing parts for zero", function()
-    for _, bad in ipairs({ "4:after_mlp", "4:mlpx", "4:", ":mlp", "x:mlp", "4mlp", "4:mlp ", "-1:mlp", "4:mlp:5", "" }) do
+    local bads = { "4:after_mlp", "4:mlpx", "4:", ":mlp", "x:mlp", "4mlp", "4:mlp ", "-1:mlp", "4:mlp:5", "" }
+    for _, bad in ipairs(bads) do
       local v, err = sel.parse_layer_stage(bad, "zero")
       assert.is_nil(v, bad)
       assert.is_string(err)
@@ -56,7 +58,8 @@ end)
 
 describe("selectors.parse_stage_list", function()
   it("returns stages in execution order whatever order they were given in", function()
-    assert.same({ "before_layer", "after_mlp", "after_logits" }, sel.parse_stage_list("after_logits, after_mlp,before_layer"))
+    assert.same({ "before_layer", "after_mlp", "after_logits" },
+      sel.parse_stage_list("after_logits, after_mlp,before_layer"))
     assert.equal("all", sel.parse_stage_list("all"))
   end)
 
@@ -121,7 +124,8 @@ end)
 
 describe("selectors.parse_kv", function()
   it("reads key=value pairs separated by blanks or commas, with quoted values", function()
-    assert.same({ layer = "3", scale = "0.5", vector = "/tmp/a b.f32" }, sel.parse_kv("layer=3 scale=0.5,vector='/tmp/a b.f32'"))
+    assert.same({ layer = "3", scale = "0.5", vector = "/tmp/a b.f32" },
+      sel.parse_kv("layer=3 scale=0.5,vector='/tmp/a b.f32'"))
     assert.same({}, sel.parse_kv(""))
   end)
 

@@ -60,7 +60,8 @@ describe("the experiment lifecycle in sessions", function()
     return exp
   end
 
-  it("calls on_model_loaded once per session, before_prefill before every prefill, never on_generation_complete", function()
+  it("calls on_model_loaded once per session, before_prefill before every prefill, never on_generation_complete",
+    function()
     local exp = tracer()
     local s = model:session { context = 64 }
     s:prefill({ ids[1], ids[2], ids[3] }, { experiment = exp })

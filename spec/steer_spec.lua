@@ -203,7 +203,8 @@ describe("ember.vector_file", function()
 
   it("reads a safetensors tensor (by name when there are several) and an artifact record", function()
     local p = tmp(".safetensors")
-    ember.save_tensors(p, { a = ember.tensor(1, 4, { 1, 2, 3, 4 }), b = ember.tensor(2, 4, { 5, 6, 7, 8, 9, 10, 11, 12 }) })
+    ember.save_tensors(p, { a = ember.tensor(1, 4, { 1, 2, 3, 4 }),
+      b = ember.tensor(2, 4, { 5, 6, 7, 8, 9, 10, 11, 12 }) })
     assert.are.equal(ember.tensor(1, 4, { 9, 10, 11, 12 }):sha256(), vf.read(p .. "#b@1").sha256)
     local ok, err = pcall(vf.read, p)
     assert.matches("holds 2 tensors (a, b)", tostring(err), 1, true)
@@ -231,7 +232,8 @@ describe("--steer", function()
     local m = require("ember.store.json").decode(io.open(manifest):read("a"))
     local d = m.experiment.members[1].details
     assert.are.equal(2, #d)
-    assert.are.same({ "2", "after_layer", 4.0, 1, H }, { d[1].layers, d[1].stage, d[1].scale, d[1].shape[1], d[1].shape[2] })
+    assert.are.same({ "2", "after_layer", 4.0, 1, H },
+      { d[1].layers, d[1].stage, d[1].scale, d[1].shape[1], d[1].shape[2] })
     assert.are.equal(ember.tensor(1, H, direction(3, H)):sha256(), d[1].sha256)
     assert.are.equal("1-2", d[2].layers)
   end)
@@ -311,7 +313,8 @@ describe("llama.cpp control vectors", function()
     assert.are.same(a.logits, b.logits)
     -- layers 3-3 only: direction.2 is left out
     local c, d = observer(), observer()
-    gen({ cvec.experiment { files = { { path = cv1, scale = 1 } }, layers = { 3, 3 }, model = model, notice = quiet }, c })
+    gen({ cvec.experiment { files = { { path = cv1, scale = 1 } }, layers = { 3, 3 }, model = model, notice = quiet },
+      c })
     gen({ steer_same(npys, 1, 3, 3), d })
     assert.are.same(c.logits, d.logits)
   end)
@@ -342,7 +345,8 @@ describe("llama.cpp control vectors", function()
     end
     local a, err = logits_of("--control-vector", cv .. ":1.5")
     assert.matches("MODIFIED by control%-vector .*after_layer of layers 1,5", err)
-    local b = logits_of("--steer", "1:after_layer:" .. npys[1] .. ":1.5", "--steer", "5:after_layer:" .. npys[5] .. ":1.5")
+    local b = logits_of("--steer", "1:after_layer:" .. npys[1] .. ":1.5", "--steer",
+      "5:after_layer:" .. npys[5] .. ":1.5")
     local plain = logits_of()
     assert.are.same(a, b)
     assert.are_not.same(a, plain)
@@ -361,12 +365,14 @@ describe("llama.cpp control vectors", function()
       assert.matches(file, err, 1, true)
       assert.matches(text, err, 1, true)
     end
-    refuses(gguf_writer.control_vector(tmp(".gguf"), { [0] = direction(1, H) }), "'direction.0': layer 0 cannot be steered")
+    refuses(gguf_writer.control_vector(tmp(".gguf"), { [0] = direction(1, H) }),
+      "'direction.0': layer 0 cannot be steered")
     refuses(gguf_writer.control_vector(tmp(".gguf"), { [1] = direction(1, H - 2) }),
       "its directions have " .. (H - 2) .. " values, the model's hidden size is " .. H)
     refuses(gguf_writer.control_vector(tmp(".gguf"), { [1] = direction(1, H), [2] = direction(1, H - 1) }),
       "tensor 'direction.2' has " .. (H - 1) .. " values")
-    refuses(gguf_writer.write(tmp(".gguf"), { tensors = { { name = "dir.1", shape = { H }, values = direction(1, H) } } }),
+    refuses(gguf_writer.write(tmp(".gguf"),
+      { tensors = { { name = "dir.1", shape = { H }, values = direction(1, H) } } }),
       "tensor 'dir.1' is not named direction.N")
     refuses(gguf_writer.write(tmp(".gguf"), { tensors = { { name = "direction.1", shape = { H / 2, 2 },
       values = direction(1, H) } } }), "not one-dimensional")

@@ -116,7 +116,8 @@ describe("position-aware activation patching", function()
     assert.is_true(out.modified)
     -- a position no record holds: refused at setup, naming it
     assert.has_error(function()
-      patch.experiment { source = src, target = { layer = 1, stage = "after_layer" }, model = model, positions = { 40 } }
+      patch.experiment { source = src, target = { layer = 1, stage = "after_layer" }, model = model,
+        positions = { 40 } }
     end, "activation-patch: no source record for after_layer layer 1 at position 40 in '" .. dir
       .. "': every targeted position needs one")
     -- the decode record at 13 is never evaluated by a 1-token generation: the run fails at the end
@@ -315,7 +316,8 @@ describe("ember.sweep", function()
   it("sweeps decode positions: N greedy tokens per run, cells match runs patched by hand", function()
     need_model()
     local N = 3
-    local res = run("decode", { decode_steps = N, positions = { 10, 11, 12, 13, 14 }, stages = { "after_layer", "after_mlp" } })
+    local res = run("decode", { decode_steps = N, positions = { 10, 11, 12, 13, 14 },
+      stages = { "after_layer", "after_mlp" } })
     assert.equal("complete", res.manifest.status)
     assert.equal(2 * 2 * 5, #res.cells)
     assert.equal(N, res.manifest.grid.decode_steps)
@@ -379,7 +381,9 @@ describe("ember.sweep", function()
     assert.has_error(function() ember.sweep { model = model, clean = CLEAN, corrupted = "The fox" } end,
       "sweep: the clean prompt has 12 tokens and the corrupted prompt " .. #model:tokenize("The fox")
       .. ": patching by position needs equal lengths")
-    assert.has_error(function() ember.sweep { model = model, clean = CLEAN, corrupted = CORRUPTED, stages = { "after_logits" } } end,
+    assert.has_error(function()
+      ember.sweep { model = model, clean = CLEAN, corrupted = CORRUPTED, stages = { "after_logits" } }
+    end,
       "sweep: stage 'after_logits' is not a per-layer stage (before_layer|after_attention|after_mlp|after_layer)")
     assert.has_error(function() ember.sweep { model = model, clean = CLEAN, corrupted = CORRUPTED, layers = { 5 } } end,
       "sweep: layer 5 is out of range (the model has 2 layers: 0-1)")
@@ -451,7 +455,8 @@ describe("ember sweep (command)", function()
     local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out", one,
       "--threads", "1", "--progress", "none", "--no-plot")
     assert.equal(0, code, err)
-    local cmd = string.format("%s sweep --model %s --clean %s --corrupted %s --out %s --jobs 2 --threads 1 --no-plot 2>%s",
+    local cmd = string.format(
+      "%s sweep --model %s --clean %s --corrupted %s --out %s --jobs 2 --threads 1 --no-plot 2>%s",
       launcher, fs.shell_quote(path), fs.shell_quote(CLEAN), fs.shell_quote(CORRUPTED), two, work .. "/jobs.log")
     assert.is_true(os.execute(cmd) == true, read(work .. "/jobs.log"))
     assert.matches("sweep: done, 24/24 cells", read(work .. "/jobs.log"), 1, true)
@@ -521,7 +526,8 @@ describe("ember sweep killed midway", function()
     if not fx.exists(launcher) then pending("missing " .. launcher) end
     local work = tmpdir()
     local q = fs.shell_quote
-    local clean, corrupted = "The quick brown fox jumps over the lazy dog.", "The quick brown cat jumps over the lazy dog."
+    local clean = "The quick brown fox jumps over the lazy dog."
+    local corrupted = "The quick brown cat jumps over the lazy dog."
     local flags = string.format("sweep --model %s --clean %s --corrupted %s --stages all --threads 1 --no-plot "
       .. "--progress none", q(model), q(clean), q(corrupted))
     -- the reference: one uninterrupted run

@@ -52,7 +52,8 @@ describe("value fingerprints", function()
     assert.are.equal(fnv1a64(t:bytes()), ember.fingerprint(t))
     assert.are.equal(t:fingerprint(), ember.fingerprint(t))
     -- +0 and -0 are different bit patterns, so different fingerprints
-    assert.are_not.equal(ember.fingerprint(ember.tensor(1, 1, { 0.0 })), ember.fingerprint(ember.tensor(1, 1, { -0.0 })))
+    assert.are_not.equal(ember.fingerprint(ember.tensor(1, 1, { 0.0 })),
+      ember.fingerprint(ember.tensor(1, 1, { -0.0 })))
     assert.has_error(function() ember.fingerprint({}) end,
       "bad argument #1 to 'fingerprint' (ember.Tensor or ember.TensorView expected, got table)")
   end)
@@ -87,7 +88,8 @@ describe("--trace", function()
         local keys = {}
         for k in line:gmatch('"([%w_]+)":') do keys[#keys + 1] = k end
         local want = line:find('"act"', 1, true)
-          and "event,eval,phase,layer,op,rows,cols,kernel,act,fingerprint" or "event,eval,phase,layer,op,rows,cols,kernel,fingerprint"
+          and "event,eval,phase,layer,op,rows,cols,kernel,act,fingerprint"
+          or "event,eval,phase,layer,op,rows,cols,kernel,fingerprint"
         assert.are.equal(want, table.concat(keys, ","))
       end
     end
@@ -178,7 +180,8 @@ describe("--trace", function()
     local m = ember.load({ model = model })
     assert.has_error(function() ember.trace(p("t.jsonl"), m, { ops = { "nope" } }) end)
     assert.has_error(function()
-      m:generate({ prompt = "x", max_tokens = 1, trace = ember.trace(p("u.jsonl"), m), trace_filter = { layers = { 0 } } })
+      m:generate({ prompt = "x", max_tokens = 1, trace = ember.trace(p("u.jsonl"), m),
+        trace_filter = { layers = { 0 } } })
     end)
     m:close()
   end)
@@ -211,7 +214,8 @@ describe("--trace", function()
 
   it("a zeroed layer changes the fingerprint, and the trace agrees with the run up to that layer", function()
     local model = H.need_model()
-    assert.are.equal(0, (H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace", p("a.jsonl"))))
+    assert.are.equal(0, (H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace",
+      p("a.jsonl"))))
     local code, _, err = H.ember("--model", model, "--prompt", "hello there", "--max-tokens", "2", "--trace",
       p("b.jsonl"), "--zero-layer-output", "3:attention")
     assert.are.equal(0, code, err) -- tracing may run with an experiment
@@ -265,8 +269,10 @@ describe("--trace", function()
 
   it("avx2 and avx512 traces agree in every value (the sets are bit-identical)", function()
     local model = H.need_model()
-    local code_a = H.ember("--model", model, "--prompt", "hello", "--max-tokens", "2", "--kernels", "avx2", "--trace", p("a2.jsonl"))
-    local code_b = H.ember("--model", model, "--prompt", "hello", "--max-tokens", "2", "--kernels", "avx512", "--trace", p("a5.jsonl"))
+    local code_a = H.ember("--model", model, "--prompt", "hello", "--max-tokens", "2", "--kernels", "avx2",
+      "--trace", p("a2.jsonl"))
+    local code_b = H.ember("--model", model, "--prompt", "hello", "--max-tokens", "2", "--kernels", "avx512",
+      "--trace", p("a5.jsonl"))
     if code_a ~= 0 or code_b ~= 0 then
       pending("this CPU cannot run both avx2 and avx512")
       return
@@ -347,7 +353,8 @@ describe("--dump-layers and --dump-logits", function()
       end
       assert.is_true(n >= 3)
       assert.are.equal(read(p("a.safetensors")), read(p("b.safetensors")))
-      assert.are.equal(read(p("a.json")):gsub('"file": "a.safetensors"', ""), (read(p("b.json")):gsub('"file": "b.safetensors"', "")))
+      assert.are.equal(read(p("a.json")):gsub('"file": "a.safetensors"', ""),
+        (read(p("b.json")):gsub('"file": "b.safetensors"', "")))
       for _, k in ipairs({ "a", "b" }) do
         fs.remove_tree(p(k)); os.remove(p(k .. ".safetensors")); os.remove(p(k .. ".json"))
       end

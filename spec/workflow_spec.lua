@@ -170,7 +170,8 @@ describe("restoration evidence", function()
   end
   local cfg = assert(capture.config {})
   local function session(dir, experiments, max_tokens)
-    return run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = max_tokens or MAX_TOKENS, temperature = 0 },
+    return run.execute { model = model, prompt = models.PROMPT,
+      gen = { max_tokens = max_tokens or MAX_TOKENS, temperature = 0 },
       experiments = experiments, capture = { config = cfg, dir = dir }, argv = { "spec" } }
   end
 
@@ -240,7 +241,8 @@ describe("capture selection", function()
     if not need() then return end
     local dir = H.tmpdir() .. "/cap"
     local P = #model:tokenize(models.PROMPT)
-    local cfg = assert(capture.config { layers = "1,3", stages = "after_logits,after_mlp", positions = tostring(P + 1) })
+    local cfg = assert(capture.config { layers = "1,3", stages = "after_logits,after_mlp",
+      positions = tostring(P + 1) })
     run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = 4, temperature = 0 },
       capture = { config = cfg, dir = dir }, argv = { "spec" } }
     -- prefill always whole; decode only at position P+1; logits regardless of the layer filter
@@ -305,7 +307,8 @@ describe("activation patch failures", function()
       src_dir = os.tmpname()
       os.remove(src_dir)
       run.execute { model = model, prompt = models.PROMPT, gen = { max_tokens = MAX_TOKENS, temperature = 0 },
-        capture = { config = assert(capture.config { stages = "after_mlp,after_logits" }), dir = src_dir }, argv = { "spec" } }
+        capture = { config = assert(capture.config { stages = "after_mlp,after_logits" }), dir = src_dir },
+        argv = { "spec" } }
     end
     return model
   end
@@ -318,7 +321,8 @@ describe("activation patch failures", function()
   end
 
   local function gen_with(p, max_tokens)
-    return model:generate { prompt = models.PROMPT, max_tokens = max_tokens or MAX_TOKENS, temperature = 0, experiment = p }
+    return model:generate { prompt = models.PROMPT, max_tokens = max_tokens or MAX_TOKENS, temperature = 0,
+      experiment = p }
   end
 
   -- a copy of the source artifact with its records changed by `edit`

@@ -28,7 +28,8 @@ M.FLAGS = {
   { "top-k", flags.uint_in(0, flags.MAX_TOP_K), "K", "sample among the K most likely tokens (0 = off)" },
   { "top-p", flags.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
   { "seed", "uint", "N", "sampling seed (default 0)" },
-  { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N", "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
+  { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N",
+    "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
   { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
@@ -37,7 +38,8 @@ M.FLAGS = {
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
   { "steer", selectors.parse_steer, "L:STAGE:FILE[:SCALE]",
-    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, stage STAGE (repeatable)",
+    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, "
+      .. "stage STAGE (repeatable)",
     many = true },
   { "control-vector", selectors.parse_control_vector, "FILE.gguf[:SCALE]",
     "add a llama.cpp control vector (direction.N at after_layer of layer N; repeatable: vectors sum)", many = true },
@@ -46,20 +48,23 @@ M.FLAGS = {
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
   { "capture-stages", selectors.parse_stage_list, "LIST",
-    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... (default: the residual stream)" },
+    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... "
+      .. "(default: the residual stream)" },
   { "capture-phase", selectors.parse_phase, "PHASE", "prefill | decode | all (default all)" },
   { "capture-positions", selectors.parse_index_list, "LIST", "decode positions to capture: all | 5,7-9" },
   { "capture-max-records", positive, "N", "stop capturing after N records" },
   { "capture-omit-prompt", "bool", nil, "store only the prompt's sha256, not its text" },
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
-  { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
+  { "patch-positions", selectors.parse_index_list, "LIST",
+    "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "extract-hidden", function(v) return selectors.parse_index_list(v, "layer") end, "LAYERS",
     "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
   { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
   { "trace", "path", "FILE.jsonl", "write a structured trace: one JSON line per executed op (docs/inspection.md)" },
-  { "trace-layers", selectors.parse_index_list, "LIST", "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
+  { "trace-layers", selectors.parse_index_list, "LIST",
+    "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
   { "trace-ops", function(v)
       local list = {}
       for name in v:gmatch("[^,%s]+") do list[#list + 1] = name end
@@ -70,7 +75,8 @@ M.FLAGS = {
     end, "LIST", "trace only these ops: attn_q,ffn_down,... (names: docs/inspection.md)" },
   { "dump-layers", "path", "DIR", "dump every layer's output of every evaluation into a new directory" },
   { "dump-logits", "path", "FILE", "dump every evaluation's logits (safetensors, with a FILE.json sidecar)" },
-  { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
+  { "run-manifest", "path", "FILE.json",
+    "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
   { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
   { "help", "bool", nil, "show this help" },
@@ -248,7 +254,8 @@ local function run_benchmark(args, io_)
       100 * res.decode_tok_s / ceiling))
   end
   if paired then
-    w:write(string.format("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
+    w:write(string.format("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded "
+      .. "token and\n"
       .. "           one probe pass right after it (bench-engine; medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
       100 * paired.share, paired.pairs, paired.decode_tok_s, paired.membw_gbs))
   end
@@ -304,7 +311,9 @@ local function check_combinations(o)
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
-  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
+  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then
+    usage_error("--patch-positions needs --activation-patch DIR")
+  end
   for _, k in ipairs({ "trace-layers", "trace-ops" }) do
     if o[k] ~= nil and o.trace == nil then usage_error("--%s needs --trace FILE.jsonl", k) end
   end
@@ -360,7 +369,8 @@ function M.steering_experiments(o, model, notice)
     for i, st in ipairs(o.steer) do
       local okv, r = pcall(require("ember.store.vector_file").read, st.source)
       if not okv then usage_error("--steer: %s", tostring(r)) end
-      local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true, after_layer = true })[st.stage]
+      local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true,
+        after_layer = true })[st.stage]
       if stage_width and r.shape[2] ~= model.info.hidden_size then
         usage_error("--steer: vector '%s' has %d values but %s is %d wide (the model's hidden size)", st.source,
           r.shape[2], st.stage, model.info.hidden_size)
@@ -482,7 +492,8 @@ local function run_generate(args, argv, io_)
   local info = model.info
   if o.verbose then
     local cpu = ember.cpu()
-    io_.stderr:write(string.format("ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
+    io_.stderr:write(string.format(
+      "ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
       info.path, info.family, info.dtype_summary, info.kernels, info.threads,
       info.threads_default and "default: the physical cores" or "--threads", cpu.physical_cores, cpu.logical_cores))
   end
@@ -587,7 +598,8 @@ local function run_generate(args, argv, io_)
       top_p = o["top-p"] or 1.0, seed = o.seed or 0, context = o.context },
     experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
     run_manifest = run_manifest, outputs = outputs, on_token = on_token, trace = o.trace, dumps = dumps,
-    trace_filter = (o["trace-layers"] or o["trace-ops"]) and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
+    trace_filter = (o["trace-layers"] or o["trace-ops"])
+      and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
   })
   generate.notice = saved_notice
   if not okr then error(result, 0) end
@@ -607,7 +619,8 @@ local function run_generate(args, argv, io_)
       1 + out.stats.decode_count, out.stats.decode_count))
   end
   if stats_exp then
-    notice(string.format("ember: activation-stats: %d records written to %s", #stats_exp.records, o["activation-stats"]))
+    notice(string.format("ember: activation-stats: %d records written to %s", #stats_exp.records,
+      o["activation-stats"]))
   end
   if cap then
     local cm = result.capture_manifest

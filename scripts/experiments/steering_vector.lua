@@ -29,7 +29,9 @@ return function(args)
   -- direction(hidden) -> ember.Tensor [1, hidden]: the unit vector on `dim`, or the file's values
   local function direction(hidden)
     if dim then
-      if dim >= hidden then error(string.format("steering-vector: dim %d is out of range (0-%d)", dim, hidden - 1), 0) end
+      if dim >= hidden then
+        error(string.format("steering-vector: dim %d is out of range (0-%d)", dim, hidden - 1), 0)
+      end
       local v = {}
       for i = 1, hidden do v[i] = (i == dim + 1) and 1.0 or 0.0 end
       return ember.tensor(1, hidden, v)

@@ -51,7 +51,8 @@ local function main(o)
     model = model, tokenizer_path = o.tokenizer, prompt = o.prompt or "The quick brown fox jumps over the lazy dog.",
     -- layer 4 by default; a smaller model (a test fixture, a toy of one's own) its last layer,
     -- so that the README's own-model command runs on any model without --layer
-    layer = o.layer or math.min(4, model.info.n_layers - 1), max_tokens = o["max-tokens"] or 4, out_dir = out_dir, argv = argv,
+    layer = o.layer or math.min(4, model.info.n_layers - 1), max_tokens = o["max-tokens"] or 4, out_dir = out_dir,
+    argv = argv,
   })
   if not ok_run then
     -- a run that could not complete leaves no temporary directory behind (--out DIR is kept)

@@ -33,7 +33,8 @@ function M.make()
   local root = fs.make_temp_dir("ember-checkout")
   local steps = {
     -- tracked files as they are now (uncommitted edits included), deleted ones left out
-    "cd " .. q(top) .. " && git ls-files -z | xargs -0 sh -c 'for f; do [ -e \"$f\" ] && printf \"%s\\0\" \"$f\"; done' sh"
+    "cd " .. q(top)
+      .. " && git ls-files -z | xargs -0 sh -c 'for f; do [ -e \"$f\" ] && printf \"%s\\0\" \"$f\"; done' sh"
       .. " | tar --null -T - -cf - | tar -C " .. q(root) .. " -xf -",
     "cd " .. q(root) .. " && git init -q && git add -A && git -c user.name=spec -c user.email=spec@localhost "
       .. "commit -q -m checkout",

@@ -9,7 +9,10 @@ local M = {}
 -- An output sink with :write/:flush that keeps everything written.
 function M.sink()
   local parts = {}
-  return { write = function(self, ...) for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end return self end,
+  return { write = function(self, ...)
+      for _, s in ipairs({ ... }) do parts[#parts + 1] = tostring(s) end
+      return self
+    end,
     flush = function() end, text = function() return table.concat(parts) end }
 end
 

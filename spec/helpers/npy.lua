@@ -109,7 +109,9 @@ function M.read_npz(path)
     local csize, usize, nlen, xlen, clen = string.unpack("<I4I4I2I2I2", z, pos + 20)
     local local_off = string.unpack("<I4", z, pos + 42)
     local name = z:sub(pos + 46, pos + 46 + nlen - 1)
-    if method ~= 0 and method ~= 8 then fail(path, name .. " uses ZIP method " .. method .. " (stored or deflate only)") end
+    if method ~= 0 and method ~= 8 then
+      fail(path, name .. " uses ZIP method " .. method .. " (stored or deflate only)")
+    end
     if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF or local_off == 0xFFFFFFFF then
       fail(path, name .. " needs ZIP64, not supported")
     end

@@ -92,7 +92,9 @@ function M.provenance_differences(ma, mb, rules)
   for k, v in pairs(mb) do if not content[k] then flatten(k == "argv" and argv_of(mb) or v, k, fb) end end
   -- manifests written before the KV cache type was recorded used the f32 cache
   for _, f in ipairs({ fa, fb }) do
-    if f["execution.kernels"] ~= nil and f["execution.kv_cache"] == nil then f["execution.kv_cache"] = json.encode("f32") end
+    if f["execution.kernels"] ~= nil and f["execution.kv_cache"] == nil then
+      f["execution.kv_cache"] = json.encode("f32")
+    end
   end
   local paths, seen = {}, {}
   for p in pairs(fa) do seen[p] = true; paths[#paths + 1] = p end
@@ -227,7 +229,9 @@ function M.compare(a, b)
     return res
   end
   local tensors_exact = same_set and all_identical
-  if not same_set then why[#why + 1] = string.format("record sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b) end
+  if not same_set then
+    why[#why + 1] = string.format("record sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b)
+  end
   if not all_identical then why[#why + 1] = string.format("%d of %d aligned records differ", s.differing, s.aligned) end
   if not semantic_equal then why[#why + 1] = "semantic provenance differs" end
   if tensors_exact and full_equal then

@@ -256,7 +256,8 @@ function M.heatmap(o)
   local lay = layout(o, sc, any_nan)
   return render(o.dir, o.base, table.concat(heatmap_setup(o, sc, lay, any_nan), "\n"),
     -- SVG: one rectangle per cell (an embedded bitmap would be smoothed by viewers)
-    { svg = "plot DATA matrix with image pixels notitle", png = "plot DATA matrix with image notitle" }, table.concat(data, "\n") .. "\n", { lay.w, lay.h })
+    { svg = "plot DATA matrix with image pixels notitle", png = "plot DATA matrix with image notitle" },
+    table.concat(data, "\n") .. "\n", { lay.w, lay.h })
 end
 
 -- lines{ dir, base, title, xlabel, ylabel, xtics = {labels}, series = { {name, values = {...}} },

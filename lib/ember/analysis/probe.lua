@@ -276,10 +276,14 @@ end
 function M.decode(text, what)
   local doc = json.decode(text, what)
   local function bad(msg, ...) error(string.format("%s: " .. msg, what, ...), 0) end
-  if type(doc) ~= "table" or doc.schema ~= M.SCHEMA then bad("not an ember probe file (schema %s)", tostring(type(doc) == "table" and doc.schema)) end
+  if type(doc) ~= "table" or doc.schema ~= M.SCHEMA then
+    bad("not an ember probe file (schema %s)", tostring(type(doc) == "table" and doc.schema))
+  end
   local major = tonumber(tostring(doc.schema_version):match("^(%d+)%."))
   if major ~= M.SCHEMA_MAJOR then bad("schema_version %s is not readable here", tostring(doc.schema_version)) end
-  if doc.kind ~= "logistic" and doc.kind ~= "softmax" then bad("kind must be logistic or softmax, got %s", tostring(doc.kind)) end
+  if doc.kind ~= "logistic" and doc.kind ~= "softmax" then
+    bad("kind must be logistic or softmax, got %s", tostring(doc.kind))
+  end
   local k, d = type(doc.classes) == "table" and #doc.classes or 0, doc.hidden_size
   if k < 2 then bad("a probe needs at least 2 classes") end
   if math.type(d) ~= "integer" or d < 1 then bad("hidden_size must be a positive integer") end

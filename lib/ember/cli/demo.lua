@@ -58,7 +58,9 @@ function M.main(args, argv, io_)
   local ok, model = pcall(ember.load, { model = path, tokenizer = o.tokenizer, kernels = o.kernels, threads = o.threads,
     provenance = true })
   if not ok then error(tostring(model), 0) end
-  if model.tokenizer == nil then flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE") end
+  if model.tokenizer == nil then
+    flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE")
+  end
   local info = model.info
   local layer = o.layer or math.min(4, info.n_layers - 1)
   if layer >= info.n_layers then

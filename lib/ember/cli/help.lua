@@ -13,10 +13,12 @@ M.MODULE = {
   save_tensors = "ember.save_tensors(path, { name = t, ... } [, metadata]) -> true (safetensors, atomic)",
   load_tensors = "ember.load_tensors(path) -> { name = Tensor }, metadata",
   tokenizer = "ember.tokenizer{ file = 'tokenizer.json' } | { gguf = 'vocab.gguf' } -> Tokenizer",
-  tokenizer_build = "ember.tokenizer_build(spec) -> Tokenizer from a parsed tokenizer description (internal to ember.tokenizer)",
+  tokenizer_build = "ember.tokenizer_build(spec) -> Tokenizer from a parsed tokenizer description "
+    .. "(internal to ember.tokenizer)",
   tokenizer_from_gguf = "ember.tokenizer_from_gguf(path) -> Tokenizer from a GGUF's embedded vocabulary",
   make_tiny_model = "ember.make_tiny_model(path [, { family, dtype, seed }]) -> true | nil, message",
-  read_control_vector = "ember.read_control_vector(path) -> { n_embd, model_hint, layer_count, directions = { {layer, tensor} } } (llama.cpp control vector)",
+  read_control_vector = "ember.read_control_vector(path) -> { n_embd, model_hint, layer_count, "
+    .. "directions = { {layer, tensor} } } (llama.cpp control vector)",
   sampler = "ember.sampler{ n_vocab, temperature, top_k, top_p, seed } -> Sampler (what generate samples with)",
   check_experiment = "ember.check_experiment(exp [, fname]) -> { hook = fn }: the attach-time checks of an experiment",
   sha256 = "ember.sha256(s) -> 64 lowercase hex characters",
@@ -34,10 +36,13 @@ M.MODULE = {
   matmul_t = "ember.matmul_t(a, b) -> a times b transposed: [r, k] x [c, k] -> [r, c]",
   dot = "ember.dot(a, b) -> the sum of a * b over every element",
   cosine = "ember.cosine(a, b) -> the cosine of two tensors of one shape (NaN for all zeros)",
-  extract_hidden = "ember.extract_hidden{ model=, prompts={ text | {prompt=, label=} }, layers= } -> per prompt { ids, hidden = { [layer] = Tensor } } (docs/extraction.md)",
-  trace = "ember.trace(path [, model [, { layers=, ops= }]]) -> Trace: a structured trace file for generate{trace=} (docs/inspection.md)",
+  extract_hidden = "ember.extract_hidden{ model=, prompts={ text | {prompt=, label=} }, layers= } -> per prompt "
+    .. "{ ids, hidden = { [layer] = Tensor } } (docs/extraction.md)",
+  trace = "ember.trace(path [, model [, { layers=, ops= }]]) -> Trace: a structured trace file for "
+    .. "generate{trace=} (docs/inspection.md)",
   fingerprint = "ember.fingerprint(t) -> the value fingerprint of a tensor or view (FNV-1a 64 of its f32 bytes)",
-  sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> a causal sweep's result (docs/sweeps.md)",
+  sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
+    .. "a causal sweep's result (docs/sweeps.md)",
 }
 
 -- methods and properties per class (the metatable's __name)
@@ -68,7 +73,8 @@ M.CLASSES = {
     closed = "tr.closed: true once finished or closed",
   },
   ["ember.Session"] = {
-    prefill = "s:prefill(ids [, { experiment=, all_logits= }]) -> logits [1, n_vocab] ([#ids, n_vocab] with all_logits)",
+    prefill = "s:prefill(ids [, { experiment=, all_logits= }]) -> logits [1, n_vocab] "
+      .. "([#ids, n_vocab] with all_logits)",
     decode = "s:decode(id [, { experiment= }]) -> logits [1, n_vocab]",
     logits = "s:logits() -> the current logits (a copy), or nil",
     reset = "s:reset() empties the cache (position 0)",

@@ -176,8 +176,8 @@ function M.run(model, rl, io_, gen)
   -- a --context beyond the model's context_length is said once (generate does not check a
   -- session it continues)
   if gen.context and (info.context_length or 0) > 0 and gen.context > info.context_length then
-    require("ember.model.generate").notice(string.format("context %d is beyond the model's context_length %d (positions "
-      .. "past it were never trained)", gen.context, info.context_length))
+    require("ember.model.generate").notice(string.format("context %d is beyond the model's context_length %d "
+      .. "(positions past it were never trained)", gen.context, info.context_length))
   end
 
   local done = false

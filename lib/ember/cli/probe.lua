@@ -99,7 +99,8 @@ local function examples(o, layer, pool, need_label, model_sha256, default_model)
     local has = false
     for _, l in ipairs(doc.layers) do has = has or l == layer end
     if not has then
-      usage_error("--data: the extraction '%s' holds layers %s, not layer %d", path, table.concat(doc.layers, ","), layer)
+      usage_error("--data: the extraction '%s' holds layers %s, not layer %d", path, table.concat(doc.layers, ","),
+        layer)
     end
     if model_sha256 and doc.model.sha256 ~= model_sha256 then
       usage_error("--data: the extraction '%s' comes from model sha256 %s; the probe was trained on %s", path,
@@ -170,7 +171,9 @@ local function train(args, argv, io_)
   local ex = examples(o, o.layer, pool, true)
   local labels, index = probe.classes(ex.labels)
   local k = #labels
-  if k < 2 then usage_error("--data: every example has the label %s; a probe needs at least 2 classes", tostring(labels[1])) end
+  if k < 2 then
+    usage_error("--data: every example has the label %s; a probe needs at least 2 classes", tostring(labels[1]))
+  end
   local y = {}
   for i, l in ipairs(ex.labels) do y[i] = index[l] end
   local tr, held = probe.split(y, k, holdout, seed)
@@ -208,7 +211,8 @@ local function train(args, argv, io_)
   if o.json then
     io_.stdout:write(json.encode(json.ordered({ "kind", "layer", "pool", "classes", "counts", "training", "out" }, {
       kind = p.kind, layer = o.layer, pool = pool, classes = json.array({ table.unpack(labels) }),
-      counts = json.array(counts), training = json.ordered({ "seed", "holdout", "n_train", "n_heldout", "train_accuracy",
+      counts = json.array(counts),
+      training = json.ordered({ "seed", "holdout", "n_train", "n_heldout", "train_accuracy",
         "heldout_accuracy", "heldout_majority", "control_heldout_accuracy", "loss" }, training), out = o.out,
     }), { indent = "  " }))
   else
@@ -219,13 +223,16 @@ local function train(args, argv, io_)
       pool == "mean" and "s" or "", #p.mean))
     w:write(string.format("data       %s (%s): %d examples, %d classes: %s\n", ex.data.path, ex.data.source, ex.n, k,
       table.concat(parts, ", ")))
-    w:write(string.format("split      seed %d, holdout %g per class: %d train, %d held out\n", seed, holdout, #tr, #held))
-    w:write(string.format("train      accuracy %s, loss %.4f after %d iterations\n", fmt_acc(train_acc, train_right, #tr),
+    w:write(string.format("split      seed %d, holdout %g per class: %d train, %d held out\n", seed, holdout, #tr,
+      #held))
+    w:write(string.format("train      accuracy %s, loss %.4f after %d iterations\n",
+      fmt_acc(train_acc, train_right, #tr),
       p.loss, p.iterations))
     w:write(string.format("held out   accuracy %s; majority class %s\n", fmt_acc(held_acc, held_right, #held),
       majority and string.format("%.3f", majority) or "n/a"))
     if o.control then
-      w:write(string.format("control    shuffled labels, held-out accuracy %s\n", fmt_acc(control_acc, control_right, #held)))
+      w:write(string.format("control    shuffled labels, held-out accuracy %s\n",
+        fmt_acc(control_acc, control_right, #held)))
     end
   end
   if o.out then io_.stderr:write("ember: probe written to " .. o.out .. "\n") end

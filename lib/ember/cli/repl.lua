@@ -95,7 +95,9 @@ local function members(obj, methods_only)
     if type(t) ~= "table" or depth > 8 then return end
     for k, v in next, t do add(k, type(v) == "function") end
     local mt = getmetatable(t)
-    if type(mt) == "table" and type(rawget(mt, "__index")) == "table" then add_table(rawget(mt, "__index"), depth + 1) end
+    if type(mt) == "table" and type(rawget(mt, "__index")) == "table" then
+      add_table(rawget(mt, "__index"), depth + 1)
+    end
   end
   if type(obj) == "table" then
     add_table(obj, 0)

@@ -28,8 +28,11 @@ M.FLAGS_LIST = {
   { "metric", metric_value, "M", "kl | logit-diff[:A,B] | prob[:A] (default kl; ids default to the top-1s)" },
   { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
   { "layers", selectors.parse_index_list, "LIST", "layers: all | 0,2,4-6 (default all)" },
-  { "positions", selectors.parse_index_list, "LIST", "positions: all | 0-3 (default all: the prompt's, and the decode steps')" },
-  { "decode-steps", "uint", "N", "generate N greedy tokens per run; the metric is read after them and positions run on to prompt+N-1 (default 0)" },
+  { "positions", selectors.parse_index_list, "LIST",
+    "positions: all | 0-3 (default all: the prompt's, and the decode steps')" },
+  { "decode-steps", "uint", "N",
+    "generate N greedy tokens per run; the metric is read after them and positions run on to prompt+N-1 "
+      .. "(default 0)" },
   { "out", "path", "DIR", "the sweep artifact directory (required; an interrupted run resumes in it)" },
   { "shard", shard_value, "I/N", "compute only shard I of N (cells i with i mod N = I)" },
   { "jobs", positive, "N", "run N shards as local processes, then merge them into --out" },
@@ -37,7 +40,8 @@ M.FLAGS_LIST = {
   { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
   { "progress", progress_value, "MODE", "auto | tty | summary | none (default auto: one line on a terminal)" },
   { "max-cells", positive, "N", "stop after computing N new cells (rerun to continue)" },
-  { "checkpoint", "float", "SECONDS", "write the cells computed so far at most this often (default 1; 0 = every cell)" },
+  { "checkpoint", "float", "SECONDS",
+    "write the cells computed so far at most this often (default 1; 0 = every cell)" },
   { "no-plot", "bool", nil, "do not draw the heatmaps" },
   { "help", "bool", nil, "show this help" },
 }

@@ -53,7 +53,9 @@ return function(args)
     stages = parsed == "all" and selectors.STAGES or parsed
   end
   for _, stage in ipairs(stages) do
-    if not selectors.STAGE_SET[stage] then error("activation-stats: stages: unknown stage '" .. tostring(stage) .. "'", 0) end
+    if not selectors.STAGE_SET[stage] then
+      error("activation-stats: stages: unknown stage '" .. tostring(stage) .. "'", 0)
+    end
     local per_layer = selectors.LAYER_STAGE_SET[stage]
     exp[stage] = function(self, ctx, view)
       local shape = view:shape()

@@ -61,7 +61,9 @@ local function layers_of(l, where)
   if type(l) == "table" then
     local out = {}
     for i, x in ipairs(l) do
-      if math.type(x) ~= "integer" or x < 0 then error(string.format("%s: layer[%d] is not a layer number", where, i), 0) end
+      if math.type(x) ~= "integer" or x < 0 then
+        error(string.format("%s: layer[%d] is not a layer number", where, i), 0)
+      end
       out[#out + 1] = x
     end
     table.sort(out)
@@ -142,7 +144,9 @@ function M.make(args)
   local notice = args.notice or function(msg) io.stderr:write(msg, "\n") end
   local list = {}
   if args.additions ~= nil then
-    if type(args.additions) ~= "table" or #args.additions == 0 then error("steer: additions must be a non-empty list", 0) end
+    if type(args.additions) ~= "table" or #args.additions == 0 then
+      error("steer: additions must be a non-empty list", 0)
+    end
     for i, spec in ipairs(args.additions) do list[i] = addition(spec, i) end
   else
     list[1] = addition(args)

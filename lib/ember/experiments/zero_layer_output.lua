@@ -30,7 +30,8 @@ return function(args)
   function exp:on_model_loaded(ctx)
     local n = ctx.model.n_layers
     if L >= n then
-      error(string.format("zero-layer-output: layer %d is out of range (the model has %d layers: 0-%d)", L, n, n - 1), 0)
+      error(string.format("zero-layer-output: layer %d is out of range (the model has %d layers: 0-%d)", L, n,
+        n - 1), 0)
     end
   end
 

@@ -53,7 +53,9 @@ local function layer_set(opts, n_layers)
     for l = 0, n_layers - 1 do set[l] = true end
     return set
   end
-  if type(opts.layers) ~= "table" then fail("layers must be a list of 0-based layer indices, got " .. type(opts.layers)) end
+  if type(opts.layers) ~= "table" then
+    fail("layers must be a list of 0-based layer indices, got " .. type(opts.layers))
+  end
   for _, l in ipairs(opts.layers) do
     if math.type(l) ~= "integer" or l < 0 or l >= n_layers then
       fail("layer " .. tostring(l) .. " out of range 0.." .. (n_layers - 1) .. " (layers are 0-based)")

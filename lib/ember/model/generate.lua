@@ -171,7 +171,8 @@ end
 -- Whether an error is the interrupt ember-lua raises on Ctrl-C: "interrupted" itself, or as the
 -- message of a hook it interrupted ("experiment 'x' failed in after_mlp (...): interrupted").
 local function is_interrupt(e)
-  return e == "interrupted" or (type(e) == "string" and e:match("^experiment '.*' failed in [%w_]+.*: interrupted$") ~= nil)
+  return e == "interrupted"
+    or (type(e) == "string" and e:match("^experiment '.*' failed in [%w_]+.*: interrupted$") ~= nil)
 end
 
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,

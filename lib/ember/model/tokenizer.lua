@@ -85,8 +85,10 @@ end
 -- tokenizer.json files of GPT-2, LLaMA 3 and Qwen2/3 write them.
 local KNOWN_REGEXES = {
   [ [=['s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+]=] ] = "gpt2",
-  [ [=[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+]=] ] = "llama3",
-  [ [=[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+]=] ] = "qwen2",
+  [ [=[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|]=]
+    .. [=[\s*[\r\n]+|\s+(?!\S)|\s+]=] ] = "llama3",
+  [ [=[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|]=]
+    .. [=[\s*[\r\n]+|\s+(?!\S)|\s+]=] ] = "qwen2",
 }
 
 -- normalizer -> cfg.nfc / cfg.escape_spaces / cfg.add_space_prefix
@@ -130,7 +132,9 @@ local function read_pre_tokenizer(node, cfg, path)
     local pattern = type(node.pattern) == "table" and node.pattern or {}
     if pattern.Regex then
       local pre = KNOWN_REGEXES[pattern.Regex]
-      if not pre then fail("%s: pre_tokenizer Split pattern is not one ember implements: %s", path, esc(pattern.Regex)) end
+      if not pre then
+        fail("%s: pre_tokenizer Split pattern is not one ember implements: %s", path, esc(pattern.Regex))
+      end
       if node.behavior ~= "Isolated" or node.invert then
         fail("%s: pre_tokenizer Split must be behavior = Isolated, invert = false", path)
       end

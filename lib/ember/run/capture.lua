@@ -13,7 +13,8 @@ local selectors = require("ember.run.selectors")
 local M = {}
 
 -- config(opts) -> normalized configuration, or nil and a message.
--- opts: { layers = "all"|{...}, stages = "all"|{...} (nil: the residual-stream stages), phase = "all"|"prefill"|"decode",
+-- opts: { layers = "all"|{...}, stages = "all"|{...} (nil: the residual-stream stages),
+--         phase = "all"|"prefill"|"decode",
 --         positions = "all"|{...}, max_records = n|nil, omit_prompt = bool }
 -- Strings are parsed with the selector grammars, so CLI flags can be passed through unchanged.
 function M.config(opts)
@@ -41,7 +42,9 @@ function M.config(opts)
     if not selectors.STAGE_SET[s] then return nil, "capture stages: unknown stage '" .. tostring(s) .. "'" end
   end
   cfg.phase = opts.phase or "all"
-  if not selectors.parse_phase(cfg.phase) then return nil, "capture phase: " .. select(2, selectors.parse_phase(cfg.phase)) end
+  if not selectors.parse_phase(cfg.phase) then
+    return nil, "capture phase: " .. select(2, selectors.parse_phase(cfg.phase))
+  end
   cfg.positions, err = pick(opts.positions, selectors.parse_index_list, "capture positions", "position")
   if not cfg.positions then return nil, err end
   if opts.max_records ~= nil then

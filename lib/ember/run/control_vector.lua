@@ -93,7 +93,8 @@ function M.experiment(args)
   if #additions == 0 then
     -- nothing falls in the range: the run is a plain one; say so rather than pretend
     local exp = { name = "control-vector", stats = { additions = 0, layers = 0 },
-      details = { files = files, layer_range = { range[1], range[2] }, applied_layers = require("ember.store.json").array() } }
+      details = { files = files, layer_range = { range[1], range[2] },
+        applied_layers = require("ember.store.json").array() } }
     function exp:on_generation_complete()
       notice(string.format("ember: control-vector %s: no direction falls in layers %d-%d of this %d-layer model; "
         .. "nothing was added", what, range[1], range[2], n_layers))

@@ -136,7 +136,8 @@ local function write_spilled(path, entries, sp, kind, extra, what)
   for i, r in ipairs(entries) do
     tensors[i] = { name = tensor_name(r.eval), shape = { r.rows, r.cols }, size = r.size }
     listed[i] = json.ordered({ "name", "eval", "shape", "fingerprint" }, {
-      name = tensors[i].name, eval = r.eval, shape = json.array({ r.rows, r.cols }), fingerprint = hex64(r.fingerprint) })
+      name = tensors[i].name, eval = r.eval, shape = json.array({ r.rows, r.cols }),
+      fingerprint = hex64(r.fingerprint) })
   end
   local meta = { format = kind, schema_version = M.SCHEMA_VERSION }
   for k, v in pairs(extra or {}) do meta[k] = v end

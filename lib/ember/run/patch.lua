@@ -32,11 +32,14 @@ function M.experiment(opts)
   local logits_stage = selectors.STAGE_SET[stage] and not selectors.LAYER_STAGE_SET[stage]
   if logits_stage then
     if L ~= nil then fail("target stage '%s' has no layer (got layer %s)", stage, tostring(L)) end
-    if opts.positions ~= nil then fail("target stage '%s' holds only the last position; positions do not apply", stage) end
+    if opts.positions ~= nil then
+      fail("target stage '%s' holds only the last position; positions do not apply", stage)
+    end
   elseif not selectors.RESIDUAL_LAYER_STAGE_SET[stage] then
     fail("target %s", select(2, selectors.check_residual_layer_stage(stage)))
   elseif math.type(L) ~= "integer" or L < 0 or L >= info.n_layers then
-    fail("target layer %s is out of range (the model has %d layers: 0-%d)", tostring(L), info.n_layers, info.n_layers - 1)
+    fail("target layer %s is out of range (the model has %d layers: 0-%d)", tostring(L), info.n_layers,
+      info.n_layers - 1)
   end
   local what = L and string.format("%s layer %d", stage, L) or stage
   local width = stage == "after_logits" and info.n_vocab or info.hidden_size
@@ -76,7 +79,8 @@ function M.experiment(opts)
       end
       if r.shape[2] ~= width then
         fail("width mismatch: source record %d (%s) has %d columns, the model's %s is %d",
-          r.index, artifact.record_label(r), r.shape[2], stage == "after_logits" and "vocabulary" or "hidden size", width)
+          r.index, artifact.record_label(r), r.shape[2], stage == "after_logits" and "vocabulary" or "hidden size",
+          width)
       end
       local rows = r.shape[1]
       local e = { record = r, rows = rows, applied = 0 }

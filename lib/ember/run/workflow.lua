@@ -89,7 +89,8 @@ function M.capture_patch_restore(opts)
   report.ac = ac
   check("A/C: class exact-semantic or stricter", compare.at_least(ac.class, "exact-semantic"),
     string.format("class %s (%s)", ac.class, ac.reason))
-  check("A/C: every aligned record bit-identical", ac.summary.aligned > 0 and ac.summary.identical == ac.summary.aligned,
+  check("A/C: every aligned record bit-identical",
+    ac.summary.aligned > 0 and ac.summary.identical == ac.summary.aligned,
     string.format("%d of %d aligned records bit-identical", ac.summary.identical, ac.summary.aligned))
 
   -- the captured logits, by sha256 per tensor (not through compare's byte equality)
@@ -118,7 +119,8 @@ function M.capture_patch_restore(opts)
     if not allowed(d.path) then unexpected[#unexpected + 1] = d.path end
   end
   check("A/C: only recorded provenance differs", #unexpected == 0,
-    #unexpected == 0 and "experiment, capture config, argv, timestamp" or ("unexpected: " .. table.concat(unexpected, ", ")))
+    #unexpected == 0 and "experiment, capture config, argv, timestamp"
+      or ("unexpected: " .. table.concat(unexpected, ", ")))
   -- one prefill and one decode per generated token, the last one included (SPEC §4.1)
   check("patch applied at every source record", p.stats.applied == #p.entries and #p.entries == 1 + #ma.generated_ids,
     string.format("%d applications for %d source records (prefill + %d decodes)", p.stats.applied, #p.entries,

@@ -66,11 +66,15 @@ function M.load(path)
   local out = {}
   for _, name in ipairs(st.names) do
     local e = st.tensors[name]
-    if e.dtype ~= "F32" then error(string.format("%s: tensor '%s' is %s (only F32 is read)", what, name, e.dtype), 0) end
+    if e.dtype ~= "F32" then
+      error(string.format("%s: tensor '%s' is %s (only F32 is read)", what, name, e.dtype), 0)
+    end
     local rows, cols
     if #e.shape == 1 then rows, cols = 1, e.shape[1]
     elseif #e.shape == 2 then rows, cols = e.shape[1], e.shape[2]
-    else error(string.format("%s: tensor '%s' has rank %d (ember tensors are [rows, cols])", what, name, #e.shape), 0) end
+    else
+      error(string.format("%s: tensor '%s' has rank %d (ember tensors are [rows, cols])", what, name, #e.shape), 0)
+    end
     if rows < 1 or cols < 1 then error(string.format("%s: tensor '%s' is empty", what, name), 0) end
     out[name] = core().tensor_from_bytes(e.data, rows, cols)
   end

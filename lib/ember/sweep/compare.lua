@@ -88,7 +88,9 @@ function M.compare(a, b)
   local why = {}
   local same_set = s.only_in_a == 0 and s.only_in_b == 0
   local cells_exact = same_set and s.differing == 0
-  if not same_set then why[#why + 1] = string.format("cell sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b) end
+  if not same_set then
+    why[#why + 1] = string.format("cell sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b)
+  end
   if s.differing > 0 then why[#why + 1] = string.format("%d of %d aligned cells differ", s.differing, s.aligned) end
   if not semantic_equal then why[#why + 1] = "semantic provenance differs" end
   -- a sweep's "output" is each patched run's prediction, and the baselines' own predictions

@@ -54,7 +54,8 @@ function M.run(o)
     dirs[i + 1] = fs.join(base, tostring(i))
     local log, st = fs.join(base, i .. ".log"), fs.join(base, i .. ".status")
     os.remove(st)
-    script[#script + 1] = string.format("( %s sweep %s --shard %d/%d --out %s --progress none >%s 2>&1; echo $? >%s ) &",
+    script[#script + 1] = string.format(
+      "( %s sweep %s --shard %d/%d --out %s --progress none >%s 2>&1; echo $? >%s ) &",
       cmd, flags, i, n, fs.shell_quote(dirs[i + 1]), fs.shell_quote(log), fs.shell_quote(st))
   end
   local before = 0 -- cells earlier runs left in the shard directories (resumed, not computed now)

@@ -63,7 +63,9 @@ function M.resolve(m, clean, corrupted, n_vocab)
     r.tokens = { top_c }
   end
   for _, id in ipairs(r.tokens) do
-    if id >= n_vocab then error(string.format("metric: token %d is outside the vocabulary (%d tokens)", id, n_vocab), 0) end
+    if id >= n_vocab then
+      error(string.format("metric: token %d is outside the vocabulary (%d tokens)", id, n_vocab), 0)
+    end
   end
   return r
 end

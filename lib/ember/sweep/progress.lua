@@ -26,7 +26,8 @@ function M.new(opts)
   opts = opts or {}
   local mode = opts.mode or "auto"
   if mode == "auto" then mode = M.stderr_is_tty() and "tty" or "summary" end
-  local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep", unit = opts.unit or "cells",
+  local r = { stream = opts.stream or io.stderr, mode = mode, label = opts.label or "sweep",
+    unit = opts.unit or "cells",
     resumable = opts.resumable ~= false, lines = 0 }
   function r:start(total, done)
     self.total, self.resumed, self.done, self.t0, self.last = total, done or 0, done or 0, store.now(), -1

@@ -131,7 +131,8 @@ function M.new_manifest(p)
     tool = json.ordered({ "name", "version" }, { name = "ember", version = ember.version }),
     model = msec, tokenizer = manifest.tokenizer_section(p.tokenizer_path, msec.sha256),
     clean = clean, corrupted = corrupted, metric = metric, grid = grid, settings_sha256 = sha256(settings),
-    shard = p.shard and json.ordered({ "index", "count" }, { index = p.shard.index, count = p.shard.count }) or json.null,
+    shard = p.shard and json.ordered({ "index", "count" }, { index = p.shard.index, count = p.shard.count })
+      or json.null,
     execution = manifest.execution_section(model), argv = argv,
   }
 end
@@ -245,7 +246,9 @@ local function restore_shape(doc)
     local r = doc[k]
     json.ordered(RUN_KEYS, r)
     if type(r.prompt) == "table" then json.ordered(PROMPT_KEYS, r.prompt) end
-    for _, a in ipairs({ "input_ids", "tokens", "generated_ids" }) do if type(r[a]) == "table" then json.array(r[a]) end end
+    for _, a in ipairs({ "input_ids", "tokens", "generated_ids" }) do
+      if type(r[a]) == "table" then json.array(r[a]) end
+    end
   end
   json.array(doc.metric.tokens or {})
   for _, a in ipairs({ "stages", "layers", "positions", "shape", "position_labels" }) do
@@ -253,14 +256,18 @@ local function restore_shape(doc)
   end
   if type(doc.argv) == "table" then json.array(doc.argv) end
   if type(doc.plot) == "table" then
-    for _, a in ipairs({ "xtics", "ytics", "files" }) do if type(doc.plot[a]) == "table" then json.array(doc.plot[a]) end end
+    for _, a in ipairs({ "xtics", "ytics", "files" }) do
+      if type(doc.plot[a]) == "table" then json.array(doc.plot[a]) end
+    end
     for _, f in ipairs(doc.plot.files or {}) do
       json.ordered(M.PLOT_FILE_KEYS, f)
     end
   end
   if type(doc.merged_from) == "table" then
     json.array(doc.merged_from)
-    for _, m in ipairs(doc.merged_from) do json.ordered({ "dir", "shard", "cells", "threads", "manifest_sha256" }, m) end
+    for _, m in ipairs(doc.merged_from) do
+      json.ordered({ "dir", "shard", "cells", "threads", "manifest_sha256" }, m)
+    end
   end
   return doc
 end

@@ -24,9 +24,10 @@ ember_status ember_file_read_all(const char *path, size_t max_bytes, char **data
  * file and feeds the tokenizer's builder (src/engine/tokenizer_gguf.c). */
 ember_status ember_tokenizer_from_gguf(const ember_gguf *g, ember_tokenizer **out, ember_error *err);
 
-/* (src/engine/tokenizer_gguf.c) Whether t (typically from a tokenizer.json) fits the vocabulary embedded in g: EMBER_OK when g
- * embeds none, or when t has no more ids than g, BOS agrees where both name one, t's BOS and EOS
- * are the same tokens in g, and a spread sample of ids spells the same strings. Otherwise EMBER_ERR_ARG naming both files. */
+/* (src/engine/tokenizer_gguf.c) Whether t (typically from a tokenizer.json) fits the vocabulary embedded in g:
+ * EMBER_OK when g embeds none, or when t has no more ids than g, BOS agrees where both name one, t's BOS and EOS
+ * are the same tokens in g, and a spread sample of ids spells the same strings. Otherwise EMBER_ERR_ARG naming
+ * both files. */
 ember_status ember_tokenizer_check_gguf(const ember_tokenizer *t, const ember_gguf *g, ember_error *err);
 
 /* A llama.cpp control vector (the GGUF cvector-generator writes): its direction.N tensors in file

@@ -716,7 +716,8 @@ void ember_lua_open_experiment(lua_State *L, int module) {
     lua_pop(L, 1);
 
     /* core.stages (the engine's, in execution order), core.layer_stages (those inside a layer),
-     * core.inside_stages (those inside a layer's attention or MLP block) and core.hooks (every hook of a generation, in the order they are first called). */
+     * core.inside_stages (those inside a layer's attention or MLP block) and core.hooks (every hook of a
+     * generation, in the order they are first called). */
     const char *names[EMBER_HOOK_COUNT];
     int n_stages = EMBER_STAGE_COUNT, n_layer = 0;
     for (int s = 0; s < n_stages; s++) names[s] = ember_stage_name((ember_stage)s);

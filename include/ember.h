@@ -50,8 +50,21 @@ typedef struct {
     ember_kv_type kv_cache; /* the KV cache of every session of this model; EMBER_KV_F32 by default */
 } ember_model_params;
 
+/* The model families ember runs, one row each of the engine's family table (src/engine/families.c):
+ * the one list of them. Messages, the bindings (core.FAMILIES) and the docs read it from here. */
 typedef struct {
-    const char *family;       /* "llama", "qwen3", "gemma4", "gpt2", "qwen2" */
+    const char *name;                 /* "llama": what ember_model_info.family reports */
+    const char *const *architectures; /* the general.architecture values it reads, NULL-terminated */
+    bool experimental;                /* not yet checked against llama.cpp on real weights */
+} ember_family_info;
+/* The number of families, and family i (0 .. count-1; NULL outside), in the table's order. */
+int ember_family_count(void);
+const ember_family_info *ember_family_get(int i);
+/* Every architecture the families accept, in table order, as "a, b, c" into buf (cut at cap). */
+void ember_family_architectures(char *buf, size_t cap);
+
+typedef struct {
+    const char *family;       /* the family's name (ember_family_info.name) */
     const char *architecture; /* general.architecture as written in the file */
     const char *name;         /* general.name, or NULL */
     int64_t n_layers, hidden_size, n_vocab, n_heads, n_kv_heads, head_dim, context_length;

@@ -37,7 +37,7 @@
 #include "ember.h"
 
 typedef struct {
-    const char *family; /* "llama" | "qwen3" | "qwen2" | "gemma4" | "gpt2" */
+    const char *family; /* one of ember_tiny_model_family(0 ..): "llama", "qwen3", ... */
     ember_type dtype;   /* of the 2-D weights */
     uint64_t seed;
     int64_t n_layer, n_embd, n_head, n_ff, n_vocab, n_ctx;
@@ -58,6 +58,12 @@ typedef struct {
     int64_t ple_dim;          /* per-layer input width; -1: 32; 0: no per-layer inputs */
     float softcap;            /* final logit softcap; < 0: 30; 0: none */
 } ember_tiny_model_params;
+
+/* The families the generator writes, in its table's order: family i (NULL past the last), and
+ * all of them as "a, b, c" into buf (cut at cap). The one list of them (make-tiny-model --family,
+ * ember.make_tiny_model); every family of the engine's table (ember_family_get) is among them. */
+const char *ember_tiny_model_family(int i);
+void ember_tiny_model_family_list(char *buf, size_t cap);
 
 /* llama, f32, seed 1, 6 layers, hidden 64, 4 heads, 2 KV heads, ff 128, vocab 512, context 256,
  * with the tokenizer; every family-dependent field at "the family's usual". */

@@ -42,7 +42,7 @@ static ember_status on_tensor(void *user, ember_stage stage, const ember_eval_ct
         if (v->rows != m->n_head * n || v->cols != ctx->sequence_length || v->n_heads != m->n_head)
             bad(r, "pattern shape", stage, l);
         const ember_layer *L = &m->layers[l];
-        const int64_t window = m->family == EMBER_FAMILY_GEMMA4 && L->sliding ? m->window : 0;
+        const int64_t window = L->sliding ? m->window : 0; /* only gemma4 has sliding layers */
         for (int64_t row = 0; row < v->rows; row++) {
             const int64_t p = ctx->start_position + row % n;
             const int64_t first = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;

@@ -34,10 +34,24 @@ static bool make_parent_dirs(const char *path) {
     return ok;
 }
 
+/* The names of a NULL-ended list joined by '|' into buf (the usage line's alternatives). */
+static void join_names(char *buf, size_t cap, const char *(*name)(int i)) {
+    buf[0] = '\0';
+    for (int i = 0; name(i); i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap - used, "%s%s", i ? "|" : "", name(i));
+    }
+}
+
+static const char *shape_name(int i) { return ember_tiny_model_shapes[i]; }
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: make-tiny-model --family llama|qwen3|qwen2|gemma4|gpt2 --dtype T --out FILE\n"
-               "       make-tiny-model --shape qwen3-0.6b|llama3.2-1b|gemma4-e2b --out FILE [--dtype T] [...]\n"
-               "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
+    char families[256], shapes[256];
+    join_names(families, sizeof families, ember_tiny_model_family);
+    join_names(shapes, sizeof shapes, shape_name);
+    fprintf(f, "usage: make-tiny-model --family %s --dtype T --out FILE\n", families);
+    fprintf(f, "       make-tiny-model --shape %s --out FILE [--dtype T] [...]\n", shapes);
+    fprintf(f, "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
                "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
                "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
                "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"

@@ -144,9 +144,11 @@ static double normal(uint64_t *state) {
 
 /* ---- the settings, with every "family's usual" resolved ---------------------------------------- */
 
+typedef struct tiny_family tiny_family;
+
 typedef struct {
+    const tiny_family *fam;
     const char *arch;
-    bool llama, qwen3, qwen2, gemma4, gpt2;
     bool tied, rope_freqs;
     int64_t hd, n_head_kv; /* gemma4: full layers' head size; sliding layers' KV heads */
     float base;            /* gemma4: full layers' RoPE base */
@@ -156,7 +158,125 @@ typedef struct {
     bool sliding[MAX_LAYERS];
 } shape;
 
-static bool is_family(const char *f, const char *name) { return f && strcmp(f, name) == 0; }
+typedef struct {
+    const ember_tiny_model_params *p;
+    ember_gguf_writer *w;
+    float *buf; /* scratch for generated values: the largest tensor and one spare row of n_embd */
+} builder;
+
+/* A family the tool writes: its usual settings and its writer. One row per family, the one list
+ * of them (make-tiny-model's --family, ember.make_tiny_model's family option). The engine's own
+ * table (src/engine/families.c) names the same families; tests/test_tiny_model.c checks both agree. */
+struct tiny_family {
+    const char *name;   /* general.architecture */
+    const char *pre;    /* the embedded tokenizer's pre-tokenizer (tokenizer.ggml.pre) */
+    bool add_bos;       /* and whether it adds BOS */
+    bool tied;          /* the usual head: tied to the embedding */
+    float rope_base;    /* the usual RoPE base; 0: no RoPE (learned positions, rope_base refused) */
+    bool rope_freqs;    /* may carry rope_freqs.weight ... */
+    bool rope_freqs_on; /* ... and does by default */
+    bool mha;           /* no grouped-query attention: the KV heads are the heads */
+    bool gemma_layout;  /* takes the gemma4 settings (sliding layers, shared KV, per-layer inputs, softcap) */
+    float norm_eps;     /* attention.layer_norm_rms_epsilon (llama block) */
+    bool head_size_key; /* always writes attention.key_length/value_length (llama block) */
+    bool qkv_bias;      /* Q/K/V biases (llama block) */
+    bool qk_norm;       /* per-head Q/K norms (llama block) */
+    /* Resolves the layout-specific settings once the common ones are set (head sizes, ...). */
+    ember_status (*resolve)(const ember_tiny_model_params *p, shape *s, ember_error *err);
+    void (*metadata)(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+    void (*tensors)(builder *b, const shape *s);
+};
+
+static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static ember_status resolve_gemma4(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void tensors_llama(builder *b, const shape *s);
+static void tensors_gemma4(builder *b, const shape *s);
+static void tensors_gpt2(builder *b, const shape *s);
+
+/* The pre-tokenizers of the real families: LLaMA 3's, Qwen2/3's, GPT-2's (also for Gemma 4, whose
+ * own SentencePiece-style vocabulary the tiny one does not imitate). LLaMA and Gemma add BOS. */
+static const tiny_family tiny_families[] = {
+    {.name = "llama",
+     .pre = "llama-bpe",
+     .add_bos = true,
+     .rope_base = 10000.0f,
+     .rope_freqs = true,
+     .norm_eps = 1e-5f,
+     .resolve = resolve_plain,
+     .metadata = metadata_llama,
+     .tensors = tensors_llama},
+    {.name = "qwen3",
+     .pre = "qwen2",
+     .tied = true,
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .head_size_key = true,
+     .qk_norm = true,
+     .resolve = resolve_plain,
+     .metadata = metadata_llama,
+     .tensors = tensors_llama},
+    {.name = "qwen2",
+     .pre = "qwen2",
+     .tied = true,
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .qkv_bias = true,
+     .resolve = resolve_plain,
+     .metadata = metadata_llama,
+     .tensors = tensors_llama},
+    {.name = "gemma4",
+     .pre = "gpt-2",
+     .add_bos = true,
+     .tied = true,
+     .rope_base = 1000000.0f,
+     .rope_freqs = true,
+     .rope_freqs_on = true,
+     .gemma_layout = true,
+     .resolve = resolve_gemma4,
+     .metadata = metadata_gemma4,
+     .tensors = tensors_gemma4},
+    {.name = "gpt2",
+     .pre = "gpt-2",
+     .tied = true,
+     .mha = true,
+     .resolve = resolve_gpt2,
+     .metadata = metadata_gpt2,
+     .tensors = tensors_gpt2},
+};
+#define N_TINY_FAMILIES ((int)(sizeof tiny_families / sizeof tiny_families[0]))
+
+const char *ember_tiny_model_family(int i) { return i >= 0 && i < N_TINY_FAMILIES ? tiny_families[i].name : NULL; }
+
+/* Joins the names of the families that pass `keep` (NULL: all) with ", " (" and " before the last
+ * when `and` is given) into buf. */
+static void family_list(char *buf, size_t cap, bool (*keep)(const tiny_family *), const char *and) {
+    const char *names[N_TINY_FAMILIES];
+    int n = 0;
+    for (int i = 0; i < N_TINY_FAMILIES; i++)
+        if (!keep || keep(&tiny_families[i])) names[n++] = tiny_families[i].name;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *sep = i == 0 ? "" : and&&i == n - 1 ? and : ", ";
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap - used, "%s%s", sep, names[i]);
+    }
+}
+
+void ember_tiny_model_family_list(char *buf, size_t cap) {
+    if (cap) family_list(buf, cap, NULL, NULL);
+}
+
+static bool takes_rope_freqs(const tiny_family *f) { return f->rope_freqs; }
+
+static const tiny_family *find_family(const char *name) {
+    for (int i = 0; name && i < N_TINY_FAMILIES; i++)
+        if (strcmp(name, tiny_families[i].name) == 0) return &tiny_families[i];
+    return NULL;
+}
 
 /* With kv_from = n_layer - shared (0 <= shared < n_layer), layers from kv_from on read the cache of
  * layer kv_from - 2 (sliding) or kv_from - 1 (full), which must exist and be of the same kind (and so,
@@ -170,115 +290,144 @@ static int64_t bad_shared_layer(const shape *s, int64_t n_layer, int64_t shared)
     return -1;
 }
 
-static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_error *err) {
-    const char *f = p->family ? p->family : "";
-    memset(s, 0, sizeof *s);
-    s->arch = f;
-    s->llama = is_family(f, "llama");
-    s->qwen3 = is_family(f, "qwen3");
-    s->qwen2 = is_family(f, "qwen2");
-    s->gemma4 = is_family(f, "gemma4");
-    s->gpt2 = is_family(f, "gpt2");
-    if (!s->llama && !s->qwen3 && !s->qwen2 && !s->gemma4 && !s->gpt2)
-        return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny model: family '%s' is not one of llama, qwen3, qwen2, gemma4, gpt2", f);
-    if (dtype_block(p->dtype) == 0)
-        return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny model: dtype %d is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                               "q2_k, q3_k, q4_k, q5_k, q6_k",
-                               (int)p->dtype);
+static ember_status check_sizes(const ember_tiny_model_params *p, ember_error *err) {
     if (p->n_layer < 1 || p->n_layer > MAX_LAYERS || p->n_embd < 1 || p->n_embd > 65536 || p->n_ff < 1 ||
         p->n_ff > 262144 || p->n_vocab < 1 || p->n_vocab > 1000000 || p->n_ctx < 1 || p->n_ctx > (1 << 24) ||
         p->n_head < 1 || p->n_head > 1024 || p->n_head_kv < 0 || p->n_head_kv > 1024 || p->head_dim < 0 ||
         p->head_dim_swa < 0 || p->n_head_kv_full < 0 || p->n_head_kv_full > 1024 || p->sliding_window < 0 ||
         p->sliding_window > (1 << 24) || p->shared_kv_layers < -1 || p->ple_dim < -1 || p->ple_dim > 65536)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: a size is out of range");
-    if (!s->gemma4 && (p->head_dim_swa || p->n_head_kv_full || p->rope_base_swa != 0 || p->sliding_window ||
-                       p->swa_pattern || p->shared_kv_layers != -1 || p->ple_dim != -1 || p->softcap >= 0))
+    return EMBER_OK;
+}
+
+/* The settings only some families take, refused elsewhere. */
+static ember_status check_family_settings(const ember_tiny_model_params *p, const tiny_family *fam, ember_error *err) {
+    if (!fam->gemma_layout && (p->head_dim_swa || p->n_head_kv_full || p->rope_base_swa != 0 || p->sliding_window ||
+                               p->swa_pattern || p->shared_kv_layers != -1 || p->ple_dim != -1 || p->softcap >= 0))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
                                "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones",
-                               f);
-    if (p->rope_freqs > 0 && !s->llama && !s->gemma4)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: rope_freqs is a llama and gemma4 feature");
-
-    s->tied = p->tied < 0 ? !s->llama : p->tied != 0;
-    s->rope_freqs = p->rope_freqs < 0 ? s->gemma4 : p->rope_freqs != 0;
-    s->n_head_kv = p->n_head_kv ? p->n_head_kv : s->gpt2 ? p->n_head : 2;
-    s->base = p->rope_base > 0 ? p->rope_base : s->llama ? 10000.0f : 1000000.0f;
-    const bool even_split = p->n_embd % p->n_head == 0;
-    const int64_t per_head = p->n_embd / p->n_head;
-    if (s->gemma4) {
-        if (!p->head_dim_swa && !even_split)
-            return ember_error_set(
-                err, EMBER_ERR_ARG,
-                "tiny model: hidden %lld is not a multiple of %lld heads (give the sliding layers' head size)",
-                (long long)p->n_embd, (long long)p->n_head);
-        s->hd_swa = p->head_dim_swa ? p->head_dim_swa : per_head;
-        s->hd = p->head_dim ? p->head_dim : 2 * s->hd_swa;
-        s->n_head_kv_full = p->n_head_kv_full ? p->n_head_kv_full : s->n_head_kv % 2 ? s->n_head_kv : s->n_head_kv / 2;
-        s->base_swa = p->rope_base_swa > 0 ? p->rope_base_swa : 10000.0f;
-        s->window = p->sliding_window ? p->sliding_window : 8;
-        s->ple = p->ple_dim < 0 ? 32 : p->ple_dim;
-        s->softcap = p->softcap < 0 ? 30.0f : p->softcap;
-        if (p->swa_pattern) {
-            if ((int64_t)strlen(p->swa_pattern) != p->n_layer)
-                return ember_error_set(err, EMBER_ERR_ARG,
-                                       "tiny model: the sliding-window pattern '%.64s' has %zu entries for %lld layers",
-                                       p->swa_pattern, strlen(p->swa_pattern), (long long)p->n_layer);
-            for (int64_t l = 0; l < p->n_layer; l++) {
-                char c = p->swa_pattern[l];
-                if (c != 'S' && c != 's' && c != 'F' && c != 'f')
-                    return ember_error_set(
-                        err, EMBER_ERR_ARG,
-                        "tiny model: the sliding-window pattern '%.64s' may hold only S (sliding) and F (full)",
-                        p->swa_pattern);
-                s->sliding[l] = c == 'S' || c == 's';
-            }
-        } else {
-            for (int64_t l = 0; l < p->n_layer; l++) s->sliding[l] = (l + 1) % 4 != 0 && l != p->n_layer - 1;
-        }
-        if (p->shared_kv_layers < 0) {
-            s->shared = p->n_layer > 2 && bad_shared_layer(s, p->n_layer, 2) < 0 ? 2 : 0;
-        } else {
-            s->shared = p->shared_kv_layers;
-            if (s->shared >= p->n_layer)
-                return ember_error_set(
-                    err, EMBER_ERR_ARG,
-                    "tiny model: %lld shared-KV layers leave none of the %lld layers to make a KV cache",
-                    (long long)s->shared, (long long)p->n_layer);
-            int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
-            if (bad >= 0) {
-                const int64_t src = p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1);
-                return ember_error_set(
-                    err, EMBER_ERR_ARG,
-                    "tiny model: with %lld shared-KV layers of %lld, %s layer %lld would read the cache of "
-                    "layer %lld, %s (layer kv_from-2 must be sliding and kv_from-1 full)",
-                    (long long)s->shared, (long long)p->n_layer, s->sliding[bad] ? "sliding" : "full", (long long)bad,
-                    (long long)src,
-                    src < 0           ? "which does not exist"
-                    : s->sliding[src] ? "a sliding one"
-                                      : "a full one");
-            }
-        }
-    } else {
-        if (!p->head_dim && !even_split)
-            return ember_error_set(err, EMBER_ERR_ARG,
-                                   "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
-                                   (long long)p->n_embd, (long long)p->n_head);
-        s->hd = p->head_dim ? p->head_dim : per_head;
+                               fam->name);
+    if (p->rope_freqs > 0 && !fam->rope_freqs) {
+        char list[128];
+        family_list(list, sizeof list, takes_rope_freqs, " and ");
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: rope_freqs is a %s feature", list);
     }
-    if (s->gpt2) {
-        if (s->n_head_kv != p->n_head)
+    if (fam->rope_base == 0 && p->rope_base != 0)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s has no RoPE (learned positions)", fam->name);
+    return EMBER_OK;
+}
+
+static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    const tiny_family *fam = find_family(p->family);
+    memset(s, 0, sizeof *s);
+    if (!fam) {
+        char list[128];
+        ember_tiny_model_family_list(list, sizeof list);
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: family '%s' is not one of %s",
+                               p->family ? p->family : "", list);
+    }
+    s->fam = fam;
+    s->arch = fam->name;
+    if (dtype_block(p->dtype) == 0)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: dtype %d is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                               "q2_k, q3_k, q4_k, q5_k, q6_k",
+                               (int)p->dtype);
+    ember_status st = check_sizes(p, err);
+    if (st == EMBER_OK) st = check_family_settings(p, fam, err);
+    if (st != EMBER_OK) return st;
+    s->tied = p->tied < 0 ? fam->tied : p->tied != 0;
+    s->rope_freqs = p->rope_freqs < 0 ? fam->rope_freqs_on : p->rope_freqs != 0;
+    s->n_head_kv = p->n_head_kv ? p->n_head_kv : fam->mha ? p->n_head : 2;
+    s->base = p->rope_base > 0 ? p->rope_base : fam->rope_base;
+    return fam->resolve(p, s, err);
+}
+
+/* One head size for every layer: hidden / heads unless given. */
+static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    if (!p->head_dim && p->n_embd % p->n_head != 0)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
+                               (long long)p->n_embd, (long long)p->n_head);
+    s->hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    return EMBER_OK;
+}
+
+/* GPT-2: one head size, hidden / heads, and as many KV heads as heads. */
+static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    ember_status st = resolve_plain(p, s, err);
+    if (st != EMBER_OK) return st;
+    if (s->n_head_kv != p->n_head)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
+                               (long long)s->n_head_kv, (long long)p->n_head);
+    if (p->n_embd % p->n_head != 0 || s->hd != p->n_embd / p->n_head)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2's head size is hidden / heads");
+    return EMBER_OK;
+}
+
+/* Gemma 4's sliding/full pattern: the given one, else every 4th layer and the last full. */
+static ember_status resolve_gemma4_pattern(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    if (!p->swa_pattern) {
+        for (int64_t l = 0; l < p->n_layer; l++) s->sliding[l] = (l + 1) % 4 != 0 && l != p->n_layer - 1;
+        return EMBER_OK;
+    }
+    if ((int64_t)strlen(p->swa_pattern) != p->n_layer)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: the sliding-window pattern '%.64s' has %zu entries for %lld layers",
+                               p->swa_pattern, strlen(p->swa_pattern), (long long)p->n_layer);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        char c = p->swa_pattern[l];
+        if (c != 'S' && c != 's' && c != 'F' && c != 'f')
             return ember_error_set(err, EMBER_ERR_ARG,
-                                   "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
-                                   (long long)s->n_head_kv, (long long)p->n_head);
-        if (!even_split || s->hd != per_head)
-            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2's head size is hidden / heads");
-        if (p->rope_base != 0)
-            return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2 has no RoPE (learned positions)");
+                                   "tiny model: the sliding-window pattern '%.64s' may hold only S (sliding) and F "
+                                   "(full)",
+                                   p->swa_pattern);
+        s->sliding[l] = c == 'S' || c == 's';
     }
     return EMBER_OK;
+}
+
+/* Gemma 4's shared-KV layers: the given count, else 2 when the pattern allows it. */
+static ember_status resolve_gemma4_shared(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    if (p->shared_kv_layers < 0) {
+        s->shared = p->n_layer > 2 && bad_shared_layer(s, p->n_layer, 2) < 0 ? 2 : 0;
+        return EMBER_OK;
+    }
+    s->shared = p->shared_kv_layers;
+    if (s->shared >= p->n_layer)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: %lld shared-KV layers leave none of the %lld layers to make a KV cache",
+                               (long long)s->shared, (long long)p->n_layer);
+    int64_t bad = bad_shared_layer(s, p->n_layer, s->shared);
+    if (bad < 0) return EMBER_OK;
+    const int64_t src = p->n_layer - s->shared - (s->sliding[bad] ? 2 : 1);
+    return ember_error_set(err, EMBER_ERR_ARG,
+                           "tiny model: with %lld shared-KV layers of %lld, %s layer %lld would read the cache of "
+                           "layer %lld, %s (layer kv_from-2 must be sliding and kv_from-1 full)",
+                           (long long)s->shared, (long long)p->n_layer, s->sliding[bad] ? "sliding" : "full",
+                           (long long)bad, (long long)src,
+                           src < 0           ? "which does not exist"
+                           : s->sliding[src] ? "a sliding one"
+                                             : "a full one");
+}
+
+static ember_status resolve_gemma4(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    if (!p->head_dim_swa && p->n_embd % p->n_head != 0)
+        return ember_error_set(
+            err, EMBER_ERR_ARG,
+            "tiny model: hidden %lld is not a multiple of %lld heads (give the sliding layers' head size)",
+            (long long)p->n_embd, (long long)p->n_head);
+    s->hd_swa = p->head_dim_swa ? p->head_dim_swa : p->n_embd / p->n_head;
+    s->hd = p->head_dim ? p->head_dim : 2 * s->hd_swa;
+    s->n_head_kv_full = p->n_head_kv_full ? p->n_head_kv_full : s->n_head_kv % 2 ? s->n_head_kv : s->n_head_kv / 2;
+    s->base_swa = p->rope_base_swa > 0 ? p->rope_base_swa : 10000.0f;
+    s->window = p->sliding_window ? p->sliding_window : 8;
+    s->ple = p->ple_dim < 0 ? 32 : p->ple_dim;
+    s->softcap = p->softcap < 0 ? 30.0f : p->softcap;
+    ember_status st = resolve_gemma4_pattern(p, s, err);
+    return st != EMBER_OK ? st : resolve_gemma4_shared(p, s, err);
 }
 
 static ember_status check_heads(int64_t n_head, int64_t n_kv, const char *which, ember_error *err) {
@@ -297,19 +446,20 @@ static ember_status check_head_size(int64_t hd, const char *which, ember_error *
 
 static ember_status check_params(const ember_tiny_model_params *p, const shape *s, ember_error *err) {
     ember_status st;
-    if ((st = check_heads(p->n_head, s->n_head_kv, s->gemma4 ? " (sliding layers)" : "", err))) return st;
-    if ((st = check_head_size(s->hd, s->gemma4 ? "full layers' " : "", err))) return st;
-    if (s->gemma4) {
+    const bool gemma = s->fam->gemma_layout;
+    if ((st = check_heads(p->n_head, s->n_head_kv, gemma ? " (sliding layers)" : "", err))) return st;
+    if ((st = check_head_size(s->hd, gemma ? "full layers' " : "", err))) return st;
+    if (gemma) {
         if ((st = check_heads(p->n_head, s->n_head_kv_full, " (full layers)", err))) return st;
         if ((st = check_head_size(s->hd_swa, "sliding layers' ", err))) return st;
     }
     const int64_t blk = dtype_block(p->dtype);
     if (blk > 1) {
         bool ok = p->n_embd % blk == 0 && p->n_ff % blk == 0 && (p->n_head * s->hd) % blk == 0;
-        if (s->gemma4) ok = ok && (p->n_head * s->hd_swa) % blk == 0 && s->ple % blk == 0;
+        if (gemma) ok = ok && (p->n_head * s->hd_swa) % blk == 0 && s->ple % blk == 0;
         if (!ok)
             return ember_error_set(err, EMBER_ERR_ARG,
-                                   s->gemma4
+                                   gemma
                                        ? "tiny model: %s needs hidden, ff, heads*head_size (both kinds) and the "
                                          "per-layer input width to be multiples of %lld"
                                        : "tiny model: %s needs hidden, ff and heads*head_size to be multiples of %lld",
@@ -322,12 +472,6 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
 }
 
 /* ---- building -------------------------------------------------------------------------------- */
-
-typedef struct {
-    const ember_tiny_model_params *p;
-    ember_gguf_writer *w;
-    float *buf; /* scratch for generated values: the largest tensor and one spare row of n_embd */
-} builder;
 
 /* Fills b->buf with n values mean + std * N(0,1) from the tensor's own stream. */
 static void fill_random(builder *b, const char *name, int64_t n, float mean, float std) {
@@ -425,13 +569,13 @@ static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *
     ember_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
     ember_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
     /* Qwen3 files always say their head size (it is not hidden/heads in the real models). */
-    if (s->qwen3 || s->hd != p->n_embd / p->n_head) {
+    if (s->fam->head_size_key || s->hd != p->n_embd / p->n_head) {
         ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->hd);
         ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->hd);
     }
     ember_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s->hd);
     ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->base);
-    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->llama ? 1e-5f : 1e-6f);
+    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->fam->norm_eps);
 #undef KEY
 }
 
@@ -447,13 +591,13 @@ static void tensors_llama(builder *b, const shape *s) {
 #define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
         add_random(b, T("attn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
         add_random(b, T("attn_q.weight"), p->n_embd, q_dim, 0.0f, s_embd);
-        if (s->qwen2) add_random(b, T("attn_q.bias"), q_dim, 1, 0.0f, 0.1f);
+        if (s->fam->qkv_bias) add_random(b, T("attn_q.bias"), q_dim, 1, 0.0f, 0.1f);
         add_random(b, T("attn_k.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
-        if (s->qwen2) add_random(b, T("attn_k.bias"), kv_dim, 1, 0.0f, 0.1f);
+        if (s->fam->qkv_bias) add_random(b, T("attn_k.bias"), kv_dim, 1, 0.0f, 0.1f);
         add_random(b, T("attn_v.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
-        if (s->qwen2) add_random(b, T("attn_v.bias"), kv_dim, 1, 0.0f, 0.1f);
+        if (s->fam->qkv_bias) add_random(b, T("attn_v.bias"), kv_dim, 1, 0.0f, 0.1f);
         add_random(b, T("attn_output.weight"), q_dim, p->n_embd, 0.0f, s_q);
-        if (s->qwen3) {
+        if (s->fam->qk_norm) {
             add_random(b, T("attn_q_norm.weight"), hd, 1, 1.0f, 0.1f);
             add_random(b, T("attn_k_norm.weight"), hd, 1, 1.0f, 0.1f);
         }
@@ -556,7 +700,8 @@ static void tensors_gemma4(builder *b, const shape *s) {
 
 /* ---- gpt2 ---- */
 
-static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p) {
+static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    (void)s;
     ember_gguf_writer_set_u32(w, "gpt2.feed_forward_length", (uint32_t)p->n_ff);
     ember_gguf_writer_set_u32(w, "gpt2.attention.head_count", (uint32_t)p->n_head);
     ember_gguf_writer_set_f32(w, "gpt2.attention.layer_norm_epsilon", 1e-5f);
@@ -637,15 +782,9 @@ ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf
     }
 
     add_common_metadata(p, s, w);
-    if (s->gemma4) metadata_gemma4(w, p, s);
-    else if (s->gpt2) metadata_gpt2(w, p);
-    else metadata_llama(w, p, s);
+    s->fam->metadata(w, p, s);
     if (p->tokenizer) {
-        /* The pre-tokenizers of the real families: LLaMA 3's, Qwen2/3's, GPT-2's (also for Gemma 4,
-         * whose own SentencePiece-style vocabulary this tiny one does not imitate). LLaMA and Gemma
-         * add BOS; Qwen and GPT-2 do not. */
-        const char *pre = s->llama ? "llama-bpe" : (s->qwen3 || s->qwen2) ? "qwen2" : "gpt-2";
-        st = ember_tiny_tokenizer_build(w, p->n_vocab, pre, s->llama || s->gemma4, err);
+        st = ember_tiny_tokenizer_build(w, p->n_vocab, s->fam->pre, s->fam->add_bos, err);
         if (st != EMBER_OK) {
             free(s);
             return st;
@@ -657,9 +796,7 @@ ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf
         free(s);
         return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
     }
-    if (s->gemma4) tensors_gemma4(&b, s);
-    else if (s->gpt2) tensors_gpt2(&b, s);
-    else tensors_llama(&b, s);
+    s->fam->tensors(&b, s);
     free(b.buf);
     free(s);
     return ember_gguf_writer_status(w, err);

@@ -44,7 +44,8 @@ end
 -- family_cases() -> list of { family, case, model, tokenizer, prompt, missing } — the first
 -- available dtype per family (q8_0 preferred: the dtype the README's main command uses).
 function M.family_cases()
-  local families = { "llama", "qwen3", "qwen2", "gemma4", "gpt2" }
+  local families = {}
+  for i, row in ipairs(require("ember.core").FAMILIES) do families[i] = row.name end -- the engine's table
   local dtypes = { "q8_0", "f32", "f16", "bf16" }
   local out = {}
   for _, family in ipairs(families) do

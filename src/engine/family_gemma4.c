@@ -258,6 +258,5 @@ ember_status ember_gemma4_bind(binder *b) {
     m->n_ff = m->layers[0].n_ff;
     m->n_head_kv = m->layers[0].n_head_kv;
     m->attn_scale = 1.0f;
-    m->forward = ember_gemma4_forward;
     return EMBER_OK;
 }

@@ -116,6 +116,5 @@ ember_status ember_gpt2_bind(binder *b) {
         TRY(bind_vec(b, NAME("ffn_down.bias"), d, true, &L->b_down));
 #undef NAME
     }
-    m->forward = ember_gpt2_forward;
     return EMBER_OK;
 }

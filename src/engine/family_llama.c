@@ -107,7 +107,7 @@ ember_status ember_llama_bind(binder *b) {
                          (long long)m->n_rot, (long long)m->head_dim);
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
-    m->rope_neox = m->family != EMBER_FAMILY_LLAMA;
+    m->rope_neox = m->family->rope_neox;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
 
     TRY(bind_common(b));
@@ -130,11 +130,11 @@ ember_status ember_llama_bind(binder *b) {
         TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));
         TRY(bind_mat(b, NAME("attn_v.weight"), m->n_embd, kv_dim, true, &L->wv));
         TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, m->n_embd, true, &L->wo));
-        bool qkv_bias = m->family == EMBER_FAMILY_QWEN2;
+        const bool qkv_bias = m->family->qkv_bias;
         TRY(bind_vec(b, NAME("attn_q.bias"), q_dim, qkv_bias, &L->bq));
         TRY(bind_vec(b, NAME("attn_k.bias"), kv_dim, qkv_bias, &L->bk));
         TRY(bind_vec(b, NAME("attn_v.bias"), kv_dim, qkv_bias, &L->bv));
-        bool qk_norm = m->family == EMBER_FAMILY_QWEN3;
+        const bool qk_norm = m->family->qk_norm;
         TRY(bind_vec(b, NAME("attn_q_norm.weight"), m->head_dim, qk_norm, &L->q_norm));
         TRY(bind_vec(b, NAME("attn_k_norm.weight"), m->head_dim, qk_norm, &L->k_norm));
         TRY(bind_vec(b, NAME("ffn_norm.weight"), m->n_embd, true, &L->ffn_norm));
@@ -143,6 +143,5 @@ ember_status ember_llama_bind(binder *b) {
         TRY(bind_mat(b, NAME("ffn_down.weight"), m->n_ff, m->n_embd, true, &L->w_down));
 #undef NAME
     }
-    m->forward = ember_llama_forward;
     return EMBER_OK;
 }

@@ -10,28 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *family_name(ember_family f) {
-    switch (f) {
-    case EMBER_FAMILY_LLAMA: return "llama";
-    case EMBER_FAMILY_QWEN3: return "qwen3";
-    case EMBER_FAMILY_QWEN2: return "qwen2";
-    case EMBER_FAMILY_GEMMA4: return "gemma4";
-    case EMBER_FAMILY_GPT2: return "gpt2";
-    }
-    return "unknown";
-}
-
-static bool family_parse(const char *s, ember_family *f) {
-    static const ember_family all[] = {EMBER_FAMILY_LLAMA, EMBER_FAMILY_QWEN3, EMBER_FAMILY_QWEN2, EMBER_FAMILY_GEMMA4,
-                                       EMBER_FAMILY_GPT2};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, family_name(all[i])) == 0) {
-            *f = all[i];
-            return true;
-        }
-    return false;
-}
-
 ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) {
     char msg[768];
     va_list ap;
@@ -266,11 +244,12 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         st = bind_fail(&b, EMBER_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (!family_parse(m->architecture, &m->family)) {
-        char q[256];
-        st = bind_fail(&b, EMBER_ERR_UNSUPPORTED,
-                       "architecture '%s' is not supported (llama, qwen3, qwen2, gemma4, gpt2 are)",
-                       ember_escape(q, sizeof q, arch_kv->value.v.str.ptr, (size_t)arch_kv->value.v.str.len, 64));
+    if (!(m->family = ember_family_for_architecture(m->architecture))) {
+        char q[256], supported[256];
+        ember_family_architectures(supported, sizeof supported);
+        st = bind_fail(&b, EMBER_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s are)",
+                       ember_escape(q, sizeof q, arch_kv->value.v.str.ptr, (size_t)arch_kv->value.v.str.len, 64),
+                       supported);
         goto fail;
     }
     if (p->arch && p->arch[0] && strcmp(p->arch, m->architecture) != 0) {
@@ -281,14 +260,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     }
     b.arch = m->architecture;
     if ((st = refuse_experts(&b)) != EMBER_OK) goto fail;
-    switch (m->family) {
-    case EMBER_FAMILY_LLAMA:
-    case EMBER_FAMILY_QWEN3:
-    case EMBER_FAMILY_QWEN2: st = ember_llama_bind(&b); break;
-    case EMBER_FAMILY_GPT2: st = ember_gpt2_bind(&b); break;
-    case EMBER_FAMILY_GEMMA4: st = ember_gemma4_bind(&b); break;
-    }
-    if (st != EMBER_OK) goto fail;
+    if ((st = m->family->bind(&b)) != EMBER_OK) goto fail;
 
     static const ember_type kv_types[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16};
     if ((unsigned)p->kv_cache > EMBER_KV_BF16) {
@@ -306,7 +278,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     m->name = ember_gguf_get_string(m->gguf, "general.name");
     m->dtype_summary = dtype_summary(m->gguf);
     m->info = (ember_model_info){
-        .family = family_name(m->family),
+        .family = m->family->info.name,
         .architecture = m->architecture,
         .name = m->name,
         .n_layers = m->n_layer,
@@ -320,7 +292,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .kernels = ember_kernels_name(chosen),
         .n_threads = n_threads,
         .threads_default = p->n_threads <= 0,
-        .experimental = m->family == EMBER_FAMILY_QWEN2,
+        .experimental = m->family->info.experimental,
         .repacked_bytes = ember_compute_packed_bytes(m->compute),
         .kv_cache = ember_kv_type_name(p->kv_cache),
     };

@@ -8,14 +8,6 @@
 #include "hooks.h"
 #include "kernels.h"
 
-typedef enum {
-    EMBER_FAMILY_LLAMA = 0,
-    EMBER_FAMILY_QWEN3,
-    EMBER_FAMILY_QWEN2,
-    EMBER_FAMILY_GEMMA4,
-    EMBER_FAMILY_GPT2,
-} ember_family;
-
 typedef struct {
     const float *attn_norm;            /* (n_embd) */
     const float *attn_norm_b;          /* (n_embd) LayerNorm bias, gpt2 only */
@@ -44,17 +36,36 @@ typedef struct {
 } ember_layer;
 
 struct ember_session;
+struct binder;
 typedef ember_status (*ember_forward_fn)(struct ember_session *s, const int32_t *ids, int64_t n,
                                          const ember_hooks *hooks, ember_error *err);
+
+/* The norm a family's final norm (and so the logit lens, unembed.c) applies. */
+typedef enum { EMBER_NORM_RMS = 0, EMBER_NORM_LAYER } ember_norm_kind;
+
+/* A family: one row of the table in families.c, the one list of them. Adding a family is one row
+ * here plus its forward file (docs/architecture.md, "Adding a family"). */
+typedef struct {
+    ember_family_info info;                 /* public: name, architectures, experimental */
+    ember_status (*bind)(struct binder *b); /* hyper-parameters and tensors (model_bind.h) */
+    ember_forward_fn forward;               /* the forward pass over a session's next tokens */
+    ember_norm_kind final_norm;             /* output_norm's kind: RMSNorm, or LayerNorm with bias */
+    /* The switches of the llama block (family_llama.c), which several families share: */
+    bool rope_neox; /* split-half RoPE pairs (i, i+n_rot/2) instead of adjacent ones */
+    bool qkv_bias;  /* Q, K and V projections have (required) biases */
+    bool qk_norm;   /* per-head RMSNorm of Q and K before RoPE (required weights) */
+} ember_family;
+
+/* The family whose row accepts `architecture` (general.architecture), NULL when none does. */
+const ember_family *ember_family_for_architecture(const char *architecture);
 
 struct ember_model {
     ember_gguf *gguf;
     ember_model_info info;
-    ember_family family;
+    const ember_family *family;  /* its row of the family table (families.c) */
     const ember_kernel_ops *ops; /* = ember_compute_ops(compute) */
     ember_compute *compute;      /* kernel table, thread pool, activation scratch (kernels/compute.c) */
-    ember_forward_fn forward;
-    ember_type kv_type; /* element type of the sessions' KV caches: F32, F16 or BF16 */
+    ember_type kv_type;          /* element type of the sessions' KV caches: F32, F16 or BF16 */
 
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int64_t n_rot; /* rotated dims per head */

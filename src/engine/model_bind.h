@@ -5,7 +5,7 @@
 
 #include "model.h"
 
-typedef struct {
+typedef struct binder {
     ember_model *m;
     const char *arch; /* metadata key prefix */
     ember_error *err;

@@ -225,7 +225,7 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
         if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i])) all.on_tensor[i] = locate_hook;
     ember_error pass_err = {0};
     ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
-    if (st == EMBER_OK) st = m->forward(s, ids, n, &all, &pass_err);
+    if (st == EMBER_OK) st = m->family->forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
     char where[160];
@@ -296,7 +296,7 @@ static ember_status forward_slices(ember_session *s, const int32_t *ids, int64_t
     for (int64_t done = 0; st == EMBER_OK && done < n; done += slice) {
         s->pos = pos0 + done;
         s->head_off = done + slice < n; /* the LM head is a whole read of its weights: once, at the end */
-        st = s->model->forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
+        st = s->model->family->forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
     }
     s->head_off = false;
     s->pos = pos0;

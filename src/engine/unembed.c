@@ -9,7 +9,7 @@
 /* The family's final norm, computed with the same call the forward pass makes on its last row,
  * so the last layer's residual gives the run's logits bit for bit. */
 static void final_norm(const ember_model *m, float *y, const float *x) {
-    if (m->family == EMBER_FAMILY_GPT2)
+    if (m->family->final_norm == EMBER_NORM_LAYER)
         m->ops->layernorm(y, x, m->output_norm, m->output_norm_b, m->n_embd, m->norm_eps);
     else m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
 }

@@ -323,6 +323,30 @@ static int m_tostring(lua_State *L) {
     return 1;
 }
 
+/* core.FAMILIES: the engine's family table in its order, each row { name =, architectures = { ... },
+ * experimental = }, and each row also under its name (FAMILIES.llama). */
+static void push_families(lua_State *L) {
+    const int n = ember_family_count();
+    lua_createtable(L, n, n); /* [families] */
+    for (int i = 0; i < n; i++) {
+        const ember_family_info *f = ember_family_get(i);
+        lua_createtable(L, 0, 3); /* [families, row] */
+        lua_pushstring(L, f->name);
+        lua_setfield(L, -2, "name");
+        lua_newtable(L); /* [families, row, architectures] */
+        for (int a = 0; f->architectures[a]; a++) {
+            lua_pushstring(L, f->architectures[a]);
+            lua_rawseti(L, -2, a + 1);
+        }
+        lua_setfield(L, -2, "architectures");
+        lua_pushboolean(L, f->experimental);
+        lua_setfield(L, -2, "experimental");
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, f->name);
+        lua_rawseti(L, -2, i + 1); /* [families] */
+    }
+}
+
 void ember_lua_open_model(lua_State *L, int module) {
     static const luaL_Reg methods[] = {{"session", m_session},
                                        {"tokenize", m_tokenize},
@@ -339,6 +363,8 @@ void ember_lua_open_model(lua_State *L, int module) {
     lua_pop(L, 1);
     lua_pushcfunction(L, l_load);
     lua_setfield(L, module, "load");
+    push_families(L);
+    lua_setfield(L, module, "FAMILIES");
     static const luaL_Reg internal[] = {{"need_tokenizer", l_need_tokenizer}, {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 }

@@ -8,7 +8,6 @@
 #include "ember_tiny_model.h"
 
 static const char *const tiny_options[] = {"family", "dtype", "seed", NULL};
-static const char *const tiny_families[] = {"llama", "qwen3", "qwen2", "gemma4", "gpt2", NULL};
 
 /* ember.make_tiny_model(path, { family = "llama", dtype = "q8_0", seed = 1 }) -> true | nil, msg.
  * The same arguments give the same bytes as `make-tiny-model --family F --dtype D --seed S`.
@@ -26,12 +25,13 @@ static int l_make_tiny_model(lua_State *L) {
     ember_tiny_model_defaults(&p);
     const char *family = ember_lua_opt_str_field(L, 2, "make_tiny_model", "family", "llama");
     bool known = false;
-    for (size_t i = 0; tiny_families[i] && !known; i++) known = strcmp(family, tiny_families[i]) == 0;
-    if (!known)
-        return luaL_error(L,
-                          "bad argument to 'make_tiny_model' (option 'family' must be llama, qwen3, qwen2, "
-                          "gemma4 or gpt2, got '%s')",
+    for (int i = 0; ember_tiny_model_family(i) && !known; i++) known = strcmp(family, ember_tiny_model_family(i)) == 0;
+    if (!known) {
+        char list[256];
+        ember_tiny_model_family_list(list, sizeof list);
+        return luaL_error(L, "bad argument to 'make_tiny_model' (option 'family' must be one of %s, got '%s')", list,
                           family);
+    }
     p.family = family;
     const char *dtype = ember_lua_opt_str_field(L, 2, "make_tiny_model", "dtype", "f32");
     if (!ember_tiny_model_parse_dtype(dtype, &p.dtype))

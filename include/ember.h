@@ -222,6 +222,87 @@ ember_status ember_trace_status(const ember_trace *t, ember_error *err);
 /* Traces every later evaluation of s into t (NULL: stop). t must outlive its use by s. */
 void ember_session_set_trace(ember_session *s, ember_trace *t);
 
+/* ---- sparse autoencoders and transcoders (src/engine/sae.c; docs/sae.md) ----------------------
+ * An SAE's weights in the engine's layout, and its encode and decode as threaded products on a
+ * compute context (the model's, or the SAE's own). For each input row x (d_in values):
+ *   x_in = (x - sub) * mul              the normalisation of the row (sub, mul below), then
+ *   x_in -= b_dec                       when apply_b_dec_to_input (never for a transcoder)
+ *   pre  = x_in W_enc + b_enc           a product in the SAE's dtype (f32 activations, f32 sums)
+ *   f    = act(pre)                     standard: relu; jumprelu: pre > threshold ? relu(pre) : 0;
+ *                                       topk: relu of the k largest, lowest index first on ties,
+ *                                       0 elsewhere; gated: (pre_gate > 0) * relu(h e^r_mag + b_mag)
+ *                                       with h = x_in W_enc, pre_gate = h + b_gate
+ *   out  = ((f * scaling) W_dec + b_dec) * dmul + dadd     the decode (d_out values)
+ * Normalisations: none (sub 0, mul 1, dmul 1, dadd 0); scale (expected_average_only_in: mul =
+ * scale_in, dmul = 1 / scale_out); constant_norm_rescale (mul = sqrt(d_in) / |x|, dmul = 1 / mul;
+ * a zero row keeps mul = 1); layer_norm (sub = mean(x), mul = 1 / (std + 1e-5) with the unbiased
+ * std of x - sub, dmul = std, dadd = mean). A transcoder (d_out may differ from d_in) never
+ * subtracts b_dec and denormalises only when denormalize_output says so. The rows are
+ * independent and each element is computed by the same code whatever the thread count, so the
+ * results are identical for every thread count. */
+typedef struct ember_sae ember_sae;
+
+typedef enum { EMBER_SAE_STANDARD = 0, EMBER_SAE_JUMPRELU, EMBER_SAE_TOPK, EMBER_SAE_GATED } ember_sae_arch;
+typedef enum {
+    EMBER_SAE_NORM_NONE = 0,
+    EMBER_SAE_NORM_SCALE,                 /* expected_average_only_in: fixed factors */
+    EMBER_SAE_NORM_CONSTANT_NORM_RESCALE, /* every row to norm sqrt(d_in) */
+    EMBER_SAE_NORM_LAYER_NORM             /* every row to mean 0, std 1 */
+} ember_sae_norm;
+
+/* One tensor of an SAE file as it lies in memory: rows x cols values of `type` (F32, F16 or BF16),
+ * row-major, little-endian, any alignment. data NULL: absent. A vector is one row. */
+typedef struct {
+    ember_type type;
+    const void *data;
+    int64_t rows, cols;
+} ember_sae_tensor;
+
+typedef struct {
+    int64_t d_in, d_sae, d_out; /* d_out = d_in for an SAE */
+    ember_type dtype;           /* the weights' type in the products: F32, F16 or BF16 */
+    ember_sae_arch arch;
+    int64_t k; /* topk: features kept per row, 1..d_sae */
+    bool apply_b_dec_to_input;
+    bool denormalize_output; /* decode undoes the input's normalisation (an SAE: true) */
+    ember_sae_norm norm;
+    double scale_in, scale_out; /* EMBER_SAE_NORM_SCALE */
+    /* The encoder as (d_in, d_sae) (SAELens W_enc), or as (d_sae, d_in) when enc_by_feature
+     * (a PyTorch Linear weight, Llama Scope's encoder.weight). */
+    ember_sae_tensor w_enc;
+    bool enc_by_feature;
+    /* The decoder as (d_sae, d_out) (SAELens W_dec), or as (d_out, d_sae) when dec_by_output. */
+    ember_sae_tensor w_dec;
+    bool dec_by_output;
+    ember_sae_tensor b_enc, b_dec; /* (d_sae), (d_out); b_enc absent for gated (else 0 when absent) */
+    ember_sae_tensor threshold;    /* jumprelu: (d_sae), or absent and threshold_all for every feature */
+    double threshold_all;
+    ember_sae_tensor b_gate, b_mag, r_mag; /* gated, (d_sae) each */
+    ember_sae_tensor scaling;              /* optional (d_sae): features scaled before decoding */
+    /* The compute context when no model is given: kernel set and threads (<= 0: physical cores). */
+    ember_kernels kernels;
+    int n_threads;
+} ember_sae_params;
+
+/* Builds the SAE: the weights converted to dtype in the engine's layout (copied: p's buffers may
+ * be freed afterwards). model non-NULL: the products run on the model's compute context and the
+ * model must outlive the SAE; NULL: the SAE starts its own (p->kernels, p->n_threads). Errors name
+ * the parameter or tensor (shape, type, a value out of range). */
+ember_status ember_sae_new(const ember_model *model, const ember_sae_params *p, ember_sae **out, ember_error *err);
+void ember_sae_free(ember_sae *sae);
+/* The kernel set the SAE's products run on ("reference", "avx2", "avx512"). */
+const char *ember_sae_kernels(const ember_sae *sae);
+/* f (rows, d_sae) = the features of x (rows, d_in). The SAE's scratch grows to the largest rows it
+ * has seen (one call at a time per SAE). */
+ember_status ember_sae_encode(ember_sae *sae, const float *x, int64_t rows, float *f, ember_error *err);
+/* out (rows, d_out) = the decode of f (rows, d_sae). x (rows, d_in): the inputs f came from, needed
+ * by the normalisations that depend on the row (constant_norm_rescale, layer_norm; NULL there is
+ * EMBER_ERR_ARG naming the normalisation); ignored by the others. */
+ember_status ember_sae_decode(ember_sae *sae, const float *f, const float *x, int64_t rows, float *out,
+                              ember_error *err);
+/* Feature i's decoder direction (d_out values, its W_dec row as f32, scaling applied). */
+ember_status ember_sae_direction(const ember_sae *sae, int64_t feature, float *out, ember_error *err);
+
 /* ---- sampling -------------------------------------------------------------------------------- */
 
 typedef struct {

@@ -30,6 +30,9 @@ function M.fingerprint(t)
   return t:fingerprint()
 end
 
+-- ember.sae.load(path [, opts]) -> an SAE (SAELens, Gemma Scope, Llama Scope; docs/sae.md)
+M.sae = require("ember.sae")
+
 -- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
 M.selectors = require("ember.run.selectors")
 -- ember.experiments.<name>: the built-in experiment factories (activation_stats, zero_layer_output,

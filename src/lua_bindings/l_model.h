@@ -10,7 +10,7 @@
 typedef struct {
     ember_model *m;       /* NULL once freed */
     bool closed;          /* what Lua sees: closed models raise even while sessions keep m alive */
-    int64_t n_sessions;   /* open engine sessions point into m, so m is freed after the last one */
+    int64_t n_sessions;   /* sessions and SAEs pointing into m: m is freed after the last one */
     ember_digest *digest; /* the file's SHA-256, started at load or on first request; NULL before */
     bool verify_model;    /* load{verify_model=true}: the digest never comes from the cache */
 } ember_lua_model;

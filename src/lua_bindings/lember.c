@@ -11,6 +11,7 @@
 #include "l_fs.h"
 #include "l_model.h"
 #include "l_model_lens.h"
+#include "l_sae.h"
 #include "l_sampler.h"
 #include "l_session.h"
 #include "l_tensor.h"
@@ -372,6 +373,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_sampler(L, module);
     ember_lua_open_tokenizer(L, module);
     ember_lua_open_control_vector(L, module);
+    ember_lua_open_sae(L, module);
     ember_lua_open_fs(L, module);
     ember_lua_open_trace(L, module);
     lua_pushboolean(L, 1);

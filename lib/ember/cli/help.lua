@@ -41,6 +41,8 @@ M.MODULE = {
   trace = "ember.trace(path [, model [, { layers=, ops= }]]) -> Trace: a structured trace file for "
     .. "generate{trace=} (docs/inspection.md)",
   fingerprint = "ember.fingerprint(t) -> the value fingerprint of a tensor or view (FNV-1a 64 of its f32 bytes)",
+  sae_new = "ember.sae_new(spec [, model]) -> the engine SAE of a parsed file description "
+    .. "(internal to ember.sae.load)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
 }
@@ -63,6 +65,12 @@ M.CLASSES = {
     tokenizer = "m.tokenizer: the Tokenizer, or nil",
     closed = "m.closed: true after close()",
     trace = "m.trace: the Trace of ember.load{ trace= }, or nil",
+  },
+  ["ember.sae.SAE"] = {
+    encode = "sae:encode(t) -> [rows, d_sae]: the feature activations of [rows, d_in] activations (in C)",
+    decode = "sae:decode(f [, x]) -> [rows, d_out]: the reconstruction (x: the inputs, for row-wise norms)",
+    direction = "sae:direction(i) -> [1, d_out]: feature i's decoder row (0-based)",
+    close = "sae:close() frees the SAE's weights",
   },
   ["ember.Trace"] = {
     fingerprint = "tr:fingerprint() -> the normalized trace fingerprint so far (16 hex digits)",

@@ -64,9 +64,12 @@ local function fail(what, msg, ...)
   error(string.format("%s: " .. msg, what, ...), 0)
 end
 
--- decode(content, what) -> { metadata = {..}, tensors = { [name] = {dtype, shape, data} }, names = {...} }
--- `names` lists the tensors in data order. Raises "<what>: ..." for anything malformed.
-function M.decode(content, what)
+-- decode(content, what [, opts]) -> { metadata = {..}, tensors = { [name] = {dtype, shape, data} },
+-- names = {...} }. `names` lists the tensors in data order. opts.copy = false: each tensor gets
+-- `offset` (0-based, into content) in place of a copy of its bytes, for files too large to copy.
+-- Raises "<what>: ..." for anything malformed.
+function M.decode(content, what, opts)
+  local copy = not (opts and opts.copy == false)
   what = what or "safetensors"
   if #content < 8 then fail(what, "file too short (%d bytes) for a safetensors header", #content) end
   local n = string.unpack("<I8", content)
@@ -108,7 +111,8 @@ function M.decode(content, what)
       end
       out.tensors[name] = {
         dtype = e.dtype, shape = e.shape,
-        data = content:sub(data_start + off[1] + 1, data_start + off[2]),
+        data = copy and content:sub(data_start + off[1] + 1, data_start + off[2]) or nil,
+        offset = not copy and data_start + off[1] or nil,
       }
       spans[#spans + 1] = { off[1], off[2], name }
     end

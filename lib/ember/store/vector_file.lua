@@ -25,22 +25,29 @@ local function f16_value(h)
   return sign * (1024 + m) * 2.0 ^ (e - 25)
 end
 
--- parse_npy(bytes, what) -> { dtype = "<f4"|"<f2", shape = {...}, data_offset (1-based) }
--- Versions 1.0 (u16 header length) and 2.0/3.0 (u32); the header is a Python dict literal with
--- the keys descr, fortran_order and shape. Only little-endian f32/f16 in C order are read.
-function M.parse_npy(s, what)
-  if #s < 10 or s:sub(1, 6) ~= "\147NUMPY" then error(what .. ": not a NumPy .npy file (bad magic)", 0) end
-  local major = s:byte(7)
+M.f16_value = f16_value
+
+-- parse_npy(bytes, what [, base [, len]]) -> { dtype = "<f4"|"<f2", shape = {...}, data_offset (1-based) }
+-- The array is the len bytes of `bytes` from index base (default: all of it), so an entry of a
+-- container (an .npz) is read in place. Versions 1.0 (u16 header length) and 2.0/3.0 (u32); the
+-- header is a Python dict literal with the keys descr, fortran_order and shape. Only
+-- little-endian f32/f16 in C order are read.
+function M.parse_npy(s, what, base, len)
+  base = base or 1
+  len = len or #s - base + 1
+  local last = base + len - 1
+  if len < 10 or s:sub(base, base + 5) ~= "\147NUMPY" then error(what .. ": not a NumPy .npy file (bad magic)", 0) end
+  local major = s:byte(base + 6)
   local hlen, pos
   if major == 1 then
-    hlen, pos = string.unpack("<I2", s, 9)
+    hlen, pos = string.unpack("<I2", s, base + 8)
   elseif major == 2 or major == 3 then
-    if #s < 12 then error(what .. ": truncated .npy header", 0) end
-    hlen, pos = string.unpack("<I4", s, 9)
+    if len < 12 then error(what .. ": truncated .npy header", 0) end
+    hlen, pos = string.unpack("<I4", s, base + 8)
   else
     error(string.format("%s: unsupported .npy format version %d", what, major), 0)
   end
-  if pos + hlen - 1 > #s then error(what .. ": truncated .npy header", 0) end
+  if pos + hlen - 1 > last then error(what .. ": truncated .npy header", 0) end
   local header = s:sub(pos, pos + hlen - 1)
   if not header:match("^%s*{") then error(what .. ": .npy header is not a dictionary", 0) end
   local descr = header:match("['\"]descr['\"]%s*:%s*['\"]([^'\"]*)['\"]")
@@ -73,8 +80,8 @@ function M.parse_npy(s, what)
   end
   local size = descr == "<f4" and 4 or 2
   local offset = pos + hlen
-  if #s - offset + 1 ~= n * size then
-    error(string.format("%s: holds %d data bytes, shape (%s) of %s needs %d", what, #s - offset + 1, shape_s,
+  if last - offset + 1 ~= n * size then
+    error(string.format("%s: holds %d data bytes, shape (%s) of %s needs %d", what, last - offset + 1, shape_s,
       descr, n * size), 0)
   end
   return { dtype = descr, shape = shape, data_offset = offset, rows = #shape == 2 and shape[1] or 1,

@@ -1,0 +1,129 @@
+-- ember.sae — sparse autoencoders and transcoders (docs/sae.md): ember.sae.load reads a SAELens
+-- directory, a Gemma Scope params.npz or a Llama Scope directory (ember.sae.formats) and builds an
+-- engine SAE (core.sae_new); the object encodes and decodes in C. Must not run a model (the
+-- splice, evaluation and top examples are their own modules) nor parse the files itself.
+
+local core = require("ember.core")
+local formats = require("ember.sae.formats")
+
+local M = {}
+
+M.LOAD_OPTIONS = { "hook", "hook_out", "model", "kernels", "threads", "dtype", "norm_scaling_factor" }
+
+local SAE = {}
+SAE.__index = SAE
+SAE.__name = "ember.sae.SAE"
+
+-- sae:encode(t) -> Tensor [rows, d_sae]: t is a [rows, d_in] Tensor or live view
+function SAE:encode(t) return self.handle:encode(t) end
+-- sae:decode(f [, x]) -> Tensor [rows, d_out]; x: the inputs f came from, which the row-dependent
+-- normalisations (constant_norm_rescale, layer_norm) need to undo themselves
+function SAE:decode(f, x) return self.handle:decode(f, x) end
+-- sae:direction(feature) -> Tensor [1, d_out]: the decoder row of a feature (0-based)
+function SAE:direction(i)
+  if math.type(i) ~= "integer" then
+    error("bad argument #1 to 'direction' (feature index expected, got " .. tostring(i) .. ")", 2)
+  end
+  return self.handle:direction(i)
+end
+function SAE:close() self.handle:close() end
+SAE.__close = SAE.close
+function SAE:__tostring()
+  return string.format("ember.sae.SAE(%s %s%s, %s, d_in=%d, d_sae=%d%s)", self.format, self.architecture,
+    self.transcoder and " transcoder" or "", tostring(self.hook), self.d_in, self.d_sae,
+    self.transcoder and (", d_out=" .. self.d_out) or "")
+end
+
+local ENGINE_NORM = { none = "none", expected_average_only_in = "scale",
+  constant_norm_rescale = "constant_norm_rescale", layer_norm = "layer_norm" }
+
+-- The engine's spec of a description (core.sae_new's fields, l_sae.c).
+local function spec_of(d, opts)
+  return {
+    d_in = d.d_in, d_sae = d.d_sae, d_out = d.d_out, dtype = d.dtype, architecture = d.architecture, k = d.k,
+    apply_b_dec_to_input = d.apply_b_dec_to_input,
+    -- SAELens transcoders decode without undoing the input's normalisation (Transcoder.decode);
+    -- Llama Scope's dataset-wise scales have an output factor of their own
+    denormalize_output = not d.transcoder or d.normalize_activations == "expected_average_only_in",
+    normalize = ENGINE_NORM[d.normalize_activations], scale_in = d.scale_in, scale_out = d.scale_out,
+    enc_by_feature = d.enc_by_feature, dec_by_output = d.dec_by_output, threshold_all = d.threshold_all,
+    kernels = opts.kernels, threads = opts.threads, tensors = d.tensors,
+  }
+end
+
+local function check_load_options(opts)
+  if type(opts) ~= "table" then
+    error("bad argument #2 to 'sae.load' (table of options expected, got " .. type(opts) .. ")", 0)
+  end
+  core.internal.check_options(opts, "sae.load", M.LOAD_OPTIONS)
+  for _, k in ipairs({ "hook", "hook_out", "kernels", "dtype" }) do
+    if opts[k] ~= nil and type(opts[k]) ~= "string" then
+      error(string.format("bad argument #2 to 'sae.load' (option '%s' must be a string, got %s)", k, type(opts[k])), 0)
+    end
+  end
+end
+
+-- The hook the options give override the file's; Gemma Scope files name none.
+local function apply_hook_options(d, opts, path)
+  if opts.hook then
+    d.hook = opts.hook
+    d.hook_layer = formats.layer_of(opts.hook) or d.hook_layer
+  end
+  if opts.hook_out then d.hook_out = opts.hook_out end
+  if type(d.hook) ~= "string" or d.hook == "" then
+    error(string.format("sae %s: the file names no hook; give one: ember.sae.load(path, { hook = "
+      .. "'blocks.12.hook_resid_post' }) (--sae-hook on the command line)", path), 0)
+  end
+  local layer = formats.layer_of(d.hook)
+  if d.hook_layer ~= nil and layer ~= nil and d.hook_layer ~= layer then
+    error(string.format("sae %s: hook_layer %s contradicts hook_name '%s' (layer %d)", path, tostring(d.hook_layer),
+      d.hook, layer), 0)
+  end
+  if d.path_layer and layer and d.path_layer ~= layer then
+    error(string.format("sae %s: hook '%s' is layer %d, but the file sits in a layer_%d folder", path, d.hook, layer,
+      d.path_layer), 0)
+  end
+  d.hook_layer = layer or d.hook_layer
+  if d.transcoder then
+    if type(d.hook_out) ~= "string" or d.hook_out == "" then
+      error(string.format("sae %s: a transcoder needs hook_name_out (or ember.sae.load(path, { hook_out = ... }))",
+        path), 0)
+    end
+    d.hook_layer_out = formats.layer_of(d.hook_out) or d.hook_layer_out
+  end
+end
+
+-- ember.sae.load(path [, opts]) -> SAE
+-- opts: hook (TransformerLens name; overrides the file's, needed for Gemma Scope), hook_out (a
+-- transcoder's output hook), model (an ember.Model: its compute context runs the products, and the
+-- SAE is checked against it), kernels, threads (the SAE's own compute when no model is given),
+-- dtype ("f32" | "f16" | "bf16": the products' weight type instead of the file's), and
+-- norm_scaling_factor (expected_average_only_in's factor when the file lacks it).
+function M.load(path, opts)
+  if type(path) ~= "string" or path == "" then
+    error("bad argument #1 to 'sae.load' (SAE directory or file expected, got " .. type(path) .. ")", 2)
+  end
+  opts = opts or {}
+  check_load_options(opts)
+  local reader, where = formats.detect(path)
+  local d = reader(where, opts)
+  apply_hook_options(d, opts, path)
+  local handle = core.sae_new(spec_of(d, opts), opts.model)
+  local sae = setmetatable({ handle = handle, path = path }, SAE)
+  for _, k in ipairs({ "format", "files", "architecture", "transcoder", "d_in", "d_sae", "d_out", "dtype", "k",
+    "apply_b_dec_to_input", "normalize_activations", "scale_in", "scale_out", "reshape_activations", "hook",
+    "hook_layer", "hook_head_index", "hook_out", "hook_layer_out", "model_name", "cfg" }) do
+    sae[k] = d[k]
+  end
+  sae.kernels = handle.kernels
+  if d.sparsity then
+    local vals = formats.values_of(d.sparsity)
+    sae.log_sparsity = core.tensor(1, #vals, vals)
+  end
+  return sae
+end
+
+-- ember.sae.is_sae(v) -> whether v is an SAE object of this module
+function M.is_sae(v) return getmetatable(v) == SAE end
+
+return M

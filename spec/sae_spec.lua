@@ -1,0 +1,234 @@
+-- ember.sae: synthetic SAEs in every layout and architecture, written by an independent writer
+-- (spec/reference/sae_reference.py: json + struct + numpy), read by ember.sae.load and encoded and
+-- decoded in C, against the same script's float64 encode and decode of the weights as stored:
+-- features and reconstruction within 1e-5 of each row's largest value on the reference path and
+-- on the default kernels, the same active features, identical bits for any thread count; and the
+-- errors that name the field (unknown architecture or normalisation, contradicting metadata, a
+-- missing or stray tensor, no hook).
+
+local ember = require("ember")
+local sae_mod = require("ember.sae")
+local cjson = require("cjson")
+local H = require("helpers.artifacts")
+local files = require("helpers.files")
+local npy = require("helpers.npy")
+
+local PY = "/usr/bin/python3"
+local SCRIPT = "spec/reference/sae_reference.py"
+
+local function numpy_missing()
+  local ok = os.execute(PY .. " -c 'import numpy' >/dev/null 2>&1")
+  return ok ~= true and (PY .. " with numpy (Debian python3-numpy) is not installed: the reference cannot run")
+    or nil
+end
+local missing = numpy_missing()
+
+-- Every case is written once (one python start); reference_case hands out a fresh copy of one.
+local shared
+local function write_all()
+  shared = os.tmpname()
+  os.remove(shared)
+  local cmd = PY .. " " .. H.shell_quote(SCRIPT) .. " " .. H.shell_quote(shared) .. " 2>&1"
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  assert(p:close(), "sae_reference.py failed: " .. out)
+end
+
+local function reference_case(name)
+  if not shared then write_all() end
+  local dir = H.tmpdir()
+  assert(os.execute("cp -r " .. H.shell_quote(shared .. "/" .. name) .. "/. " .. H.shell_quote(dir)))
+  local e = cjson.decode(files.read(dir .. "/expect.json"))
+  local xa = npy.read(dir .. "/x.npy")
+  e.x = ember.tensor_from_bytes(xa.data:sub(xa.offset), xa.rows, xa.cols)
+  e.dir = dir
+  e.sae = dir .. "/" .. e.sae
+  return e
+end
+
+-- The largest |got - want| of each row over that row's largest |want|, the worst row.
+local function worst_rel(t, want, rows, cols)
+  local worst = 0
+  for r = 1, rows do
+    local m = 0
+    for c = 1, cols do m = math.max(m, math.abs(want[(r - 1) * cols + c])) end
+    for c = 1, cols do
+      local d = math.abs(t:get(r, c) - want[(r - 1) * cols + c]) / m
+      if d > worst or d ~= d then worst = d end
+    end
+  end
+  return worst
+end
+
+-- The 0-based indices of the nonzero features of each row.
+local function active(f)
+  local rows, cols = table.unpack(f:shape())
+  local out = {}
+  for r = 1, rows do
+    local a = {}
+    for c = 1, cols do if f:get(r, c) ~= 0 then a[#a + 1] = c - 1 end end
+    out[r] = a
+  end
+  return out
+end
+
+local CASES = {
+  { "saelens_standard_pre6", format = "saelens", architecture = "standard", hook = "blocks.1.hook_resid_post" },
+  { "saelens_standard_v6", format = "saelens", architecture = "standard", apply_b_dec_to_input = false },
+  { "saelens_jumprelu_v6", format = "saelens", architecture = "jumprelu" },
+  { "saelens_jumprelu_log_bf16", format = "saelens", architecture = "jumprelu", dtype = "bf16" },
+  { "saelens_topk_f16", format = "saelens", architecture = "topk", dtype = "f16", k = 16 },
+  { "saelens_topk_pre6", format = "saelens", architecture = "topk", k = 8 },
+  { "saelens_gated", format = "saelens", architecture = "gated" },
+  { "saelens_constant_norm", format = "saelens", normalize_activations = "constant_norm_rescale" },
+  { "saelens_layer_norm", format = "saelens", normalize_activations = "layer_norm" },
+  { "saelens_expected_average", format = "saelens", normalize_activations = "expected_average_only_in" },
+  { "saelens_scaling_factor", format = "saelens", architecture = "standard" },
+  { "saelens_transcoder", format = "saelens", transcoder = true, d_out = 48, hook_out = "blocks.1.hook_mlp_out" },
+  { "gemma_scope", format = "gemma_scope", architecture = "jumprelu", load = { hook = "blocks.1.hook_resid_post" } },
+  { "gemma_scope_compressed", format = "gemma_scope", load = { hook = "blocks.1.hook_resid_post" }, zlib = true },
+  { "llama_scope", format = "llama_scope", architecture = "jumprelu", dtype = "bf16",
+    normalize_activations = "expected_average_only_in" },
+}
+
+describe("ember.sae.load + encode/decode against a float64 reference", function()
+  if missing then return pending(missing) end
+  after_each(H.cleanup)
+  teardown(function() if shared then os.execute("rm -rf " .. H.shell_quote(shared)) end shared = nil end)
+
+  for _, c in ipairs(CASES) do
+    it(c[1], function()
+      if c.zlib and npy.zlib_missing then return pending("params.npz is deflated and " .. npy.zlib_missing) end
+      local e = reference_case(c[1])
+      for _, kernels in ipairs({ "reference", "auto" }) do
+        local opts = { kernels = kernels, threads = 2 }
+        for k, v in pairs(c.load or {}) do opts[k] = v end
+        local sae = sae_mod.load(e.sae, opts)
+        for k, v in pairs(c) do
+          if type(k) == "string" and k ~= "load" and k ~= "zlib" then assert.are.equal(v, sae[k], k) end
+        end
+        assert.are.equal(e.d_in, sae.d_in)
+        assert.are.equal(e.d_sae, sae.d_sae)
+        local f = sae:encode(e.x)
+        assert.are.same({ e.rows, e.d_sae }, f:shape())
+        assert.is_true(worst_rel(f, e.f, e.rows, e.d_sae) <= 1e-5, kernels .. ": features")
+        assert.are.same(e.active, active(f))
+        local out = sae:decode(f, e.x)
+        assert.are.same({ e.rows, e.d_out }, out:shape())
+        assert.is_true(worst_rel(out, e.out, e.rows, e.d_out) <= 1e-5, kernels .. ": reconstruction")
+        sae:close()
+      end
+    end)
+  end
+
+  it("gives the same bits for 1 and 3 threads (encode, decode)", function()
+    local e = reference_case("saelens_topk_f16")
+    local a = sae_mod.load(e.sae, { threads = 1 })
+    local b = sae_mod.load(e.sae, { threads = 3 })
+    local fa, fb = a:encode(e.x), b:encode(e.x)
+    assert.are.equal(fa:sha256(), fb:sha256())
+    assert.are.equal(a:decode(fa):sha256(), b:decode(fb):sha256())
+  end)
+
+  it("gives a feature's decoder row as its direction (W_dec row, scaling applied)", function()
+    local e = reference_case("saelens_standard_v6")
+    local sae = sae_mod.load(e.sae, { kernels = "reference", threads = 1 })
+    -- decode(one-hot f) - decode(0) = W_dec[i] (the reconstruction is affine in f)
+    local i = 37
+    local onehot = ember.tensor(1, e.d_sae)
+    onehot:set(1, i + 1, 1.0)
+    local diff = sae:decode(onehot):values()
+    local base = sae:decode(ember.tensor(1, e.d_sae)):values()
+    local dir = sae:direction(i):values()
+    for j = 1, e.d_in do assert.is_true(math.abs(diff[j] - base[j] - dir[j]) <= 1e-6) end
+    assert.has_error(function() sae:direction(e.d_sae) end)
+  end)
+end)
+
+-- cfg.json of a written case, edited by fn, written back.
+local function edit_cfg(e, fn)
+  local path = e.sae .. "/cfg.json"
+  local cfg = cjson.decode(files.read(path))
+  fn(cfg)
+  local f = assert(io.open(path, "w"))
+  f:write(cjson.encode(cfg))
+  f:close()
+end
+
+local function load_error(path, opts)
+  local ok, err = pcall(sae_mod.load, path, opts)
+  assert.is_false(ok, "loaded")
+  return tostring(err)
+end
+
+describe("ember.sae.load refusals", function()
+  if missing then return pending(missing) end
+  after_each(H.cleanup)
+  teardown(function() if shared then os.execute("rm -rf " .. H.shell_quote(shared)) end shared = nil end)
+
+  it("names an unknown architecture, normalisation, reshape and activation", function()
+    local e = reference_case("saelens_standard_v6")
+    edit_cfg(e, function(c) c.architecture = "matryoshka" end)
+    assert.matches("architecture 'matryoshka' is not one of standard, jumprelu", load_error(e.sae))
+    edit_cfg(e, function(c) c.architecture = "standard"; c.normalize_activations = "batch_norm" end)
+    assert.matches("normalize_activations 'batch_norm' is not one of none", load_error(e.sae))
+    edit_cfg(e, function(c) c.normalize_activations = "expected_average_only_in" end)
+    assert.matches("expected_average_only_in needs the norm scaling factor", load_error(e.sae))
+    edit_cfg(e, function(c) c.normalize_activations = nil; c.reshape_activations = "hook_q" end)
+    assert.matches("reshape_activations 'hook_q'", load_error(e.sae))
+    edit_cfg(e, function(c) c.reshape_activations = "hook_z" end)
+    assert.matches("hook_name 'blocks.1.hook_resid_post' is not a hook_z", load_error(e.sae))
+    edit_cfg(e, function(c) c.reshape_activations = nil; c.activation_fn = "tanh-relu" end)
+    assert.matches("activation_fn 'tanh%-relu' is not read", load_error(e.sae))
+  end)
+
+  it("names a contradiction between the top level and metadata, and between hook_layer and hook_name", function()
+    local e = reference_case("saelens_standard_v6")
+    edit_cfg(e, function(c) c.hook_name = "blocks.2.hook_resid_post" end)
+    assert.matches("hook_name is \"blocks.2.hook_resid_post\" at the top level but \"blocks.1.hook_resid_post\" "
+      .. "under metadata", load_error(e.sae), nil, true)
+    edit_cfg(e, function(c) c.hook_name = nil; c.metadata.hook_layer = 3 end)
+    assert.matches("hook_layer 3 contradicts hook_name 'blocks.1.hook_resid_post' (layer 1)", load_error(e.sae),
+      nil, true)
+  end)
+
+  it("names d_in, d_sae, k and dtype when they are wrong", function()
+    local e = reference_case("saelens_topk_f16")
+    edit_cfg(e, function(c) c.d_in = 65 end)
+    assert.matches("tensor 'W_enc' has shape [64, 256], but cfg.json's d_in/d_sae gives [65, 256]",
+      load_error(e.sae), nil, true)
+    edit_cfg(e, function(c) c.d_in = "64" end)
+    assert.matches("d_in must be a positive integer (got 64)", load_error(e.sae), nil, true)
+    edit_cfg(e, function(c) c.d_in = 64; c.k = 300 end)
+    assert.matches("k = 300 is more than d_sae = 256", load_error(e.sae), nil, true)
+    edit_cfg(e, function(c) c.k = 16; c.dtype = "float64" end)
+    assert.matches("dtype 'float64' is not read", load_error(e.sae), nil, true)
+  end)
+
+  it("names a missing and a stray tensor", function()
+    local e = reference_case("saelens_standard_v6")
+    edit_cfg(e, function(c) c.architecture = "jumprelu" end)
+    assert.matches("has neither 'threshold' nor 'log_threshold'", load_error(e.sae))
+    local j = reference_case("saelens_jumprelu_v6")
+    edit_cfg(j, function(c) c.architecture = "standard" end)
+    assert.matches("holds tensor 'threshold', which architecture standard does not use", load_error(j.sae))
+  end)
+
+  it("asks for a hook when the file names none (Gemma Scope) and checks a layer_N folder", function()
+    local e = reference_case("gemma_scope")
+    assert.matches("the file names no hook; give one", load_error(e.sae))
+    local dir = e.dir .. "/layer_3"
+    assert(os.execute("mkdir " .. H.shell_quote(dir) .. " && cp " .. H.shell_quote(e.sae .. "/params.npz") .. " "
+      .. H.shell_quote(dir)))
+    assert.matches("hook 'blocks.1.hook_resid_post' is layer 1, but the file sits in a layer_3 folder",
+      load_error(dir .. "/params.npz", { hook = "blocks.1.hook_resid_post" }), nil, true)
+    assert.are.equal(3, sae_mod.load(dir, { hook = "blocks.3.hook_mlp_out" }).hook_layer)
+  end)
+
+  it("refuses unknown options and a path that holds no SAE", function()
+    local e = reference_case("saelens_standard_v6")
+    assert.matches("unknown option 'hok'", load_error(e.sae, { hok = "x" }))
+    assert.matches("holds none of cfg.json", load_error(e.dir .. "/sae/..", nil))
+    assert.matches("does not exist", load_error(e.dir .. "/nothing.bin"))
+  end)
+end)

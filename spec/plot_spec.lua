@@ -88,7 +88,7 @@ describe("figures from hostile text", function()
     need_gnuplot()
     local probe = work .. "/PWNED"
     local evil = "KL\n!touch " .. probe .. "\n"
-    local out = plot.heatmap { dir = work, base = "h", title = evil, xlabel = evil, ylabel = "layer", cblabel = evil,
+    local out = plot.grid { dir = work, base = "h", title = evil, xlabel = evil, ylabel = "layer", cblabel = evil,
       xtics = { evil, "b" }, ytics = { "0", "1" }, rows = { { 1, 2 }, { 3, 4 } } }
     assert.is_false(fs.exists(probe))
     local svg = read(out.svg)
@@ -103,7 +103,7 @@ describe("figures from hostile text", function()
     need_gnuplot()
     local dir = work .. "/a%1b%%c%"
     assert(fs.mkdir(dir))
-    local out = plot.heatmap { dir = dir, base = "h", title = "t", xlabel = "x", ylabel = "y", xtics = { "a", "b" },
+    local out = plot.grid { dir = dir, base = "h", title = "t", xlabel = "x", ylabel = "y", xtics = { "a", "b" },
       ytics = { "0" }, rows = { { 1, 2 } } }
     assert.equal(dir .. "/h.png", out.png)
     assert.equal("\137PNG\r\n\26\n", read(out.png):sub(1, 8))
@@ -144,7 +144,7 @@ describe("heatmap colour bars", function()
   it("puts the colour-bar label clear of the longest tic label, and every label on the canvas", function()
     need_gnuplot()
     local work = fs.make_temp_dir("ember-plot-spec")
-    local out = plot.heatmap { dir = work, base = "h", title = "a title", xlabel = "position", ylabel = "layer",
+    local out = plot.grid { dir = work, base = "h", title = "a title", xlabel = "position", ylabel = "layer",
       cblabel = "metric", xtics = { "0 \u{2423}The", "1 \\n" }, ytics = { "0", "1" },
       rows = { { -123.456, 7 }, { 0.5, 1 } },
       marks = { { label = "corrupted", value = -100.25 }, { label = "clean", value = 99.5 } } }

@@ -115,6 +115,7 @@ function M.usage()
     "       ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR   (ember sweep --help)",
     "       ember compare-models A.gguf B.gguf --prompt TEXT --out DIR   (ember compare-models --help)",
     "       ember --model FILE.gguf --prompts FILE.jsonl --extract-hidden LAYERS --extract-out FILE.safetensors",
+    "       ember attention --model FILE.gguf --prompt TEXT --layer L [--head H]   (ember attention --help)",
     "       ember probe train|eval ...   (ember probe --help)",
     "       ember demo [--model FILE.gguf]   (ember demo --help)",
     "       ember interactive [--model FILE.gguf] [options]   (ember interactive --help)",
@@ -652,6 +653,7 @@ function M.main(arg, io_)
     if args[1] == "benchmark" then return run_benchmark(args, io_) end
     if args[1] == "sweep" then return require("ember.cli.sweep").main(args, io_) end
     if args[1] == "compare-models" then return require("ember.cli.compare_models").main(args, io_) end
+    if args[1] == "attention" then return require("ember.cli.attention").main(args, io_) end
     if args[1] == "probe" then return require("ember.cli.probe").main(args, argv, io_) end
     if args[1] == "demo" then return require("ember.cli.demo").main(args, argv, io_) end
     if args[1] == "interactive" then return require("ember.cli.interactive").main(args, argv, io_) end

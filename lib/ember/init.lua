@@ -130,6 +130,14 @@ end
 local tensor_file = require("ember.store.tensor_file")
 M.save_tensors, M.load_tensors = tensor_file.save, tensor_file.load
 
+-- ember.plot.heatmap(t, { out = "DIR/name", xtokens =, ytokens =, ... }) -> { svg, png }: any 2-D
+-- tensor as a heatmap (gnuplot); ember.plot.attention{ model =, prompt =, layer =, heads =, out = }:
+-- a layer's attention pattern, one figure per head (docs/lua-api.md, docs/inspection.md)
+M.plot = {
+  heatmap = function(t, opts) return require("ember.analysis.plot").heatmap(t, opts) end,
+  attention = function(opts) return require("ember.analysis.attention").draw(opts) end,
+}
+
 -- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
 -- -> the causal sweep's result (lib/ember/sweep/init.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end

@@ -33,10 +33,19 @@ end
 local function q(s) return "'" .. token_label.printable(s):gsub("'", "''") .. "'" end
 M.quote = q
 
-local function tics(labels)
+-- tics(labels [, every]) -> a gnuplot tic list: label i at i-1, only every `every`-th one
+local function tics(labels, every)
   local parts = {}
-  for i, l in ipairs(labels) do parts[i] = q(l) .. " " .. (i - 1) end
+  for i, l in ipairs(labels) do
+    if (i - 1) % (every or 1) == 0 then parts[#parts + 1] = q(l) .. " " .. (i - 1) end
+  end
   return "(" .. table.concat(parts, ", ") .. ")"
+end
+
+local function every_nth(labels, every)
+  local out = {}
+  for i = 1, #labels, every do out[#out + 1] = labels[i] end
+  return out
 end
 
 local function num(v)
@@ -173,22 +182,30 @@ function M.scale(o)
   return { lo = lo, hi = hi, palette = palette, tics = tics, marks = marks, bars = bars }
 end
 
--- layout(o, sc) -> canvas size and the plot's and colour bar's boxes, in pixels from the bottom left
+local function clamp(v, lo, hi) return math.max(lo, math.min(hi, v)) end
+
+-- layout(o, sc) -> canvas size and the plot's and colour bar's boxes, in pixels from the bottom left.
+-- Cells shrink for large grids (the plot stays within about 1200 x 800 pixels) and then only
+-- every n-th tic is labelled, so labels never run into each other.
 local function layout(o, sc, any_nan)
   local nx, ny = #o.xtics, #o.rows
+  local cw, ch = clamp(math.floor(1200 / nx), 2, CELL_W), clamp(math.floor(800 / ny), 2, CELL_H)
+  local every_x, every_y = math.ceil(15 / cw), math.ceil(14 / ch)
   local cb_labels = {}
   for _, t in ipairs(sc.tics) do cb_labels[#cb_labels + 1] = t.label end
   for _, m in ipairs(sc.marks) do cb_labels[#cb_labels + 1] = m.label end
-  local left = 24 + 14 + width_of(o.ytics) + 10
-  local bottom = 24 + 16 + math.ceil(width_of(o.xtics) * 0.87) + 8 -- x tics are turned by 60 degrees
-  local pw, ph = math.max(260, nx * CELL_W), math.max(160, ny * CELL_H)
+  local left = 24 + 14 + width_of(every_nth(o.ytics, every_y)) + 10
+  -- x tics are turned by 60 degrees
+  local bottom = 24 + 16 + math.ceil(width_of(every_nth(o.xtics, every_x)) * 0.87) + 8
+  local pw, ph = math.max(260, nx * cw), math.max(160, ny * ch)
   local right = 24 + 16 + 8 + width_of(cb_labels) + 14 + 24
   if any_nan then right = math.max(right, 24 + width_of({ NOT_COMPUTED_LABEL }) + 12) end
   -- gnuplot centres the title over the plot: wide enough that it stays on the canvas
   pw = math.max(pw, width_of({ o.title or "" }) + 16 - 2 * math.min(left, right))
   local top = 44
   local w, h = left + pw + right, bottom + ph + top
-  return { w = w, h = h, left = left, bottom = bottom, pw = pw, ph = ph, cb_x = left + pw + 24, cb_w = 16 }
+  return { w = w, h = h, left = left, bottom = bottom, pw = pw, ph = ph, cb_x = left + pw + 24, cb_w = 16,
+    every_x = every_x, every_y = every_y }
 end
 
 -- The setup lines of a heatmap: axes, margins, colour bar and its marks, all placed in screen
@@ -196,15 +213,21 @@ end
 local function heatmap_setup(o, sc, lay, any_nan)
   local function sx(px) return string.format("%.5f", px / lay.w) end
   local function sy(px) return string.format("%.5f", px / lay.h) end
-  -- the x label goes at the canvas's foot, below the turned tics (gnuplot's own place for it, with
-  -- fixed margins, can fall off the canvas)
-  local setup = { "set title " .. q(o.title), "set ylabel " .. q(o.ylabel),
-    string.format("set label %s at screen %s,%s center", q(o.xlabel), sx(lay.left + lay.pw / 2), sy(12)) }
+  -- the axis labels go at the canvas's foot and left edge, clear of the tics (gnuplot's own places
+  -- for them, with fixed margins, can fall off the canvas)
+  local setup = { "set title " .. q(o.title),
+    string.format("set label %s at screen %s,%s center", q(o.xlabel), sx(lay.left + lay.pw / 2), sy(12)),
+    string.format("set label %s at screen %s,%s center rotate by 90", q(o.ylabel), sx(14),
+      sy(lay.bottom + lay.ph / 2)) }
   local nx, ny = #o.xtics, #o.rows
-  setup[#setup + 1] = "set xtics rotate by -60 " .. tics(o.xtics)
-  setup[#setup + 1] = "set ytics " .. tics(o.ytics)
+  setup[#setup + 1] = "set xtics rotate by -60 " .. tics(o.xtics, lay.every_x)
+  setup[#setup + 1] = "set ytics " .. tics(o.ytics, lay.every_y)
   setup[#setup + 1] = string.format("set xrange [-0.5:%g]", nx - 0.5)
-  setup[#setup + 1] = string.format("set yrange [-0.5:%g]", ny - 0.5)
+  if o.origin == "top" then -- row 1 at the top, as a matrix is written
+    setup[#setup + 1] = string.format("set yrange [%g:-0.5]", ny - 0.5)
+  else
+    setup[#setup + 1] = string.format("set yrange [-0.5:%g]", ny - 0.5)
+  end
   setup[#setup + 1] = string.format("set cbrange [%.17g:%.17g]", sc.lo, sc.hi)
   setup[#setup + 1] = PALETTES[sc.palette]
   setup[#setup + 1] = "set tics out nomirror"
@@ -235,12 +258,12 @@ local function heatmap_setup(o, sc, lay, any_nan)
   return setup
 end
 
--- heatmap{ dir, base, title, xlabel, ylabel, cblabel, xtics = {labels}, ytics = {labels},
---          rows = { {v...}, ... } (one row per y tic, bottom to top; nil/NaN = not computed, grey),
---          palette = "sequential" | "diverging" (default: diverging when the values have both signs;
---          a diverging scale is centred on 0), marks = { {label, value} } (baselines, drawn as
---          labelled bars on the colour bar) } -> { svg, png }
-function M.heatmap(o)
+-- grid{ dir, base, title, xlabel, ylabel, cblabel, xtics = {labels}, ytics = {labels},
+--       rows = { {v...}, ... } (one row per y tic; nil/NaN = not computed, grey), origin = "bottom"
+--       (row 1 at the bottom, the default) | "top", palette = "sequential" | "diverging" (default:
+--       diverging when the values have both signs; a diverging scale is centred on 0), marks =
+--       { {label, value} } (baselines, drawn as labelled bars on the colour bar) } -> { svg, png }
+function M.grid(o)
   local ny, nx = #o.rows, #o.xtics
   if nx == 0 or ny == 0 then fail("heatmap: nothing to draw (%d rows x %d columns)", ny, nx) end
   local data, any_nan = {}, false
@@ -258,6 +281,66 @@ function M.heatmap(o)
     -- SVG: one rectangle per cell (an embedded bitmap would be smoothed by viewers)
     { svg = "plot DATA matrix with image pixels notitle", png = "plot DATA matrix with image notitle" },
     table.concat(data, "\n") .. "\n", { lay.w, lay.h })
+end
+
+local function index_labels(n)
+  local out = {}
+  for i = 1, n do out[i] = tostring(i - 1) end
+  return out
+end
+
+-- The labels of one axis of heatmap(): `labels` as given, or `tokens` (token pieces) as "i piece"
+-- with whitespace visible, or the indices 0 .. n-1.
+local function axis_labels(labels, tokens, n, what)
+  if labels ~= nil and tokens ~= nil then fail("heatmap: give %slabels or %stokens, not both", what, what) end
+  local l = labels
+  if tokens ~= nil then
+    l = {}
+    for i, p in ipairs(tokens) do l[i] = string.format("%d %s", i - 1, token_label.visible(p)) end
+  end
+  if l == nil then return index_labels(n) end
+  if type(l) ~= "table" or #l ~= n then
+    fail("heatmap: %s%s has %s entries, the tensor %d %s", what, tokens and "tokens" or "labels",
+      type(l) == "table" and tostring(#l) or "no", n, what == "x" and "columns" or "rows")
+  end
+  local out = {}
+  for i, v in ipairs(l) do out[i] = tostring(v) end
+  return out
+end
+
+local HEATMAP_OPTIONS = { out = true, title = true, xlabel = true, ylabel = true, cblabel = true, xlabels = true,
+  ylabels = true, xtokens = true, ytokens = true, palette = true, marks = true, origin = true }
+
+-- heatmap(t, opts) -> { svg, png }: a 2-D tensor (or view) [rows, cols] drawn as a heatmap, row 1 at
+-- the top. opts: out = "DIR/name" (writes name.svg and name.png; a .svg/.png ending is dropped),
+-- title, xlabel, ylabel, cblabel, xlabels / ylabels (one label per column / row) or xtokens /
+-- ytokens (token pieces, shown as "i piece" with whitespace visible), palette, marks, origin (see
+-- grid). NaN cells are grey.
+function M.heatmap(t, opts)
+  local mt = getmetatable(t)
+  local name = type(mt) == "table" and rawget(mt, "__name")
+  if name ~= "ember.Tensor" and name ~= "ember.TensorView" then
+    fail("heatmap: expected an ember.Tensor or ember.TensorView, got %s", type(t))
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not HEATMAP_OPTIONS[k] then fail("heatmap: unknown option '%s'", tostring(k)) end
+  end
+  if type(opts.out) ~= "string" or opts.out == "" then fail("heatmap: out = \"DIR/name\" is required") end
+  local shape = t:shape()
+  if #shape ~= 2 then fail("heatmap: expected a 2-D tensor, got shape [%s]", table.concat(shape, ", ")) end
+  local nr, nc = shape[1], shape[2]
+  local values, rows = t:values(), {}
+  for r = 1, nr do
+    local row = {}
+    for c = 1, nc do row[c] = values[(r - 1) * nc + c] end
+    rows[r] = row
+  end
+  local base = fs.basename(opts.out):gsub("%.svg$", ""):gsub("%.png$", "")
+  return M.grid { dir = fs.dirname(opts.out), base = base, title = opts.title or "", xlabel = opts.xlabel or "column",
+    ylabel = opts.ylabel or "row", cblabel = opts.cblabel or "value", xtics = axis_labels(opts.xlabels, opts.xtokens,
+      nc, "x"), ytics = axis_labels(opts.ylabels, opts.ytokens, nr, "y"), rows = rows, origin = opts.origin or "top",
+    palette = opts.palette, marks = opts.marks }
 end
 
 -- lines{ dir, base, title, xlabel, ylabel, xtics = {labels}, series = { {name, values = {...}} },

@@ -1,6 +1,7 @@
 -- ember.analysis.token_label — how text from a tokenizer or a file is shown in figures, tics, titles and
 -- manifests: valid UTF-8 kept, whitespace tokens made visible (␣, \n, \t), every other control
--- byte and every byte outside valid UTF-8 written as \xHH. Must not tokenize, cut or lay out text.
+-- byte and every byte outside valid UTF-8 written as \xHH. Must not tokenize, cut or lay out text
+-- (a model is only asked for a token's text).
 
 local M = {}
 
@@ -46,6 +47,20 @@ function M.is_printable(s) return type(s) == "string" and M.printable(s) == s en
 -- whitespace token is never an empty-looking tic.
 function M.visible(piece)
   return (M.printable(piece):gsub(" ", "\u{2423}"))
+end
+
+-- token(model, id) -> the label of one token id (0-based): its text made visible, or <id> for a
+-- token with no text (BOS and other special tokens)
+function M.token(model, id)
+  local s = M.visible(model:detokenize({ id }))
+  return s ~= "" and s or ("<" .. id .. ">")
+end
+
+-- positions(model, ids) -> { "0 piece", "1 piece", ... }: tics for a sequence of tokens
+function M.positions(model, ids)
+  local out = {}
+  for i, id in ipairs(ids) do out[i] = string.format("%d %s", i - 1, M.token(model, id)) end
+  return out
 end
 
 return M

@@ -45,6 +45,8 @@ M.MODULE = {
     .. "(internal to ember.sae.load)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
+  plot = "ember.plot.heatmap(t, { out = 'DIR/name', xtokens=, ytokens=, ... }) -> { svg, png }; "
+    .. "ember.plot.attention{ model=, prompt=, layer=, heads=, out= } (docs/lua-api.md)",
 }
 
 -- methods and properties per class (the metatable's __name)

@@ -194,10 +194,7 @@ function M.run(opts)
     model = model, cfg = cfg, shard = shard, tokenizer_path = opts.tokenizer_path, argv = opts.argv,
     clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = clean_value,
     clean_generated = clean_gen, corrupted_generated = corr_gen,
-    corrupted_value = corr_value, text = function(id)
-      local s = token_label.visible(model:detokenize({ id }))
-      return s ~= "" and s or ("<" .. id .. ">") -- BOS and other tokens without text
-    end,
+    corrupted_value = corr_value, text = function(id) return token_label.token(model, id) end,
   }
   local done = {}
   local resumed = 0

@@ -56,7 +56,7 @@ function M.draw(dir)
   for si, stage in ipairs(g.stages) do
     for _, fig in ipairs(figures(doc)) do
       local ftitle = (fig.value == "metric" and title or ("recovered share, " .. title)) .. " at " .. stage
-      local out = plot.heatmap { dir = dir, base = fig.base .. stage, title = ftitle, xlabel = XLABEL, ylabel = YLABEL,
+      local out = plot.grid { dir = dir, base = fig.base .. stage, title = ftitle, xlabel = XLABEL, ylabel = YLABEL,
         cblabel = fig.cblabel, xtics = g.position_labels, ytics = ytics,
         rows = rows_of(by, si, #g.layers, #g.positions, fig.field), palette = fig.palette, marks = fig.marks }
       files[#files + 1] = json.ordered(FILE_KEYS, { stage = stage, value = fig.value, title = ftitle,

@@ -1,0 +1,59 @@
+-- ember.cli.attention — `ember attention --model M --prompt T --layer L [--head H] [--out DIR]`: the
+-- attention pattern of one layer, one figure per head, as SVG and PNG. Must not hold drawing or
+-- model logic: it parses flags and hands over to ember.analysis.attention.
+
+local flags = require("ember.cli.flags")
+
+local M = {}
+
+local usage_error = flags.usage_error
+
+M.FLAGS_LIST = {
+  { "model", "path", "FILE.gguf", "the model (required)" },
+  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  { "prompt", "string", "TEXT", "the prompt (required)" },
+  { "layer", "uint", "L", "the layer, 0-based (required)" },
+  { "head", "uint", "H", "draw only this head (default: every head of the layer)" },
+  { "out", "path", "DIR", "where the figures go (default: the current directory)" },
+  { "threads", "uint", "N", "worker threads (default: the physical cores)" },
+  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  { "help", "bool", nil, "show this help" },
+}
+M.FLAGS = flags.spec(M.FLAGS_LIST)
+
+function M.usage()
+  return flags.usage({ "usage: ember attention --model FILE.gguf --prompt TEXT --layer L [--head H] [options]", "",
+    "options:" }, M.FLAGS_LIST, { "",
+      "Writes DIR/attention-L<layer>-H<head>.svg and .png: queries down, keys across, labelled with the",
+      "prompt's tokens. See docs/inspection.md." })
+end
+
+-- main(args, io) -> exit code; args[1] is "attention". Usage errors are raised (ember.cli.flags).
+function M.main(args, io_)
+  flags.refuse_experiment_args("attention", args, 2)
+  local o, pos = flags.parse(args, 2, M.FLAGS)
+  if o.help then io_.stdout:write(M.usage()); return 0 end
+  if #pos > 0 then usage_error("attention: unexpected argument '%s'", pos[1]) end
+  for _, k in ipairs({ "model", "prompt", "layer" }) do
+    if o[k] == nil then usage_error("attention: --%s is required", k) end
+  end
+  local fs = require("ember.store.fs")
+  if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
+  local out = o.out or "."
+  if not fs.is_dir(out) and not fs.is_dir(fs.dirname(out)) then
+    usage_error("--out: directory '%s' does not exist", fs.dirname(out))
+  end
+  local ember = require("ember")
+  local ok, model = pcall(ember.load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
+    threads = o.threads })
+  if not ok then error(tostring(model), 0) end
+  local res = require("ember.analysis.attention").draw { model = model, prompt = o.prompt, layer = o.layer,
+    heads = o.head, out = out }
+  model:close()
+  for _, f in ipairs(res.files) do io_.stdout:write(f.svg, "\n", f.png, "\n") end
+  io_.stderr:write(string.format("ember: attention: layer %d, %d of %d heads, %d tokens -> %s\n", o.layer,
+    #res.files, res.n_heads, #res.tokens, out))
+  return 0
+end
+
+return M

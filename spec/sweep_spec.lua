@@ -254,7 +254,7 @@ describe("ember.sweep", function()
     -- a missing shard and a duplicated one
     ok, err = pcall(merge.merge, work .. "/m5", { dirs[1], dirs[2], dirs[3] })
     assert.is_false(ok)
-    assert.matches("shard 3/4 is missing", err, 1, true)
+    assert.matches("shard 3/4: missing (no directory given holds it)", err, 1, true)
     ok, err = pcall(merge.merge, work .. "/m6", { dirs[1], dirs[1], dirs[3], dirs[4] })
     assert.is_false(ok)
     assert.matches("are both shard 0/4", err, 1, true)
@@ -561,6 +561,92 @@ describe("ember sweep killed midway", function()
     assert.equal(read(work .. "/ref/grid.safetensors"), read(dir .. "/grid.safetensors"))
     fs.remove_tree(work)
   end)
+end)
+
+describe("ember sweep stopped before the end", function()
+  local launcher = fx.build .. "/ember"
+  local q = fs.shell_quote
+  local clean = "The quick brown fox jumps over the lazy dog."
+  local corrupted = "The quick brown cat jumps over the lazy dog."
+
+  it("says on Ctrl-C how many cells it saved and how to go on, and the rerun resumes", function()
+    local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
+    if not fx.exists(model) then pending("missing " .. model) end
+    if not fx.exists(launcher) then pending("missing " .. launcher) end
+    local work = tmpdir()
+    local dir = work .. "/int"
+    local args = { "sweep", "--model", model, "--clean", clean, "--corrupted", corrupted, "--stages", "all",
+      "--threads", "1", "--no-plot", "--progress", "none", "--out", dir }
+    local line = { launcher }
+    for _, a in ipairs(args) do line[#line + 1] = q(a) end
+    os.execute("sh -c " .. q(table.concat(line, " ") .. " --checkpoint 0.05 2>" .. q(work .. "/err") .. " & echo $! >"
+      .. q(work .. "/pid")))
+    local pid = read(work .. "/pid"):match("%d+")
+    for _ = 1, 400 do
+      local ok, sw = pcall(store.read, dir, { partial_ok = true })
+      if ok and #sw.cells >= 10 then break end
+      os.execute("sleep 0.02")
+    end
+    os.execute("kill -INT " .. pid .. " 2>/dev/null")
+    for _ = 1, 200 do -- until it has exited
+      if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then break end
+      os.execute("sleep 0.05")
+    end
+    local kept = store.read(dir, { partial_ok = true })
+    assert.equal("partial", kept.manifest.status, "the sweep finished before Ctrl-C reached it")
+    local k = #kept.cells
+    assert.equal(string.format("ember: interrupted: %d cells saved, rerun the same command to resume\n", k),
+      read(work .. "/err"))
+    local code, _, err = C.ember(table.unpack(args))
+    assert.equal(0, code, err)
+    assert.matches(string.format("(%d computed now, %d resumed)", 64 * 4 - k, k), err, 1, true)
+    fs.remove_tree(work)
+  end)
+
+  it("merges shards of a cancelled job into nothing, naming what is missing and the commands that complete it",
+    function()
+      local path = need_model()
+      if not fx.exists(launcher) then pending("missing " .. launcher) end
+      local work = tmpdir()
+      local base = work .. "/S.shards"
+      assert(fs.mkdir(base))
+      local function shard(k, extra)
+        local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED,
+          "--threads", "1", "--no-plot", "--progress", "none", "--shard", k .. "/4", "--out", base .. "/" .. k,
+          table.unpack(extra or {}))
+        assert.equal(0, code, err)
+      end
+      -- shard 0 and 2 finished, 1 was cancelled after its first cell, 3 never started
+      shard(0)
+      shard(1, { "--max-cells", "1" })
+      shard(2)
+      local dirs = { base .. "/0", base .. "/1", base .. "/2", base .. "/3" }
+      local code, _, err = C.ember("sweep", "merge", work .. "/S", table.unpack(dirs))
+      assert.equal(1, code)
+      assert.is_false(fs.exists(work .. "/S"))
+      -- 24 cells (2 layers x 12 positions): shard 1 of 4 computes cells 1, 5, ..., 21
+      local want = {
+        "sweep merge: 2 of 4 shards are not complete:",
+        string.format("'%s/3' does not exist (its task never ran, or was cancelled before its first write)", base),
+        string.format("shard 1/4 ('%s/1'): partial, 1 of 6 cells", base),
+        "shard 3/4: missing (no directory given holds it)",
+      }
+      for _, w in ipairs(want) do assert.matches(w, err, 1, true) end
+      -- the commands it prints complete the sweep (run here through the launcher)
+      local cmds = {}
+      for c in err:gmatch("\n  (ember sweep [^\n]+)") do cmds[#cmds + 1] = c end
+      assert.equal(2, #cmds)
+      local function ends(c, tail) return c:sub(-#tail) == tail end
+      assert.is_true(ends(cmds[1], "--shard 1/4 --out " .. base .. "/1"), cmds[1])
+      assert.is_true(ends(cmds[2], "--shard 3/4 --out " .. base .. "/3"), cmds[2])
+      for _, c in ipairs(cmds) do
+        assert.is_true(os.execute(launcher .. c:sub(#"ember" + 1) .. " 2>/dev/null") == true, c)
+      end
+      code, _, err = C.ember("sweep", "merge", work .. "/S", table.unpack(dirs))
+      assert.equal(0, code, err)
+      assert.equal("complete", store.read(work .. "/S").manifest.status)
+      fs.remove_tree(work)
+    end)
 end)
 
 teardown(function() fx.cleanup() end)

@@ -174,6 +174,7 @@ local function is_interrupt(e)
   return e == "interrupted"
     or (type(e) == "string" and e:match("^experiment '.*' failed in [%w_]+.*: interrupted$") ~= nil)
 end
+M.is_interrupt = is_interrupt
 
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
 --                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session= } -> out

@@ -14,6 +14,7 @@ local selectors = require("ember.run.selectors")
 local metric_mod = require("ember.sweep.metric")
 local store = require("ember.sweep.store")
 local token_label = require("ember.analysis.token_label")
+local is_interrupt = require("ember.model.generate").is_interrupt
 
 local M = {}
 
@@ -261,6 +262,14 @@ function M.run(opts)
   -- whatever happened, the cells computed so far are kept: a rerun resumes from them
   local sok, serr = pcall(save, true)
   if progress then progress:finish(ok) end
+  if not ok and sok and is_interrupt(err) then
+    -- Ctrl-C lands in whatever Lua runs next, often a patch hook of a layer outside the grid: the
+    -- message says what matters instead (what is kept, how to go on)
+    if opts.out then
+      error(string.format("interrupted: %d cells saved, rerun the same command to resume", #cells_list()), 0)
+    end
+    error(string.format("interrupted after %d cells (nothing saved: no out)", computed), 0)
+  end
   if not ok then error(err, 0) end
   if not sok then error(serr, 0) end
   local list = cells_list()

@@ -5,18 +5,88 @@
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local store = require("ember.sweep.store")
+local token_label = require("ember.analysis.token_label")
 
 local M = {}
 
 local function fail(msg, ...) error("sweep merge: " .. string.format(msg, ...), 0) end
 
+-- The command that (re)computes shard k of N: the shard's own recorded command line with its
+-- --shard and --out replaced (and no --max-cells budget), each word shell-quoted where it needs it
+-- (printed, never run).
+local function rerun_command(argv, k, n, dir)
+  local words, i = {}, 1
+  local skip = { ["--shard"] = true, ["--out"] = true, ["--max-cells"] = true }
+  while i <= #argv do
+    local a = tostring(argv[i])
+    local name = a:match("^(%-%-[%w%-]+)=")
+    if skip[a] then i = i + 1 elseif not (name and skip[name]) then words[#words + 1] = a end
+    i = i + 1
+  end
+  words[#words + 1] = "--shard"
+  words[#words + 1] = string.format("%d/%d", k, n)
+  words[#words + 1] = "--out"
+  words[#words + 1] = dir
+  for j, w in ipairs(words) do
+    w = token_label.printable(w)
+    words[j] = w:match("^[%w%-%._/=:,@+]+$") and w or fs.shell_quote(w)
+  end
+  return table.concat(words, " ")
+end
+
+-- cells_of_shard(doc, k, n) -> how many of the grid's cells shard k of n computes
+local function cells_of_shard(doc, k, n)
+  local shape = doc.grid.shape
+  local total = shape[1] * shape[2] * shape[3]
+  return math.max(0, (total - 1 - k) // n + 1)
+end
+
+-- The shards that are not there or not finished (a Slurm task cancelled, failed or still
+-- running), and what to run for each: one message naming them all.
+local function incomplete(first, by_index, absent, count)
+  local lines, cmds = {}, {}
+  local parent = fs.dirname(first.dir)
+  for _, d in ipairs(absent) do
+    lines[#lines + 1] = string.format("  '%s' does not exist (its task never ran, or was cancelled before its first "
+      .. "write)", d)
+  end
+  local absent_by_name = {}
+  for _, d in ipairs(absent) do absent_by_name[fs.basename(d)] = d end
+  for k = 0, count - 1 do
+    local s = by_index[k]
+    -- a missing shard's directory: the absent one named after it (the Slurm layout, DIR.shards/k)
+    local dir = s and s.dir or absent_by_name[tostring(k)] or fs.join(parent, tostring(k))
+    if not s then
+      lines[#lines + 1] = string.format("  shard %d/%d: missing (no directory given holds it)", k, count)
+    elseif s.manifest.status ~= "complete" then
+      lines[#lines + 1] = string.format("  shard %d/%d ('%s'): %s, %d of %d cells", k, count, s.dir,
+        tostring(s.manifest.status), #s.cells, cells_of_shard(s.manifest, k, count))
+    end
+    if not s or s.manifest.status ~= "complete" then
+      cmds[#cmds + 1] = "  " .. rerun_command(first.manifest.argv or {}, k, count, dir)
+    end
+  end
+  fail("%d of %d shards are not complete:\n%s\nrerun each (a partial shard resumes where it stopped), then merge "
+    .. "again:\n%s", #cmds, count, table.concat(lines, "\n"), table.concat(cmds, "\n"))
+end
+
 -- merge(out, dirs) -> { dir, manifest, cells }. Every shard must be complete, of the same sweep,
--- with the same shard count, and together they must hold each shard index exactly once.
+-- with the same shard count, and together they must hold each shard index exactly once; shards
+-- missing or unfinished are all named in one message, with the command that completes each.
 function M.merge(out, dirs)
   if #dirs == 0 then fail("no shard directories given") end
   if fs.exists(out) then fail("output '%s' already exists (choose another directory)", out) end
-  local shards = {}
-  for i, d in ipairs(dirs) do shards[i] = store.read(d) end
+  local shards, absent = {}, {}
+  for _, d in ipairs(dirs) do
+    if not fs.exists(d) then
+      absent[#absent + 1] = d
+    else
+      local s = store.read(d, { partial_ok = true })
+      -- a complete shard is read again with every check (the grid file's sha256 too)
+      shards[#shards + 1] = s.manifest.status == "complete" and store.read(d) or s
+    end
+  end
+  if #shards == 0 then fail("none of the %d shard directories exists", #dirs) end
   local first = shards[1]
   local count
   local by_index, cells, taken = {}, {}, {}
@@ -40,9 +110,9 @@ function M.merge(out, dirs)
       cells[#cells + 1] = c
     end
   end
-  for k = 0, count - 1 do
-    if not by_index[k] then fail("shard %d/%d is missing (got %d of %d shards)", k, count, #shards, count) end
-  end
+  local done = #absent == 0
+  for k = 0, count - 1 do done = done and by_index[k] ~= nil and by_index[k].manifest.status == "complete" end
+  if not done then incomplete(first, by_index, absent, count) end
   table.sort(cells, function(a, b) return a.index < b.index end)
   local doc = {}
   for k, v in pairs(first.manifest) do doc[k] = v end

@@ -54,6 +54,45 @@ describe("compare-models", function()
     end)
   end
 
+  it("explains negative recovered shares: every row whose patched KL exceeds B's own, and only those", function()
+    local pa, pb = pair("llama")
+    local a, b = ember.load { model = pa, threads = 1 }, ember.load { model = pb, threads = 1 }
+    local r = cm.run { a = a, b = b, prompt = "The quick brown fox", max_tokens = 4, stages = { "before_layer" } }
+    -- the rows with a negative share, found here from the KLs themselves
+    local want = {}
+    for _, l in ipairs(r.localisation) do
+      for _, ph in ipairs({ "prefill", "decode" }) do
+        local kl, base = l["kl_" .. ph], r.output["kl_" .. ph]
+        if kl ~= cjson.null and base ~= cjson.null and base > 0 and kl > base then
+          want[#want + 1] = string.format("%s %s %s:", l.stage, l.layer == cjson.null and "-" or l.layer, ph)
+        end
+      end
+    end
+    local notes = cm.notes(r)
+    local text, report = cm.format(r), cjson.decode(cm.to_json(r))
+    if #want == 0 then
+      assert.same({}, notes)
+      assert.is_nil(text:find("note:", 1, true))
+    else
+      assert.equal(1, #notes)
+      for _, w in ipairs(want) do assert.truthy(notes[1]:find(w, 1, true), w) end
+      local _, named = notes[1]:gsub(" %l+: %-%d", "")
+      assert.equal(#want, named)
+      assert.truthy(text:find("\nnote: a negative recovered share", 1, true))
+    end
+    assert.same(notes, report.notes)
+    -- the same on a report made by hand: one negative share, one positive
+    local hand = { output = { kl_prefill = 0.5, kl_decode = 0.25 }, localisation = {
+      { stage = "after_layer", layer = 0, kl_prefill = 0.75, kl_decode = 0.125, recovered_prefill = -0.5,
+        recovered_decode = 0.5 } } }
+    assert.same({ "a negative recovered share (after_layer 0 prefill: -0.5 (KL 0.75 against B's own 0.5)) means "
+      .. "that B with A's activation patched in is further from A than B alone. B's error is not a sum of "
+      .. "independent errors, one per layer: the rounding below the patched point (the embedding, the lower layers) "
+      .. "partly cancels the rounding above it, so giving B's upper layers A's exact input removes an error that was "
+      .. "offsetting theirs. Shares are ratios of small KLs: read them with the KL columns (docs/sweeps.md, "
+      .. "compare-models)." }, cm.notes(hand))
+  end)
+
   it("agrees with an independent after_logits patch from a captured artifact", function()
     local pa, pb = pair("llama")
     local work = fs.make_temp_dir("ember-cm-spec")

@@ -267,7 +267,7 @@ function M.to_json(r)
   local o = r.output
   return json.encode(ordered({ "schema", "schema_version", "tool_version", "a", "b", "family", "n_layers",
     "prompt_ids", "generated_ids", "evaluations", "stages", "cells", "shard", "output_divergence", "divergence",
-    "localisation", "plot" }, {
+    "localisation", "notes", "plot" }, {
     schema = "ember.compare-models", schema_version = "1.0.0", tool_version = r.tool_version,
     stages = json.array({ table.unpack(r.stages) }), cells = r.cells,
     shard = r.shard and ordered({ "index", "count" }, r.shard) or json.null,
@@ -277,11 +277,31 @@ function M.to_json(r)
     evaluations = r.evaluations,
     output_divergence = ordered({ "kl_prefill", "kl_decode", "kl_mean", "top1_prefill", "top1_decode",
       "top1_agreement", "exact" }, o),
-    divergence = div, localisation = loc, plot = r.plot,
+    divergence = div, localisation = loc, notes = json.array(M.notes(r)), plot = r.plot,
   }), { indent = "  " })
 end
 
 local function g(v) return v == json.null and "-" or string.format("%.4g", v) end
+
+-- notes(report) -> the report's explanations, one string each: today, of negative recovered shares
+function M.notes(r)
+  local neg = {}
+  for _, l in ipairs(r.localisation) do
+    for _, ph in ipairs({ "prefill", "decode" }) do
+      local v = l["recovered_" .. ph]
+      if v ~= json.null and v < 0 then
+        neg[#neg + 1] = string.format("%s %s %s: %s (KL %s against B's own %s)", l.stage,
+          l.layer == json.null and "-" or tostring(l.layer), ph, g(v), g(l["kl_" .. ph]), g(r.output["kl_" .. ph]))
+      end
+    end
+  end
+  if #neg == 0 then return {} end
+  return { "a negative recovered share (" .. table.concat(neg, "; ") .. ") means that B with A's activation "
+    .. "patched in is further from A than B alone. B's error is not a sum of independent errors, one per layer: "
+    .. "the rounding below the patched point (the embedding, the lower layers) partly cancels the rounding above "
+    .. "it, so giving B's upper layers A's exact input removes an error that was offsetting theirs. Shares are "
+    .. "ratios of small KLs: read them with the KL columns (docs/sweeps.md, compare-models)." }
+end
 
 -- format(report) -> the text table `ember compare-models` prints
 function M.format(r)
@@ -311,6 +331,14 @@ function M.format(r)
     line("%-16s %5s   %10s %10s %10s %10s %7.0f%%%s", l.stage, l.layer == json.null and "-" or tostring(l.layer),
       g(l.kl_prefill), g(l.kl_decode), g(l.recovered_prefill), g(l.recovered_decode), 100 * l.top1_agreement,
       l.logits_exact and "  logits exact" or "")
+  end
+  for _, n in ipairs(M.notes(r)) do -- wrapped at 100 columns
+    line("")
+    local cur = "note:"
+    for word in n:gmatch("%S+") do
+      if #cur + 1 + #word > 100 then line("%s", cur); cur = "     " .. word else cur = cur .. " " .. word end
+    end
+    line("%s", cur)
   end
   return table.concat(out, "\n") .. "\n"
 end

@@ -88,6 +88,30 @@ describe("head_ablation.lua", function()
     for _, t in ipairs(obs.seen.after_attention) do assert.is_true(all_zero(t)) end
   end)
 
+  it("takes a list after '=' from the command line (heads=0,3): the same run as zeroing those heads by hand",
+    function()
+      local C = require("helpers.cli")
+      local path = C.need_model()
+      if not need_model() then return end
+      local H = model.info.n_heads
+      local hand = { name = "by-hand" }
+      function hand:attention_heads(ctx, z)
+        if ctx.layer_index ~= 1 then return end
+        local hd = z:shape()[2] // H
+        for _, h in ipairs({ 0, 3 }) do
+          for r = 1, z:shape()[1] do for c = h * hd + 1, (h + 1) * hd do z:set(r, c, 0) end end
+        end
+      end
+      local want = gen(hand)
+      local code, _, err = C.ember("--model", path, "--prompt", models.PROMPT, "--max-tokens", "3",
+        "--experiment", "scripts/experiments/head_ablation.lua", "--experiment-args", "layer=1 heads=0,3")
+      assert.equal(0, code, err)
+      assert.matches("head-ablation", err, 1, true) -- the run names the experiment that modified it
+      local got = gen(factory("head_ablation.lua")(require("ember.run.builtin").args("layer=1 heads=0,3")))
+      assert.equal(want.logits:sha256(), got.logits:sha256())
+      assert.same(want.ids, got.ids)
+    end)
+
   it("refuses a layer outside the model, naming it", function()
     if not need_model() then return end
     local ok, err = pcall(gen, factory("head_ablation.lua")("layer=99 heads=0"))

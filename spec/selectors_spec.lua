@@ -129,6 +129,17 @@ describe("selectors.parse_kv", function()
     assert.same({}, sel.parse_kv(""))
   end)
 
+  it("takes a list after '=' as one value, and still splits pairs at ',key='", function()
+    assert.same({ layer = "1", heads = "0,3" }, sel.parse_kv("layer=1 heads=0,3"))
+    assert.same({ layers = "0,2-3", keys = "1", scale = "2" }, sel.parse_kv("layers=0,2-3,keys=1 scale=2"))
+    assert.same({ heads = "0,3" }, sel.parse_kv("heads='0,3'"))
+    -- a comma that ends the text or stands before a blank is a separator with nothing after it
+    local kv, err = sel.parse_kv("heads=0,3,")
+    assert.is_nil(kv)
+    assert.matches("(a list is one value: heads=0,3; quote a value holding blanks: name='a b')", err, 1, true)
+    assert.is_nil(sel.parse_kv("heads=0, 3"))
+  end)
+
   it("refuses repeated keys and bare words", function()
     assert.is_nil(sel.parse_kv("layer=3 layer=4"))
     assert.is_nil(sel.parse_kv("layer"))

@@ -4,7 +4,7 @@
 -- Must not touch other layers or keys; a key beyond the sequence so far is simply not there yet.
 --
 -- Use: ember --experiment scripts/experiments/attention_knockout.lua --experiment-args "layers=all keys=0"
---      (layers and keys: lists like 0,2-3 or all; quote a list with a comma: keys='0,5')
+--      (layers and keys: lists like 0,2-3 or all: keys=0,5)
 
 local xargs = require("ember.run.experiment_args")
 

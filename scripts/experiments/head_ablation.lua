@@ -2,8 +2,8 @@
 -- columns of attention_heads, before the output projection), in prefill and every decode step.
 -- Must not touch other heads or layers; heads are 0-based like layers.
 --
--- Use: ember --experiment scripts/experiments/head_ablation.lua --experiment-args "layer=1 heads='0,3'"
---      (heads: a list like 0,2-3 or all; quote a list with a comma)
+-- Use: ember --experiment scripts/experiments/head_ablation.lua --experiment-args "layer=1 heads=0,3"
+--      (heads: a list like 0,2-3 or all)
 
 local xargs = require("ember.run.experiment_args")
 

@@ -3,7 +3,7 @@
 -- Must not touch other neurons or layers; neurons are 0-based column indices.
 --
 -- Use: ember --experiment scripts/experiments/neuron_ablation.lua --experiment-args "layer=2 neurons=0-99"
---      (neurons: a list like 0,5-9 or all; quote a list with a comma)
+--      (neurons: a list like 0,5-9 or all)
 
 local xargs = require("ember.run.experiment_args")
 

@@ -252,9 +252,12 @@ end
 
 -- ---- key=value arguments -------------------------------------------------------------------------
 
--- "layer=3 scale=0.5,vector=v.f32" -> { layer = "3", scale = "0.5", vector = "v.f32" }.
--- Values run to the next blank or comma; quote with '...' to keep either inside a value.
-local kv_value = P("'") * C((P(1) - P("'")) ^ 0) * P("'") + C((P(1) - S(" \t,")) ^ 1)
+-- "layer=3 scale=0.5,vector=v.f32 heads=0,3" -> { layer = "3", scale = "0.5", vector = "v.f32",
+-- heads = "0,3" }. Values run to the next blank, or to a comma that starts the next pair
+-- (`,key=`); a comma followed by anything else belongs to the value, so lists need no quotes.
+-- Quote with '...' to keep blanks inside a value.
+local kv_value_comma = P(",") * -(ident * P("=")) * #(P(1) - S(" \t,"))
+local kv_value = P("'") * C((P(1) - P("'")) ^ 0) * P("'") + C(((P(1) - S(" \t,")) + kv_value_comma) ^ 1)
 local kv_pair = Ct(C(ident) * P("=") * kv_value)
 local kv_sep = (space * P(",") * space) + S(" \t") ^ 1
 local kv_list = whole(space * Ct((kv_pair * (kv_sep * kv_pair) ^ 0) ^ -1) * space)
@@ -262,7 +265,10 @@ local kv_list = whole(space * Ct((kv_pair * (kv_sep * kv_pair) ^ 0) ^ -1) * spac
 function M.parse_kv(s)
   if s == nil or s == "" then return {} end
   local pairs_ = kv_list:match(s)
-  if not pairs_ then return nil, "expected key=value pairs separated by blanks or commas, got '" .. s .. "'" end
+  if not pairs_ then
+    return nil, "expected key=value pairs separated by blanks or commas (a list is one value: heads=0,3; quote "
+      .. "a value holding blanks: name='a b'), got '" .. s .. "'"
+  end
   local out = {}
   for _, p in ipairs(pairs_) do
     if out[p[1]] ~= nil then return nil, "key '" .. p[1] .. "' given twice in '" .. s .. "'" end

@@ -234,6 +234,43 @@ describe("compare metrics", function()
   end)
 end)
 
+describe("compare outcome", function()
+  after_each(H.cleanup)
+
+  local function zeroed(s)
+    s.experiment = { name = "zero-layer-output+capture", args = "1:mlp", modified = true,
+      members = { { name = "zero-layer-output", stats = { interventions = 2 } }, { name = "capture", stats = {} } } }
+  end
+
+  it("names an intended intervention's effect as such, whatever the class", function()
+    local a = make()
+    local b = make(zeroed, { [1] = { 0.5, -1.0, 2.0, 0.25, 0.0, -3.25 } }) -- record 1: after_mlp of layer 1
+    for _, pair in ipairs({ { a, b, "B" }, { b, a, "A" } }) do
+      local res = compare.compare(pair[1], pair[2])
+      assert.equal("output-equivalent", res.class) -- the class is SPEC 6.3's, unchanged
+      assert.equal(pair[3] .. " was modified by its intervention (zero-layer-output 1:mlp), and it changed the run "
+        .. "as an intervention does: records differ from after_mlp layer 1 (prefill, position 0) on; the generated "
+        .. "ids are equal (class output-equivalent measures how far the outputs moved, not an error)", res.outcome)
+      assert.matches("\noutcome: " .. pair[3] .. " was modified", compare.format_text(res), 1, true)
+      assert.equal(res.outcome, cjson.decode(compare.to_json(res)).outcome)
+    end
+  end)
+
+  it("says when an intervention restored the run, and when a change had no intervention behind it", function()
+    local a = make()
+    local res = compare.compare(a, make(zeroed))
+    assert.equal("exact-semantic", res.class)
+    assert.equal("B was modified by its intervention (zero-layer-output 1:mlp); every captured record is "
+      .. "bit-identical to the other run's: the intervention restored (or left unchanged) what was captured",
+      res.outcome)
+    res = compare.compare(a, make(nil, { [1] = { 0.5, -1.0, 2.0, 0.25, 0.0, -3.25 } }))
+    assert.equal("neither run records an intervention, yet records differ from after_mlp layer 1 (prefill, "
+      .. "position 0) on; the generated ids are equal: not an intended change (see the provenance differences)",
+      res.outcome)
+    assert.equal("the same computation: every captured record bit-identical", compare.compare(a, make()).outcome)
+  end)
+end)
+
 describe("compare output", function()
   after_each(H.cleanup)
 

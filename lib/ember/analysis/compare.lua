@@ -5,6 +5,7 @@
 
 local artifact = require("ember.store.artifact")
 local json = require("ember.store.json")
+local token_label = require("ember.analysis.token_label")
 local selectors = require("ember.run.selectors")
 
 local M = {}
@@ -146,8 +147,66 @@ local function same_ids(x, y)
 end
 M.same_ids = same_ids
 
--- compare(a, b) -> result (see docs/artifacts.md, "Comparison"); a and b come from artifact.read.
-function M.compare(a, b)
+-- ---- outcome -------------------------------------------------------------------------------------
+
+-- The built-in experiments that only observe: left out when an intervention is named.
+local OBSERVERS = { capture = true, ["activation-stats"] = true }
+
+-- What each run's manifest says it did: { name (the members that are not observers, and the
+-- arguments), modified }.
+local function intervention(m)
+  local e = type(m.experiment) == "table" and m.experiment or {}
+  local names = {}
+  for _, mem in ipairs(type(e.members) == "table" and e.members or {}) do
+    if type(mem) == "table" and type(mem.name) == "string" and not OBSERVERS[mem.name] then
+      names[#names + 1] = mem.name
+    end
+  end
+  local name = #names > 0 and table.concat(names, "+") or (type(e.name) == "string" and e.name or "none")
+  if type(e.args) == "string" and e.args ~= "" then name = name .. " " .. e.args end
+  return { name = token_label.printable(name), modified = e.modified == true }
+end
+
+local function where(r)
+  return string.format("%s%s (%s, position %s)", r.stage, r.layer == nil and "" or (" layer " .. r.layer), r.phase,
+    tostring(r.start_position))
+end
+
+-- outcome(res, ma, mb) -> one line saying what the comparison means for the runs: an intended
+-- intervention's effect is named as such (the class alone, `failed` when an ablation changed the
+-- generated text, reads like an error). The class is never changed by it.
+local function outcome(res, ma, mb)
+  local ia, ib = intervention(ma), intervention(mb)
+  local first
+  for _, r in ipairs(res.records) do
+    if r.status == "differs" or r.status == "shape-mismatch" then first = r; break end
+  end
+  local who
+  if ia.modified and ib.modified then
+    who = string.format("both runs were modified (A by %s, B by %s)", ia.name, ib.name)
+  elseif ia.modified or ib.modified then
+    local side, i = ia.modified and "A" or "B", ia.modified and ia or ib
+    who = string.format("%s was modified by its intervention (%s)", side, i.name)
+  end
+  if res.class == "exact" or res.class == "exact-semantic" then
+    if who then return who .. "; every captured record is bit-identical to the other run's: the intervention "
+      .. "restored (or left unchanged) what was captured" end
+    return "the same computation: every captured record bit-identical"
+  end
+  if not res.input_ids_equal then return "the runs had different inputs (input ids differ): not comparable as one "
+    .. "run with and without an intervention" end
+  local change = first and ("records differ from " .. where(first) .. " on") or "the record sets differ"
+  local ids = res.generated_ids_equal and "the generated ids are equal" or "the generated ids differ"
+  if who then
+    return string.format("%s, and it changed the run as an intervention does: %s; %s (class %s measures how far "
+      .. "the outputs moved, not an error)", who, change, ids, res.class)
+  end
+  return string.format("neither run records an intervention, yet %s; %s: not an intended change (see the "
+    .. "provenance differences)", change, ids)
+end
+
+-- classify(a, b) -> the result without its outcome line
+local function classify(a, b)
   local res = {
     a = a.dir, b = b.dir, records = {}, provenance_differences = {},
     summary = { aligned = 0, identical = 0, differing = 0, only_in_a = 0, only_in_b = 0 },
@@ -252,6 +311,13 @@ function M.compare(a, b)
     elseif not top1_all then why[#why + 1] = "top-1 token differs in some aligned after_logits record" end
   end
   res.reason = #why > 0 and table.concat(why, "; ") or "all criteria hold"
+  return res
+end
+
+-- compare(a, b) -> result (see docs/artifacts.md, "Comparison"); a and b come from artifact.read.
+function M.compare(a, b)
+  local res = classify(a, b)
+  res.outcome = outcome(res, a.manifest, b.manifest)
   return res
 end
 
@@ -376,6 +442,7 @@ function M.format_text(res, opts)
     res.generated_ids_equal and "equal" or "DIFFER")
   for _, l in ipairs(M.provenance_lines(res.provenance_differences)) do out[#out + 1] = l end
   line("class: %s (%s)", res.class, res.reason)
+  if res.outcome then line("outcome: %s", res.outcome) end
   return table.concat(out, "\n") .. "\n"
 end
 
@@ -405,9 +472,9 @@ function M.to_json(res)
   for i, d in ipairs(res.provenance_differences) do
     diffs[i] = json.ordered({ "path", "kind", "a", "b" }, { path = d.path, kind = d.kind, a = d.a, b = d.b })
   end
-  return json.encode(json.ordered({ "class", "reason", "a", "b", "summary", "input_ids_equal",
+  return json.encode(json.ordered({ "class", "reason", "outcome", "a", "b", "summary", "input_ids_equal",
     "generated_ids_equal", "semantic_provenance_equal", "provenance_differences", "records" }, {
-    class = res.class, reason = res.reason, a = res.a, b = res.b,
+    class = res.class, reason = res.reason, outcome = res.outcome, a = res.a, b = res.b,
     summary = json.ordered({ "aligned", "identical", "differing", "only_in_a", "only_in_b" }, res.summary),
     input_ids_equal = res.input_ids_equal, generated_ids_equal = res.generated_ids_equal,
     semantic_provenance_equal = res.semantic_provenance_equal == true,

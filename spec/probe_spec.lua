@@ -180,6 +180,86 @@ describe("ember probe on the tiny model", function()
     assert.matches("holds layers 2,3, not layer 4", err_c, 1, true)
   end)
 
+  it("trains from Lua tensors exactly as the command does (ember.probe.train, probe:predict, probe:save)", function()
+    local model_path = need_model()
+    if not model_path then return end
+    local ember = require("ember")
+    local data = fs.join(dir, "ab.jsonl")
+    dataset(data, 60)
+    local prompts = {}
+    for line in fs.read(data):gmatch("[^\n]+") do prompts[#prompts + 1] = json.decode(line) end
+    local model = ember.load { model = model_path }
+    local runs = ember.extract_hidden { model = model, prompts = prompts, layers = { 3 } }
+    local list, labels = {}, {}
+    for i, r in ipairs(runs) do list[i], labels[i] = r.hidden[3], r.label end
+    local pr = ember.probe.train { x = list, y = labels, seed = 1, control = true }
+    -- the command on the same prompts: the same training section, value for value
+    local out = fs.join(dir, "cli.probe.json")
+    local code, stdout, err = ember_cli("probe", "train", "--model", model_path, "--data", data, "--layer", "3",
+      "--seed", "1", "--control", "--json", "--out", out)
+    assert.equal(0, code, err)
+    local cli = json.decode(stdout).training
+    for k, v in pairs(cli) do assert.equal(v, pr.training[k], k) end
+    assert.same({ "A", "B" }, pr.classes)
+    assert.equal("logistic", pr.kind)
+    -- the same examples as one [n, d] tensor (each prompt's last row) train the same probe
+    local hidden = model.info.hidden_size
+    local rows = ember.tensor(#list, hidden)
+    for i, t in ipairs(list) do
+      local n = t:shape()[1]
+      for c = 1, hidden do rows:set(i, c, t:get(n, c)) end
+    end
+    local pt = ember.probe.train { x = rows, y = labels, seed = 1, control = true }
+    assert.same(pr.training, pt.training)
+    -- saved, it is the command's file in every number
+    local mine = fs.join(dir, "lua.probe.json")
+    assert.is_true(pr:save(mine, { layer = 3, model = model }))
+    local a, b = json.decode(fs.read(mine)), json.decode(fs.read(out))
+    for _, k in ipairs({ "kind", "layer", "pool", "hidden_size", "classes", "standardize", "weights", "bias" }) do
+      assert.same(b[k], a[k], k)
+    end
+    assert.equal(b.model.sha256, a.model.sha256)
+    -- predictions: the sigmoid of the saved weights on the standardized features, computed here
+    local got, probs = pr:predict(rows)
+    assert.same({ #list, 2 }, probs:shape())
+    local w, bias, mean, std = a.weights[1], a.bias[1], a.standardize.mean, a.standardize.std
+    for i = 1, #list do
+      local z = bias
+      for c = 1, hidden do z = z + w[c] * ((rows:get(i, c) - mean[c]) / std[c]) end
+      local p_b = 1 / (1 + math.exp(-z))
+      assert.is_true(math.abs(probs:get(i, 2) - p_b) < 1e-6, i)
+      assert.equal(p_b > 0.5 and "B" or "A", got[i])
+    end
+    -- ember.probe.load reads the command's file back into the same predictions
+    local loaded_labels = ember.probe.load(out):predict(list)
+    assert.same(got, loaded_labels)
+    model:close()
+  end)
+
+  it("refuses what ember.probe.train cannot use, naming it", function()
+    local ember = require("ember")
+    local x = ember.tensor(4, 2, { 1, 0, 0, 1, 1, 1, 0, 0 })
+    local cases = {
+      { { x = x, y = { "a", "b" } }, "probe: y must hold one label per example (4), got 2" },
+      { { x = x, y = { 1, 1, 1, 1 } }, "probe: every example has the label 1; a probe needs at least 2 classes" },
+      { { x = { x, 3 }, y = { 1, 2 } }, "probe: x[2] is a number, not an ember.Tensor" },
+      { { x = x, y = { 1, 2, 1, 2 }, pool = "max" }, "probe: pool must be last or mean, got max" },
+      { { x = x, y = { 1, 2, 1, 2 }, seeds = 1 }, "probe: train: unknown option 'seeds'" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(ember.probe.train, c[1])
+      assert.is_false(ok)
+      assert.equal(c[2], err)
+    end
+    local pr = ember.probe.train { x = x, y = { 1, 2, 1, 2 }, holdout = 0 }
+    local ok, err = pcall(pr.predict, pr, ember.tensor(1, 3))
+    assert.is_false(ok)
+    assert.equal("probe: predict: 3 features per example, the probe has 2", err)
+    ok, err = pcall(pr.save, pr, fs.join(dir, "p.json"))
+    assert.is_false(ok)
+    assert.equal("probe: save: layer = L (0-based) is required", err)
+  end)
+
   it("refuses bad input with the flag named, and a model the probe was not trained on", function()
     local model_path = need_model()
     if not model_path then return end

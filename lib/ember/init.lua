@@ -138,6 +138,14 @@ M.plot = {
   attention = function(opts) return require("ember.analysis.attention").draw(opts) end,
 }
 
+-- ember.probe.train{ x = T | { T, ... }, y = { labels }, holdout =, seed =, iterations =, l2 =,
+-- control =, pool = } -> probe (probe:predict(t), probe:save(path, { layer = })), ember.probe.load(path):
+-- the linear probes of `ember probe`, on tensors (docs/probes.md)
+M.probe = {
+  train = function(opts) return require("ember.analysis.probe").train_probe(opts) end,
+  load = function(path) return require("ember.analysis.probe").load_probe(path) end,
+}
+
 -- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
 -- -> the causal sweep's result (lib/ember/sweep/init.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end

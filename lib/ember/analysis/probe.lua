@@ -1,11 +1,13 @@
 -- ember.analysis.probe — linear probes on hidden states: features from extracted after_layer outputs, a
 -- deterministic stratified held-out split, logistic (2 classes) / softmax (k classes) regression
--- by full-batch gradient descent in Lua doubles, and the probe file. Must not run the model.
+-- by full-batch gradient descent in Lua doubles, the probe file, and the probe object of
+-- ember.probe (the same training as `ember probe train`). Must not run the model.
 --
 -- Determinism: the split and the label shuffle use splitmix64 on Lua integers (wrapping 64-bit
 -- arithmetic, the same on every platform); training visits examples in index order with a fixed
 -- step size and iteration count, so one input gives one probe, bit for bit.
 
+local core = require("ember.core")
 local json = require("ember.store.json")
 
 local M = {}
@@ -239,6 +241,54 @@ function M.majority(y, idx, k)
   return best / #idx
 end
 
+-- ---- one training, as `ember probe train` and ember.probe.train run it --------------------------
+
+local function subset(idx, v)
+  local out = {}
+  for j, i in ipairs(idx) do out[j] = v[i] end
+  return out
+end
+
+-- train(X, labels, opts [, progress]) -> { probe, labels (the classes), y, train, heldout, counts,
+-- training }. X: one feature array per example, labels: one label per example (at least two
+-- distinct). opts: holdout, seed, iterations, l2, control (also fit on labels shuffled with seed
+-- + 0x5EED, the same split, and report its held-out accuracy). progress(label) -> a reporter or
+-- nil. `training` is the probe file's training section.
+function M.train(X, labels, opts, progress)
+  opts = opts or {}
+  local holdout, seed = opts.holdout or M.DEFAULTS.holdout, opts.seed or M.DEFAULTS.seed
+  local classes, index = M.classes(labels)
+  local k = #classes
+  if k < 2 then error(string.format("probe: every example has the label %s; a probe needs at least 2 classes",
+    tostring(classes[1])), 0) end
+  local y = {}
+  for i, l in ipairs(labels) do y[i] = index[l] end
+  local tr, held = M.split(y, k, holdout, seed)
+  local fit_opts = { iterations = opts.iterations, l2 = opts.l2 }
+  local function reporter(label) return progress and progress(label) or nil end
+  local p = M.fit(subset(tr, X), subset(tr, y), k, fit_opts, reporter("probe: train"))
+  local train_acc, train_right = M.accuracy(p, X, y, tr)
+  local held_acc, held_right = M.accuracy(p, X, y, held)
+  local majority = M.majority(y, held, k)
+  local control_acc, control_right
+  if opts.control then
+    -- the same split and training, the labels permuted among all examples: what the features give
+    -- when the labels carry no information about them
+    local yc = M.shuffle(y, seed + 0x5EED)
+    local pc = M.fit(subset(tr, X), subset(tr, yc), k, fit_opts, reporter("probe: control"))
+    control_acc, control_right = M.accuracy(pc, X, yc, held)
+  end
+  local counts = {}
+  for c = 1, k do counts[c] = 0 end
+  for _, c in ipairs(y) do counts[c] = counts[c] + 1 end
+  return { probe = p, labels = classes, y = y, train = tr, heldout = held, counts = counts,
+    right = { train = train_right, heldout = held_right, control = control_right },
+    training = { seed = seed, holdout = holdout, iterations = p.iterations, learning_rate = p.learning_rate,
+      l2 = p.l2, loss = p.loss, n_train = #tr, n_heldout = #held, train_accuracy = train_acc,
+      heldout_accuracy = held_acc or json.null, heldout_majority = majority or json.null,
+      control_heldout_accuracy = control_acc } }
+end
+
 -- ---- the probe file ----------------------------------------------------------------------------
 
 local ORDER = { "schema", "schema_version", "created_at_unix", "tool", "kind", "model", "stage", "layer", "pool",
@@ -260,7 +310,7 @@ function M.encode(p, prov)
   for i, a in ipairs(prov.argv or {}) do argv[i] = tostring(a) end
   return json.encode(json.ordered(ORDER, {
     schema = M.SCHEMA, schema_version = M.SCHEMA_VERSION, created_at_unix = os.time(),
-    tool = json.ordered({ "name", "version" }, { name = "ember", version = require("ember").version }),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = core.version }),
     kind = p.kind, model = prov.model, stage = "after_layer", layer = prov.layer, pool = prov.pool,
     hidden_size = #p.mean, classes = json.array({ table.unpack(prov.labels) }),
     standardize = json.ordered({ "mean", "std" }, { mean = floats(p.mean), std = floats(p.std) }),
@@ -307,6 +357,99 @@ function M.decode(text, what)
   for j = 1, d do if p.std[j] <= 0 then bad("standardize.std[%d] must be positive", j) end end
   if doc.pool ~= "last" and doc.pool ~= "mean" then bad("pool must be last or mean, got %s", tostring(doc.pool)) end
   return p
+end
+
+-- ---- probes from Lua: ember.probe.train{...}, ember.probe.load(path) ------------------------------
+
+local Probe = { __name = "ember.Probe" }
+Probe.__index = Probe
+
+local function fail(msg, ...) error("probe: " .. string.format(msg, ...), 0) end
+
+local function is_tensor(t)
+  local mt = getmetatable(t)
+  local name = type(mt) == "table" and rawget(mt, "__name")
+  return name == "ember.Tensor" or name == "ember.TensorView"
+end
+
+-- features(x, pool, what) -> one feature array per example: each row of a [n, d] tensor, or each
+-- tensor of a list pooled over its rows (its last row or their mean, as the CLI's --pool).
+local function features(x, pool, what)
+  local X = {}
+  if is_tensor(x) then
+    local shape = x:shape()
+    for r = 1, shape[1] do X[r] = M.pool_rows(x:row(r):bytes(), 1, shape[2], "last") end
+  elseif type(x) == "table" and #x > 0 then
+    for i, t in ipairs(x) do
+      if not is_tensor(t) then fail("%s[%d] is a %s, not an ember.Tensor", what, i, type(t)) end
+      local shape = t:shape()
+      X[i] = M.pool_rows(t:bytes(), shape[1], shape[2], pool)
+    end
+  else
+    fail("%s must be a tensor [examples, features] or a list of tensors, got %s", what, type(x))
+  end
+  if #X == 0 then fail("%s holds no example", what) end
+  for i = 2, #X do
+    if #X[i] ~= #X[1] then fail("%s: example %d has %d features, example 1 has %d", what, i, #X[i], #X[1]) end
+  end
+  return X
+end
+
+local TRAIN_OPTIONS = { x = true, y = true, pool = true, holdout = true, seed = true, iterations = true, l2 = true,
+  control = true }
+
+-- train_probe(opts) -> Probe: opts.x (a tensor [n, d], or a list of n tensors pooled by opts.pool),
+-- opts.y (n labels), and holdout, seed, iterations, l2, control as for `ember probe train`.
+function M.train_probe(opts)
+  if type(opts) ~= "table" then fail("train expects a table of options, got %s", type(opts)) end
+  for k in pairs(opts) do if not TRAIN_OPTIONS[k] then fail("train: unknown option '%s'", tostring(k)) end end
+  local pool = opts.pool or M.DEFAULTS.pool
+  if pool ~= "last" and pool ~= "mean" then fail("pool must be last or mean, got %s", tostring(pool)) end
+  local X = features(opts.x, pool, "x")
+  if type(opts.y) ~= "table" or #opts.y ~= #X then
+    fail("y must hold one label per example (%d), got %s", #X, type(opts.y) == "table" and #opts.y or type(opts.y))
+  end
+  local res = M.train(X, opts.y, opts)
+  local obj = { kind = res.probe.kind, classes = res.labels, pool = pool, hidden_size = #X[1],
+    training = res.training, train = res.train, heldout = res.heldout, counts = res.counts, _p = res.probe }
+  return setmetatable(obj, Probe)
+end
+
+-- probe:predict(t) -> labels, probabilities: one predicted label per example of t (rows of a
+-- tensor, or a list of tensors pooled as in training), and an ember.Tensor [n, classes].
+function Probe:predict(t)
+  local X = features(t, self.pool, "predict's argument")
+  if #X[1] ~= self.hidden_size then
+    fail("predict: %d features per example, the probe has %d", #X[1], self.hidden_size)
+  end
+  local labels, flat = {}, {}
+  for i, x in ipairs(X) do
+    local c, probs = M.predict(self._p, x)
+    labels[i] = self.classes[c]
+    for _, v in ipairs(probs) do flat[#flat + 1] = v end
+  end
+  return labels, core.tensor(#X, #self.classes, flat)
+end
+
+-- probe:save(path, { layer = L, model = m }) writes the probe file `ember probe eval` reads (the
+-- layer its features come from is required; the model, when given, is recorded by its sha256).
+function Probe:save(path, prov)
+  prov = prov or {}
+  if math.type(prov.layer) ~= "integer" or prov.layer < 0 then fail("save: layer = L (0-based) is required") end
+  local msec = prov.model and require("ember.store.manifest").model_section(prov.model) or json.null
+  local text = M.encode(self._p, { model = msec, layer = prov.layer, pool = self.pool, labels = self.classes,
+    training = self.training, data = { source = "lua", path = json.null, sha256 = json.null,
+      count = (self.training.n_train or 0) + (self.training.n_heldout or 0) } })
+  require("ember.store.fs").write_atomic(path, text, "probe")
+  return true
+end
+
+-- load(path) -> Probe from a probe file (as `ember probe train --out` writes it)
+function M.load_probe(path)
+  local fs = require("ember.store.fs")
+  local p = M.decode(fs.read(path, "probe"), "probe '" .. tostring(path) .. "'")
+  return setmetatable({ kind = p.kind, classes = p.classes, pool = p.doc.pool, hidden_size = #p.mean,
+    training = p.doc.training, layer = p.doc.layer, _p = p }, Probe)
 end
 
 return M

@@ -45,6 +45,8 @@ M.MODULE = {
     .. "(internal to ember.sae.load)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
+  probe = "ember.probe.train{ x = T | { T, ... }, y = { labels }, seed=, control=, ... } -> probe "
+    .. "(probe:predict(t) -> labels, probs; probe:save(path, { layer = })); ember.probe.load(path) (docs/probes.md)",
   plot = "ember.plot.heatmap(t, { out = 'DIR/name', xtokens=, ytokens=, ... }) -> { svg, png }; "
     .. "ember.plot.attention{ model=, prompt=, layer=, heads=, out= } (docs/lua-api.md)",
 }

@@ -169,45 +169,20 @@ local function train(args, argv, io_)
   local seed = o.seed or probe.DEFAULTS.seed
   local pool = o.pool or probe.DEFAULTS.pool
   local ex = examples(o, o.layer, pool, true)
-  local labels, index = probe.classes(ex.labels)
-  local k = #labels
-  if k < 2 then
-    usage_error("--data: every example has the label %s; a probe needs at least 2 classes", tostring(labels[1]))
-  end
-  local y = {}
-  for i, l in ipairs(ex.labels) do y[i] = index[l] end
-  local tr, held = probe.split(y, k, holdout, seed)
-  local function subset(idx, v)
-    local out = {}
-    for j, i in ipairs(idx) do out[j] = v[i] end
-    return out
-  end
-  local fit_opts = { iterations = o.iterations, l2 = o.l2 }
-  local p = probe.fit(subset(tr, ex.X), subset(tr, y), k, fit_opts, progress("probe: train", "iterations"))
-  local train_acc, train_right = probe.accuracy(p, ex.X, y, tr)
-  local held_acc, held_right = probe.accuracy(p, ex.X, y, held)
-  local majority = probe.majority(y, held, k)
-  local control_acc, control_right
-  if o.control then
-    -- the same split and training, the labels permuted among all examples: what the features give
-    -- when the labels carry no information about them
-    local yc = probe.shuffle(y, seed + 0x5EED)
-    local pc = probe.fit(subset(tr, ex.X), subset(tr, yc), k, fit_opts, progress("probe: control", "iterations"))
-    control_acc, control_right = probe.accuracy(pc, ex.X, yc, held)
-  end
-  local training = {
-    seed = seed, holdout = holdout, iterations = p.iterations, learning_rate = p.learning_rate, l2 = p.l2,
-    loss = p.loss, n_train = #tr, n_heldout = #held, train_accuracy = train_acc,
-    heldout_accuracy = held_acc or json.null, heldout_majority = majority or json.null,
-    control_heldout_accuracy = control_acc,
-  }
+  local okt, res = pcall(probe.train, ex.X, ex.labels, { holdout = holdout, seed = seed, iterations = o.iterations,
+    l2 = o.l2, control = o.control }, function(label) return progress(label, "iterations") end)
+  if not okt then usage_error("--data: %s", (tostring(res):gsub("^probe: ", ""))) end
+  local p, labels, training, counts = res.probe, res.labels, res.training, res.counts
+  local tr, held, k = res.train, res.heldout, #res.labels
+  local train_acc, held_acc = training.train_accuracy, training.heldout_accuracy ~= json.null
+    and training.heldout_accuracy or nil
+  local majority = training.heldout_majority ~= json.null and training.heldout_majority or nil
+  local control_acc = training.control_heldout_accuracy
+  local train_right, held_right, control_right = res.right.train, res.right.heldout, res.right.control
   if o.out then
     fs.write_atomic(o.out, probe.encode(p, { model = ex.model, layer = o.layer, pool = pool, labels = labels,
       training = training, data = ex.data, argv = argv }), "--out")
   end
-  local counts = {}
-  for c = 1, k do counts[c] = 0 end
-  for _, c in ipairs(y) do counts[c] = counts[c] + 1 end
   if o.json then
     io_.stdout:write(json.encode(json.ordered({ "kind", "layer", "pool", "classes", "counts", "training", "out" }, {
       kind = p.kind, layer = o.layer, pool = pool, classes = json.array({ table.unpack(labels) }),

@@ -106,7 +106,8 @@ describe("check_experiment", function()
 
   it("refuses misspelt hooks, callable tables and inherited ones included", function()
     local callable = setmetatable({}, { __call = function() end })
-    assert.are.equal("compose: experiment 'x' defines 'after_mpl', which is not a hook (did you mean 'after_mlp'?)",
+    assert.are.equal("compose: experiment 'x' defines 'after_mpl', which is not a hook (did you mean 'after_mlp'?); "
+      .. "a helper's name starts with '_'",
       error_of(ember.check_experiment, { name = "x", after_mpl = callable }, "compose"))
     local class = { on_generation_complet = function() end }
     class.__index = class

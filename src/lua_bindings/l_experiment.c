@@ -557,23 +557,36 @@ static bool is_callable(lua_State *L, int i) {
     return true;
 }
 
+/* The farthest a field's name may be from a hook's, case and '_' aside, and still be taken for a
+ * misspelling of it (a plural is 1; every hook name has 9 or more letters). */
+#define NEAR_MISS 2
+
+/* The hook k misspells (set by the caller's names list), or NULL: k is not a hook, is not a helper
+ * (a leading '_'), and is a near miss of a hook name, or is a callable named like one (after_*). */
+static const char *misspelt_hook(const char *k, bool callable, const char *const *names) {
+    if (k[0] == '_' || is_hook_name(k)) return NULL;
+    const char *near = ember_lua_closest(k, names);
+    if (ember_lua_fold_distance(k, near) <= NEAR_MISS) return near;
+    return callable && looks_like_hook(k) ? near : NULL;
+}
+
 /* A callable named like a hook but not one (after_mpl) would silently never run: refuse it.
  * Looks at the table and at the tables its metatables' __index chain leads to (class style). */
 static void check_typos(lua_State *L, int exp, const char *name, const char *fname) {
+    const char *names[EMBER_HOOK_COUNT + 1];
+    hook_name_list(names);
     lua_pushvalue(L, exp); /* [t] */
     for (int depth = 0; depth < 16 && lua_type(L, -1) == LUA_TTABLE; depth++) {
         int t = lua_gettop(L);
         lua_pushnil(L);
         while (lua_next(L, t)) { /* [t, k, v] */
-            if (lua_type(L, -2) == LUA_TSTRING && is_callable(L, -1)) {
-                const char *k = lua_tostring(L, -2);
-                if (looks_like_hook(k) && !is_hook_name(k)) {
-                    const char *names[EMBER_HOOK_COUNT + 1];
-                    hook_name_list(names);
-                    luaL_error(L, "%s: experiment '%s' defines '%s', which is not a hook (did you mean '%s'?)", fname,
-                               name, k, ember_lua_closest(k, names));
-                }
-            }
+            const char *hook = NULL;
+            if (lua_type(L, -2) == LUA_TSTRING) hook = misspelt_hook(lua_tostring(L, -2), is_callable(L, -1), names);
+            if (hook)
+                luaL_error(L,
+                           "%s: experiment '%s' defines '%s', which is not a hook (did you mean '%s'?); a helper's "
+                           "name starts with '_'",
+                           fname, name, lua_tostring(L, -2), hook);
             lua_pop(L, 1);
         }
         if (!lua_getmetatable(L, t)) break; /* [t, mt] */

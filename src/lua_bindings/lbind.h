@@ -40,8 +40,12 @@ void ember_lua_set_internal(lua_State *L, int module, const luaL_Reg *fns);
 /* Raises "bad argument to 'fname' (unknown option 'x', did you mean 'y'? valid: a, b, c)" for any
  * key of the table at idx that is not in `valid` (NULL-terminated). Catches typos in option tables. */
 void ember_lua_check_options(lua_State *L, int idx, const char *fname, const char *const *valid);
-/* The entry of `valid` (NULL-terminated) nearest to word by edit distance, for "did you mean". */
+/* The entry of `valid` (NULL-terminated) nearest to word, for "did you mean": by the distance
+ * below, ties broken by the plain edit distance. */
 const char *ember_lua_closest(const char *word, const char *const *valid);
+/* The edit distance of word and name once both are lower-cased and stripped of '_': 0 for
+ * "Attention_Pattern" or "afterlayer" against a stage name, 1 for a plural. */
+size_t ember_lua_fold_distance(const char *word, const char *name);
 
 /* Optional integer field of the options table at idx; a non-integer raises naming fname/key. */
 lua_Integer ember_lua_opt_int_field(lua_State *L, int idx, const char *fname, const char *key, lua_Integer def);

@@ -85,13 +85,30 @@ static size_t edit_distance(const char *a, const char *b) {
     return prev[lb];
 }
 
+/* word lower-cased without '_' into out (at most 63 characters; longer words are cut). */
+static void fold(const char *word, char out[64]) {
+    size_t n = 0;
+    for (; *word && n < 63; word++)
+        if (*word != '_') out[n++] = (char)(*word >= 'A' && *word <= 'Z' ? *word - 'A' + 'a' : *word);
+    out[n] = '\0';
+}
+
+size_t ember_lua_fold_distance(const char *word, const char *name) {
+    char a[64], b[64];
+    fold(word, a);
+    fold(name, b);
+    return edit_distance(a, b);
+}
+
+/* Nearest once case and '_' are ignored; ties go to the nearer spelling as written. */
 const char *ember_lua_closest(const char *word, const char *const *valid) {
     const char *best = NULL;
-    size_t best_d = (size_t)-1;
+    size_t best_d = (size_t)-1, best_raw = (size_t)-1;
     for (size_t i = 0; valid[i]; i++) {
-        size_t d = edit_distance(word, valid[i]);
-        if (d < best_d) {
+        size_t d = ember_lua_fold_distance(word, valid[i]), raw = edit_distance(word, valid[i]);
+        if (d < best_d || (d == best_d && raw < best_raw)) {
             best_d = d;
+            best_raw = raw;
             best = valid[i];
         }
     }

@@ -93,11 +93,16 @@ local function set_of(list)
 end
 
 -- experiment(cfg) -> the capture experiment (name "capture"). Captured records accumulate in
--- exp.records; exp.stats counts them and the records the cap dropped.
+-- exp.records; exp.stats counts them and the records the cap dropped; exp.model is the model it
+-- ran on ({ family, n_layers, hidden_size, n_vocab }), so the capture can be a patch's source
+-- as it stands (ember.run.patch), without an artifact on disk.
 function M.experiment(cfg)
   local layers, positions = set_of(cfg.layers), set_of(cfg.positions)
   local phase, cap = cfg.phase, cfg.max_records or math.huge
   local exp = { name = "capture", config = cfg, records = {}, stats = { records = 0, dropped = 0 } }
+  function exp:on_model_loaded(ctx)
+    self.model = { family = ctx.family, n_layers = ctx.n_layers, hidden_size = ctx.hidden_size, n_vocab = ctx.n_vocab }
+  end
   for _, stage in ipairs(cfg.stages) do
     local per_layer = selectors.LAYER_STAGE_SET[stage]
     exp[stage] = function(self, ctx, view)

@@ -17,15 +17,76 @@ local function fail(msg, ...)
   error("activation-patch: " .. string.format(msg, ...), 0)
 end
 
--- experiment{ source = artifact table or directory, target = { layer, stage }, model = model
---             [, positions = { p, ... }] [, certify = bool] }
+local function is_tensor(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "ember.Tensor"
+end
+
+-- The records of an in-memory capture (capture.experiment after its run), checked as the artifact
+-- reader checks a record on disk, each tensor an owned ember.Tensor of the record's shape.
+local function memory_records(records)
+  local out = {}
+  for i, r in ipairs(records) do
+    local where = "source: in-memory capture record " .. (i - 1)
+    if type(r) ~= "table" then fail("%s is a %s, not a record", where, type(r)) end
+    local ok, err = pcall(artifact.check_record_fields, r, where)
+    if not ok then fail("%s", err) end
+    if not is_tensor(r.tensor) then
+      fail("%s (%s) holds no owned ember.Tensor (a view expires with its hook: keep view:clone())", where,
+        artifact.record_label(r))
+    end
+    local shape = r.tensor:shape()
+    if shape[1] ~= r.shape[1] or shape[2] ~= r.shape[2] then
+      fail("%s (%s): its tensor is [%d, %d], the record says [%d, %d]", where, artifact.record_label(r), shape[1],
+        shape[2], r.shape[1], r.shape[2])
+    end
+    out[i] = { index = i - 1, stage = r.stage, layer = r.layer, phase = r.phase, start_position = r.start_position,
+      shape = r.shape, tensor = r.tensor }
+  end
+  return out
+end
+
+-- The source as the patch reads it: { where (how messages name it), family, records }. From an
+-- artifact directory (read and verified), an artifact already read (artifact.read), or an in-memory
+-- capture (capture.experiment, after the run it observed: it knows the model's family).
+local function resolve_source(src)
+  if type(src) == "string" then src = artifact.read(src) end
+  if type(src) ~= "table" then
+    fail("source must be an artifact directory, an artifact read with ember.store.artifact.read, or an in-memory "
+      .. "capture (ember.run.capture.experiment), got a %s", type(src))
+  end
+  if type(src.manifest) == "table" and type(src.records) == "table" then
+    return { where = "'" .. tostring(src.dir) .. "'", family = src.manifest.model.family, records = src.records }
+  end
+  if type(src.records) ~= "table" then
+    fail("source is a table with neither an artifact's manifest nor a capture's records")
+  end
+  if type(src.model) ~= "table" then
+    fail("source: the in-memory capture has not observed a run yet (it learns the model's family when its run "
+      .. "starts); run it first, or write it to an artifact")
+  end
+  return { where = "the in-memory capture", family = src.model.family, records = memory_records(src.records) }
+end
+
+-- The options, checked before anything is read: a mistake is a message, never a Lua error inside.
+local function check_options(opts)
+  if type(opts) ~= "table" then fail("expected a table of options, got a %s", type(opts)) end
+  local model = opts.model
+  if model == nil or type(model.info) ~= "table" then fail("model = <the loaded model> is required") end
+  if type(opts.target) ~= "table" then fail("target = { layer = L, stage = STAGE } is required") end
+  if opts.source == nil then fail("source = <artifact directory | artifact | in-memory capture> is required") end
+end
+
+-- experiment{ source = artifact directory, artifact table or in-memory capture, target = { layer,
+--             stage }, model = model [, positions = { p, ... }] [, certify = bool] }
 -- -> the patch experiment (name "activation-patch"). Raises on every setup problem: missing or
 -- ambiguous source, family / layer / width / dtype mismatch, a targeted position no record holds.
 -- The source may come from another prompt of the same length (clean -> corrupted): records are
 -- matched by position and row count, never by prompt.
 function M.experiment(opts)
+  check_options(opts)
   local src = opts.source
-  if type(src) == "string" then src = artifact.read(src) end
+  local source = resolve_source(src)
   local target, info = opts.target, opts.model.info
   local L, stage = target.layer, target.stage
   -- the logits stages (before_logits, after_logits) have no layer and one row per evaluation
@@ -43,10 +104,9 @@ function M.experiment(opts)
   end
   local what = L and string.format("%s layer %d", stage, L) or stage
   local width = stage == "after_logits" and info.n_vocab or info.hidden_size
-  local sm = src.manifest
-  if sm.model.family ~= info.family then
-    fail("family mismatch: source artifact '%s' was captured from a %s model, this model is %s",
-      src.dir, tostring(sm.model.family), info.family)
+  if source.family ~= info.family then
+    fail("family mismatch: source %s was captured from a %s model, this model is %s", source.where,
+      tostring(source.family), info.family)
   end
 
   -- Position targeting: nil patches every row of every evaluation (the whole tensor); a list
@@ -68,14 +128,14 @@ function M.experiment(opts)
   local by_phase = { prefill = {}, decode = {} }
   local entries, holder = {}, {}
   local any = false
-  for _, r in ipairs(src.records) do
+  for _, r in ipairs(source.records) do
     if r.stage == stage and r.layer == L then
       any = true
       local slot = by_phase[r.phase]
       local prev = slot[r.start_position]
       if prev then
-        fail("ambiguous source: records %d and %d of '%s' are both %s; a target must resolve to exactly one record",
-          prev.record.index, r.index, src.dir, artifact.record_label(r))
+        fail("ambiguous source: records %d and %d of %s are both %s; a target must resolve to exactly one record",
+          prev.record.index, r.index, source.where, artifact.record_label(r))
       end
       if r.shape[2] ~= width then
         fail("width mismatch: source record %d (%s) has %d columns, the model's %s is %d",
@@ -93,8 +153,8 @@ function M.experiment(opts)
           if targets[pos] then
             local other = holder[pos]
             if other then
-              fail("ambiguous source: position %d is held by records %d (%s) and %d (%s) of '%s'", pos,
-                other.index, artifact.record_label(other), r.index, artifact.record_label(r), src.dir)
+              fail("ambiguous source: position %d is held by records %d (%s) and %d (%s) of %s", pos,
+                other.index, artifact.record_label(other), r.index, artifact.record_label(r), source.where)
             end
             holder[pos] = r
             local t = r.tensor:row(row) -- a tensor's row is an owned [1, cols] copy
@@ -112,11 +172,11 @@ function M.experiment(opts)
   end
   if not any then
     local have = {}
-    for _, r in ipairs(src.records) do
+    for _, r in ipairs(source.records) do
       local k = r.stage .. (r.layer and (" layer " .. r.layer) or "")
       if not have[k] then have[k] = true; have[#have + 1] = k end
     end
-    fail("no source record for %s in '%s' (it holds: %s)", what, src.dir,
+    fail("no source record for %s in %s (it holds: %s)", what, source.where,
       #have > 0 and table.concat(have, ", ") or "no records")
   end
   if targets then
@@ -124,8 +184,8 @@ function M.experiment(opts)
     for p in pairs(targets) do if not holder[p] then missing[#missing + 1] = p end end
     table.sort(missing)
     if #missing > 0 then
-      fail("no source record for %s at position%s %s in '%s': every targeted position needs one", what,
-        #missing > 1 and "s" or "", table.concat(missing, ","), src.dir)
+      fail("no source record for %s at position%s %s in %s: every targeted position needs one", what,
+        #missing > 1 and "s" or "", table.concat(missing, ","), source.where)
     end
   end
 
@@ -148,14 +208,14 @@ function M.experiment(opts)
         local first = ctx.start_position
         for p = first, first + ctx.input_token_count - 1 do
           if targets[p] then
-            fail("no source record for %s %s @%d in '%s' (it holds targeted position %d)",
-              what, phase, first, src.dir, p)
+            fail("no source record for %s %s @%d in %s (it holds targeted position %d)",
+              what, phase, first, source.where, p)
           end
         end
         return
       end
-      fail("no source record for %s %s @%d in '%s': every evaluation of the target needs one",
-        what, phase, ctx.start_position, src.dir)
+      fail("no source record for %s %s @%d in %s: every evaluation of the target needs one",
+        what, phase, ctx.start_position, source.where)
     end
     if (logits_stage and 1 or ctx.input_token_count) ~= e.rows then
       fail("shape mismatch at %s: the live tensor has %d rows, source record %d has %d (different prompt?)",

@@ -86,6 +86,11 @@ local function check_record_fields(r, where)
   end
 end
 
+-- check_record_fields(r, where): the record checks of the reader (stage, layer, phase,
+-- start_position, shape), for records that come from elsewhere (an in-memory capture); raises
+-- "<where>: ..." naming the first problem.
+M.check_record_fields = check_record_fields
+
 -- Sections every artifact carries (SPEC §6.1); the writer refuses to produce an artifact without them.
 local REQUIRED = {
   { "model", "table" }, { "tokenizer", "table" }, { "prompt", "table" }, { "input_ids", "table" },

@@ -9,6 +9,7 @@
 -- exp:lines() gives it as a list of strings and exp:top() as numbers (in a session, where no
 -- completion is signalled).
 
+local token_label = require("ember.analysis.token_label")
 local xargs = require("ember.run.experiment_args")
 
 return function(args, model)
@@ -35,12 +36,14 @@ return function(args, model)
     self.stats.layers = self.stats.layers + 1
   end
 
-  local function piece(id)
-    local s = model:detokenize({ id })
-    s = s:gsub("[%c]", function(c) return string.format("\\x%02x", c:byte()) end)
-    if #s > 12 then s = s:sub(1, 11) .. "~" end
-    return "'" .. s .. "'"
-  end
+  -- The token's piece whole and quoted, as every figure and table shows text (token_label:
+  -- \n, \t, other control bytes and bytes that are not UTF-8 as \xHH): a cut piece could not be
+  -- told apart.
+  local function piece(id) return "'" .. token_label.printable(model:detokenize({ id })) .. "'" end
+
+  -- Display width: characters (a printable piece is valid UTF-8).
+  local function width(s) return utf8.len(s) or #s end
+  local function pad(s, w) return s .. string.rep(" ", w - width(s)) end
 
   -- top() -> { [layer] = { ids = {...}, probs = {...} } }: the top-k token ids (0-based) and their
   -- softmax probabilities, best first, per layer read
@@ -53,20 +56,32 @@ return function(args, model)
     return t
   end
 
-  -- lines() -> the table: one line per layer, the top-k tokens and softmax probabilities
+  -- lines() -> the table: one line per layer, each of the top-k cells "id 'piece' probability",
+  -- columns as wide as their widest cell
   function exp:lines()
-    local out = { string.format("logit lens: top %d tokens after each layer at position %s", k, tostring(at)) }
-    local head = { string.format("%5s", "layer") }
-    for j = 1, k do head[#head + 1] = string.format("%-22s", "#" .. j) end
-    out[#out + 1] = table.concat(head, "  ")
     local top, layers = self:top(), {}
     for l in pairs(top) do layers[#layers + 1] = l end
     table.sort(layers)
-    for _, l in ipairs(layers) do
+    local cells, widths = {}, {}
+    for j = 1, k do widths[j] = width("#" .. j) end
+    for i, l in ipairs(layers) do
       local ids, values = top[l].ids, top[l].probs
-      local cells = { string.format("%5d", l) }
-      for j = 1, #ids do cells[#cells + 1] = string.format("%-14s %7.4f", piece(ids[j]), values[j]) end
-      out[#out + 1] = table.concat(cells, "  ")
+      cells[i] = {}
+      for j = 1, #ids do
+        local c = string.format("%d %s %.4f", ids[j], piece(ids[j]), values[j])
+        cells[i][j] = c
+        if width(c) > widths[j] then widths[j] = width(c) end
+      end
+    end
+    local out = { string.format("logit lens: top %d tokens after each layer at position %s (id 'piece' probability)",
+      k, tostring(at)) }
+    local head = { string.format("%5s", "layer") }
+    for j = 1, k do head[#head + 1] = pad("#" .. j, widths[j]) end
+    out[#out + 1] = (table.concat(head, "  "):gsub("%s+$", ""))
+    for i, l in ipairs(layers) do
+      local row = { string.format("%5d", l) }
+      for j = 1, #cells[i] do row[#row + 1] = pad(cells[i][j], widths[j]) end
+      out[#out + 1] = (table.concat(row, "  "):gsub("%s+$", ""))
     end
     return out
   end

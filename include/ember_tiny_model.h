@@ -1,7 +1,8 @@
 /* ember_tiny_model.h — the tools' public interface: deterministic random-weight llama / qwen3 / qwen2 /
- * gemma4 / gpt2 models in llama.cpp's GGUF layout, small enough to run in tests in milliseconds. The
- * project's default model comes from here. Includes only ember.h, so the bindings (ember.make_tiny_model)
- * and any user of the tools see no engine-internal header; tools/tiny_model.h adds the GGUF-writer entry.
+ * gemma4 / gpt2 models in llama.cpp's GGUF layout, small enough to run in tests in milliseconds (the
+ * project's default model comes from here), and the control-vector writer. Includes only ember.h, so
+ * the bindings (ember.make_tiny_model, core.write_control_vector) and any user of the tools see no
+ * engine-internal header; tools/tiny_model.h adds the GGUF-writer entry.
  *
  * Weights: each tensor has its own generator, seeded from (seed, tensor name), so a tensor's values
  * do not depend on the other tensors. Values are approximately normal (sum of 12 uniforms - 6:
@@ -81,5 +82,15 @@ extern const char *const ember_tiny_model_shapes[];
 /* "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" |
  * "q6_k" */
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out);
+
+/* ---- control vectors (tools/control_vector_write.c) ---- */
+
+/* Writes a control vector in llama.cpp's cvector-generator layout: general.architecture
+ * "controlvector", controlvector.model_hint, controlvector.layer_count (= n_dirs), and one f32
+ * tensor direction.<layers[i]> of n_embd values per direction (values: n_dirs x n_embd, row-major).
+ * layers[] must start at 1 or later and increase; every value must be finite. The file appears
+ * whole or not at all. */
+ember_status ember_control_vector_write(const char *path, const char *model_hint, int64_t n_embd, int64_t n_dirs,
+                                        const int64_t *layers, const float *values, ember_error *err);
 
 #endif

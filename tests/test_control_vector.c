@@ -1,8 +1,10 @@
 /* test_control_vector.c — ember_control_vector_read on files written with the project's GGUF writer
  * the way llama.cpp's cvector-generator writes them: directions come back in file order with their
  * layer numbers and exact values; every malformation llama.cpp refuses (and a model file given by
- * mistake) is an error naming the file and the tensor. */
+ * mistake) is an error naming the file and the tensor. The tools' ember_control_vector_write makes
+ * files this reader reads back exactly, and refuses what it could not read. */
 #include "ember_internal.h"
+#include "ember_tiny_model.h"
 #include "gguf_writer.h"
 #include "test_support.h"
 
@@ -41,6 +43,41 @@ static void expect_error(const char *path, const char *text) {
     CHECK_MSG(st != EMBER_OK && cv == NULL, "%s: read succeeded", path);
     CHECK_MSG(strstr(err.msg, path) != NULL, "message does not name the file: %.900s", err.msg);
     CHECK_MSG(strstr(err.msg, text) != NULL, "expected %.60s in: %.900s", text, err.msg);
+}
+
+/* ember_control_vector_write: read back exactly; layer 0, unordered layers, a NaN refused with
+ * the file named, and no file left behind */
+static void test_writer(const char *path) {
+    const int64_t layers[] = {1, 2, 5};
+    float values[3 * N_EMBD];
+    for (int i = 0; i < 3; i++) direction(i + 2, values + i * N_EMBD);
+    ember_error err = {0};
+    remove(path);
+    CHECK_MSG(ember_control_vector_write(path, "qwen3", N_EMBD, 3, layers, values, &err) == EMBER_OK, "%.900s",
+              err.msg);
+    ember_control_vector *cv = NULL;
+    CHECK_MSG(ember_control_vector_read(path, &cv, &err) == EMBER_OK, "%.900s", err.msg);
+    if (cv) {
+        CHECK(cv->n_embd == N_EMBD && cv->n_directions == 3 && cv->layer_count == 3);
+        CHECK(cv->model_hint && strcmp(cv->model_hint, "qwen3") == 0);
+        for (int i = 0; i < 3; i++) CHECK(cv->layers[i] == layers[i]);
+        CHECK(memcmp(cv->values, values, sizeof values) == 0);
+        ember_control_vector_free(cv);
+    }
+    remove(path);
+    const int64_t zero[] = {0}, unordered[] = {2, 1};
+    CHECK(ember_control_vector_write(path, "x", N_EMBD, 1, zero, values, &err) != EMBER_OK);
+    CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, "direction.0"), "%.900s", err.msg);
+    CHECK(ember_control_vector_write(path, "x", N_EMBD, 2, unordered, values, &err) != EMBER_OK);
+    CHECK_MSG(strstr(err.msg, "direction.1 after direction.2"), "%.900s", err.msg);
+    float nan_values[N_EMBD];
+    direction(3, nan_values);
+    nan_values[4] = 0.0f / 0.0f;
+    CHECK(ember_control_vector_write(path, "x", N_EMBD, 1, layers, nan_values, &err) != EMBER_OK);
+    CHECK_MSG(strstr(err.msg, "direction.1[4] is not finite"), "%.900s", err.msg);
+    FILE *left = fopen(path, "rb");
+    CHECK_MSG(left == NULL, "a refused write left %.900s", path);
+    if (left) fclose(left);
 }
 
 int main(void) {
@@ -119,5 +156,6 @@ int main(void) {
         expect_error(path, "no direction.N tensors");
     }
     expect_error("/nonexistent/cvec.gguf", "/nonexistent/cvec.gguf");
+    test_writer(path);
     return ember_test_finish();
 }

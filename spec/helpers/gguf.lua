@@ -32,18 +32,20 @@ local function read_value(s, t, pos)
   error("gguf: unknown value type " .. tostring(t))
 end
 
--- gguf.open(path) -> { meta = { key = scalar or string }, tensors = { name = { dims, type, data_pos } } }
+-- gguf.open(path) -> { version, meta = { key = scalar or string }, meta_types = { key = GGUF value
+-- type id }, keys = { keys in file order }, tensors = { name = { dims, type, data_pos } }, names }
 function M.open(path)
   local s = require("helpers.files").read(path)
   assert(s:sub(1, 4) == "GGUF", "gguf: " .. path .. " is not a GGUF file")
-  local _, n_tensors, n_kv, pos = string.unpack("<I4I8I8", s, 5)
-  local meta = {}
+  local version, n_tensors, n_kv, pos = string.unpack("<I4I8I8", s, 5)
+  local meta, types, keys = {}, {}, {}
   for _ = 1, n_kv do
     local klen, p = string.unpack("<I8", s, pos)
     local key = s:sub(p, p + klen - 1)
     local t
     t, p = string.unpack("<I4", s, p + klen)
     meta[key], pos = read_value(s, t, p)
+    types[key], keys[#keys + 1] = t, key
   end
   local tensors, order = {}, {}
   for _ = 1, n_tensors do
@@ -61,7 +63,8 @@ function M.open(path)
   local align = meta["general.alignment"] or 32
   local data_start = ((pos - 1 + align - 1) // align) * align + 1
   for _, t in pairs(tensors) do t.data_pos = data_start + t.offset end
-  return setmetatable({ bytes = s, meta = meta, tensors = tensors, names = order }, { __index = M })
+  return setmetatable({ bytes = s, version = version, meta = meta, meta_types = types, keys = keys,
+    tensors = tensors, names = order }, { __index = M })
 end
 
 local function f16_to_number(h)

@@ -19,6 +19,8 @@ M.MODULE = {
   make_tiny_model = "ember.make_tiny_model(path [, { family, dtype, seed }]) -> true | nil, message",
   read_control_vector = "ember.read_control_vector(path) -> { n_embd, model_hint, layer_count, "
     .. "directions = { {layer, tensor} } } (llama.cpp control vector)",
+  write_control_vector = "ember.write_control_vector(path, { model_hint =, directions = { {layer = N, tensor} } }) "
+    .. "-> true: llama.cpp's control-vector layout (ember control-vector makes one)",
   sampler = "ember.sampler{ n_vocab, temperature, top_k, top_p, seed } -> Sampler (what generate samples with)",
   check_experiment = "ember.check_experiment(exp [, fname]) -> { hook = fn }: the attach-time checks of an experiment",
   sha256 = "ember.sha256(s) -> 64 lowercase hex characters",

@@ -46,6 +46,34 @@ describe("ember flags", function()
     end
   end)
 
+  it("names the flag an unknown one misspells, in every command (did you mean)", function()
+    local cases = {
+      { { "--model", "m.gguf", "--prompt", "x", "--max-token", "3" }, "'--max-token' (did you mean '--max-tokens'?)" },
+      { { "--modle", "m.gguf" }, "'--modle' (did you mean '--model'?)" },
+      { { "--capture-stage", "all" }, "'--capture-stage' (did you mean '--capture-stages'?)" },
+      { { "sweep", "--metrics", "kl" }, "'--metrics' (did you mean '--metric'?)" },
+      { { "attention", "--heads", "1" }, "'--heads' (did you mean '--head'?)" },
+      { { "control-vector", "--positives", "p.jsonl" }, "'--positives' (did you mean '--positive'?)" },
+      { { "compare-models", "--max-tokns", "2" }, "'--max-tokns' (did you mean '--max-tokens'?)" },
+      { { "probe", "train", "--layr", "1" }, "'--layr' (did you mean '--layer'?)" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = ember(table.unpack(c[1]))
+      assert.equal(2, code, c[2])
+      assert.equal("", out)
+      assert.matches("unknown flag " .. c[2], err, 1, true)
+    end
+    -- a token the grammar refuses gets the flag it misspells too
+    local code, _, err = ember("--capture_stages", "all")
+    assert.equal(2, code)
+    assert.matches("malformed flag '--capture_stages' (flags look like --name or --name=value) (did you mean "
+      .. "'--capture-stages'?)", err, 1, true)
+    -- far from every flag: no guess
+    code, _, err = ember("--zzz")
+    assert.equal(2, code)
+    assert.matches("unknown flag '--zzz'\n", err, 1, true)
+  end)
+
   it("names the flag whose value is malformed", function()
     local cases = {
       { "--max-tokens", "-1", "--max-tokens: expected a non-negative integer" },

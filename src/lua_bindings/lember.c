@@ -329,6 +329,28 @@ static int l_read_file(lua_State *L) {
     return 1;
 }
 
+/* core.internal.closest(word, names) -> the name nearest to word (ember_lua_closest: case and '_'
+ * set aside) and its distance, or nothing for an empty list: the one near-miss rule for the Lua
+ * library's "did you mean" (command-line flags). */
+static int l_closest(lua_State *L) {
+    const char *word = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 2);
+    if (n < 1) return 0;
+    const char **names = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *names, 0); /* [word, names, ud] */
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 2, i); /* the string stays alive in the table while this runs */
+        if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "closest: names[%d] is not a string", (int)i);
+        names[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    names[n] = NULL;
+    const char *best = ember_lua_closest(word, names);
+    lua_pushstring(L, best);
+    lua_pushinteger(L, (lua_Integer)ember_lua_fold_distance(word, best));
+    return 2;
+}
+
 /* ember.now_ms() -> milliseconds from a monotonic clock (for measurements; the origin means nothing) */
 static int l_now_ms(lua_State *L) {
     lua_pushnumber(L, ember_lua_now_ms());
@@ -395,11 +417,9 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_trace(L, module);
     lua_pushboolean(L, 1);
     lua_setfield(L, module, "has_tokenizer");
-    static const luaL_Reg internal[] = {{"check_options", l_check_options},
-                                        {"opt_int", l_opt_int},
-                                        {"opt_num", l_opt_num},
-                                        {"clear_interrupt", l_clear_interrupt},
-                                        {NULL, NULL}};
+    static const luaL_Reg internal[] = {
+        {"check_options", l_check_options},     {"opt_int", l_opt_int}, {"opt_num", l_opt_num},
+        {"clear_interrupt", l_clear_interrupt}, {"closest", l_closest}, {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 
     /* The class metatables, so lib/ember can add Lua-side methods and getters, and the REPL can

@@ -112,6 +112,37 @@ local function convert(flag, value)
   return v
 end
 
+-- How far (case and '_' set aside) a misspelt flag may be from a flag to be named as the one meant:
+-- the rule the hook names use (core.internal.closest, lember.c).
+M.NEAR_MISS = 2
+
+-- near(name, spec) -> the flag of spec that `name` misspells, or nil
+local function near(name, spec)
+  local names = {}
+  for k in pairs(spec) do names[#names + 1] = k end
+  table.sort(names)
+  local best, d = require("ember.core").internal.closest(name, names)
+  if best and d <= M.NEAR_MISS then return best end
+  return nil
+end
+
+-- unknown_flag(name, spec): the usage error for a flag spec does not hold, naming the nearest one
+-- ("--max-token" -> "did you mean '--max-tokens'?") when it is a near miss.
+local function unknown_flag(name, spec)
+  local best = near(name, spec)
+  if best then usage_error("unknown flag '--%s' (did you mean '--%s'?)", name, best) end
+  usage_error("unknown flag '--%s'", name)
+end
+
+-- malformed(tok, msg, spec): the usage error for a token the grammar refuses, with the flag it
+-- misspells when it is one ("--capture_stages" -> "--capture-stages").
+local function malformed(tok, msg, spec)
+  local name = type(tok) == "string" and tok:match("^%-%-([^=]+)")
+  local best = name and near(name, spec)
+  if best then usage_error("%s (did you mean '--%s'?)", msg, best) end
+  usage_error("%s", msg)
+end
+
 -- parse(args, first, spec) -> opts, positionals: args[first..] against spec (from M.spec).
 -- Raises a usage error naming the flag.
 function M.parse(args, first, spec)
@@ -120,12 +151,12 @@ function M.parse(args, first, spec)
   while i <= #args do
     local tok = args[i]
     local name, value = selectors.parse_flag(tok)
-    if name == false then usage_error("%s", value) end
+    if name == false then malformed(tok, value, spec) end
     if name == nil then
       positionals[#positionals + 1] = tok
     else
       local flag = spec[name]
-      if not flag then usage_error("unknown flag '--%s'", name) end
+      if not flag then unknown_flag(name, spec) end
       if opts[name] ~= nil and not flag.many then usage_error("flag '--%s' given more than once", name) end
       if flag.kind == "bool" then
         if value ~= nil then usage_error("flag '--%s' takes no value (got '%s')", name, value) end

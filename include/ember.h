@@ -107,7 +107,9 @@ ember_status ember_model_weight_f32(const ember_model *model, const char *name, 
  * logits stages. Inside a layer (docs/hooks.md gives the shapes):
  *   attention_pattern  [n_head * rows, sequence_length] softmax probabilities, row h*rows + i
  *   attention_heads    [rows, n_head * head_dim] mixed values before the output projection
- *   mlp_activation     [rows, n_ff] the input of the down projection */
+ *   mlp_activation     [rows, n_ff] the input of the down projection
+ * and, only where an SAE is spliced in (ember_sae_sites), right after the stage it reads:
+ *   sae_features       [rows, d_sae] the SAE's feature activations, editable */
 typedef enum {
     EMBER_STAGE_BEFORE_LAYER = 0,
     EMBER_STAGE_ATTENTION_PATTERN,
@@ -116,6 +118,7 @@ typedef enum {
     EMBER_STAGE_MLP_ACTIVATION,
     EMBER_STAGE_AFTER_MLP,
     EMBER_STAGE_AFTER_LAYER,
+    EMBER_STAGE_SAE_FEATURES,
     EMBER_STAGE_BEFORE_LOGITS,
     EMBER_STAGE_AFTER_LOGITS,
     EMBER_STAGE_COUNT
@@ -130,6 +133,9 @@ int ember_stage_count(void);
  * mlp_activation), whose views are not the residual stream. Selections that mean "the residual
  * stream" (capture's and activation-stats' defaults) leave these out unless they are named. */
 bool ember_stage_inside_block(ember_stage s);
+/* True for the stages that exist only where an SAE is spliced in (sae_features): no forward pass
+ * reaches them by itself, and selections of "every stage" leave them out unless named. */
+bool ember_stage_sae(ember_stage s);
 
 typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
 
@@ -158,7 +164,11 @@ typedef struct {
     /* Whether the session is tracing this evaluation (ember_session_set_trace). Read-only to
      * hooks: a hook can neither start, stop nor write the trace stream. */
     bool tracing;
+    /* sae_features: which SAE of the pass's ember_sae_sites (1-based); 0 at every other stage. */
+    int sae_site;
 } ember_eval_ctx;
+
+typedef struct ember_sae_sites ember_sae_sites;
 
 /* Return EMBER_OK to continue; anything else aborts the evaluation (fill err). */
 typedef ember_status (*ember_tensor_hook)(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *view,
@@ -168,6 +178,10 @@ typedef ember_status (*ember_tensor_hook)(void *user, ember_stage stage, const e
 typedef struct {
     void *user;
     ember_tensor_hook on_tensor[EMBER_STAGE_COUNT];
+    /* SAEs spliced into the pass (ember_sae_sites_new), or NULL. At a stage an SAE reads, the
+     * stage's own hook runs first, then the SAE encodes the view, on_tensor[sae_features] sees
+     * the features, and the SAE writes back where it writes (ember_sae_site). */
+    ember_sae_sites *saes;
 } ember_hooks;
 
 /* ---- sessions -------------------------------------------------------------------------------- */
@@ -302,6 +316,44 @@ ember_status ember_sae_decode(ember_sae *sae, const float *f, const float *x, in
                               ember_error *err);
 /* Feature i's decoder direction (d_out values, its W_dec row as f32, scaling applied). */
 ember_status ember_sae_direction(const ember_sae *sae, int64_t feature, float *out, ember_error *err);
+int64_t ember_sae_d_in(const ember_sae *sae);
+int64_t ember_sae_d_sae(const ember_sae *sae);
+int64_t ember_sae_d_out(const ember_sae *sae);
+
+/* Splicing SAEs into forward passes. A site reads the view of (stage, layer), columns col0 ..
+ * col0 + d_in - 1 (a head's slice of attention_heads; else 0 and the whole width), encodes it,
+ * shows the features at sae_features, and writes at (stage_out, layer_out) (the same stage for an
+ * SAE; a transcoder's output stage, later in the pass) the columns col0_out .. + d_out - 1:
+ *   EMBER_SAE_SPLICE_ERROR           x + (decode(f_edited) - decode(f_clean)): the error term is
+ *                                    kept, so where nothing edited the features (sae_features
+ *                                    unhooked or not written, or a row written back unchanged)
+ *                                    not a bit of the pass changes. The difference is computed as
+ *                                    the decoder's linear part on f_edited - f_clean (the decode
+ *                                    is affine in f), on the rows where they differ.
+ *   EMBER_SAE_SPLICE_RECONSTRUCTION  decode(f) in place of x (what the SAE loses shows downstream).
+ * A site's buffers grow to the largest evaluation it has seen, then are reused. */
+typedef enum { EMBER_SAE_SPLICE_ERROR = 0, EMBER_SAE_SPLICE_RECONSTRUCTION } ember_sae_splice;
+typedef struct {
+    ember_sae *sae; /* not owned; must outlive the sites */
+    ember_stage stage;
+    int64_t layer; /* -1 for before_logits */
+    int64_t col0;
+    bool sliced; /* the SAE reads a slice from col0 (else the view is exactly d_in wide) */
+    ember_stage stage_out;
+    int64_t layer_out;
+    int64_t col0_out;
+    bool sliced_out; /* likewise for the d_out columns it writes */
+    ember_sae_splice splice;
+} ember_sae_site;
+
+/* n sites (checked: stages an SAE can read and write, the output not before the input). */
+ember_status ember_sae_sites_new(const ember_sae_site *sites, int n, ember_sae_sites **out, ember_error *err);
+void ember_sae_sites_free(ember_sae_sites *s);
+int ember_sae_sites_count(const ember_sae_sites *s);
+/* Counters since the sites were made, per site i: evaluations it spliced, and rows it changed
+ * (written with a nonzero difference, or replaced by the reconstruction). */
+int64_t ember_sae_sites_calls(const ember_sae_sites *s, int i);
+int64_t ember_sae_sites_changed_rows(const ember_sae_sites *s, int i);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 

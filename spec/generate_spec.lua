@@ -15,12 +15,13 @@ end
 -- SPEC §4.1 and the inside-the-layer stages of LUA_API.md, written out here as the independent
 -- expectation.
 local STAGES = { "before_layer", "attention_pattern", "attention_heads", "after_attention", "mlp_activation",
-  "after_mlp", "after_layer", "before_logits", "after_logits" }
-local LAYER_STAGES = { table.unpack(STAGES, 1, 7) }
+  "after_mlp", "after_layer", "sae_features", "before_logits", "after_logits" }
+local LAYER_STAGES = { table.unpack(STAGES, 1, 7) } -- a pass's own (sae_features is an SAE's)
 local INSIDE = { "attention_pattern", "attention_heads", "mlp_activation" }
+local SAE = { "sae_features" }
 local RESIDUAL = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
 local HOOKS = { "on_model_loaded", "before_prefill", "before_layer", "attention_pattern", "attention_heads",
-  "after_attention", "mlp_activation", "after_mlp", "after_layer", "before_logits", "after_logits",
+  "after_attention", "mlp_activation", "after_mlp", "after_layer", "sae_features", "before_logits", "after_logits",
   "on_generation_complete" }
 
 describe("name lists", function()
@@ -33,6 +34,7 @@ describe("name lists", function()
     assert.are.same(STAGES, list(ember.stages))
     assert.are.same(LAYER_STAGES, list(ember.layer_stages))
     assert.are.same(INSIDE, list(ember.inside_stages))
+    assert.are.same(SAE, list(ember.sae_stages))
     assert.are.same(HOOKS, list(ember.hooks))
     for i, st in ipairs(STAGES) do assert.are.equal(i, ember.stages[st]) end
     assert.is_nil(ember.stages.after_mpl)

@@ -8,43 +8,12 @@
 
 local ember = require("ember")
 local sae_mod = require("ember.sae")
-local cjson = require("cjson")
 local H = require("helpers.artifacts")
-local files = require("helpers.files")
+local cases = require("helpers.sae_cases")
 local npy = require("helpers.npy")
 
-local PY = "/usr/bin/python3"
-local SCRIPT = "spec/reference/sae_reference.py"
-
-local function numpy_missing()
-  local ok = os.execute(PY .. " -c 'import numpy' >/dev/null 2>&1")
-  return ok ~= true and (PY .. " with numpy (Debian python3-numpy) is not installed: the reference cannot run")
-    or nil
-end
-local missing = numpy_missing()
-
--- Every case is written once (one python start); reference_case hands out a fresh copy of one.
-local shared
-local function write_all()
-  shared = os.tmpname()
-  os.remove(shared)
-  local cmd = PY .. " " .. H.shell_quote(SCRIPT) .. " " .. H.shell_quote(shared) .. " 2>&1"
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  assert(p:close(), "sae_reference.py failed: " .. out)
-end
-
-local function reference_case(name)
-  if not shared then write_all() end
-  local dir = H.tmpdir()
-  assert(os.execute("cp -r " .. H.shell_quote(shared .. "/" .. name) .. "/. " .. H.shell_quote(dir)))
-  local e = cjson.decode(files.read(dir .. "/expect.json"))
-  local xa = npy.read(dir .. "/x.npy")
-  e.x = ember.tensor_from_bytes(xa.data:sub(xa.offset), xa.rows, xa.cols)
-  e.dir = dir
-  e.sae = dir .. "/" .. e.sae
-  return e
-end
+local missing = cases.missing
+local reference_case = cases.copy
 
 -- The largest |got - want| of each row over that row's largest |want|, the worst row.
 local function worst_rel(t, want, rows, cols)
@@ -94,7 +63,7 @@ local CASES = {
 describe("ember.sae.load + encode/decode against a float64 reference", function()
   if missing then return pending(missing) end
   after_each(H.cleanup)
-  teardown(function() if shared then os.execute("rm -rf " .. H.shell_quote(shared)) end shared = nil end)
+  teardown(cases.cleanup)
 
   for _, c in ipairs(CASES) do
     it(c[1], function()
@@ -145,15 +114,7 @@ describe("ember.sae.load + encode/decode against a float64 reference", function(
   end)
 end)
 
--- cfg.json of a written case, edited by fn, written back.
-local function edit_cfg(e, fn)
-  local path = e.sae .. "/cfg.json"
-  local cfg = cjson.decode(files.read(path))
-  fn(cfg)
-  local f = assert(io.open(path, "w"))
-  f:write(cjson.encode(cfg))
-  f:close()
-end
+local edit_cfg = cases.edit_cfg
 
 local function load_error(path, opts)
   local ok, err = pcall(sae_mod.load, path, opts)
@@ -164,7 +125,7 @@ end
 describe("ember.sae.load refusals", function()
   if missing then return pending(missing) end
   after_each(H.cleanup)
-  teardown(function() if shared then os.execute("rm -rf " .. H.shell_quote(shared)) end shared = nil end)
+  teardown(cases.cleanup)
 
   it("names an unknown architecture, normalisation, reshape and activation", function()
     local e = reference_case("saelens_standard_v6")

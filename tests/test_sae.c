@@ -2,8 +2,12 @@
  * to the lower index (hand-made pre-activations); encode and decode give identical bits for 1, 2
  * and 5 threads, and every kernel set this CPU runs agrees with the reference set within a named
  * budget, for every architecture and weight type; SAELens' [d_in, d_sae] layout and the transposed
- * Linear layout give the same SAE; bad parameters are errors naming them. */
+ * Linear layout give the same SAE; bad parameters are errors naming them. Spliced into a tiny
+ * llama's pass (ember_hooks.saes): unedited, every logit is bit-identical to the pass without it;
+ * a feature zeroed at sae_features moves the logits, and the hook sees its layer and site;
+ * reconstruction and a transcoder change them too; every evaluation is spliced. */
 #include "ember.h"
+#include "ember_tiny_model.h"
 #include "test_rng.h"
 #include "test_support.h"
 
@@ -198,11 +202,131 @@ static void refusals(const weights *w) {
     CHECK(ember_sae_new(NULL, &p, &s, &err) == EMBER_ERR_ARG && strstr(err.msg, "apply_b_dec_to_input"));
 }
 
+/* ---- splicing into a forward pass ---- */
+
+typedef struct {
+    int calls, edit_feature; /* edit_feature < 0: read only */
+    int64_t layer;
+    int site;
+} features_hook;
+
+static ember_status on_features(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                                ember_error *err) {
+    (void)err;
+    features_hook *h = user;
+    h->calls++;
+    h->layer = ctx->layer_index;
+    h->site = ctx->sae_site;
+    if (stage != EMBER_STAGE_SAE_FEATURES || v->cols != 64) return EMBER_ERR_ARG;
+    if (h->edit_feature >= 0) {
+        for (int64_t r = 0; r < v->rows; r++) v->data[r * v->cols + h->edit_feature] = 0.0f;
+        v->written = true;
+    }
+    return EMBER_OK;
+}
+
+/* The logits after a 5-token prefill and one decode, with the given hooks. */
+static bool logits_of(ember_model *m, const ember_hooks *h, float *out, int64_t n_vocab) {
+    ember_session *s = NULL;
+    ember_error err = {0};
+    const int32_t ids[5] = {3, 1, 4, 1, 5};
+    bool ok = CHECKF(ember_session_new(m, 16, &s, &err) == EMBER_OK, "%s", err.msg) &&
+              CHECKF(ember_session_prefill(s, ids, 5, h, &err) == EMBER_OK, "%s", err.msg) &&
+              CHECKF(ember_session_decode(s, 9, h, &err) == EMBER_OK, "%s", err.msg);
+    if (ok) memcpy(out, ember_session_logits(s), (size_t)n_vocab * sizeof(float));
+    ember_session_free(s);
+    return ok;
+}
+
+static void splice(const weights *w) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/sae-llama.gguf", ember_test_tmpdir());
+    ember_tiny_model_params tp;
+    ember_tiny_model_defaults(&tp);
+    ember_error err = {0};
+    if (!CHECKF(ember_tiny_model_write(&tp, path, &err) == EMBER_OK, "%s", err.msg)) return;
+    ember_model_params mp = {.path = path, .kernels = EMBER_KERNELS_AUTO, .n_threads = 2};
+    ember_model *m = NULL;
+    if (!CHECKF(ember_model_load(&mp, &m, &err) == EMBER_OK, "%s", err.msg)) return;
+    const int64_t V = ember_model_get_info(m)->n_vocab, d = ember_model_get_info(m)->hidden_size;
+    float *plain = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+    /* an SAE as wide as the model (64): random weights, biases 0 */
+    static float enc[64 * 64], dec[64 * 64], zero[64];
+    ember_test_rng r = {.state = 2828};
+    for (int i = 0; i < 64 * 64; i++) {
+        enc[i] = ember_test_rng_gaussian(&r, 3, 0.25f);
+        dec[i] = ember_test_rng_gaussian(&r, 3, 0.25f);
+    }
+    ember_sae_params p = params_for(w, EMBER_SAE_STANDARD, EMBER_SAE_NORM_NONE, EMBER_TYPE_F32, false);
+    p.d_in = p.d_out = p.d_sae = d;
+    p.w_enc = f32_tensor(enc, 64, 64);
+    p.w_dec = f32_tensor(dec, 64, 64);
+    p.b_dec = p.b_enc = f32_tensor(zero, 1, 64);
+    ember_sae *sae = NULL;
+    CHECK(d == 64);
+    if (d == 64 && CHECKF(ember_sae_new(m, &p, &sae, &err) == EMBER_OK, "%s", err.msg) &&
+        logits_of(m, NULL, plain, V)) {
+        ember_sae_site site = {.sae = sae,
+                               .stage = EMBER_STAGE_AFTER_LAYER,
+                               .layer = 2,
+                               .stage_out = EMBER_STAGE_AFTER_LAYER,
+                               .layer_out = 2};
+        ember_sae_sites *sites = NULL;
+        CHECK(ember_sae_sites_new(&site, 1, &sites, &err) == EMBER_OK);
+        features_hook fh = {.edit_feature = -1};
+        ember_hooks h = {.user = &fh, .saes = sites};
+        h.on_tensor[EMBER_STAGE_SAE_FEATURES] = on_features;
+        CHECK(logits_of(m, &h, got, V) && memcmp(plain, got, (size_t)V * sizeof(float)) == 0);
+        CHECK(fh.calls == 2 && fh.layer == 2 && fh.site == 1);
+        CHECK(ember_sae_sites_calls(sites, 0) == 2 && ember_sae_sites_changed_rows(sites, 0) == 0);
+        int64_t moved = 0;
+        for (int f = 0; f < 64 && moved == 0; f++) { /* the first feature whose ablation shows */
+            fh.edit_feature = f;
+            if (!logits_of(m, &h, got, V)) break;
+            moved = memcmp(plain, got, (size_t)V * sizeof(float)) != 0;
+        }
+        CHECK(moved && ember_sae_sites_changed_rows(sites, 0) > 0);
+        ember_sae_sites_free(sites);
+        /* reconstruction and a transcoder (before_layer 1 -> after_mlp 1): the logits move */
+        ember_sae_site recon[2] = {{.sae = sae,
+                                    .stage = EMBER_STAGE_AFTER_LAYER,
+                                    .layer = 0,
+                                    .stage_out = EMBER_STAGE_AFTER_LAYER,
+                                    .layer_out = 0,
+                                    .splice = EMBER_SAE_SPLICE_RECONSTRUCTION},
+                                   {.sae = sae,
+                                    .stage = EMBER_STAGE_BEFORE_LAYER,
+                                    .layer = 1,
+                                    .stage_out = EMBER_STAGE_AFTER_MLP,
+                                    .layer_out = 1,
+                                    .splice = EMBER_SAE_SPLICE_RECONSTRUCTION}};
+        for (int i = 0; i < 2; i++) {
+            CHECK(ember_sae_sites_new(&recon[i], 1, &sites, &err) == EMBER_OK);
+            ember_hooks hr = {.saes = sites};
+            CHECK(logits_of(m, &hr, got, V) && memcmp(plain, got, (size_t)V * sizeof(float)) != 0);
+            CHECK(ember_sae_sites_changed_rows(sites, 0) == 6); /* 5 prompt rows + 1 decoded */
+            ember_sae_sites_free(sites);
+        }
+        /* a site that writes before it reads, or on the pattern, is refused */
+        ember_sae_site bad = recon[1];
+        bad.layer_out = 0;
+        CHECK(ember_sae_sites_new(&bad, 1, &sites, &err) == EMBER_ERR_ARG && strstr(err.msg, "before it reads"));
+        bad = recon[0];
+        bad.stage = EMBER_STAGE_ATTENTION_PATTERN;
+        CHECK(ember_sae_sites_new(&bad, 1, &sites, &err) == EMBER_ERR_ARG && strstr(err.msg, "cannot read"));
+    }
+    ember_sae_free(sae);
+    free(plain);
+    free(got);
+    ember_model_free(m);
+}
+
 int main(void) {
     static weights w;
     fill(&w);
     topk_ties();
     agreement(&w);
     refusals(&w);
+    splice(&w);
     return ember_test_finish();
 }

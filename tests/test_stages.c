@@ -1,6 +1,7 @@
 /* test_stages.c — the one list of hook stage names (engine/stages.c): pipeline order, count and
  * out-of-range values, against the names the Lua API documents (docs/lua-api.md); and that a
- * forward pass hands every hook a context with tracing disabled. */
+ * forward pass hands every hook a context with tracing disabled (and never calls sae_features
+ * without an SAE). */
 #include "ember.h"
 #include "test_support.h"
 #include "ember_tiny_model.h"
@@ -49,10 +50,12 @@ static void test_tracing_disabled(void) {
 }
 
 int main(void) {
-    static const char *const expected[] = {"before_layer",    "attention_pattern", "attention_heads",
-                                           "after_attention", "mlp_activation",    "after_mlp",
-                                           "after_layer",     "before_logits",     "after_logits"};
-    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 9);
+    static const char *const expected[] = {"before_layer",   "attention_pattern", "attention_heads", "after_attention",
+                                           "mlp_activation", "after_mlp",         "after_layer",     "sae_features",
+                                           "before_logits",  "after_logits"};
+    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 10);
+    for (int i = 0; i < EMBER_STAGE_COUNT; i++) /* only an SAE splice calls sae_features */
+        CHECK(ember_stage_sae((ember_stage)i) == (i == EMBER_STAGE_SAE_FEATURES));
     for (int i = 0; i < EMBER_STAGE_COUNT; i++) {
         const char *name = ember_stage_name((ember_stage)i);
         CHECK_MSG(name && strcmp(name, expected[i]) == 0, "stage %d is '%s', expected '%s'", i, name ? name : "(null)",

@@ -27,6 +27,9 @@ CASES = {
                                      norm="expected_average_only_in", factor=0.75),
     "saelens_scaling_factor": dict(fmt="saelens", arch="standard", dtype="f32", style="pre6", scaling=True),
     "saelens_transcoder": dict(fmt="saelens", arch="transcoder", dtype="f32", style="v6", d_out=48),
+    # one that fits the tiny models (64 wide): the residual entering layer 1 -> that layer's MLP output
+    "saelens_transcoder_model": dict(fmt="saelens", arch="transcoder", dtype="f32", style="v6", d_out=64,
+                                     hook="blocks.1.hook_resid_pre", hook_out="blocks.1.hook_mlp_out"),
     "gemma_scope": dict(fmt="gemma", arch="jumprelu", dtype="f32"),
     "gemma_scope_compressed": dict(fmt="gemma", arch="jumprelu", dtype="f32", compressed=True),
     "llama_scope": dict(fmt="llama", arch="jumprelu", dtype="bf16", norm="expected_average_only_in"),
@@ -151,7 +154,7 @@ def cfg_fields(c, d_out, hook):
         cfg["norm_scaling_factor"] = c["factor"]
     if c["arch"] == "transcoder":
         cfg["d_out"] = d_out
-        cfg["hook_name_out"] = "blocks.1.hook_mlp_out"
+        cfg["hook_name_out"] = c.get("hook_out", "blocks.1.hook_mlp_out")
         cfg["hook_layer_out"] = 1
     return cfg
 
@@ -185,7 +188,7 @@ def write_saelens(c, out, d_out, W_enc, W_dec, b_enc, b_dec, rng):
         w["scaling"] = w.pop("scaling_factor")
     c["apply_b_dec"] = c["arch"] != "transcoder" and c.get("b_dec_in", True)
     c["denorm"] = c["arch"] != "transcoder"
-    hook = "blocks.1.hook_mlp_in" if c["arch"] == "transcoder" else "blocks.1.hook_resid_post"
+    hook = c.get("hook", "blocks.1.hook_mlp_in" if c["arch"] == "transcoder" else "blocks.1.hook_resid_post")
     cfg = cfg_fields(c, d_out, hook)
     if c.get("factor"):
         c["scale_in"] = c["scale_out"] = c["factor"]

@@ -11,13 +11,20 @@
 /* Whether a hook is set for `stage` (the disabled path: a NULL table). */
 static inline bool ember_hook_wants(const ember_hooks *h, ember_stage stage) { return h && h->on_tensor[stage]; }
 
+/* sae.c: the SAEs of h->saes that read or write at (stage, layer), over the view v the stage's
+ * hook has just seen. */
+ember_status ember_sae_sites_run(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx, int64_t layer,
+                                 ember_view *v, ember_error *err);
+
 /* Calls the hook for `stage` if one is set over the caller's view v (so the caller can read
- * v->written afterwards); the disabled path is a pointer test. */
+ * v->written afterwards), then the SAEs spliced in there; the disabled path is a pointer test. */
 static inline ember_status ember_hook_call_view(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx,
                                                 int64_t layer, ember_view *v, ember_error *err) {
-    if (!h || !h->on_tensor[stage]) return EMBER_OK;
+    if (!h) return EMBER_OK;
     ctx->layer_index = layer;
-    return h->on_tensor[stage](h->user, stage, ctx, v, err);
+    ember_status st = h->on_tensor[stage] ? h->on_tensor[stage](h->user, stage, ctx, v, err) : EMBER_OK;
+    if (st == EMBER_OK && h->saes) st = ember_sae_sites_run(h, stage, ctx, layer, v, err);
+    return st;
 }
 
 /* The same over a view made here, holding n_heads attention heads (0: not a per-head stage). */

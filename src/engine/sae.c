@@ -442,3 +442,227 @@ ember_status ember_sae_direction(const ember_sae *s, int64_t feature, float *out
     }
     return EMBER_OK;
 }
+
+int64_t ember_sae_d_in(const ember_sae *s) { return s->d_in; }
+int64_t ember_sae_d_sae(const ember_sae *s) { return s->d_sae; }
+int64_t ember_sae_d_out(const ember_sae *s) { return s->d_out; }
+
+/* ---- splicing into a forward pass -------------------------------------------------------------- */
+
+typedef struct {
+    ember_sae_site s;
+    float *x;          /* (cap, d_in) the inputs, gathered when they are a slice of the view */
+    float *f, *g;      /* (cap, d_sae) the features shown at sae_features, and the clean ones */
+    float *d;          /* (cap, d_out) what the output stage adds or writes */
+    uint8_t *row_set;  /* (cap) rows of d to apply */
+    int64_t cap, rows; /* rows of the pending evaluation */
+    bool pending;      /* the input ran in this evaluation; the output is due */
+    bool any;          /* some row of d is set */
+    int64_t calls, changed_rows;
+} sae_site_state;
+
+struct ember_sae_sites {
+    int n;
+    sae_site_state *site; /* (n) */
+};
+
+/* Stages an SAE reads and writes: a [rows, width] activation (not the pattern, not the features,
+ * not the logits). */
+static bool site_stage_ok(ember_stage st) {
+    return (unsigned)st < EMBER_STAGE_COUNT && st != EMBER_STAGE_ATTENTION_PATTERN && st != EMBER_STAGE_SAE_FEATURES &&
+           st != EMBER_STAGE_AFTER_LOGITS;
+}
+
+static ember_status check_site(const ember_sae_site *t, int i, ember_error *err) {
+    if (!t->sae) return ember_error_set(err, EMBER_ERR_ARG, "ember_sae_sites_new: site %d has no SAE", i);
+    if (!site_stage_ok(t->stage) || !site_stage_ok(t->stage_out))
+        return ember_error_set(err, EMBER_ERR_ARG, "ember_sae_sites_new: site %d: an SAE cannot read %s or write %s", i,
+                               ember_stage_name(t->stage) ? ember_stage_name(t->stage) : "?",
+                               ember_stage_name(t->stage_out) ? ember_stage_name(t->stage_out) : "?");
+    /* the output comes in the same evaluation, at or after the input (layers, then stage order) */
+    const bool logits_in = t->stage == EMBER_STAGE_BEFORE_LOGITS,
+               logits_out = t->stage_out == EMBER_STAGE_BEFORE_LOGITS;
+    const bool after = logits_out  ? true
+                       : logits_in ? false
+                                   : t->layer_out > t->layer || (t->layer_out == t->layer && t->stage_out >= t->stage);
+    if (!after || t->col0 < 0 || t->col0_out < 0 || (!logits_in && t->layer < 0) || (!logits_out && t->layer_out < 0))
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "ember_sae_sites_new: site %d writes at %s of layer %lld, before it reads (%s of layer "
+                               "%lld), or has a negative layer or column",
+                               i, ember_stage_name(t->stage_out), (long long)t->layer_out, ember_stage_name(t->stage),
+                               (long long)t->layer);
+    if (t->splice != EMBER_SAE_SPLICE_ERROR && t->splice != EMBER_SAE_SPLICE_RECONSTRUCTION)
+        return ember_error_set(err, EMBER_ERR_ARG, "ember_sae_sites_new: site %d has an unknown splice", i);
+    return EMBER_OK;
+}
+
+ember_status ember_sae_sites_new(const ember_sae_site *sites, int n, ember_sae_sites **out, ember_error *err) {
+    *out = NULL;
+    if (n < 1 || !sites) return ember_error_set(err, EMBER_ERR_ARG, "ember_sae_sites_new: no sites");
+    for (int i = 0; i < n; i++) {
+        ember_status st = check_site(&sites[i], i, err);
+        if (st != EMBER_OK) return st;
+    }
+    ember_sae_sites *S = calloc(1, sizeof *S);
+    if (S) S->site = calloc((size_t)n, sizeof *S->site);
+    if (!S || !S->site) {
+        free(S);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "ember_sae_sites_new: out of memory");
+    }
+    S->n = n;
+    for (int i = 0; i < n; i++) S->site[i].s = sites[i];
+    *out = S;
+    return EMBER_OK;
+}
+
+void ember_sae_sites_free(ember_sae_sites *S) {
+    if (!S) return;
+    for (int i = 0; i < S->n; i++) {
+        sae_site_state *t = &S->site[i];
+        free(t->x);
+        free(t->f);
+        free(t->g);
+        free(t->d);
+        free(t->row_set);
+    }
+    free(S->site);
+    free(S);
+}
+
+int ember_sae_sites_count(const ember_sae_sites *S) { return S->n; }
+int64_t ember_sae_sites_calls(const ember_sae_sites *S, int i) { return i >= 0 && i < S->n ? S->site[i].calls : 0; }
+int64_t ember_sae_sites_changed_rows(const ember_sae_sites *S, int i) {
+    return i >= 0 && i < S->n ? S->site[i].changed_rows : 0;
+}
+
+static ember_status site_grow(sae_site_state *t, int64_t rows, ember_error *err) {
+    if (rows <= t->cap) return EMBER_OK;
+    const ember_sae *s = t->s.sae;
+    float *x = realloc(t->x, (size_t)(rows * s->d_in) * sizeof(float));
+    if (x) t->x = x;
+    float *f = x ? realloc(t->f, (size_t)(rows * s->d_sae) * sizeof(float)) : NULL;
+    if (f) t->f = f;
+    float *g = f ? realloc(t->g, (size_t)(rows * s->d_sae) * sizeof(float)) : NULL;
+    if (g) t->g = g;
+    float *d = g ? realloc(t->d, (size_t)(rows * s->d_out) * sizeof(float)) : NULL;
+    if (d) t->d = d;
+    uint8_t *m = d ? realloc(t->row_set, (size_t)rows) : NULL;
+    if (m) t->row_set = m;
+    if (!m)
+        return ember_error_set(err, EMBER_ERR_NOMEM,
+                               "sae splice: cannot allocate the buffers of %lld rows x %lld features", (long long)rows,
+                               (long long)s->d_sae);
+    t->cap = rows;
+    return EMBER_OK;
+}
+
+/* The input stage: gather x, encode, show the features, and prepare what the output writes. */
+static ember_status site_input(const ember_hooks *h, int idx, sae_site_state *t, ember_eval_ctx *ctx, int64_t layer,
+                               const ember_view *v, ember_error *err) {
+    ember_sae *s = t->s.sae;
+    if (t->s.sliced ? v->cols < t->s.col0 + s->d_in : v->cols != s->d_in)
+        return ember_error_set(
+            err, EMBER_ERR_ARG,
+            "sae splice: %s of layer %lld has %lld columns, the SAE reads %lld (d_in) from column %lld",
+            ember_stage_name(t->s.stage), (long long)layer, (long long)v->cols, (long long)s->d_in,
+            (long long)t->s.col0);
+    const int64_t rows = v->rows;
+    ember_status st = site_grow(t, rows, err);
+    if (st != EMBER_OK) return st;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(t->x + r * s->d_in, v->data + r * v->cols + t->s.col0, (size_t)s->d_in * sizeof(float));
+    if ((st = ember_sae_encode(s, t->x, rows, t->f, err))) return st;
+    t->rows = rows;
+    t->pending = true;
+    t->any = false;
+    t->calls++;
+    ember_view fv = {.data = t->f, .rows = rows, .cols = s->d_sae};
+    if (h->on_tensor[EMBER_STAGE_SAE_FEATURES]) {
+        const int saved = ctx->sae_site;
+        ctx->sae_site = idx + 1;
+        ctx->layer_index = layer;
+        st = h->on_tensor[EMBER_STAGE_SAE_FEATURES](h->user, EMBER_STAGE_SAE_FEATURES, ctx, &fv, err);
+        ctx->sae_site = saved;
+        if (st != EMBER_OK) return st;
+    }
+    if (t->s.splice == EMBER_SAE_SPLICE_RECONSTRUCTION) {
+        if ((st = ember_sae_decode(s, t->f, t->x, rows, t->d, err))) return st;
+        memset(t->row_set, 1, (size_t)rows);
+        t->any = true;
+        return EMBER_OK;
+    }
+    if (!fv.written) return EMBER_OK; /* nothing edited: the pass stays as it was, bit for bit */
+    /* the clean features again (the same code on the same inputs: the same bits), the rows that
+     * differ, and the decoder's linear part on the difference */
+    if ((st = ember_sae_encode(s, t->x, rows, t->g, err))) return st;
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *fe = t->f + r * s->d_sae, *fc = t->g + r * s->d_sae;
+        bool differs = false;
+        for (int64_t i = 0; i < s->d_sae && !differs; i++) differs = fe[i] != fc[i]; /* -0 = +0; NaN differs */
+        t->row_set[r] = differs;
+        if (!differs) continue;
+        float *dst = t->g + n * s->d_sae; /* compacted in place: row n <= r */
+        for (int64_t i = 0; i < s->d_sae; i++) dst[i] = fe[i] - fc[i];
+        n++;
+    }
+    if (n == 0) return EMBER_OK;
+    if ((st = grow_scratch(s, n, err))) return st;
+    const float *din = t->g;
+    if (s->scaling) {
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < s->d_sae; i++) s->fs[r * s->d_sae + i] = t->g[r * s->d_sae + i] * s->scaling[i];
+        din = s->fs;
+    }
+    ember_matmul(s->compute, &s->dec, din, t->d, n);
+    /* spread the n compact rows back to their places (from the last: row k goes to r >= k), each
+     * scaled by its row's denormalising factor */
+    for (int64_t r = rows - 1, k = n - 1; r >= 0; r--) {
+        if (!t->row_set[r]) continue;
+        float q[4];
+        if (norm_needs_input(s)) row_stats(s, t->x + r * s->d_in, q);
+        else q[2] = s->denorm_out && s->norm == EMBER_SAE_NORM_SCALE ? 1.0f / s->scale_out : 1.0f;
+        float *src = t->d + k * s->d_out, *dst = t->d + r * s->d_out;
+        for (int64_t j = s->d_out - 1; j >= 0; j--) dst[j] = src[j] * q[2];
+        k--;
+    }
+    t->any = true;
+    return EMBER_OK;
+}
+
+/* The output stage: add the difference (error splice) or write the reconstruction. */
+static ember_status site_output(sae_site_state *t, ember_view *v, ember_error *err) {
+    const ember_sae *s = t->s.sae;
+    t->pending = false;
+    if (!t->any) return EMBER_OK;
+    if (v->rows != t->rows || (t->s.sliced_out ? v->cols < t->s.col0_out + s->d_out : v->cols != s->d_out))
+        return ember_error_set(err, EMBER_ERR_ARG, "sae splice: %s is [%lld, %lld], the SAE writes %lld rows of %lld",
+                               ember_stage_name(t->s.stage_out), (long long)v->rows, (long long)v->cols,
+                               (long long)t->rows, (long long)s->d_out);
+    const bool replace = t->s.splice == EMBER_SAE_SPLICE_RECONSTRUCTION;
+    for (int64_t r = 0; r < t->rows; r++) {
+        if (!t->row_set[r]) continue;
+        float *y = v->data + r * v->cols + t->s.col0_out;
+        const float *d = t->d + r * s->d_out;
+        if (replace) memcpy(y, d, (size_t)s->d_out * sizeof(float));
+        else
+            for (int64_t j = 0; j < s->d_out; j++) y[j] += d[j];
+        t->changed_rows++;
+    }
+    v->written = true;
+    return EMBER_OK;
+}
+
+ember_status ember_sae_sites_run(const ember_hooks *h, ember_stage stage, ember_eval_ctx *ctx, int64_t layer,
+                                 ember_view *v, ember_error *err) {
+    ember_sae_sites *S = h->saes;
+    for (int i = 0; i < S->n; i++) {
+        sae_site_state *t = &S->site[i];
+        ember_status st = EMBER_OK;
+        if (t->s.stage == stage && t->s.layer == layer) st = site_input(h, i, t, ctx, layer, v, err);
+        if (st == EMBER_OK && t->pending && t->s.stage_out == stage && t->s.layer_out == layer)
+            st = site_output(t, v, err);
+        if (st != EMBER_OK) return st;
+    }
+    return EMBER_OK;
+}

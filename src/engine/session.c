@@ -217,7 +217,7 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
     const ember_model *m = s->model;
     const float bad_value = s->ws.logits[bad];
     nonfinite_locator lc = {.user = hooks};
-    ember_hooks all = {.user = &lc};
+    ember_hooks all = {.user = &lc, .saes = hooks ? hooks->saes : NULL}; /* the same splices */
     /* Every residual-stream point, and the points inside a layer's blocks where the experiment
      * hooks them (so a hook that writes a NaN there is found there; the pattern buffer exists
      * only then). */
@@ -282,7 +282,7 @@ static ember_status reserve_pattern(ember_session *s, int64_t n, ember_error *er
  * whole because hooks and traces see one evaluation of all n tokens. */
 
 static bool observed(const ember_session *s, const ember_hooks *hooks) {
-    if (s->trace || s->all_logits) return true;
+    if (s->trace || s->all_logits || (hooks && hooks->saes)) return true;
     for (int i = 0; hooks && i < EMBER_STAGE_COUNT; i++)
         if (hooks->on_tensor[i]) return true;
     return false;

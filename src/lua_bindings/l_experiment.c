@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "l_model.h"
+#include "l_sae.h"
 #include "l_tensor.h"
 
 /* The lifecycle hooks of a generation, indexed by ember_lua_hook - EMBER_STAGE_COUNT. The tensor
@@ -38,6 +39,7 @@ enum {
     SLOT_MODEL_CTX,                        /* the model context, built once */
     SLOT_ERR,                              /* the failing hook's error message */
     SLOT_VIEWS,                            /* one root view per (stage, layer) slot, made on first use; see view_slot */
+    SLOT_SAES,                             /* the ember.SAESites spliced in (runner:set_saes), or false */
     SLOT_FN,                               /* SLOT_FN + hook: the method, or false */
     SLOT_CTX = SLOT_FN + EMBER_HOOK_COUNT, /* SLOT_CTX + hook: that hook's context, or false */
     SLOT_COUNT = SLOT_CTX + EMBER_HOOK_COUNT - 1
@@ -62,7 +64,8 @@ struct ember_lua_runner {
     int fail_hook;
     ember_phase fail_phase;
     int64_t fail_layer;
-    bool tracing; /* the generation is traced: what the lifecycle contexts report (set_tracing) */
+    bool tracing;          /* the generation is traced: what the lifecycle contexts report (set_tracing) */
+    ember_sae_sites *saes; /* the SAEs spliced into its evaluations (kept alive in SLOT_SAES), or NULL */
 };
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
@@ -160,6 +163,7 @@ static int ctx_index(lua_State *L) {
     else if (strcmp(k, "sequence_length") == 0) lua_pushinteger(L, c->ev.sequence_length);
     else if (strcmp(k, "stage") == 0 && c->hook < EMBER_STAGE_COUNT) push_str(L, STR_HOOK + c->hook);
     else if (strcmp(k, "layer_index") == 0 && c->kind == CTX_LAYER) lua_pushinteger(L, c->ev.layer_index);
+    else if (strcmp(k, "sae_index") == 0 && c->hook == EMBER_STAGE_SAE_FEATURES) lua_pushinteger(L, c->ev.sae_site);
     else if (strcmp(k, "token_position") == 0) lua_pushcfunction(L, ctx_token_position);
     else lua_pushnil(L);
     return 1;
@@ -206,6 +210,7 @@ static void open_context(lua_State *L) {
                                          "sequence_length",
                                          "tracing",
                                          "layer_index",
+                                         "sae_index",
                                          "family",
                                          "architecture",
                                          "n_layers",
@@ -413,9 +418,16 @@ static ember_status tensor_hook(void *user, ember_stage stage, const ember_eval_
 
 const ember_hooks *ember_lua_runner_hooks(lua_State *L, ember_lua_runner *r) {
     r->L = L;
-    return r->has_tensor_hooks ? &r->hooks : NULL;
+    return r->has_tensor_hooks || r->saes ? &r->hooks : NULL;
 }
-bool ember_lua_runner_modified(const ember_lua_runner *r) { return r->modified; }
+
+/* A view was written, or a splice changed a row of the pass. */
+bool ember_lua_runner_modified(const ember_lua_runner *r) {
+    if (r->modified) return true;
+    for (int i = 0; r->saes && i < ember_sae_sites_count(r->saes); i++)
+        if (ember_sae_sites_changed_rows(r->saes, i) > 0) return true;
+    return false;
+}
 bool ember_lua_runner_failed(const ember_lua_runner *r) { return r->failed; }
 
 /* Replaces the string at the top by a copy with each NUL byte written as \x00: the message is
@@ -514,8 +526,21 @@ static int r_on_generation_complete(lua_State *L) {
 }
 
 static int r_get_modified(lua_State *L) {
-    lua_pushboolean(L, ember_lua_check_runner(L, 1)->modified);
+    lua_pushboolean(L, ember_lua_runner_modified(ember_lua_check_runner(L, 1)));
     return 1;
+}
+
+/* runner:set_saes(sites | nil): the SAEs every later evaluation of this runner splices in */
+static int r_set_saes(lua_State *L) {
+    ember_lua_runner *r = ember_lua_check_runner(L, 1);
+    ember_sae_sites *sites = lua_isnoneornil(L, 2) ? NULL : ember_lua_check_sae_sites(L, 2);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->anchor_ref); /* [runner, sites, anchor] */
+    if (sites) lua_pushvalue(L, 2);
+    else lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, SLOT_SAES);
+    r->saes = sites;
+    r->hooks.saes = sites;
+    return 0;
 }
 
 static int r_get_modified_calls(lua_State *L) {
@@ -721,6 +746,7 @@ void ember_lua_open_experiment(lua_State *L, int module) {
                                        {"before_prefill", r_before_prefill},
                                        {"set_tracing", r_set_tracing},
                                        {"on_generation_complete", r_on_generation_complete},
+                                       {"set_saes", r_set_saes},
                                        {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", runner_gc}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
@@ -728,17 +754,19 @@ void ember_lua_open_experiment(lua_State *L, int module) {
     ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
     lua_pop(L, 1);
 
-    /* core.stages (the engine's, in execution order), core.layer_stages (those inside a layer),
-     * core.inside_stages (those inside a layer's attention or MLP block) and core.hooks (every hook of a
-     * generation, in the order they are first called). */
+    /* core.stages (the engine's, in execution order), core.layer_stages (a pass's own inside a layer),
+     * core.inside_stages (those inside a layer's attention or MLP block), core.sae_stages (those only
+     * an SAE splice calls) and core.hooks (every hook of a generation, in the order they are first
+     * called). */
     const char *names[EMBER_HOOK_COUNT];
     int n_stages = EMBER_STAGE_COUNT, n_layer = 0;
     for (int s = 0; s < n_stages; s++) names[s] = ember_stage_name((ember_stage)s);
     push_name_list(L, names, n_stages);
     lua_setfield(L, module, "stages");
+    const char *layer_names[EMBER_STAGE_COUNT]; /* a pass's own: sae_features is an SAE's */
     for (int s = 0; s < n_stages; s++)
-        if (is_layer_stage(s)) n_layer++;
-    push_name_list(L, names, n_layer);
+        if (is_layer_stage(s) && !ember_stage_sae((ember_stage)s)) layer_names[n_layer++] = names[s];
+    push_name_list(L, layer_names, n_layer);
     lua_setfield(L, module, "layer_stages");
     const char *inside[EMBER_STAGE_COUNT];
     int n_inside = 0;
@@ -746,6 +774,11 @@ void ember_lua_open_experiment(lua_State *L, int module) {
         if (ember_stage_inside_block((ember_stage)s)) inside[n_inside++] = names[s];
     push_name_list(L, inside, n_inside);
     lua_setfield(L, module, "inside_stages");
+    int n_sae = 0;
+    for (int s = 0; s < n_stages; s++)
+        if (ember_stage_sae((ember_stage)s)) inside[n_sae++] = names[s];
+    push_name_list(L, inside, n_sae);
+    lua_setfield(L, module, "sae_stages");
     int n = 0;
     names[n++] = hook_name(EMBER_HOOK_ON_MODEL_LOADED);
     names[n++] = hook_name(EMBER_HOOK_BEFORE_PREFILL);

@@ -45,6 +45,10 @@ M.MODULE = {
   fingerprint = "ember.fingerprint(t) -> the value fingerprint of a tensor or view (FNV-1a 64 of its f32 bytes)",
   sae_new = "ember.sae_new(spec [, model]) -> the engine SAE of a parsed file description "
     .. "(internal to ember.sae.load)",
+  sae_sites = "ember.sae_sites({ { sae =, stage =, layer =, ... } }) -> the SAEs a run splices in "
+    .. "(internal to generate{ sae = })",
+  sae_stats = "ember.sae_stats(d_sae) -> Stats: st:add(f [, g]) sums feature activations (and a second set's), "
+    .. "st:result() (internal to ember.sae.eval/compare)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
   probe = "ember.probe.train{ x = T | { T, ... }, y = { labels }, seed=, control=, ... } -> probe "

@@ -34,9 +34,9 @@ local function prompt_ids(model, opts)
 end
 
 -- stages= a list of stage names from the engine's own list (core.stages, as ember.selectors
--- exports it); absent: all of them.
+-- exports it); absent: all a pass calls by itself (sae_features only when named).
 local function stage_list(opts)
-  if opts.stages == nil then return { table.unpack(selectors.STAGES) } end
+  if opts.stages == nil then return { table.unpack(selectors.PASS_STAGES) } end
   if type(opts.stages) ~= "table" then fail("stages must be a list of stage names, got " .. type(opts.stages)) end
   for _, s in ipairs(opts.stages) do
     if not selectors.STAGE_SET[s] then

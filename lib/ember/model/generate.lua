@@ -12,7 +12,7 @@ local check_options, opt_int = internal.check_options, internal.opt_int
 local M = {}
 
 local OPTIONS = { "ids", "prompt", "bos", "max_tokens", "temperature", "top_k", "top_p", "seed", "experiment",
-  "on_token", "context", "eos", "all_logits", "trace", "trace_filter", "session" }
+  "on_token", "context", "eos", "all_logits", "trace", "trace_filter", "session", "sae", "splice" }
 
 -- (level 1: rethrow moves the position to generate's caller)
 local function bad(msg) error("bad argument to 'generate' (" .. msg .. ")", 1) end
@@ -122,6 +122,15 @@ local function prepare(run, model, opts, self_arg)
   local tok = model.tokenizer
   run.ids, run.tok, run.eos = ids, tok, stop_id(opts, tok)
   if opts.experiment ~= nil then run.runner = internal.attach(opts.experiment, model, "generate") end
+  -- sae=: SAEs spliced into every evaluation (ember.sae.splice; docs/sae.md), on the experiment's
+  -- runner or on one of their own
+  if opts.sae ~= nil then
+    run.saes = require("ember.sae.splice").sites(opts.sae, model, opts.splice, "generate")
+    run.runner = run.runner or internal.attach({ name = "sae-splice" }, model, "generate")
+    run.runner:set_saes(run.saes.sites)
+  elseif opts.splice ~= nil then
+    bad("splice needs sae= (the SAEs to splice in)")
+  end
   -- the tokenizer's streaming detokenizer, so on_token gets whole UTF-8 characters
   if on_token ~= nil and tok ~= nil and tok.stream ~= nil then run.stream = tok:stream() end
   if opts.session ~= nil then
@@ -177,7 +186,8 @@ end
 M.is_interrupt = is_interrupt
 
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
---                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session= } -> out
+--                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session=, sae=,
+--                 splice= } -> out
 -- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
 -- once (SPEC §4.1), the last one and a stopping EOS included, so every hook sees every token.
 -- The exceptions: a token on which on_token returns false is kept but not evaluated, and with
@@ -292,6 +302,7 @@ function M.generate(model, opts)
     all_logits = all_logits,
     prompt_logits = prompt_logits,
     trace = trace_summary,
+    sae = run.saes and require("ember.sae.splice").report(run.saes) or nil,
     stats = {
       prefill_ms = prefill_ms,
       decode_ms = decode_ms,

@@ -37,7 +37,7 @@ function M.config(opts)
     cfg.stages, err = pick(opts.stages, selectors.parse_stage_list, "capture stages")
     if not cfg.stages then return nil, err end
   end
-  if cfg.stages == "all" then cfg.stages = { table.unpack(selectors.STAGES) } end
+  if cfg.stages == "all" then cfg.stages = { table.unpack(selectors.PASS_STAGES) } end
   for _, s in ipairs(cfg.stages) do
     if not selectors.STAGE_SET[s] then return nil, "capture stages: unknown stage '" .. tostring(s) .. "'" end
   end

@@ -21,15 +21,23 @@ local function list_of(names)
 end
 M.STAGES = list_of(core.stages)
 M.LAYER_STAGES = list_of(core.layer_stages)
--- The stages inside a layer's attention or MLP block (attention_pattern, ...; the engine says which)
--- and the residual-stream stages, the rest: what capture and activation-stats select by default.
+-- The stages inside a layer's attention or MLP block (attention_pattern, ...; the engine says which),
+-- those only an SAE splice calls (sae_features), and the residual-stream stages, the rest: what
+-- capture and activation-stats select by default.
 M.INSIDE_STAGES = list_of(core.inside_stages)
+M.SAE_STAGES = list_of(core.sae_stages)
 M.RESIDUAL_STAGES, M.RESIDUAL_LAYER_STAGES = {}, {}
+local function residual(n) return not core.inside_stages[n] and not core.sae_stages[n] end
 for _, n in ipairs(M.STAGES) do
-  if not core.inside_stages[n] then M.RESIDUAL_STAGES[#M.RESIDUAL_STAGES + 1] = n end
+  if residual(n) then M.RESIDUAL_STAGES[#M.RESIDUAL_STAGES + 1] = n end
 end
 for _, n in ipairs(M.LAYER_STAGES) do
-  if not core.inside_stages[n] then M.RESIDUAL_LAYER_STAGES[#M.RESIDUAL_LAYER_STAGES + 1] = n end
+  if residual(n) then M.RESIDUAL_LAYER_STAGES[#M.RESIDUAL_LAYER_STAGES + 1] = n end
+end
+-- Every stage a pass calls by itself (STAGES without the SAE's): what "all stages" selects.
+M.PASS_STAGES = {}
+for _, n in ipairs(M.STAGES) do
+  if not core.sae_stages[n] then M.PASS_STAGES[#M.PASS_STAGES + 1] = n end
 end
 M.PHASES = { "prefill", "decode" }
 -- zero-layer-output's short names: the attention or MLP contribution, or the finished layer.

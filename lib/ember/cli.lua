@@ -118,6 +118,7 @@ function M.usage()
     "       ember attention --model FILE.gguf --prompt TEXT --layer L [--head H]   (ember attention --help)",
     "       ember control-vector --model FILE.gguf --positive P.jsonl --negative N.jsonl --out CV.gguf",
     "       ember probe train|eval ...   (ember probe --help)",
+    "       ember sae eval|top|compare ...   (ember sae --help)",
     "       ember demo [--model FILE.gguf]   (ember demo --help)",
     "       ember interactive [--model FILE.gguf] [options]   (ember interactive --help)",
     "",
@@ -657,6 +658,7 @@ function M.main(arg, io_)
     if args[1] == "attention" then return require("ember.cli.attention").main(args, io_) end
     if args[1] == "control-vector" then return require("ember.cli.control_vector").main(args, io_) end
     if args[1] == "probe" then return require("ember.cli.probe").main(args, argv, io_) end
+    if args[1] == "sae" then return require("ember.cli.sae").main(args, argv, io_) end
     if args[1] == "demo" then return require("ember.cli.demo").main(args, argv, io_) end
     if args[1] == "interactive" then return require("ember.cli.interactive").main(args, argv, io_) end
     return run_generate(args, argv, io_)

@@ -30,6 +30,9 @@ CASES = {
     # one that fits the tiny models (64 wide): the residual entering layer 1 -> that layer's MLP output
     "saelens_transcoder_model": dict(fmt="saelens", arch="transcoder", dtype="f32", style="v6", d_out=64,
                                      hook="blocks.1.hook_resid_pre", hook_out="blocks.1.hook_mlp_out"),
+    # x = relu(x) - relu(-x) exactly: features 0-63 and 64-127 reconstruct any input, 128-255 never
+    # fire (the evaluation's exact case: zero KL, all the variance explained)
+    "saelens_identity": dict(fmt="saelens", arch="standard", dtype="f32", style="v6", identity=True),
     "gemma_scope": dict(fmt="gemma", arch="jumprelu", dtype="f32"),
     "gemma_scope_compressed": dict(fmt="gemma", arch="jumprelu", dtype="f32", compressed=True),
     "llama_scope": dict(fmt="llama", arch="jumprelu", dtype="bf16", norm="expected_average_only_in"),
@@ -74,6 +77,13 @@ def make(case, rng):
     W_dec = rng.standard_normal((D_SAE, d_out)).astype(np.float32) / 8
     b_enc = rng.standard_normal(D_SAE).astype(np.float32) / 4
     b_dec = rng.standard_normal(d_out).astype(np.float32) / 4
+    if c.get("identity"):
+        eye = np.eye(D_IN, dtype=np.float32)
+        W_enc = np.zeros((D_IN, D_SAE), dtype=np.float32)
+        W_enc[:, :D_IN], W_enc[:, D_IN:2 * D_IN] = eye, -eye
+        W_dec[:D_IN], W_dec[D_IN:2 * D_IN] = eye, -eye
+        b_enc = np.where(np.arange(D_SAE) < 2 * D_IN, 0, -1).astype(np.float32)
+        b_dec = np.zeros(d_out, dtype=np.float32)
     if c.get("ties"):  # exact ties: features 10 and 3 share a column (and bias), as do 200 and 7
         for a, b in ((10, 3), (200, 7)):
             W_enc[:, a] = W_enc[:, b]

@@ -1,8 +1,9 @@
--- The documentation runs: every code block marked runnable in docs/quickstart.md, docs/lua-api.md
--- and docs/testing.md (an HTML comment `<!-- run -->` or `<!-- run: file PATH -->` on the line
+-- The documentation runs: every code block marked runnable in docs/quickstart.md, docs/lua-api.md,
+-- docs/sweeps.md and docs/testing.md (an HTML comment `<!-- run -->` or `<!-- run: file PATH -->` on the line
 -- before the fence; the grammar is in spec/helpers/docblocks.lua) is executed, page by page in one
--- shell, from the top of a clean checkout of the tree (spec/helpers/checkout.lua) against the tiny
--- model the quickstart makes; the default model goes to a temporary cache directory. A page
+-- shell, from the top of a clean checkout of the tree (spec/helpers/checkout.lua); lua-api.md and
+-- sweeps.md need nothing but the built binaries (their model is ember.default_model(), made in a
+-- temporary cache directory), and they run before the quickstart, which makes build/models/. A page
 -- passes when every block exits 0 and the checkout is as clean afterwards as before (`git status`).
 
 local checkout = require("helpers.checkout")
@@ -12,14 +13,16 @@ local fs = require("ember.store.fs")
 local q = fs.shell_quote
 
 -- Each page, with lines its output must contain (where exit codes alone would not tell).
+-- Pages that need nothing but the built binaries come first (no build/models/ exists yet).
 local PAGES = {
-  { "docs/quickstart.md", { "restoration criterion: HOLDS", "\nrestored\n" } },
   { "docs/lua-api.md", {} },
+  { "docs/sweeps.md", { "result: IDENTICAL", "class: exact-semantic" } },
+  { "docs/quickstart.md", { "restoration criterion: HOLDS", "\nrestored\n" } },
   { "docs/testing.md", { "1 success / 0 failures" } },
 }
 
 describe("documented code", function()
-  it("the marker grammar takes only marked sh/lua blocks and refuses unknown markers", function()
+  it("the marker grammar takes only marked sh/lua/python blocks and refuses unknown markers", function()
     local page = table.concat({
       "```sh", "not marked", "```",
       "<!-- run -->", "```sh", "echo one", "```",

@@ -125,6 +125,10 @@ function M.load(opts)
   return model
 end
 
+-- ember.default_model() -> the path of the model commands use when given none: the project's tiny
+-- llama (Q8_0, seed 7), made on first use in $XDG_CACHE_HOME/ember (else ~/.cache/ember)
+function M.default_model() return require("ember.model.default_model").path() end
+
 -- ember.save_tensors(path, { name = tensor, ... } [, metadata]) / ember.load_tensors(path) ->
 -- { name = tensor }, metadata: named tensors in one safetensors file (lib/ember/store/tensor_file.lua)
 local tensor_file = require("ember.store.tensor_file")

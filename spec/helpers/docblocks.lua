@@ -4,7 +4,8 @@
 -- The marker is an HTML comment on the line right before the opening fence (invisible when the
 -- page is rendered):
 --   <!-- run -->              a ```sh block runs as shell commands; a ```lua block runs as a
---                             script under build/ember-lua
+--                             script under build/ember-lua; a ```python block under
+--                             /usr/bin/python3 (Debian's, with numpy)
 --   <!-- run: file PATH -->   the block's text is written to PATH (shell words expand, e.g.
 --                             $W/halve.lua) before the blocks after it run
 -- Blocks of one page share one shell, so variables set in one block (M=..., W=...) are seen by
@@ -61,8 +62,10 @@ function M.script(blocks, page)
       parts[#parts + 1] = b.code
     elseif b.lang == "lua" then
       parts[#parts + 1] = "build/ember-lua - <<'" .. tag .. "'\n" .. b.code .. tag
+    elseif b.lang == "python" then
+      parts[#parts + 1] = "/usr/bin/python3 - <<'" .. tag .. "'\n" .. b.code .. tag
     else
-      error(string.format("%s: a runnable block must be sh or lua, got '%s'", where, b.lang), 0)
+      error(string.format("%s: a runnable block must be sh, lua or python, got '%s'", where, b.lang), 0)
     end
   end
   return table.concat(parts, "\n") .. "\n"

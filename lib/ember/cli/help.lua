@@ -7,6 +7,8 @@ local M = {}
 -- ember.<name>
 M.MODULE = {
   load = "ember.load{ model=, tokenizer=, arch=, kernels=, threads=, trace= } -> Model (or ember.load(path))",
+  default_model = "ember.default_model() -> path of the tiny default model (made on first use in the cache "
+    .. "directory)",
   load_experiment = "ember.load_experiment(path [, args [, model]]) -> experiment table from a file",
   tensor = "ember.tensor(rows, cols [, values]) -> Tensor (values flat or nested; zeros by default)",
   tensor_from_bytes = "ember.tensor_from_bytes(bytes, rows, cols) -> Tensor from little-endian f32 bytes",

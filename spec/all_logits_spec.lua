@@ -7,11 +7,8 @@ local models = require("helpers.models")
 local fx = require("helpers.fixtures")
 
 describe("all_logits", function()
-  local path, why = fx.api_model()
-  if not path then
-    pending(why)
-    return
-  end
+  local path = fx.need_api_model()
+  if not path then return end
   local model = ember.load { model = path, kernels = "reference", threads = 1 }
   local ids = model:tokenize(models.PROMPT)
   local P, V = #ids, model.info.n_vocab

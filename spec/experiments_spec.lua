@@ -31,12 +31,7 @@ local fnv1a64 = require("helpers.fnv").fnv1a64
 local model
 -- N generated tokens cost one prefill and N decode evaluations (SPEC §4.1): 1 + #out.ids in all.
 local GEN = { prompt = models.PROMPT, max_tokens = 4, temperature = 0 }
-local function gen(exp)
-  local req = {}
-  for k, v in pairs(GEN) do req[k] = v end
-  req.experiment = exp
-  return model:generate(req)
-end
+local function gen(exp) return models.generate(model, GEN, exp) end
 
 local need_default = models.lazy_default()
 local function need_model()

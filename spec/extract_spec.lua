@@ -8,14 +8,13 @@ local ember_cli, need_model = C.ember, C.need_model
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = require("helpers.artifacts").write
 
-local function have_python()
-  return os.execute("python3 -c 'import json, struct, hashlib' >/dev/null 2>&1") == true
+-- whether the independent reader can run; if not, the test is pending, saying why
+local function need_python()
+  if os.execute("python3 -c 'import json, struct, hashlib' >/dev/null 2>&1") == true then return true end
+  pending("python3 with json, struct and hashlib is not available: the independent reader cannot run")
+  return false
 end
 
 -- The independent reader: the 8-byte little-endian header length, the JSON header, the data
@@ -62,10 +61,7 @@ describe("ember --extract-hidden", function()
   it("writes what an after_layer hook sees, readable by an independent safetensors reader", function()
     local model_path = need_model()
     if not model_path then return end
-    if not have_python() then
-      pending("python3 with json, struct and hashlib is not available: the independent reader cannot run")
-      return
-    end
+    if not need_python() then return end
     local prompts = { "The quick brown fox", "jumps over the lazy dog.", "a" }
     local jsonl = fs.join(dir, "prompts.jsonl")
     write(jsonl, string.format('{"prompt": %s, "label": "x"}\n\n{"prompt": %s}\n{"prompt": %s, "label": 3}\n',
@@ -128,10 +124,7 @@ describe("ember --extract-hidden", function()
   it("keeps what a hook sees in the very same prefill (the reader composed with an observer)", function()
     local model_path = need_model()
     if not model_path then return end
-    if not have_python() then
-      pending("python3 with json, struct and hashlib is not available: the independent reader cannot run")
-      return
-    end
+    if not need_python() then return end
     local ember, extract = require("ember"), require("ember.analysis.extract")
     local model = ember.load { model = model_path }
     local reader, seen = extract.reader({ 1, 4 }), {}

@@ -122,11 +122,8 @@ describe("check_experiment", function()
 end)
 
 describe("generate on the primitives", function()
-  local model_path, model_why = fx.api_model()
-  if not model_path then
-    pending(model_why)
-    return
-  end
+  local model_path = fx.need_api_model()
+  if not model_path then return end
   local model
   setup(function() model = ember.load { model = model_path, kernels = "reference" } end)
   teardown(function() model:close() end)

@@ -18,12 +18,7 @@ end
 
 -- The default tiny model is a llama: no bias on the O and down projections.
 local GEN = { prompt = models.PROMPT, max_tokens = 3, temperature = 0 }
-local function gen(exp)
-  local req = {}
-  for k, v in pairs(GEN) do req[k] = v end
-  req.experiment = exp
-  return model:generate(req)
-end
+local function gen(exp) return models.generate(model, GEN, exp) end
 
 -- An observer keeping clones of the given stages at one layer (every evaluation, in order).
 local function observer(layer, stages)

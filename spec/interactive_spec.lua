@@ -71,18 +71,7 @@ local sh = terminal.sh
 describe("ember interactive in a terminal", function()
   local ember_bin = fx.build .. "/ember"
   local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
-  if not terminal.available() then
-    pending("tmux is not installed (apt-get install tmux)")
-    return
-  end
-  if not fx.exists(ember_bin) then
-    pending("missing " .. ember_bin .. " (build the project first)")
-    return
-  end
-  if not fx.exists(model) then
-    pending("missing fixture " .. model)
-    return
-  end
+  if not terminal.ready(ember_bin, model) then return end
 
   local term = terminal.session("ember-interactive-spec", { join = true })
   local session, send, screen = term.name, term.send, term.screen

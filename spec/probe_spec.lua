@@ -9,11 +9,7 @@ local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local probe = require("ember.analysis.probe")
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = require("helpers.artifacts").write
 
 describe("ember.probe numerics", function()
   it("splits deterministically, stratified, with the held-out share per class", function()

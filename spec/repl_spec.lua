@@ -143,18 +143,7 @@ local sh = terminal.sh
 describe("ember-lua REPL in a terminal", function()
   local binary = fx.build .. "/ember-lua"
   local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
-  if not terminal.available() then
-    pending("tmux is not installed (apt-get install tmux)")
-    return
-  end
-  if not fx.exists(binary) then
-    pending("missing " .. binary .. " (build the project first)")
-    return
-  end
-  if not fx.exists(model) then
-    pending("missing fixture " .. model)
-    return
-  end
+  if not terminal.ready(binary, model) then return end
 
   local term = terminal.session("ember-repl-spec")
   local session, send, screen, wait_for = term.name, term.send, term.screen, term.wait_for

@@ -38,11 +38,8 @@ local MODIFIES = { ["attention_knockout.lua"] = true, ["head_ablation.lua"] = tr
   ["steer.lua"] = true }
 
 describe("the experiment lifecycle in sessions", function()
-  local path, why = fx.api_model()
-  if not path then
-    pending(why)
-    return
-  end
+  local path = fx.need_api_model()
+  if not path then return end
   local model = ember.load { model = path, kernels = "reference", threads = 1 }
   local ids = model:tokenize(models.PROMPT)
 

@@ -53,12 +53,7 @@ local function observer(layer, stage)
 end
 
 local GEN = { prompt = models.PROMPT, max_tokens = 3, temperature = 0 }
-local function gen(exps)
-  local req = {}
-  for k, v in pairs(GEN) do req[k] = v end
-  req.experiment = compose.compose(exps)
-  return model:generate(req)
-end
+local function gen(exps) return models.generate(model, GEN, compose.compose(exps)) end
 
 local function quiet() end
 

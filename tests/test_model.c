@@ -157,15 +157,6 @@ static bool run(ember_model *m, float *out, int32_t *ids_out) {
     return ok;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* f32 logits of each family, for comparing the other dtypes against. */
 static float f32_logits[3][N_STEPS * N_VOCAB];
 
@@ -205,7 +196,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
     if (dtype == EMBER_TYPE_F32) {
         memcpy(f32_logits[fam], a, sizeof a);
     } else {
-        double tol = dtype == EMBER_TYPE_F16 ? 5e-3 : 5e-2, rel = rel_diff(a, f32_logits[fam], N_VOCAB);
+        double tol = dtype == EMBER_TYPE_F16 ? 5e-3 : 5e-2, rel = ember_test_rel_diff(a, f32_logits[fam], N_VOCAB);
         CHECK_MSG(rel < tol, "%s %s vs f32: rel %.3g >= %.3g", family, dtype_name, rel, tol);
     }
 
@@ -216,7 +207,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         static const int32_t prompt[6] = {510, 3, 70, 200, 5, 9};
         bool ok = true;
         for (int i = 0; i < 6 && ok; i++) ok = ember_session_decode(s, prompt[i], NULL, &err) == EMBER_OK;
-        CHECK(ok && rel_diff(ember_session_logits(s), a, N_VOCAB) < 1e-5);
+        CHECK(ok && ember_test_rel_diff(ember_session_logits(s), a, N_VOCAB) < 1e-5);
         /* reset, then the same again: bit-identical to the first run */
         ember_session_reset(s);
         CHECK(ember_session_position(s) == 0 && ember_session_logits(s) == NULL);
@@ -253,7 +244,7 @@ static void test_variants(void) {
     if (load(path, NULL, &m, &err) == EMBER_OK) {
         CHECK(ember_gguf_find_tensor(ember_model_gguf(m), "rope_freqs.weight") != NULL);
         if (run(m, a, NULL)) {
-            double rel = rel_diff(a, f32_logits[0], N_VOCAB);
+            double rel = ember_test_rel_diff(a, f32_logits[0], N_VOCAB);
             /* factors only slow the two lowest frequencies: a small, non-zero change */
             CHECK_MSG(rel > 0 && rel < 0.05, "rope_freqs changed logits by %.3g", rel);
         }
@@ -290,7 +281,7 @@ static void test_variants(void) {
     }
     path = finish(w, "llama-f16-norm.gguf");
     if (load(path, NULL, &m, &err) == EMBER_OK) {
-        if (run(m, a, NULL)) CHECK(rel_diff(a, f32_logits[0], N_VOCAB) < 5e-3);
+        if (run(m, a, NULL)) CHECK(ember_test_rel_diff(a, f32_logits[0], N_VOCAB) < 5e-3);
         ember_model_free(m);
     } else {
         CHECK_MSG(false, "%.900s", err.msg);
@@ -320,7 +311,7 @@ static void test_auto_kernels(void) {
         if (run(fast, a, NULL) && run(fast, b, NULL) && run(ref, r, NULL)) {
             CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s with %s kernels: two runs differ", name,
                       ember_model_get_info(fast)->kernels);
-            double rel = rel_diff(a, r, N_VOCAB);
+            double rel = ember_test_rel_diff(a, r, N_VOCAB);
             CHECK_MSG(rel < 5e-2, "%s with %s kernels: rel %.3g from the reference", name,
                       ember_model_get_info(fast)->kernels, rel);
         }
@@ -332,14 +323,10 @@ static void test_auto_kernels(void) {
 int main(void) {
     test_load_errors();
     static const char *families[] = {"llama", "qwen3", "qwen2"};
-    static const struct {
-        ember_type t;
-        const char *name;
-    } dtypes[] = {
-        {EMBER_TYPE_F32, "f32"}, {EMBER_TYPE_F16, "f16"}, {EMBER_TYPE_BF16, "bf16"}, {EMBER_TYPE_Q8_0, "q8_0"}};
+    static const ember_type dtypes[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16, EMBER_TYPE_Q8_0};
     for (int f = 0; f < 3; f++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
-            test_family_dtype(f, families[f], dtypes[d].t, dtypes[d].name);
+            test_family_dtype(f, families[f], dtypes[d], ember_type_name(dtypes[d]));
     test_variants();
     test_auto_kernels();
     return ember_test_finish();

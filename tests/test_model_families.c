@@ -63,15 +63,6 @@ static void make_prompt(int32_t *ids, int64_t n, bool bos) {
     if (bos && n > 0) ids[0] = N_VOCAB - 2;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
-    }
-    return den > 0 ? num / den : num;
-}
-
 static ember_session *new_session(ember_model *m) {
     ember_session *s = NULL;
     ember_error err = {0};
@@ -181,7 +172,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         /* These two families amplify rounding more than llama's (sharper attention, normalised
          * sub-layer outputs): about 2e-3, 1.5e-2 and 4e-2 on the defaults. */
         double tol = dtype == EMBER_TYPE_F16 ? 5e-3 : dtype == EMBER_TYPE_BF16 ? 5e-2 : 8e-2;
-        double rel = rel_diff(a, f32_logits[fam], N_VOCAB);
+        double rel = ember_test_rel_diff(a, f32_logits[fam], N_VOCAB);
         CHECK_MSG(rel < tol, "%s %s vs f32: rel %.3g >= %.3g", family, dtype_name, rel, tol);
     }
 
@@ -198,7 +189,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         for (int64_t k = 1; k <= PROMPT_LEN && ok; k++) {
             ok = ember_session_decode(s, prompt[k - 1], NULL, &err) == EMBER_OK &&
                  prefill_logits(m, prompt, k, one_shot);
-            double rel = ok ? rel_diff(ember_session_logits(s), one_shot, N_VOCAB) : 1;
+            double rel = ok ? ember_test_rel_diff(ember_session_logits(s), one_shot, N_VOCAB) : 1;
             if (rel > worst) {
                 worst = rel;
                 worst_at = k;
@@ -209,7 +200,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         worst = 0;
         for (int step = 1; step < N_STEPS && ok; step++) {
             ok = ember_session_decode(s, ids_a[step - 1], NULL, &err) == EMBER_OK;
-            double rel = ok ? rel_diff(ember_session_logits(s), a + step * N_VOCAB, N_VOCAB) : 1;
+            double rel = ok ? ember_test_rel_diff(ember_session_logits(s), a + step * N_VOCAB, N_VOCAB) : 1;
             if (rel > worst) worst = rel;
         }
         CHECK_MSG(ok && worst < PAIR_TOL, "%s %s: decode after token-by-token vs after prefill: rel %.3g", family,
@@ -219,7 +210,7 @@ static void test_family_dtype(int fam, const char *family, ember_type dtype, con
         ember_session_reset(s);
         ok = ember_session_prefill(s, prompt, 5, NULL, &err) == EMBER_OK &&
              ember_session_prefill(s, prompt + 5, PROMPT_LEN - 5, NULL, &err) == EMBER_OK;
-        CHECK_MSG(ok && rel_diff(ember_session_logits(s), a, N_VOCAB) < PAIR_TOL,
+        CHECK_MSG(ok && ember_test_rel_diff(ember_session_logits(s), a, N_VOCAB) < PAIR_TOL,
                   "%s %s: chunked prefill differs (%.900s)", family, dtype_name, err.msg);
         ember_session_free(s);
     }
@@ -240,7 +231,7 @@ static void check_reach(const char *path, int edge, const char *what) {
     for (int i = 0; i < edge; i++) other[i] = (other[i] + 1 + i) % 500;
     CHECK(prefill_logits(m, prompt, PROMPT_LEN, a) && prefill_logits(m, other, PROMPT_LEN, b));
     CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: tokens 0..%d changed the logits at position %d (rel %.3g)", what,
-              edge - 1, PROMPT_LEN - 1, rel_diff(a, b, N_VOCAB));
+              edge - 1, PROMPT_LEN - 1, ember_test_rel_diff(a, b, N_VOCAB));
     ember_session *s = new_session(m);
     ember_error err = {0};
     if (s) {
@@ -253,7 +244,8 @@ static void check_reach(const char *path, int edge, const char *what) {
     memcpy(other, prompt, sizeof other);
     other[edge] = (other[edge] + 1) % 500;
     CHECK(prefill_logits(m, other, PROMPT_LEN, b));
-    CHECK_MSG(rel_diff(a, b, N_VOCAB) > 0, "%s: token %d did not reach position %d", what, edge, PROMPT_LEN - 1);
+    CHECK_MSG(ember_test_rel_diff(a, b, N_VOCAB) > 0, "%s: token %d did not reach position %d", what, edge,
+              PROMPT_LEN - 1);
     ember_model_free(m);
 }
 
@@ -273,15 +265,15 @@ static void test_gemma4_window(void) {
         CHECK(prefill_logits(narrow, prompt, WINDOW, a) && prefill_logits(wide, prompt, WINDOW, b) &&
               memcmp(a, b, sizeof a) == 0);
         CHECK(prefill_logits(narrow, prompt, WINDOW + 1, a) && prefill_logits(wide, prompt, WINDOW + 1, b) &&
-              rel_diff(a, b, N_VOCAB) > 0);
+              ember_test_rel_diff(a, b, N_VOCAB) > 0);
         CHECK(prefill_logits(narrow, prompt, PROMPT_LEN, a) && prefill_logits(wide, prompt, PROMPT_LEN, b));
-        CHECK_MSG(rel_diff(a, b, N_VOCAB) > 1e-3,
+        CHECK_MSG(ember_test_rel_diff(a, b, N_VOCAB) > 1e-3,
                   "a window of 8 and of 64 give the same logits for %d tokens: rel %.3g", PROMPT_LEN,
-                  rel_diff(a, b, N_VOCAB));
+                  ember_test_rel_diff(a, b, N_VOCAB));
         /* the full layers see the whole prompt: the first token after BOS matters at the end */
         memcpy(other, prompt, sizeof other);
         other[1] = (other[1] + 1) % 500;
-        CHECK(prefill_logits(narrow, other, PROMPT_LEN, b) && rel_diff(a, b, N_VOCAB) > 1e-4);
+        CHECK(prefill_logits(narrow, other, PROMPT_LEN, b) && ember_test_rel_diff(a, b, N_VOCAB) > 1e-4);
     }
     ember_model_free(narrow);
     ember_model_free(wide);
@@ -350,7 +342,7 @@ static void test_gemma4_variants(void) {
             bool ok = true;
             for (int i = 0; i < PROMPT_LEN && ok; i++) ok = ember_session_decode(s, prompt[i], NULL, &err) == EMBER_OK;
             CHECK(ok && prefill_logits(m, prompt, PROMPT_LEN, one));
-            CHECK_MSG(ok && rel_diff(ember_session_logits(s), one, N_VOCAB) < PAIR_TOL,
+            CHECK_MSG(ok && ember_test_rel_diff(ember_session_logits(s), one, N_VOCAB) < PAIR_TOL,
                       "deep gemma4: decode vs prefill");
         }
         ember_session_free(s);
@@ -490,7 +482,7 @@ static void test_auto_kernels(void) {
         if (run(fast, prompt, a, ids) && run(fast, prompt, b, ids) && run(ref, prompt, r, ids)) {
             CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s with %s kernels: two runs differ", names[c],
                       ember_model_get_info(fast)->kernels);
-            double rel = rel_diff(a, r, N_VOCAB);
+            double rel = ember_test_rel_diff(a, r, N_VOCAB);
             CHECK_MSG(rel < 5e-2, "%s with %s kernels: rel %.3g from the reference", names[c],
                       ember_model_get_info(fast)->kernels, rel);
         }
@@ -501,14 +493,10 @@ static void test_auto_kernels(void) {
 
 int main(void) {
     static const char *families[] = {"gemma4", "gpt2"};
-    static const struct {
-        ember_type t;
-        const char *name;
-    } dtypes[] = {
-        {EMBER_TYPE_F32, "f32"}, {EMBER_TYPE_F16, "f16"}, {EMBER_TYPE_BF16, "bf16"}, {EMBER_TYPE_Q8_0, "q8_0"}};
+    static const ember_type dtypes[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16, EMBER_TYPE_Q8_0};
     for (int f = 0; f < 2; f++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
-            test_family_dtype(f, families[f], dtypes[d].t, dtypes[d].name);
+            test_family_dtype(f, families[f], dtypes[d], ember_type_name(dtypes[d]));
     test_gemma4_window();
     test_gemma4_variants();
     test_refusals();

@@ -87,17 +87,6 @@ static bool run(const char *path, ember_kernels k, float *out, int64_t n_vocab, 
     return ok;
 }
 
-/* max |a - b| / max |b| over n values */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-    double md = 0, mb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md || d != d) md = d;
-        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
-    }
-    return md / mb;
-}
-
 /* The quantized file against its dequantized twin: bit-identical logits on the reference set.
  * The SIMD sets quantize the activations for their integer products (Q8_K / Q8_0 / Q8_1, as
  * llama.cpp; Q2_K and Q3_K: the reference product, bit for bit, test_products), so their logits
@@ -126,7 +115,7 @@ static void compare_with_twin(const char *label, const char *qpath, const ember_
             if (!ember_kernels_supported(sets[s])) continue;
             const char *used = "";
             if (run(qpath, sets[s], b, nv, &used)) {
-                double rel = rel_diff(b, a, nv * rows);
+                double rel = ember_test_rel_diff(b, a, nv * rows);
                 CHECK_MSG(rel <= simd_rel, "%s: kernels %s: rel %.3g from the reference", label, used, rel);
             }
         }

@@ -216,17 +216,6 @@ static void test_q8_quantization(const ember_kernel_ops *ops) {
     free(wd);
 }
 
-/* A compute context for kernel set k with n threads, or NULL after a failed check. */
-static ember_compute *new_compute(ember_kernels k, int n_threads) {
-    ember_compute *c = NULL;
-    ember_error err;
-    if (ember_compute_new(k, n_threads, &c, &err) != EMBER_OK) {
-        CHECK_MSG(false, "%.300s", err.msg);
-        return NULL;
-    }
-    return c;
-}
-
 /* The documented Q8_0 order of operations (docs/kernels.md, q8_groups.h), written out in scalar C
  * from the oracle's quantization: four partial sums, block b adds fma(isum_b, d_w * d_x, p[b % 4]),
  * result (p0 + p1) + (p2 + p3). Every SIMD set must give exactly these bits, packed or not. */
@@ -243,7 +232,7 @@ static float q8_documented_order(const ember_block_q8_0 *w, const ember_block_q8
 
 static void test_q8_documented_order(ember_kernels k) {
     ember_error err;
-    ember_compute *c = new_compute(k, 2);
+    ember_compute *c = test_compute_new(k, 2);
     if (!c) return;
     static const int64_t nbs[] = {1, 3, 4, 5, 8, 9, 17, 33, 96};
     int bad = 0, total = 0;
@@ -340,7 +329,7 @@ static void test_threads_identical(ember_kernels k) {
  * bit: odd block counts, partial 8-block spans, row counts not a multiple of 4, 1..9 tokens. */
 static void test_packed_identical(ember_kernels k) {
     ember_error err;
-    ember_compute *c = new_compute(k, 2);
+    ember_compute *c = test_compute_new(k, 2);
     if (!c) return;
     const ember_kernel_ops *ops = ember_compute_ops(c);
     static const int64_t nbs[] = {1, 2, 3, 15, 16, 17, 31, 32, 33, 96};
@@ -386,7 +375,7 @@ static void test_multi_identical(ember_kernels k) {
     int bad = 0, total = 0;
     for (int nt = 1; nt <= 3; nt++) {
         ember_error err;
-        ember_compute *c = new_compute(k, nt);
+        ember_compute *c = test_compute_new(k, nt);
         if (!c) return;
         for (size_t ti = 0; ti < 5; ti++)
             for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++)

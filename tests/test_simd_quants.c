@@ -192,16 +192,6 @@ static void *quantize_act(ember_type t, const float *x, int64_t n_in) {
     return xq;
 }
 
-static ember_compute *new_compute(ember_kernels k, int n_threads) {
-    ember_compute *c = NULL;
-    ember_error err;
-    if (ember_compute_new(k, n_threads, &c, &err) != EMBER_OK) {
-        CHECK_MSG(false, "%.300s", err.msg);
-        return NULL;
-    }
-    return c;
-}
-
 static const int64_t k_blocks[] = {1, 2, 3, 5, 8, 9, 12};
 static const int64_t b32_blocks[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 96};
 static const int64_t outs[] = {1, 2, 3, 5, 7, 9};
@@ -210,7 +200,7 @@ static const int64_t toks[] = {1, 2, 3, 4, 5, 7, 9};
 /* Every output, weights read in place and repacked at load, against the documented order (bit for
  * bit) and the exact product (NMSE). */
 static void test_type(ember_kernels k, const qtype *q) {
-    ember_compute *c = new_compute(k, 2);
+    ember_compute *c = test_compute_new(k, 2);
     if (!c) return;
     ember_error err;
     CHECK(ember_compute_reserve(c, q->type, 256 * 12, &err) == EMBER_OK);
@@ -279,7 +269,7 @@ static void test_type(ember_kernels k, const qtype *q) {
 static void test_threads_and_multi(ember_kernels k, const qtype *q) {
     ember_compute *c[3];
     for (int i = 0; i < 3; i++)
-        if (!(c[i] = new_compute(k, i + 1))) return;
+        if (!(c[i] = test_compute_new(k, i + 1))) return;
     static const int64_t shapes[][3] = {{8, 61, 1}, {3, 131, 7}, {12, 77, 52}, {4, 33, 70}, {1, 1, 3}};
     int bad = 0, total = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -330,7 +320,7 @@ static void test_threads_and_multi(ember_kernels k, const qtype *q) {
 
 /* A NaN or an infinity in a token's activations makes that token's outputs NaN (not finite noise). */
 static void test_nonfinite(ember_kernels k, const qtype *q) {
-    ember_compute *c = new_compute(k, 1);
+    ember_compute *c = test_compute_new(k, 1);
     if (!c) return;
     const int64_t n_in = 2 * block_of(q->type), n_out = 5, n_tok = 3;
     void *buf;

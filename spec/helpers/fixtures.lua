@@ -80,6 +80,13 @@ function M.api_model()
   return nil, "no model for the API specs: neither build/make-tiny-model nor " .. fixture
 end
 
+-- need_api_model() -> the api_model's path, or nil after marking the calling block pending (why)
+function M.need_api_model()
+  local path, why = M.api_model()
+  if not path then pending(why) end
+  return path
+end
+
 -- The api_model loaded on the reference kernels, or nil and the reason it is missing (for pending).
 function M.api_model_loaded()
   local path, why = M.api_model()

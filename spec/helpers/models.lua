@@ -41,6 +41,15 @@ function M.lazy_default()
   end
 end
 
+-- generate(model, request, experiment) -> model:generate of a copy of `request` with `experiment`
+-- (the experiment specs' fixed greedy runs: one request table, many experiments)
+function M.generate(model, request, experiment)
+  local req = {}
+  for k, v in pairs(request) do req[k] = v end
+  req.experiment = experiment
+  return model:generate(req)
+end
+
 -- family_cases() -> list of { family, case, model, tokenizer, prompt, missing } — the first
 -- available dtype per family (q8_0 preferred: the dtype the README's main command uses).
 function M.family_cases()

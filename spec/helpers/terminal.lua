@@ -11,6 +11,17 @@ end
 
 function M.available() return os.execute("command -v tmux >/dev/null 2>&1") end
 
+-- Whether a terminal spec can run: tmux, the built `binary` and the `model` fixture are there;
+-- otherwise the calling block is marked pending, naming what is missing.
+function M.ready(binary, model)
+  local exists = require("helpers.fixtures").exists
+  local missing = not M.available() and "tmux is not installed (apt-get install tmux)"
+    or not exists(binary) and "missing " .. binary .. " (build the project first)"
+    or not exists(model) and "missing fixture " .. model
+  if missing then pending(missing) end
+  return not missing
+end
+
 -- How often `want` stands in `s` (plain text, not a pattern).
 function M.count(s, want)
   local n, from = 0, 1

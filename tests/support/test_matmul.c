@@ -1,8 +1,19 @@
-/* test_matmul.c — the tests' single-threaded whole product (test_matmul.h). */
+/* test_matmul.c — the tests' single-threaded whole product and their compute contexts (test_matmul.h). */
 #include "test_matmul.h"
+#include "test_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+ember_compute *test_compute_new(ember_kernels k, int n_threads) {
+    ember_compute *c = NULL;
+    ember_error err;
+    if (ember_compute_new(k, n_threads, &c, &err) != EMBER_OK) {
+        CHECK_MSG(false, "%.300s", err.msg);
+        return NULL;
+    }
+    return c;
+}
 
 void test_matmul(const ember_kernel_ops *ops, const ember_matrix *w, const float *x, float *y, int64_t n_tok) {
     const ember_type_kernels *mm = ember_kernels_mm(ops, w->type);

@@ -54,6 +54,17 @@ bool ember_test_span(const float *x, size_t n, float *lo, float *hi) {
     return finite;
 }
 
+double ember_test_rel_diff(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > num || d != d) num = d;
+        den = fmax(den, fabs((double)b[i]));
+        if (num != num) return num;
+    }
+    return den > 0 ? num / den : num;
+}
+
 const char *ember_fixtures_dir(void) {
     const char *env = getenv("EMBER_FIXTURES");
     return env && *env ? env : EMBER_FIXTURES_DEFAULT;

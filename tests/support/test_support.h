@@ -33,6 +33,9 @@ int ember_test_skip(const char *why);
 
 /* Smallest and largest of n values into lo/hi; returns whether every value is finite. */
 bool ember_test_span(const float *x, size_t n, float *lo, float *hi);
+/* The largest |a[i] - b[i]| over the largest |b[i]| (the difference itself when b is all zeros);
+ * NaN when a difference is NaN, so a NaN never passes a tolerance. */
+double ember_test_rel_diff(const float *a, const float *b, int64_t n);
 
 /* EMBER_FIXTURES or the default beside the source tree; the returned path is static. */
 const char *ember_fixtures_dir(void);

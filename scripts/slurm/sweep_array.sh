@@ -1,10 +1,10 @@
 #!/bin/sh
-# scripts/slurm/sweep_array.sh — runs an `ember sweep` as a Slurm job array (one shard per task)
-# followed by a merge job. Must stay a thin launcher: the sweep, sharding and merge are ember's.
+# scripts/slurm/sweep_array.sh — runs an `ember sweep` (or `ember sae top`) as a Slurm job array (one
+# shard per task) followed by a merge job. Must stay a thin launcher: sharding and merge are ember's.
 #
-# usage: sweep_array.sh --shards N --out DIR [--wait] [--sbatch-args "ARGS"] -- SWEEP_FLAGS...
-#   Task i runs `ember sweep SWEEP_FLAGS --shard i/N --out DIR.shards/i`; the merge job (started
-#   only when every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1`.
+# usage: sweep_array.sh --shards N --out DIR [--command "sae top"] [--wait] [--sbatch-args "ARGS"] -- FLAGS...
+#   Task i runs `ember sweep FLAGS --shard i/N --out DIR.shards/i`; the merge job (started only when
+#   every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1` (--command: ember sae top).
 #   A rerun resumes: each shard keeps the cells it already has. --wait blocks until the merge job
 #   ends and exits with its status. EMBER names the ember command (default: this tree's
 #   build/ember, or when installed the prefix's bin/ember, else `ember` on PATH); it must be
@@ -14,11 +14,12 @@ set -eu
 usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "sweep_array.sh: $*" >&2; exit 2; }
 
-shards= out= wait= extra=
+shards= out= wait= extra= command=sweep
 while [ $# -gt 0 ]; do
   case $1 in
     --shards) [ $# -ge 2 ] || die "--shards needs a value"; shards=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+    --command) [ $# -ge 2 ] || die "--command needs a value"; command=$2; shift 2 ;;
     --wait) wait=1; shift ;;
     --sbatch-args) [ $# -ge 2 ] || die "--sbatch-args needs a value"; extra=$2; shift 2 ;;
     --help|-h) usage ;;
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
 done
 case $shards in ''|*[!0-9]*|0) die "--shards N must be a positive integer (got '$shards')" ;; esac
 [ -n "$out" ] || die "--out DIR is required"
+case $command in sweep|"sae top") ;; *) die "--command must be 'sweep' or 'sae top' (got '$command')" ;; esac
 [ $# -gt 0 ] || die "no sweep flags after -- (at least --model, --clean, --corrupted)"
 for a in "$@"; do
   case $a in --out|--out=*|--shard|--shard=*|--jobs|--jobs=*) die "'$a' is set by the launcher; leave it out" ;; esac
@@ -49,12 +51,12 @@ mkdir -p "$base"
 task=$base/task.sh
 cat >"$task" <<TASK
 #!/bin/sh
-exec $EMBER sweep "\$@" --shard "\${SLURM_ARRAY_TASK_ID}/$shards" --out "$base/\${SLURM_ARRAY_TASK_ID}" --progress summary
+exec $EMBER $command "\$@" --shard "\${SLURM_ARRAY_TASK_ID}/$shards" --out "$base/\${SLURM_ARRAY_TASK_ID}" --progress summary
 TASK
 merge=$base/merge.sh
 {
   echo "#!/bin/sh"
-  printf 'exec %s sweep merge "%s"' "$EMBER" "$out"
+  printf 'exec %s %s merge "%s"' "$EMBER" "$command" "$out"
   i=0
   while [ $i -lt "$shards" ]; do printf ' "%s/%d"' "$base" $i; i=$((i + 1)); done
   echo

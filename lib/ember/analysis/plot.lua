@@ -189,7 +189,10 @@ local function clamp(v, lo, hi) return math.max(lo, math.min(hi, v)) end
 -- every n-th tic is labelled, so labels never run into each other.
 local function layout(o, sc, any_nan)
   local nx, ny = #o.xtics, #o.rows
-  local cw, ch = clamp(math.floor(1200 / nx), 2, CELL_W), clamp(math.floor(800 / ny), 2, CELL_H)
+  -- cells holding a text (o.cells) are as wide as their longest text
+  local cell_w = CELL_W
+  for _, row in ipairs(o.cells or {}) do cell_w = math.max(cell_w, width_of(row) * 8 // 10 + 8) end
+  local cw, ch = clamp(math.floor((o.cells and 1600 or 1200) / nx), 2, cell_w), clamp(math.floor(800 / ny), 2, CELL_H)
   local every_x, every_y = math.ceil(15 / cw), math.ceil(14 / ch)
   local cb_labels = {}
   for _, t in ipairs(sc.tics) do cb_labels[#cb_labels + 1] = t.label end
@@ -199,7 +202,7 @@ local function layout(o, sc, any_nan)
   local bottom = 24 + 16 + math.ceil(width_of(every_nth(o.xtics, every_x)) * 0.87) + 8
   local pw, ph = math.max(260, nx * cw), math.max(160, ny * ch)
   local right = 24 + 16 + 8 + width_of(cb_labels) + 14 + 24
-  if any_nan then right = math.max(right, 24 + width_of({ NOT_COMPUTED_LABEL }) + 12) end
+  if any_nan then right = math.max(right, 24 + width_of({ o.nan_label or NOT_COMPUTED_LABEL }) + 12) end
   -- gnuplot centres the title over the plot: wide enough that it stays on the canvas
   pw = math.max(pw, width_of({ o.title or "" }) + 16 - 2 * math.min(left, right))
   local top = 44
@@ -252,7 +255,8 @@ local function heatmap_setup(o, sc, lay, any_nan)
     setup[#setup + 1] = string.format(
       "set object 1 rectangle from graph 0,0 to graph 1,1 behind fillcolor rgb '%s' fillstyle solid noborder",
       NOT_COMPUTED)
-    setup[#setup + 1] = string.format("set label %s at screen %s,%s left", q(NOT_COMPUTED_LABEL), sx(lay.cb_x),
+    setup[#setup + 1] = string.format("set label %s at screen %s,%s left", q(o.nan_label or NOT_COMPUTED_LABEL),
+      sx(lay.cb_x),
       sy(lay.bottom - 16))
   end
   return setup
@@ -262,7 +266,9 @@ end
 --       rows = { {v...}, ... } (one row per y tic; nil/NaN = not computed, grey), origin = "bottom"
 --       (row 1 at the bottom, the default) | "top", palette = "sequential" | "diverging" (default:
 --       diverging when the values have both signs; a diverging scale is centred on 0), marks =
---       { {label, value} } (baselines, drawn as labelled bars on the colour bar) } -> { svg, png }
+--       { {label, value} } (baselines, drawn as labelled bars on the colour bar), cells = { {text...},
+--       ... } (optional: a short text written over each cell, rows as `rows`), nan_label (the legend of
+--       the grey cells, default "grey: not computed") } -> { svg, png }
 function M.grid(o)
   local ny, nx = #o.rows, #o.xtics
   if nx == 0 or ny == 0 then fail("heatmap: nothing to draw (%d rows x %d columns)", ny, nx) end
@@ -277,7 +283,19 @@ function M.grid(o)
   end
   local sc = M.scale(o)
   local lay = layout(o, sc, any_nan)
-  return render(o.dir, o.base, table.concat(heatmap_setup(o, sc, lay, any_nan), "\n"),
+  local setup = heatmap_setup(o, sc, lay, any_nan)
+  -- o.cells: a text per cell (rows as o.rows), written over it (a token in its activation's colour)
+  for y, row in ipairs(o.cells or {}) do
+    for x = 1, nx do
+      if row[x] and row[x] ~= "" then
+        local v = o.rows[y][x]
+        local dark = finite(v) and (v - sc.lo) / (sc.hi - sc.lo) > 0.6 -- white text on the deep colours
+        setup[#setup + 1] = string.format("set label %s at first %d,%d center front font ',8' textcolor rgb '%s'",
+          q(row[x]), x - 1, y - 1, dark and "white" or "black")
+      end
+    end
+  end
+  return render(o.dir, o.base, table.concat(setup, "\n"),
     -- SVG: one rectangle per cell (an embedded bitmap would be smoothed by viewers)
     { svg = "plot DATA matrix with image pixels notitle", png = "plot DATA matrix with image notitle" },
     table.concat(data, "\n") .. "\n", { lay.w, lay.h })

@@ -30,16 +30,47 @@ M.EVAL_FLAGS = {
   COMMON.json, COMMON.out, COMMON.tokenizer, COMMON.kernels, COMMON.threads, COMMON.help,
 }
 
+local function progress_value(s)
+  return require("ember.run.selectors").parse_choice(s, { "auto", "tty", "summary", "none" }, "progress mode")
+end
+
+local function features_value(s)
+  local list, err = require("ember.run.selectors").parse_index_list(s, "feature")
+  if not list then return nil, err end
+  return list
+end
+
+M.TOP_FLAGS = {
+  { "model", "path", "FILE.gguf", "the model (required)" },
+  COMMON.sae, COMMON.hook, COMMON.prompts,
+  { "features", features_value, "LIST", "the features: 0-based ids and ranges (3,17,100-120) or all (default)" },
+  { "top", flags.uint_in(1, 1000), "N", "examples kept per feature (default 10)" },
+  { "before", flags.uint_in(0, 256), "K", "tokens shown before an example's top token (default 8)" },
+  { "after", flags.uint_in(0, 256), "K", "tokens shown after it (default 4)" },
+  { "out", "path", "DIR", "write top.json, top.safetensors and the feature cards here; a rerun resumes (required)" },
+  { "shard", "string", "I/N", "only prompts I, I+N, ... (0 <= I < N); merge the shards with `ember sae top merge`" },
+  { "cards", flags.uint_in(0, 100000), "N", "feature cards (text and picture) written for the first N features "
+    .. "(default 8)" },
+  { "progress", progress_value, "MODE", "auto | tty | summary | none (default auto)" },
+  COMMON.tokenizer, COMMON.kernels, COMMON.threads, COMMON.help,
+}
+
 function M.usage()
   return flags.usage({
     "usage: ember sae eval --model M.gguf --sae DIR --prompts FILE.jsonl [options]",
+    "       ember sae top --model M.gguf --sae DIR --prompts FILE.jsonl --out DIR [--features LIST] [options]",
+    "       ember sae top merge OUT SHARD_DIR...",
     "",
     "eval options:",
   }, M.EVAL_FLAGS, {
     "",
+    "top options:",
+    flags.usage({}, M.TOP_FLAGS, {}),
     "eval: per prompt and overall, the KL and cross-entropy of the model with the SAE's reconstruction",
     "spliced in against the plain model (and with the SAE's stage zeroed: the CE score), L0, dead and dense",
     "features, and the variance of the activation the reconstruction explains (docs/sae.md).",
+    "top: per feature the prompts where it fires most, with the tokens around its top position (JSON +",
+    "safetensors; resumable and shardable like sweeps, scripts/slurm/sweep_array.sh --command 'sae top').",
   })
 end
 
@@ -137,16 +168,81 @@ local function eval(args, io_)
   return 0
 end
 
+local function write_cards(dir, res, o, sae, io_)
+  local card = require("ember.sae.card")
+  local cdir = fs.join(dir, "cards")
+  local ok, err = fs.mkdir_p(cdir)
+  if not ok then usage_error("--out: %s", err) end
+  local n = math.min(o.cards or 8, #res.features)
+  for k = 1, n do
+    local f = res.features[k]
+    local lines = card.text(f, { tokens = res.tokens, hook = sae.hook, sae = o.sae })
+    local base = "feature-" .. f.feature
+    fs.write_atomic(fs.join(cdir, base .. ".txt"), table.concat(lines, "\n") .. "\n", "sae top")
+    io_.stdout:write(table.concat(lines, "\n"), "\n")
+    if #f.examples > 0 then
+      local pok, perr = pcall(card.picture, f,
+        { dir = cdir, base = base, before = o.before or 8, after = o.after or 4 })
+      if not pok then
+        io_.stderr:write("ember: sae top: no picture for feature ", f.feature, ": ", tostring(perr), "\n")
+      end
+    end
+  end
+end
+
+local function top_merge(args, io_)
+  local out, dirs = args[4], { table.unpack(args, 5) }
+  if out == nil or #dirs == 0 then usage_error("sae top merge: expected OUT SHARD_DIR...") end
+  local ok, doc = pcall(require("ember.sae.top").merge, out, dirs)
+  if not ok then error(doc, 0) end
+  io_.stdout:write(string.format("sae top merge: %d shards into %s: %s, %d of %d prompts\n", #dirs, out, doc.status,
+    #doc.prompts_done, doc.settings.prompts.count))
+  return 0
+end
+
+local function top(args, io_)
+  if args[3] == "merge" then return top_merge(args, io_) end
+  local o, pos = flags.parse(args, 3, flags.spec(M.TOP_FLAGS))
+  if o.help then io_.stdout:write(M.usage()); return 0 end
+  if #pos > 0 then usage_error("sae top: unexpected argument '%s'", pos[1]) end
+  for _, k in ipairs({ "model", "sae", "prompts", "out" }) do
+    if o[k] == nil then usage_error("sae top: --%s is required", k) end
+  end
+  if o.shard then
+    local sh, err = require("ember.sweep").parse_shard(o.shard)
+    if not sh then usage_error("--shard: %s", err) end
+  end
+  local model = load_model(o.model, o)
+  local sae = load_sae(o, model)
+  local prompts, digest = read_prompts(o, model)
+  local features = o.features
+  if features == "all" then features = nil end
+  if features then
+    for _, f in ipairs(features) do
+      if f >= sae.d_sae then usage_error("--features: feature %d is not one of the SAE's (0-%d)", f, sae.d_sae - 1) end
+    end
+  end
+  local res = require("ember.sae.top").run { model = model, sae = sae, prompts = prompts, features = features,
+    top = o.top, before = o.before, after = o.after, shard = o.shard, out = o.out,
+    progress = require("ember.sweep.progress").new { stream = io_.stderr, mode = o.progress, label = "sae top",
+      unit = "prompts" },
+    model_sha256 = (model:sha256()), sae_sha256 = require("ember").sha256_file(sae.files.weights),
+    prompts_sha256 = digest }
+  if res.status == "complete" and not o.shard then write_cards(o.out, res, o, sae, io_) end
+  return 0
+end
+
 -- main(args, argv, io_) -> exit code; args[1] is "sae". Experiments are refused first.
 function M.main(args, argv, io_)
   flags.refuse_experiment_args("sae", args, 2)
   local sub = args[2]
   if sub == "eval" then return eval(args, io_) end
+  if sub == "top" then return top(args, io_) end
   if sub == nil or sub == "--help" or sub == "-h" then
     io_.stdout:write(M.usage())
     return sub == nil and 2 or 0
   end
-  usage_error("sae: unknown subcommand '%s' (eval)", tostring(sub))
+  usage_error("sae: unknown subcommand '%s' (eval, top)", tostring(sub))
 end
 
 return M

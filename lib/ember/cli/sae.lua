@@ -55,22 +55,35 @@ M.TOP_FLAGS = {
   COMMON.tokenizer, COMMON.kernels, COMMON.threads, COMMON.help,
 }
 
+M.COMPARE_FLAGS = {
+  { "models", "path", "A.gguf B.gguf ...", "the models, the reference first (the others follow the flag)" },
+  COMMON.sae, COMMON.hook, COMMON.prompts,
+  { "out", "path", "DIR", "write report.json, table.txt and the histogram (correlations.svg/.png) here" },
+  COMMON.json, COMMON.tokenizer, COMMON.kernels, COMMON.threads, COMMON.help,
+}
+
 function M.usage()
   return flags.usage({
     "usage: ember sae eval --model M.gguf --sae DIR --prompts FILE.jsonl [options]",
     "       ember sae top --model M.gguf --sae DIR --prompts FILE.jsonl --out DIR [--features LIST] [options]",
     "       ember sae top merge OUT SHARD_DIR...",
+    "       ember sae compare --sae DIR --models A.gguf B.gguf ... --prompts FILE.jsonl [--out DIR] [options]",
     "",
     "eval options:",
   }, M.EVAL_FLAGS, {
     "",
     "top options:",
     flags.usage({}, M.TOP_FLAGS, {}),
+    "compare options:",
+    flags.usage({}, M.COMPARE_FLAGS, {}),
     "eval: per prompt and overall, the KL and cross-entropy of the model with the SAE's reconstruction",
     "spliced in against the plain model (and with the SAE's stage zeroed: the CE score), L0, dead and dense",
     "features, and the variance of the activation the reconstruction explains (docs/sae.md).",
     "top: per feature the prompts where it fires most, with the tokens around its top position (JSON +",
     "safetensors; resumable and shardable like sweeps, scripts/slurm/sweep_array.sh --command 'sae top').",
+    "compare: the same tokens through each model; per feature the Pearson correlation of its activations",
+    "with the first model's and its firing-rate shift, the share of features above 0.9/0.7/0.5 and the",
+    "SAE's spliced KL per model: which features survive quantization (docs/sae.md explains the report).",
   })
 end
 
@@ -232,17 +245,129 @@ local function top(args, io_)
   return 0
 end
 
+local function fmt(x, f) return x == x and string.format(f, x) or "-" end
+
+local function compare_doc(res, o, digest)
+  local cmp = require("ember.sae.compare")
+  local models = json.array()
+  for m, e in ipairs(res.models) do
+    local ev = e.eval
+    local entry = { path = e.path, weights = e.info.dtype_summary, reference = m == 1,
+      eval = json.ordered({ "kl", "ce_clean", "ce_spliced", "ce_delta", "fve", "l0" }, { kl = num(ev.kl),
+        ce_clean = num(ev.ce_clean), ce_spliced = num(ev.ce_spliced), ce_delta = num(ev.ce_delta), fve = num(ev.fve),
+        l0 = num(ev.l0) }),
+      dead = e.features.dead }
+    local keys = { "path", "weights", "reference", "eval", "dead" }
+    if e.summary then
+      local sm = e.summary
+      local shares = {}
+      for k, t in ipairs(cmp.THRESHOLDS) do shares[string.format("%.1f", t)] = num(sm.share[k]) end
+      local corr, shift = json.array(), json.array()
+      for i = 1, #sm.correlation do corr[i], shift[i] = num(sm.correlation[i]), sm.fire_shift[i] end
+      entry.defined, entry.median_correlation, entry.mean_abs_fire_shift = sm.defined, num(sm.median),
+        sm.mean_abs_fire_shift
+      entry.share_above = json.ordered({ "0.9", "0.7", "0.5" }, shares)
+      entry.correlation, entry.fire_shift = corr, shift
+      for _, k in ipairs({ "defined", "median_correlation", "share_above", "mean_abs_fire_shift", "correlation",
+        "fire_shift" }) do keys[#keys + 1] = k end
+    end
+    models[m] = json.ordered(keys, entry)
+  end
+  return json.ordered({ "command", "sae", "prompts", "tokens", "models" }, {
+    command = "sae compare",
+    sae = json.ordered({ "path", "hook", "architecture", "d_sae" }, { path = o.sae, hook = res.hook,
+      architecture = res.architecture, d_sae = res.d_sae }),
+    prompts = json.ordered({ "path", "sha256", "count" }, { path = o.prompts, sha256 = digest, count = res.count }),
+    tokens = res.tokens, models = models })
+end
+
+local function compare_table(res)
+  local cmp = require("ember.sae.compare")
+  local lines = { string.format("%-28s %-20s %9s %9s %8s %6s %8s %6s %6s %6s %8s", "model", "weights", "KL",
+    "CE diff", "FVE", "alive", "median r", ">=0.9", ">=0.7", ">=0.5", "|fire d|") }
+  for m, e in ipairs(res.models) do
+    local ev, sm = e.eval, e.summary
+    local name = e.path:match("[^/]+$") or e.path
+    local tail = m == 1 and string.format(" %6d %8s %6s %6s %6s %8s", e.features.d_sae - e.features.dead,
+      "(ref)", "", "", "", "") or string.format(" %6d %8s %6s %6s %6s %8s", sm.defined, fmt(sm.median, "%.4f"),
+      fmt(sm.share[1], "%.3f"), fmt(sm.share[2], "%.3f"), fmt(sm.share[3], "%.3f"),
+      fmt(sm.mean_abs_fire_shift, "%.4f"))
+    lines[#lines + 1] = string.format("%-28s %-20s %9s %9s %8s", name:sub(1, 28),
+      tostring(e.info.dtype_summary):sub(1, 20), fmt(ev.kl, "%.5f"), fmt(ev.ce_delta, "%.4f"), fmt(ev.fve, "%.4f"))
+      .. tail
+  end
+  lines[#lines + 1] = string.format("alive: features with a defined correlation (active and varying under both "
+    .. "models); shares are of those; thresholds %s", table.concat(cmp.THRESHOLDS, "/"))
+  return lines
+end
+
+local function compare_plot(res, dir)
+  local cmp = require("ember.sae.compare")
+  local bins, xtics, series = 20, { "<0" }, {}
+  for b = 1, bins do xtics[b + 1] = string.format("%.2f", (b - 1) / bins) end
+  for m = 2, #res.models do
+    local e = res.models[m]
+    series[#series + 1] = { name = e.path:match("[^/]+$") or e.path, values = cmp.histogram(e.summary.correlation,
+      bins) }
+  end
+  return require("ember.analysis.plot").lines { dir = dir, base = "correlations",
+    title = "per-feature correlation with " .. (res.models[1].path:match("[^/]+$") or res.models[1].path),
+    xlabel = "Pearson r of the feature's activations (bin start)", ylabel = "features", xtics = xtics,
+    series = series }
+end
+
+local function compare(args, io_)
+  local o, pos = flags.parse(args, 3, flags.spec(M.COMPARE_FLAGS))
+  if o.help then io_.stdout:write(M.usage()); return 0 end
+  for _, k in ipairs({ "models", "sae", "prompts" }) do
+    if o[k] == nil then usage_error("sae compare: --%s is required", k) end
+  end
+  local paths = { o.models, table.unpack(pos) }
+  if #paths < 2 then usage_error("--models: give at least two models (the first is the reference)") end
+  for _, p in ipairs(paths) do if not fs.exists(p) then usage_error("--models: cannot open '%s'", p) end end
+  local ok, sae = pcall(require("ember.sae").load, o.sae, { hook = o["sae-hook"], kernels = o.kernels,
+    threads = o.threads })
+  if not ok then usage_error("--sae: %s", tostring(sae)) end
+  local okp, list, digest = pcall(require("ember.analysis.extract").read_prompts, o.prompts, "--prompts")
+  if not okp then usage_error("%s", list) end
+  local prompts = {}
+  for i, p in ipairs(list) do prompts[i] = { text = p.prompt } end
+  local res = require("ember.sae.compare").run { models = paths, sae = sae, prompts = prompts,
+    load = function(path) return load_model(path, o) end,
+    on_model = function(m, path) io_.stderr:write(string.format("sae compare: model %d/%d %s done\n", m, #paths,
+      path)) end }
+  res.hook, res.architecture, res.d_sae, res.count = sae.hook, sae.architecture, sae.d_sae, #prompts
+  local doc = compare_doc(res, o, digest)
+  local lines = compare_table(res)
+  if o.out then
+    local mok, merr = fs.mkdir_p(o.out)
+    if not mok then usage_error("--out: %s", merr) end
+    fs.write_atomic(fs.join(o.out, "report.json"), json.encode(doc, { indent = "  " }), "--out")
+    fs.write_atomic(fs.join(o.out, "table.txt"), table.concat(lines, "\n") .. "\n", "--out")
+    if require("ember.analysis.plot").gnuplot() then compare_plot(res, o.out) end
+  end
+  if o.json then
+    io_.stdout:write(json.encode(doc, { indent = "  " }))
+  else
+    io_.stdout:write(string.format("sae %s (%s) on %d prompts, %d tokens; reference %s\n", o.sae, sae.hook,
+      #prompts, res.tokens, paths[1]))
+    io_.stdout:write(table.concat(lines, "\n"), "\n")
+  end
+  return 0
+end
+
 -- main(args, argv, io_) -> exit code; args[1] is "sae". Experiments are refused first.
 function M.main(args, argv, io_)
   flags.refuse_experiment_args("sae", args, 2)
   local sub = args[2]
   if sub == "eval" then return eval(args, io_) end
   if sub == "top" then return top(args, io_) end
+  if sub == "compare" then return compare(args, io_) end
   if sub == nil or sub == "--help" or sub == "-h" then
     io_.stdout:write(M.usage())
     return sub == nil and 2 or 0
   end
-  usage_error("sae: unknown subcommand '%s' (eval, top)", tostring(sub))
+  usage_error("sae: unknown subcommand '%s' (eval, top, compare)", tostring(sub))
 end
 
 return M

@@ -108,11 +108,12 @@ local function one(model, entry, ids, stats)
     ce_score = (ce_zero - ce_spliced) / (ce_zero - ce_clean),
     l0 = mean(l0), fve = fve(v), mse = v.rss / (v.n * target:shape()[2]),
     cosine = core.cosine(target, recon),
-  }, v, kl
+  }, v, kl, g.f
 end
 
 -- run{ model =, sae = SAE, prompts = { { ids = {...}, text = s }, ... }, dense_threshold = 0.1,
---   on_prompt = function(i, report) } -> { prompts = { per-prompt reports }, overall = {...},
+--   on_prompt = function(i, report), on_features = function(i, f) (the plain run's features of
+--   prompt i, [tokens, d_sae]) } -> { prompts = { per-prompt reports }, overall = {...},
 --   features = { dead, dense, d_sae, fire_rate = {...} } }
 -- Every prompt is three prefills: plain (the SAE attached, unedited: bit-identical to no SAE), with
 -- the reconstruction spliced in, and with the SAE's output stage zeroed.
@@ -124,7 +125,8 @@ function M.run(opts)
   local reports, totals, kl_all, tokens = {}, nil, {}, 0
   local ce_sum = { clean = 0.0, spliced = 0.0, zero = 0.0, n = 0 }
   for i, p in ipairs(opts.prompts) do
-    local r, v, kl = one(model, entry, p.ids, stats)
+    local r, v, kl, f = one(model, entry, p.ids, stats)
+    if opts.on_features then opts.on_features(i, f) end
     r.text = p.text
     reports[i] = r
     if totals then

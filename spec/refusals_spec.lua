@@ -10,7 +10,8 @@ local flags = require("ember.cli.flags")
 local MISSING = "/nonexistent/refusal-model.gguf"
 
 -- a value for each experiment flag (never read: the refusal comes first)
-local VALUE = { ["zero-layer-output"] = "1:mlp", steer = "1:after_layer:v.npy", ["control-vector"] = "cv.gguf" }
+local VALUE = { ["zero-layer-output"] = "1:mlp", steer = "1:after_layer:v.npy", ["control-vector"] = "cv.gguf",
+  ["sae-steer"] = "saes/x:3:2" }
 
 local function refused(what, args, flag)
   local full = { table.unpack(args) }
@@ -26,7 +27,7 @@ end
 describe("refusals of active experiments", function()
   it("lists the experiment flags in one place", function()
     assert.same({ "experiment", "activation-stats", "zero-layer-output", "capture-activations", "activation-patch",
-      "steer", "control-vector" }, flags.EXPERIMENT_FLAGS)
+      "steer", "control-vector", "sae-steer" }, flags.EXPERIMENT_FLAGS)
   end)
 
   it("--extract-hidden refuses every experiment flag", function()

@@ -41,6 +41,10 @@ M.FLAGS = {
     "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, "
       .. "stage STAGE (repeatable)",
     many = true },
+  { "sae-steer", selectors.parse_sae_steer, "DIR:FEATURE:SCALE",
+    "add an SAE feature's decoder direction times SCALE where the SAE writes, in prefill and every decode "
+      .. "(repeatable; docs/sae.md)", many = true },
+  { "sae-hook", "string", "NAME", "the TransformerLens hook of --sae-steer's SAEs (Gemma Scope names none)" },
   { "control-vector", selectors.parse_control_vector, "FILE.gguf[:SCALE]",
     "add a llama.cpp control vector (direction.N at after_layer of layer N; repeatable: vectors sum)", many = true },
   { "control-vector-layers", function(v) return require("ember.run.control_vector").parse_range(v) end, "A-B",
@@ -298,10 +302,15 @@ local function check_combinations(o)
   for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment" }) do
     if o[k] ~= nil then interventions[#interventions + 1] = "--" .. k end
   end
-  -- --steer and --control-vector are additions of one kind (one experiment): they go together
-  if o.steer ~= nil or o["control-vector"] ~= nil then
-    interventions[#interventions + 1] = (o.steer and "--steer" or "") .. (o.steer and o["control-vector"] and "/" or "")
-      .. (o["control-vector"] and "--control-vector" or "")
+  -- --steer, --sae-steer and --control-vector are additions of one kind (one experiment): they go
+  -- together
+  local adds = {}
+  for _, k in ipairs({ "steer", "sae-steer", "control-vector" }) do
+    if o[k] ~= nil then adds[#adds + 1] = "--" .. k end
+  end
+  if #adds > 0 then interventions[#interventions + 1] = table.concat(adds, "/") end
+  if o["sae-hook"] ~= nil and o["sae-steer"] == nil then
+    usage_error("--sae-hook needs --sae-steer DIR:FEATURE:SCALE")
   end
   if #interventions > 1 then
     usage_error("%s cannot be combined: one intervention per run (capture and --activation-stats may be added to any)",
@@ -367,9 +376,9 @@ end
 -- run: a missing or malformed one is a usage error naming the flag and the file.
 function M.steering_experiments(o, model, notice)
   local list, text = {}, {}
-  if o.steer then
+  if o.steer or o["sae-steer"] then
     local additions = {}
-    for i, st in ipairs(o.steer) do
+    for i, st in ipairs(o.steer or {}) do
       local okv, r = pcall(require("ember.store.vector_file").read, st.source)
       if not okv then usage_error("--steer: %s", tostring(r)) end
       local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true,
@@ -381,6 +390,14 @@ function M.steering_experiments(o, model, notice)
       additions[i] = { layer = st.layers, stage = st.stage, vector = r.tensor, scale = st.scale, source = st.source }
       text[#text + 1] = string.format("--steer %s:%s:%s:%g", require("ember.experiments.steer").layers_text(st.layers),
         st.stage, st.source, st.scale)
+    end
+    for _, st in ipairs(o["sae-steer"] or {}) do
+      local ok, sae = pcall(require("ember.sae").load, st.sae, { hook = o["sae-hook"], model = model })
+      if not ok then usage_error("--sae-steer: %s", tostring(sae)) end
+      local oka, add = pcall(sae.steering, sae, model, st.feature, st.scale)
+      if not oka then usage_error("--sae-steer: %s", tostring(add)) end
+      additions[#additions + 1] = add
+      text[#text + 1] = string.format("--sae-steer %s:%d:%g", st.sae, st.feature, st.scale)
     end
     list[#list + 1] = require("ember.experiments.steer").make { additions = additions, notice = notice }
   end
@@ -557,7 +574,7 @@ local function run_generate(args, argv, io_)
   elseif user_exp then
     experiments[#experiments + 1] = user_exp
   end
-  if o.steer or o["control-vector"] then
+  if o.steer or o["sae-steer"] or o["control-vector"] then
     local steer_exps, args_text = M.steering_experiments(o, model, notice)
     for _, e in ipairs(steer_exps) do experiments[#experiments + 1] = e end
     exp_args = args_text

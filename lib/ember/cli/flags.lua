@@ -201,7 +201,7 @@ end
 -- network computes. Inspection surfaces (extraction, probes, demo, interactive, benchmark) refuse
 -- them (SPEC §7): whether a value would be read before or after the intervention is not defined.
 M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
-  "activation-patch", "steer", "control-vector" }
+  "activation-patch", "steer", "control-vector", "sae-steer" }
 
 -- refuse_experiments(what, flag): a usage error when flag (an experiment flag given) is set;
 -- `what` names the command or option that runs without experiments.

@@ -190,6 +190,18 @@ function M.parse_steer(s)
   return { layers = layers, stage = full, source = source, scale = scale }
 end
 
+-- parse_sae_steer(s) -> { sae = DIR, feature = n, scale = x } from DIR:FEATURE:SCALE (DIR may hold
+-- ':'; FEATURE is 0-based).
+function M.parse_sae_steer(s)
+  local form = "DIR:FEATURE:SCALE (e.g. saes/blocks.6.hook_resid_post:1234:8)"
+  if type(s) ~= "string" then return nil, "expected " .. form end
+  local dir, feature, scale_s = s:match("^(.+):(%d+):([^:]+)$")
+  if not dir then return nil, "expected " .. form .. ", got '" .. s .. "'" end
+  local scale, err = M.parse_float(scale_s)
+  if scale == nil then return nil, "scale: " .. err end
+  return { sae = dir, feature = math.tointeger(tonumber(feature)), scale = scale }
+end
+
 -- parse_control_vector(s) -> { path = "FILE.gguf", scale = x } from FILE.gguf[:SCALE].
 function M.parse_control_vector(s)
   if type(s) ~= "string" or s == "" then return nil, "expected FILE.gguf[:SCALE]" end

@@ -26,6 +26,32 @@ function SAE:direction(i)
   end
   return self.handle:direction(i)
 end
+-- sae:steering(model, feature, scale) -> the addition { layer, stage, vector, scale, source } that
+-- steers `model` along feature's decoder direction where the SAE writes (its hook; a transcoder's
+-- output hook), for ember.experiments.steer (the one owner of adding vectors). A head's SAE
+-- (hook_z with hook_head_index) adds only in that head's columns.
+function SAE:steering(model, feature, scale)
+  if math.type(feature) ~= "integer" or feature < 0 or feature >= self.d_sae then
+    error(string.format("sae %s: feature %s is not one of its %d (0-%d)", self.path, tostring(feature), self.d_sae,
+      self.d_sae - 1), 0)
+  end
+  local _, out = require("ember.sae.splice").check(self, model)
+  if out.stage == "before_logits" then
+    error(string.format("sae %s: it writes %s, which is not a per-layer stage: it cannot be steered", self.path,
+      out.stage), 0)
+  end
+  local dir = self.handle:direction(feature)
+  if out.sliced then -- the head's columns of the whole attention_heads row
+    local width = model.info.n_heads * model.info.head_dim
+    local full = {}
+    for j = 1, width do full[j] = 0.0 end
+    for j = 1, self.d_out do full[out.col0 + j] = dir:get(1, j) end
+    dir = core.tensor(1, width, full)
+  end
+  return { layer = out.layer, stage = out.stage, vector = dir, scale = scale,
+    source = string.format("%s#feature=%d", self.path, feature) }
+end
+
 function SAE:close() self.handle:close() end
 SAE.__close = SAE.close
 function SAE:__tostring()

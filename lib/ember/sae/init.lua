@@ -149,6 +149,15 @@ function M.load(path, opts)
   return sae
 end
 
+-- ember.sae.wrap(handle, fields) -> an SAE object over an engine SAE made by core.sae_new from a
+-- spec of one's own (benchmarks); fields: what ember.sae.load would have read (path, d_in, d_sae,
+-- d_out, architecture, hook, hook_layer, transcoder, ...).
+function M.wrap(handle, fields)
+  fields.handle = handle
+  fields.kernels = handle.kernels
+  return setmetatable(fields, SAE)
+end
+
 -- ember.sae.is_sae(v) -> whether v is an SAE object of this module
 function M.is_sae(v) return getmetatable(v) == SAE end
 

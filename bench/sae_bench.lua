@@ -1,0 +1,118 @@
+-- bench/sae_bench.lua — what an SAE costs: encode throughput of a d_sae-feature SAE on a d_in-wide
+-- activation (features/s, GFLOP/s, and for one row the weight bytes read per second), and the
+-- prefill of a model with the SAE spliced into one layer against the plain prefill, interleaved
+-- A/B/A/B with medians; peak RSS. Speed goes here and in docs/performance.md, never in a test.
+--   build/ember-lua bench/sae_bench.lua [--model M.gguf] [--layer L] [--d-sae 16384] [--dtype f16]
+--                                       [--tokens 512] [--repeat 5] [--kernels auto] [--threads N]
+-- Without --model it makes the Qwen3-0.6B shape (random q8_0 weights, hidden 1024, 28 layers) with
+-- build/make-tiny-model --shape qwen3-0.6b. The SAE is synthetic (weights do not change the cost).
+
+local ember = require("ember")
+local bench = require("ember.run.benchmark")
+
+local USAGE = "usage: sae_bench.lua [--model M] [--layer L] [--d-sae N] [--dtype f32|f16|bf16] [--tokens N]"
+  .. " [--repeat R] [--kernels K] [--threads N]"
+local KNOWN = { model = true, layer = true, d_sae = true, dtype = true, tokens = true, ["repeat"] = true,
+  kernels = true, threads = true }
+local o = { d_sae = 16384, dtype = "f16", tokens = 512, ["repeat"] = 5 }
+local i = 1
+while i <= #arg do
+  local k, v = arg[i]:match("^%-%-([%w-]+)$"), arg[i + 1]
+  if not k or v == nil then error(USAGE, 0) end
+  k = k:gsub("-", "_")
+  if not KNOWN[k] then error("sae_bench.lua: unknown flag '" .. arg[i] .. "'\n" .. USAGE, 0) end
+  o[k] = math.tointeger(tonumber(v)) or v
+  i = i + 2
+end
+
+if not o.model then
+  o.model = "build/models/bench-qwen3-0.6b-q8_0.gguf"
+  local f = io.open(o.model, "rb")
+  if f then f:close() else
+    os.execute("mkdir -p build/models")
+    assert(os.execute("build/make-tiny-model --shape qwen3-0.6b --tokenizer --out " .. o.model .. " >/dev/null"),
+      "could not make the benchmark model")
+  end
+end
+local model = ember.load { model = o.model, kernels = o.kernels, threads = o.threads }
+local info = model.info
+local d_in, d_sae = info.hidden_size, o.d_sae
+o.layer = o.layer or info.n_layers // 2
+
+-- A synthetic SAE: a repeated block of pseudo-random values (the products cost the same whatever
+-- the values; a block keeps building the weights cheap).
+local function block(n, seed)
+  local t, x = {}, seed
+  for j = 1, n do
+    x = (x * 1103515245 + 12345) % 2147483648
+    t[j] = string.pack("<f", (x / 2147483648 - 0.5) / 16)
+  end
+  return table.concat(t)
+end
+local function tensor(rows, cols, seed)
+  local b = block(4099, seed) -- a prime length: rows do not repeat one another
+  local n = rows * cols * 4
+  local data = string.rep(b, n // #b + 1):sub(1, n)
+  return { data = data, offset = 0, dtype = "F32", shape = { rows, cols } }
+end
+local spec = { d_in = d_in, d_sae = d_sae, dtype = o.dtype, architecture = "jumprelu", apply_b_dec_to_input = true,
+  denormalize_output = true, threshold_all = 0.05, tensors = { W_enc = tensor(d_in, d_sae, 1),
+    W_dec = tensor(d_sae, d_in, 2), b_enc = tensor(1, d_sae, 3), b_dec = tensor(1, d_in, 4) } }
+local handle = ember.sae_new(spec, model)
+spec = nil
+collectgarbage()
+-- the SAE object ember.sae.load would make, for generate{ sae = }
+local sae = require("ember.sae").wrap(handle, { path = "(synthetic)", format = "synthetic",
+  architecture = "jumprelu", d_in = d_in, d_sae = d_sae, d_out = d_in, transcoder = false,
+  hook = string.format("blocks.%d.hook_resid_post", o.layer), hook_layer = o.layer })
+
+local function now() return ember.now_ms() end
+local function median(t) return bench.median(t) end
+
+-- ---- encode throughput ----
+local x = ember.tensor(o.tokens, d_in)
+for r = 1, o.tokens do x:set(r, 1 + (r % d_in), 1.0) end
+local enc = {}
+for _, rows in ipairs({ 1, o.tokens }) do
+  local xr = x:slice(1, rows)
+  sae:encode(xr) -- warm-up (scratch)
+  local times = {}
+  local reps = rows == 1 and 50 or o["repeat"]
+  for k = 1, reps do
+    local t0 = now()
+    sae:encode(xr)
+    times[k] = now() - t0
+  end
+  local ms = median(times)
+  local wbytes = ({ f32 = 4, f16 = 2, bf16 = 2 })[o.dtype] * d_in * d_sae
+  enc[#enc + 1] = { rows = rows, ms = ms, features_per_s = rows * d_sae / (ms / 1e3),
+    gflops = 2 * rows * d_in * d_sae / (ms / 1e3) / 1e9, weight_gbs = wbytes / (ms / 1e3) / 1e9 }
+end
+
+-- ---- prefill A/B: plain against the SAE spliced into one layer ----
+local ids = bench.prompt_ids(o.tokens, info.n_vocab)
+local function prefill(with_sae)
+  local t0 = now()
+  model:generate { ids = ids, max_tokens = 0, sae = with_sae and sae or nil }
+  return now() - t0
+end
+prefill(false); prefill(true) -- warm-up
+local a, b = {}, {}
+for k = 1, o["repeat"] do
+  a[k] = prefill(false)
+  b[k] = prefill(true)
+end
+local res = { model = o.model, kernels = info.kernels, threads = info.threads, d_in = d_in, d_sae = d_sae,
+  dtype = o.dtype, layer = o.layer, tokens = o.tokens, encode = enc,
+  prefill_ms = { plain = median(a), sae = median(b) }, peak_rss_mib = (bench.peak_rss_kib() or 0) / 1024 }
+res.prefill_ratio = res.prefill_ms.sae / res.prefill_ms.plain
+
+print(string.format("sae bench: %s (%s, %d threads), SAE %d -> %d features (%s) at layer %d", o.model, info.kernels,
+  info.threads, d_in, d_sae, o.dtype, o.layer))
+for _, e in ipairs(enc) do
+  print(string.format("  encode %4d rows: %8.3f ms  %10.3g features/s  %6.1f GFLOP/s  %6.2f GB/s of weights", e.rows,
+    e.ms, e.features_per_s, e.gflops, e.weight_gbs))
+end
+print(string.format("  prefill %d tokens: plain %.1f ms, with the SAE %.1f ms (x%.3f); peak RSS %.0f MiB",
+  o.tokens, res.prefill_ms.plain, res.prefill_ms.sae, res.prefill_ratio, res.peak_rss_mib))
+print(require("ember.store.json").encode(res))

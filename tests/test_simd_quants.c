@@ -337,6 +337,42 @@ static void test_nonfinite(ember_kernels k, const qtype *q) {
     ember_compute_free(c);
 }
 
+/* The Q8_K blocks a set's K-quant act_prepare stores after its reordered copy are the oracle's
+ * (ember_quantize_act_q8_k) byte for byte, on blocks that reach the quantizer's edge cases: the
+ * largest magnitude twice with both signs (the first one sets the sign of d), all zeros, -0,
+ * subnormals, exact halves after scaling, a single non-zero value, NaN and infinities. */
+static void test_q8k_prepare(ember_kernels k, ember_type type) {
+    const ember_type_kernels *mm = ember_kernels_mm(ember_kernels_table(k), type);
+    enum { NB = 12, N = NB * 256 };
+    float *x = random_vec(N);
+    for (int i = 0; i < 256; i++) x[256 + i] = 0.0f;                           /* block 1: zeros */
+    for (int i = 0; i < 256; i++) x[512 + i] = i % 2 ? -0.0f : 0.0f;           /* block 2: signed zeros */
+    x[768 + 7] = -3.0f, x[768 + 200] = 3.0f;                                   /* block 3: -max first */
+    x[1024 + 7] = 3.0f, x[1024 + 200] = -3.0f;                                 /* block 4: +max first */
+    for (int i = 0; i < 256; i++) x[1280 + i] = (float)(i - 127) * 0x1p-140f;  /* block 5: subnormals */
+    for (int i = 0; i < 256; i++) x[1536 + i] = (float)(i % 255 - 127) * 0.5f; /* block 6: halves */
+    for (int i = 0; i < 256; i++) x[1792 + i] = 0.0f;
+    x[1792 + 255] = -1e-3f;                    /* block 7: one value */
+    x[2048 + 17] = NAN;                        /* block 8: NaN */
+    x[2304] = INFINITY;                        /* block 9: +inf first */
+    x[2560 + 100] = -INFINITY;                 /* block 10: -inf */
+    x[2816 + 3] = 1e30f, x[2816 + 4] = -1e30f; /* block 11: huge */
+    const size_t size = mm->act_size(N), q8k = size - NB * sizeof(ember_block_q8_K);
+    uint8_t *xa = malloc(size), *ref = malloc(NB * sizeof(ember_block_q8_K));
+    memset(xa, 0xA5, size);
+    mm->act_prepare(x, xa, N);
+    ember_quantize_act_q8_k(x, ref, N);
+    int bad = 0;
+    for (int b = 0; b < NB; b++)
+        bad += memcmp(xa + q8k + b * sizeof(ember_block_q8_K), ref + b * sizeof(ember_block_q8_K),
+                      sizeof(ember_block_q8_K)) != 0;
+    CHECK_MSG(bad == 0, "%s %s: %d of %d prepared Q8_K blocks differ from the oracle's", ember_kernels_name(k),
+              tname(type), bad, NB);
+    free(x);
+    free(xa);
+    free(ref);
+}
+
 static void test_cross_isa(const qtype *q) {
     int bad = 0, total = 0;
     const int64_t *nbs = is_k(q->type) ? k_blocks : b32_blocks;
@@ -385,6 +421,7 @@ int main(void) {
             test_type(sets[s], &types[t]);
             test_threads_and_multi(sets[s], &types[t]);
             test_nonfinite(sets[s], &types[t]);
+            if (is_k(types[t].type)) test_q8k_prepare(sets[s], types[t].type);
         }
     }
     if (ran == 0) return ember_test_skip("this CPU runs neither the avx2 nor the avx512 kernels");

@@ -142,6 +142,7 @@ EMBER_AI void q8g_spans256(const uint8_t *g, const uint8_t *const *xs, int T, in
                         is[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(q, w0)), ones));
                     is[t][1] = _mm256_add_epi32(
                         is[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(q, w1)), ones));
+                    ember_pin256(&is[t][0]), ember_pin256(&is[t][1]);
                 }
             }
 #pragma GCC unroll 2

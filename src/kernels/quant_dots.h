@@ -395,7 +395,7 @@ static void qd_rows_q4_k(const ember_matrix *w, const float *x, const void *xa, 
                          int64_t n_tok, int64_t o0, int64_t o1) {
     (void)x;
     const int64_t nb = w->n_in / EMBER_QK_K;
-    if (w->packed) qg_rows(qg4k_kern, QG_MAX_T, (size_t)nb * QG4K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
+    if (w->packed) qg_rows(qg4k_kern, QG_TILE_4K, (size_t)nb * QG4K_SB_BYTES, nb, w, xa, xa_stride, y, n_tok, o0, o1);
     else qd_rows(qd_kern_q4k, EMBER_QK_K, w, (const uint8_t *)xa + qg4k_off_q8k(nb), xa_stride, y, n_tok, o0, o1);
 }
 static void qd_rows_q5_k(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,

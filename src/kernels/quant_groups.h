@@ -19,8 +19,16 @@
 #include "q8_groups.h"
 #include "quants.h"
 
-/* Tokens one group kernel call multiplies (the group is unpacked once for all of them). */
+/* Tokens one group kernel call multiplies (the group is unpacked once for all of them). The Q4_K
+ * row loop uses tiles of 2 on AVX2: its 16-bit sums of 4 tokens would not fit in the 16 registers
+ * and a second pass over the group (tokens 3-4, read from L1) costs less than the spills; the other
+ * types, and every type on AVX-512 (32 registers), use tiles of 4. */
 #define QG_MAX_T 4
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define QG_TILE_4K 4
+#else
+#define QG_TILE_4K 2
+#endif
 
 /* acc + the exact sums of 4 products u8 x s8 per int32 lane (u <= 63 here: no saturation). */
 EMBER_AI __m256i qg_dot(__m256i acc, __m256i u, __m256i s) {
@@ -148,47 +156,73 @@ static void qg32_pack(qg_kind kind, const ember_matrix *w, void *dst) {
 /* (v << s) for s in [-3, 4] on 16-bit lanes (a negative s shifts right); callers mask one bit per byte. */
 EMBER_AI __m256i qg_shift16(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
 
+/* The integer part of one quad qd of a 32-value group for T tokens: acc[t][h] lane (r, j) = the
+ * exact isum of row 2h + r's block 4 qd + j (g points at the quad). */
+EMBER_AI void qg32_ints(qg_kind kind, const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, int64_t qd,
+                        __m256i acc[QG_MAX_T][2]) {
+    const bool five = qg32_five(kind);
+    const size_t ocorr = q8g_off_corr(nb), oq = qg32_off_qs(kind);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+    const int run = five ? 2 : 4;
+    __m256i s16[QG_MAX_T][2];
+#endif
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const __m256i corr = qg_bcast16(xs[t] + ocorr + 16 * qd); /* -128 * sum y per block */
+        acc[t][0] = acc[t][1] = kind == QG_Q4_0   ? _mm256_srai_epi32(corr, 4)
+                                : kind == QG_Q5_0 ? _mm256_srai_epi32(corr, 3)
+                                                  : _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m256i lo[2], hi[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(g + oq + 64 * k + 32 * h));
+            lo[h] = _mm256_and_si256(v, low4);
+            hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            if (five) {
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + oq + 256 + 32 * h));
+                lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * k), bit4));
+                hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * k), bit4));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256i ylo = qg_bcast16(xs[t] + 128 * qd + 16 * k),
+                          yhi = qg_bcast16(xs[t] + 128 * qd + 16 * (k + 4));
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                acc[t][h] = qg_dot(qg_dot(acc[t][h], lo[h], ylo), hi[h], yhi);
+#else
+                /* the two pair sums of a step (each <= 2 * 31 * 127) added in 16 bits over a run
+                 * of steps: 4 for 4-bit quants (<= 30480), 2 for 5-bit ones (<= 31496) */
+                const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], ylo), _mm256_maddubs_epi16(hi[h], yhi));
+                s16[t][h] = k % run == 0 ? pr : _mm256_add_epi16(s16[t][h], pr);
+                ember_pin256(&s16[t][h]);
+                if (k % run == run - 1) {
+                    acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(s16[t][h], _mm256_set1_epi16(1)));
+                    ember_pin256(&acc[t][h]);
+                }
+#endif
+            }
+        }
+    }
+}
+
 EMBER_AI void qg32_group(qg_kind kind, const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,
                          int64_t n_out, int rows) {
-    const bool five = qg32_five(kind), has_m = qg32_has_m(kind);
-    const size_t odx = q8g_off_dx(nb), ocorr = q8g_off_corr(nb), osx = (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 72;
-    const size_t oq = qg32_off_qs(kind), qb = qg32_quad_bytes(kind);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+    const bool has_m = qg32_has_m(kind);
+    const size_t odx = q8g_off_dx(nb), osx = (size_t)q8g_spans(nb) * Q8G_SPAN_BLOCKS * 72, qb = qg32_quad_bytes(kind);
     __m256 p[QG_MAX_T][2];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) p[t][0] = p[t][1] = _mm256_setzero_ps();
     const int64_t nq = qg32_quads(nb);
     for (int64_t qd = 0; qd < nq; qd++, g += qb) {
         __m256i acc[QG_MAX_T][2];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const __m256i corr = qg_bcast16(xs[t] + ocorr + 16 * qd); /* -128 * sum y per block */
-            acc[t][0] = acc[t][1] = kind == QG_Q4_0   ? _mm256_srai_epi32(corr, 4)
-                                    : kind == QG_Q5_0 ? _mm256_srai_epi32(corr, 3)
-                                                      : _mm256_setzero_si256();
-        }
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256i lo[2], hi[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + oq + 64 * k + 32 * h));
-                lo[h] = _mm256_and_si256(v, low4);
-                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                if (five) {
-                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + oq + 256 + 32 * h));
-                    lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * k), bit4));
-                    hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * k), bit4));
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const __m256i ylo = qg_bcast16(xs[t] + 128 * qd + 16 * k),
-                              yhi = qg_bcast16(xs[t] + 128 * qd + 16 * (k + 4));
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) acc[t][h] = qg_dot(qg_dot(acc[t][h], lo[h], ylo), hi[h], yhi);
-            }
-        }
+        qg32_ints(kind, g, xs, T, nb, qd, acc);
         const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
         const __m256 mw0 = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 32))) : _mm256_setzero_ps();
@@ -256,6 +290,79 @@ EMBER_AI size_t qgk_sb_bytes(bool five) { return five ? QG5K_SB_BYTES : QG4K_SB_
 EMBER_AI size_t qgk_off_sc(bool five) { return five ? 640 : 512; }
 #define QG4K_ACT_BYTES 288
 
+/* ---- Q8_K activations: one block of 256 values, as the oracle ember_quantize_act_q8_k writes it
+ * (bit for bit: the same f32 operations on every value, the max found the same way), and the
+ * 4 x 4 transposes of 4-byte groups the layouts below are made of. */
+EMBER_AI void qg_q8k_block(const float *x, ember_block_q8_K *o) {
+    const __m256 nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), inf = _mm256_set1_ps(INFINITY);
+    __m256 mx = _mm256_setzero_ps();
+    int bad = 0;
+    for (int i = 0; i < EMBER_QK_K; i += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), nosign);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); /* NaN or infinity */
+        mx = _mm256_max_ps(mx, a);
+    }
+    memset(o, 0, sizeof *o);
+    if (bad) { /* the oracle's non-finite block: d = NaN, quants and sums 0 */
+        o->d = NAN;
+        return;
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4); /* exact in any order */
+    if (amax == 0.0f) return;
+    int j = 0; /* the first value of largest magnitude, with its sign */
+    for (int i = 0; i < EMBER_QK_K; i += 8) {
+        const int eq = _mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), nosign), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+        if (eq) {
+            j = i + __builtin_ctz((unsigned)eq);
+            break;
+        }
+    }
+    const float iscale = -127.f / x[j];
+    const __m256 vs = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f); /* 1.5 * 2^23 */
+    const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000);
+    const __m256i top = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m128i sums[4];
+    for (int c = 0; c < 8; c++) { /* 32 values: 4 vectors of 8 */
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) { /* round_nearest(iscale * x), min(127, .), then C's int8 conversion
+                                        * (the low byte: only an infinite iscale, from a subnormal
+                                        * maximum, gets values outside [-128, 127]) */
+            const __m256 t = _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 32 * c + 8 * k)), magic);
+            const __m256i r =
+                _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(t), mant), half), top);
+            q[k] = _mm256_srai_epi32(_mm256_slli_epi32(r, 24), 24);
+        }
+        const __m256i b8 = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), perm);
+        _mm256_storeu_si256((__m256i *)(o->qs + 32 * c), b8);
+        /* the sums of 16 (values 32c .. 32c + 15 and + 16 .. 31), exact in int32 */
+        const __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        const __m256i hh = _mm256_hadd_epi32(h, h); /* [s0 s1 s0 s1 | s0' s1' ...] per 128-bit half */
+        const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256(hh, 1));
+        sums[c / 2] = c % 2 ? _mm_unpacklo_epi64(sums[c / 2], s2) : s2;
+    }
+    _mm_storeu_si128((__m128i *)o->bsums, _mm_packs_epi32(sums[0], sums[1]));
+    _mm_storeu_si128((__m128i *)(o->bsums + 8), _mm_packs_epi32(sums[2], sums[3]));
+    o->d = 1 / iscale;
+}
+
+/* dst + k * stride (k = 0..3) = the 4-byte group k of each of the 16-byte rows r0..r3, in row order */
+EMBER_AI void qg_transpose4x4(const uint8_t *r0, const uint8_t *r1, const uint8_t *r2, const uint8_t *r3, uint8_t *dst,
+                              size_t stride) {
+    const __m128i a = _mm_loadu_si128((const __m128i *)r0), b = _mm_loadu_si128((const __m128i *)r1);
+    const __m128i c = _mm_loadu_si128((const __m128i *)r2), d = _mm_loadu_si128((const __m128i *)r3);
+    const __m128i ab0 = _mm_unpacklo_epi32(a, b), ab1 = _mm_unpackhi_epi32(a, b);
+    const __m128i cd0 = _mm_unpacklo_epi32(c, d), cd1 = _mm_unpackhi_epi32(c, d);
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + stride), _mm_unpackhi_epi64(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + 2 * stride), _mm_unpacklo_epi64(ab1, cd1));
+    _mm_storeu_si128((__m128i *)(dst + 3 * stride), _mm_unpackhi_epi64(ab1, cd1));
+}
+
 static size_t qg4k_act_size(int64_t n_in) {
     return (size_t)(n_in / EMBER_QK_K) * (QG4K_ACT_BYTES + sizeof(ember_block_q8_K));
 }
@@ -265,14 +372,14 @@ static void qg4k_act_prepare(const float *x, void *xa, int64_t n_in) {
     const int64_t nb = n_in / EMBER_QK_K;
     uint8_t *o = xa;
     ember_block_q8_K *q = (ember_block_q8_K *)(o + qg4k_off_q8k(nb));
-    ember_quantize_act_q8_k(x, q, n_in);
     for (int64_t b = 0; b < nb; b++, o += QG4K_ACT_BYTES) {
         const ember_block_q8_K *y = &q[b];
-        for (int k = 0; k < 8; k++)
-            for (int c = 0; c < 4; c++) {
-                memcpy(o + 32 * k + 4 * c, y->qs + 64 * c + 4 * k, 4);
-                memcpy(o + 32 * k + 16 + 4 * c, y->qs + 64 * c + 32 + 4 * k, 4);
-            }
+        qg_q8k_block(x + b * EMBER_QK_K, &q[b]);
+        /* step k: y[64c + 4k + i] (c = 0..3), then y[64c + 32 + 4k + i] */
+        for (int half = 0; half < 4; half++) { /* bytes 16 * half of each chunk: steps 4 (half % 2) .. + 3 */
+            const uint8_t *r = (const uint8_t *)y->qs + 16 * half;
+            qg_transpose4x4(r, r + 64, r + 128, r + 192, o + 32 * 4 * (half % 2) + 16 * (half / 2), 32);
+        }
         int16_t bs[8];
         for (int j = 0; j < 8; j++) bs[j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
         memcpy(o + 256, bs, 16);
@@ -330,71 +437,121 @@ static void qg4k_pack(const ember_matrix *w, void *dst) { qgk_pack(false, w, dst
 static size_t qg5k_pack_size(const ember_matrix *w) { return qgk_pack_size(true, w); }
 static void qg5k_pack(const ember_matrix *w, void *dst) { qgk_pack(true, w, dst); }
 
+/* Step k of a Q4_K/Q5_K super-block: the quants of the low nibbles (sub-blocks 2c) and of the high
+ * ones (2c + 1) of both halves, Q5_K's fifth bits or-ed in. */
+EMBER_AI void qgk_unpack(bool five, const uint8_t *g, int k, __m256i lo[2], __m256i hi[2]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * k + 32 * h));
+        lo[h] = _mm256_and_si256(v, low4);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if (five) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 512 + 64 * (k % 2) + 32 * h));
+            lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * (k / 2)), bit4));
+            hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * (k / 2)), bit4));
+        }
+    }
+}
+
+/* The integer part of one super-block for T tokens: a[t][h] = per (row, sub-block pair) lane of
+ * half h, sc_2c * (sum of sub-block 2c's q y) + sc_2c+1 * (sum of 2c+1's), exact. `ya` is the
+ * super-block's offset in the prepared activations. */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* VNNI: unscaled sums per sub-block (low / high nibbles apart), scaled once at the end. */
+EMBER_AI void qgk_ints(bool five, const uint8_t *g, const uint8_t *const *xs, int T, size_t ya,
+                       __m256i a[QG_MAX_T][2]) {
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    const size_t osc = qgk_off_sc(five);
+    /* int32 lane l of half h: sc of (row, sub-block 2c) in the low 16 bits, of 2c + 1 in the high */
+    __m256i sclo[2], schi[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 16 * h)));
+        sclo[h] = _mm256_and_si256(s, lo16);
+        schi[h] = _mm256_srli_epi32(s, 16);
+    }
+    __m256i alo[QG_MAX_T][2], ahi[QG_MAX_T][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) alo[t][0] = alo[t][1] = ahi[t][0] = ahi[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i lo[2], hi[2];
+        qgk_unpack(five, g, k, lo, hi);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256i ylo = qg_bcast16(xs[t] + ya + 32 * k), yhi = qg_bcast16(xs[t] + ya + 32 * k + 16);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                alo[t][h] = _mm256_dpbusd_epi32(alo[t][h], lo[h], ylo);
+                ahi[t][h] = _mm256_dpbusd_epi32(ahi[t][h], hi[h], yhi);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            a[t][h] = _mm256_add_epi32(_mm256_mullo_epi32(alo[t][h], sclo[h]), _mm256_mullo_epi32(ahi[t][h], schi[h]));
+}
+#else
+/* AVX2: vpmaddubsw's 16-bit pair sums (<= 2 * 15 * 127 = 3810 for Q4_K, 2 * 31 * 127 = 7874 for
+ * Q5_K) are multiplied by the lane's scale with vpmaddwd into int32. Up to 2 tokens, they are first
+ * added in 16 bits over a run of steps and multiplied once per run: all 8 steps for Q4_K (<= 30480)
+ * and runs of 4 for Q5_K (<= 31496), so the 16-bit sums never wrap and a vpmaddwd and an add per
+ * step and nibble are saved. With 3-4 tokens the 16-bit sums would not fit in the registers, so each
+ * step is multiplied at once. */
+EMBER_AI void qgk_ints(bool five, const uint8_t *g, const uint8_t *const *xs, int T, size_t ya,
+                       __m256i a[QG_MAX_T][2]) {
+    const size_t osc = qgk_off_sc(five);
+    const int run = T <= 2 ? (five ? 4 : 8) : 1;
+    /* int16 pairs of lane (r, c): sc of sub-block 2c twice (s16lo), of 2c + 1 twice (s16hi); the 16
+     * scale bytes of half h are rows 2h (bytes 0-7) and 2h + 1 (8-15), one per 128-bit half */
+    const __m256i ctl_lo = _mm256_setr_epi8(0, -1, 0, -1, 2, -1, 2, -1, 4, -1, 4, -1, 6, -1, 6, -1, 8, -1, 8, -1, 10,
+                                            -1, 10, -1, 12, -1, 12, -1, 14, -1, 14, -1);
+    const __m256i ctl_hi = _mm256_or_si256(ctl_lo, _mm256_set1_epi16(1));
+    __m256i s16lo[2], s16hi[2], slo[QG_MAX_T][2], shi[QG_MAX_T][2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i sc = qg_bcast16(g + osc + 16 * h);
+        s16lo[h] = _mm256_shuffle_epi8(sc, ctl_lo);
+        s16hi[h] = _mm256_shuffle_epi8(sc, ctl_hi);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i lo[2], hi[2];
+        qgk_unpack(five, g, k, lo, hi);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256i ylo = qg_bcast16(xs[t] + ya + 32 * k), yhi = qg_bcast16(xs[t] + ya + 32 * k + 16);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i plo = _mm256_maddubs_epi16(lo[h], ylo), phi = _mm256_maddubs_epi16(hi[h], yhi);
+                slo[t][h] = k % run == 0 ? plo : _mm256_add_epi16(slo[t][h], plo);
+                shi[t][h] = k % run == 0 ? phi : _mm256_add_epi16(shi[t][h], phi);
+                ember_pin256(&slo[t][h]), ember_pin256(&shi[t][h]);
+                if (k % run == run - 1) {
+                    const __m256i r = _mm256_add_epi32(_mm256_madd_epi16(slo[t][h], s16lo[h]),
+                                                       _mm256_madd_epi16(shi[t][h], s16hi[h]));
+                    a[t][h] = k == run - 1 ? r : _mm256_add_epi32(a[t][h], r);
+                    ember_pin256(&a[t][h]);
+                }
+            }
+        }
+    }
+}
+#endif
+
 EMBER_AI void qgk_group(bool five, const uint8_t *g, const uint8_t *const *xs, int T, int64_t nb, float *y,
                         int64_t n_out, int rows) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0xFFFF), bit4 = _mm256_set1_epi8(0x10);
     const size_t osc = qgk_off_sc(five), sbb = qgk_sb_bytes(five);
     __m128 p[QG_MAX_T], m[QG_MAX_T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) p[t] = m[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g += sbb) {
-        /* int32 lane l of half h: sc of (row, sub-block 2c) in the low 16 bits, of 2c + 1 in the high */
-        __m256i sclo[2], schi[2];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(g + osc + 16 * h)));
-            sclo[h] = _mm256_and_si256(s, lo16);
-            schi[h] = _mm256_srli_epi32(s, 16);
-        }
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        /* VNNI: unscaled sums per sub-block (low / high nibbles apart), scaled once at the end */
-        __m256i alo[QG_MAX_T][2], ahi[QG_MAX_T][2];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) alo[t][0] = alo[t][1] = ahi[t][0] = ahi[t][1] = _mm256_setzero_si256();
-#else
-        /* AVX2: the 16-bit pair sums times the lane's scale, both nibbles into one sum */
-        __m256i acc[QG_MAX_T][2], s16lo[2], s16hi[2];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            s16lo[h] = _mm256_or_si256(sclo[h], _mm256_slli_epi32(sclo[h], 16));
-            s16hi[h] = _mm256_or_si256(schi[h], _mm256_slli_epi32(schi[h], 16));
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
-#endif
         const size_t ya = (size_t)b * QG4K_ACT_BYTES;
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i lo[2], hi[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * k + 32 * h));
-                lo[h] = _mm256_and_si256(v, low4);
-                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                if (five) {
-                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 512 + 64 * (k % 2) + 32 * h));
-                    lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(qg_shift16(qh, 4 - 2 * (k / 2)), bit4));
-                    hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(qg_shift16(qh, 3 - 2 * (k / 2)), bit4));
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const __m256i ylo = qg_bcast16(xs[t] + ya + 32 * k), yhi = qg_bcast16(xs[t] + ya + 32 * k + 16);
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                    alo[t][h] = _mm256_dpbusd_epi32(alo[t][h], lo[h], ylo);
-                    ahi[t][h] = _mm256_dpbusd_epi32(ahi[t][h], hi[h], yhi);
-#else
-                    /* pair sums <= 2 * 31 * 127; times a 6-bit scale, summed in int32 */
-                    acc[t][h] =
-                        _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], ylo), s16lo[h]));
-                    acc[t][h] =
-                        _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], yhi), s16hi[h]));
-#endif
-                }
-            }
-        }
+        __m256i a[QG_MAX_T][2];
+        qgk_ints(five, g, xs, T, ya, a);
         __m256i mn[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
@@ -403,18 +560,11 @@ EMBER_AI void qgk_group(bool five, const uint8_t *g, const uint8_t *const *xs, i
         const __m128 dmw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + osc + 72)));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            __m256i a[2], bm[2];
+            __m256i bm[2];
             const __m256i bs = qg_bcast16(xs[t] + ya + 256);
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-                a[h] = _mm256_add_epi32(_mm256_mullo_epi32(alo[t][h], sclo[h]), _mm256_mullo_epi32(ahi[t][h], schi[h]));
-#else
-                a[h] = acc[t][h];
-#endif
-                bm[h] = _mm256_madd_epi16(mn[h], bs); /* lane (r, j pair): mn x bsum32, exact */
-            }
-            const __m128i A = qg_rowsum(a[0], a[1]), B = qg_rowsum(bm[0], bm[1]);
+            for (int h = 0; h < 2; h++) bm[h] = _mm256_madd_epi16(mn[h], bs); /* lane (r, j pair): mn x bsum32, exact */
+            const __m128i A = qg_rowsum(a[t][0], a[t][1]), B = qg_rowsum(bm[0], bm[1]);
             float dxs;
             memcpy(&dxs, xs[t] + ya + 272, 4);
             const __m128 dx = _mm_set1_ps(dxs);
@@ -459,11 +609,13 @@ static void qg6k_act_prepare(const float *x, void *xa, int64_t n_in) {
     const int64_t nb = n_in / EMBER_QK_K;
     uint8_t *o = xa;
     ember_block_q8_K *q = (ember_block_q8_K *)(o + qg6k_off_q8k(nb));
-    ember_quantize_act_q8_k(x, q, n_in);
     for (int64_t b = 0; b < nb; b++, o += QG6K_ACT_BYTES) {
         const ember_block_q8_K *y = &q[b];
-        for (int k = 0; k < 16; k++)
-            for (int c = 0; c < 4; c++) memcpy(o + 16 * k + 4 * c, y->qs + qg6k_value(k, c, 0), 4);
+        qg_q8k_block(x + b * EMBER_QK_K, &q[b]);
+        for (int g = 0; g < 4; g++) { /* quarter g: step 4g + kk = 4-byte group kk of y[64g + 16c ..] */
+            const uint8_t *r = (const uint8_t *)y->qs + 64 * g;
+            qg_transpose4x4(r, r + 16, r + 32, r + 48, o + 64 * g, 16);
+        }
         int32_t corr[16];
         for (int s = 0; s < 16; s++) corr[s] = -32 * y->bsums[s];
         memcpy(o + 256, corr, 64);
@@ -527,6 +679,9 @@ EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
 #pragma GCC unroll 4
         for (int qq = 0; qq < 4; qq++) {
             __m256i acc[QG_MAX_T][2];
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+            __m256i s16[QG_MAX_T][2];
+#endif
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = qg_bcast16(xs[t] + ya + 256 + 16 * qq);
 #pragma GCC unroll 4
@@ -549,14 +704,32 @@ EMBER_AI void qg6k_group(const uint8_t *g, const uint8_t *const *xs, int T, int6
                 for (int t = 0; t < T; t++) {
                     const __m256i yv = qg_bcast16(xs[t] + ya + 16 * k);
 #pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) acc[t][h] = qg_dot(acc[t][h], q[h], yv);
+                    for (int h = 0; h < 2; h++) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+                        acc[t][h] = qg_dot(acc[t][h], q[h], yv);
+#else
+                        /* pair sums <= 2 * 63 * 127 = 16002: two steps added in 16 bits (<= 32004) */
+                        const __m256i pr = _mm256_maddubs_epi16(q[h], yv);
+                        s16[t][h] = kk % 2 == 0 ? pr : _mm256_add_epi16(s16[t][h], pr);
+                        ember_pin256(&s16[t][h]);
+                        if (kk % 2 == 1) {
+                            acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_madd_epi16(s16[t][h], _mm256_set1_epi16(1)));
+                            ember_pin256(&acc[t][h]);
+                        }
+#endif
+                    }
                 }
             }
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(g + 768 + 16 * qq + 8 * h)));
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++) A[t][h] = _mm256_add_epi32(A[t][h], _mm256_mullo_epi32(acc[t][h], sc));
+                for (int t = 0; t < T; t++) {
+                    A[t][h] = _mm256_add_epi32(A[t][h], _mm256_mullo_epi32(acc[t][h], sc));
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+                    ember_pin256(&A[t][h]);
+#endif
+                }
             }
         }
         const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + 832)));

@@ -22,6 +22,11 @@
 
 /* The 16-lane tree: v[l] = a[l] + a[l+8] (l < 8), then + 4 apart, + 2 apart, + 1 apart.
  * lo holds lanes 0-7, hi lanes 8-15. */
+/* Keeps v in a register at this point, so the compiler cannot move the integer adds around it.
+ * Without it GCC rebalances a long chain of vector integer adds into a tree (legal for wrapping
+ * integers): every product is computed first and they spill to the stack. No instruction. */
+EMBER_AI void ember_pin256(__m256i *v) { __asm__("" : "+x"(*v)); }
+
 EMBER_AI float ember_reduce16(__m256 lo, __m256 hi) {
     __m256 b = _mm256_add_ps(lo, hi);
     __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));

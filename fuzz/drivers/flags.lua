@@ -6,7 +6,7 @@ local flags = require("ember.cli.flags")
 local cli = require("ember.cli")
 
 local specs = {
-  flags.spec(cli.FLAGS), cli.BENCH_FLAGS, cli.COMPARE_FLAGS,
+  flags.spec(cli.FLAGS), require("ember.cli.benchmark").FLAGS, require("ember.cli.compare_artifacts").FLAGS,
   require("ember.cli.sweep").FLAGS, require("ember.cli.compare_models").FLAGS,
 }
 

@@ -16,30 +16,26 @@ local function zero_value(s) return selectors.parse_layer_stage(s, "zero") end
 local function patch_value(s) return selectors.parse_layer_stage(s, "patch") end
 local positive = flags.positive
 
-local function kv_cache_value(v) return selectors.parse_choice(v, { "f32", "f16", "bf16" }, "KV cache type") end
-
 M.FLAGS = {
-  { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
-  { "model", "path", "FILE.gguf", "the model (required)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("arch"),
+  flags.option("model"),
+  flags.option("tokenizer"),
   { "prompt", "string", "TEXT", "the prompt (required)" },
   { "max-tokens", flags.uint_in(0, flags.MAX_CONTEXT, "the largest session"), "N", "tokens to generate (default 16)" },
-  { "temperature", flags.float_in(0, nil), "T", "0 = greedy (default 0)" },
-  { "top-k", flags.uint_in(0, flags.MAX_TOP_K), "K", "sample among the K most likely tokens (0 = off)" },
-  { "top-p", flags.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
+  flags.option("temperature"),
+  flags.option("top-k"),
+  flags.option("top-p"),
   { "seed", "uint", "N", "sampling seed (default 0)" },
-  { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N",
-    "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
-  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
+  flags.option("context"),
+  flags.option("threads"),
+  flags.option("kernels"),
+  flags.option("kv-cache"),
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
   { "steer", selectors.parse_steer, "L:STAGE:FILE[:SCALE]",
-    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, "
-      .. "stage STAGE (repeatable)",
+    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, stage STAGE (repeatable)",
     many = true },
   { "sae-steer", selectors.parse_sae_steer, "DIR:FEATURE:SCALE",
     "add an SAE feature's decoder direction times SCALE where the SAE writes, in prefill and every decode "
@@ -52,23 +48,20 @@ M.FLAGS = {
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
   { "capture-stages", selectors.parse_stage_list, "LIST",
-    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... "
-      .. "(default: the residual stream)" },
+    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... (default: the residual stream)" },
   { "capture-phase", selectors.parse_phase, "PHASE", "prefill | decode | all (default all)" },
   { "capture-positions", selectors.parse_index_list, "LIST", "decode positions to capture: all | 5,7-9" },
   { "capture-max-records", positive, "N", "stop capturing after N records" },
   { "capture-omit-prompt", "bool", nil, "store only the prompt's sha256, not its text" },
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
-  { "patch-positions", selectors.parse_index_list, "LIST",
-    "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
+  { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "extract-hidden", function(v) return selectors.parse_index_list(v, "layer") end, "LAYERS",
     "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
   { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
   { "trace", "path", "FILE.jsonl", "write a structured trace: one JSON line per executed op (docs/inspection.md)" },
-  { "trace-layers", selectors.parse_index_list, "LIST",
-    "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
+  { "trace-layers", selectors.parse_index_list, "LIST", "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
   { "trace-ops", function(v)
       local list = {}
       for name in v:gmatch("[^,%s]+") do list[#list + 1] = name end
@@ -79,35 +72,13 @@ M.FLAGS = {
     end, "LIST", "trace only these ops: attn_q,ffn_down,... (names: docs/inspection.md)" },
   { "dump-layers", "path", "DIR", "dump every layer's output of every evaluation into a new directory" },
   { "dump-logits", "path", "FILE", "dump every evaluation's logits (safetensors, with a FILE.json sidecar)" },
-  { "run-manifest", "path", "FILE.json",
-    "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
-  { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
+  { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
+  flags.option("verify-model"),
   { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("help"),
   { "version", "bool", nil, "show the version" },
 }
 local FLAG = flags.spec(M.FLAGS)
-
--- `ember benchmark`
-M.BENCH_FLAGS_LIST = {
-  { "model", "path", "FILE.gguf", "the model (required)" },
-  { "prompt-tokens", positive, "N", "prompt length in tokens (default 52)" },
-  { "gen-tokens", positive, "N", "tokens generated per run (default 32)" },
-  { "threads", flags.uint_in(1, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
-  { "repeat", positive, "R", "measured runs; medians are reported (default 5)" },
-  { "warmup", "uint", "W", "unreported runs first (default 1)" },
-  { "json", "bool", nil, "print one JSON object" },
-  { "membw", "bool", nil, "also measure read bandwidth (bench-engine --membw) and the decode ceiling" },
-  { "hooks-ab", "bool", nil, "interleave no experiment (A) with a name-only experiment (B); report both" },
-  { "trace-ab", "bool", nil, "interleave untraced runs (A) with runs writing a --trace file (B); report both" },
-  { "provenance-ab", "bool", nil, "time to first token: plain runs (A) against runs writing a manifest (B)" },
-  { "help", "bool", nil, "show this help" },
-}
-M.BENCH_FLAGS = flags.spec(M.BENCH_FLAGS_LIST)
-
-M.COMPARE_FLAGS = flags.spec({ { "json", "bool" }, { "records", "bool" }, { "require", selectors.parse_class } })
 
 local usage_error = flags.usage_error
 
@@ -129,13 +100,7 @@ function M.usage()
     "options:",
   }, M.FLAGS, {
     "",
-    "compare-artifacts: aligns records on (stage, layer, phase, start_position) and prints a summary",
-    "  (counts, the first differing records, the largest differences per stage and layer) and a class:",
-    "  " .. table.concat(selectors.CLASSES, " > "),
-    "  (two sweep directories are compared cell by cell, with the same classes)",
-    "  --records         every aligned record instead of the summary",
-    "  --json            machine-readable result",
-    "  --require CLASS   exit 0 only for CLASS or a stricter class",
+    table.concat(require("ember.cli.compare_artifacts").help_lines(), "\n"),
     "",
     "Generated text goes to stdout, notices to stderr. Exit: 0 ok, 1 failure, 2 usage error.",
     "A run manifest goes into the capture directory (DIR/run.json), else beside the --activation-stats file",
@@ -143,159 +108,30 @@ function M.usage()
   })
 end
 
-function M.bench_usage()
-  return flags.usage({ "usage: ember benchmark --model FILE.gguf [options]", "", "options:" }, M.BENCH_FLAGS_LIST,
-    { "", "Prefill and decode tok/s are medians of the repeats (greedy, end-of-sequence ignored)." })
-end
+-- ---- the subcommands -------------------------------------------------------------------------------
 
--- ---- subcommands -----------------------------------------------------------------------------------
+-- `ember NAME ...` runs require(module).main(args, argv, io_) -> exit code, args[1] being NAME (one
+-- signature for all); any other command line is the generation command below. The inspection
+-- surfaces refuse experiment flags before anything else is read (SPEC §7).
+M.COMMANDS = {
+  { name = "compare-artifacts", module = "ember.cli.compare_artifacts" },
+  { name = "benchmark", module = "ember.cli.benchmark", refuses_experiments = true },
+  { name = "sweep", module = "ember.cli.sweep" },
+  { name = "compare-models", module = "ember.cli.compare_models" },
+  { name = "attention", module = "ember.cli.attention", refuses_experiments = true },
+  { name = "control-vector", module = "ember.cli.control_vector", refuses_experiments = true },
+  { name = "probe", module = "ember.cli.probe", refuses_experiments = true },
+  { name = "sae", module = "ember.cli.sae", refuses_experiments = true },
+  { name = "demo", module = "ember.cli.demo", refuses_experiments = true },
+  { name = "interactive", module = "ember.cli.interactive", refuses_experiments = true },
+}
+local COMMAND = {}
+for _, c in ipairs(M.COMMANDS) do COMMAND[c.name] = c end
 
--- Inspection surfaces whose values have no defined meaning under an active experiment (SPEC §7).
-local REFUSED_WITH_EXPERIMENTS = { demo = true, interactive = true, benchmark = true, probe = true }
 local EXPERIMENT_FLAGS = flags.EXPERIMENT_FLAGS
 local refuse_experiments = flags.refuse_experiments
 
-local function mib(kib) return kib and kib / 1024 or nil end
-
-local function run_benchmark(args, io_)
-  refuse_experiments("benchmark", flags.present(args, 2, EXPERIMENT_FLAGS))
-  local o, pos = flags.parse(args, 2, M.BENCH_FLAGS)
-  if o.help then io_.stdout:write(M.bench_usage()); return 0 end
-  if #pos > 0 then usage_error("benchmark: unexpected argument '%s'", pos[1]) end
-  if o["hooks-ab"] and o["trace-ab"] then usage_error("benchmark: --hooks-ab and --trace-ab are two runs; give one") end
-  if o.model == nil then usage_error("benchmark: --model FILE.gguf is required") end
-  local bench = require("ember.run.benchmark")
-  if o["provenance-ab"] then
-    local res = bench.provenance_ab({ model = o.model, kernels = o.kernels, threads = o.threads }, {
-      prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"], warmup = o.warmup })
-    if o.json then
-      io_.stdout:write(require("ember.store.json").encode(res, { indent = "  " }))
-    else
-      io_.stdout:write(bench.format_provenance_ab(res))
-    end
-    return 0
-  end
-  -- the probe is looked for before the model loads: a long run must not end in a missing tool
-  local probe
-  if o.membw then
-    local why
-    probe, why = bench.bench_engine_path()
-    if not probe then
-      usage_error("--membw: the bandwidth probe '%s' was not found (build it, or set EMBER_BENCH_ENGINE)", why)
-    end
-  end
-  local ok, model = pcall(require("ember").load, { model = o.model, kernels = o.kernels, threads = o.threads,
-    kv_cache = o["kv-cache"] })
-  if not ok then error(tostring(model), 0) end
-  local opts = { prompt_tokens = o["prompt-tokens"], gen_tokens = o["gen-tokens"], ["repeat"] = o["repeat"],
-    warmup = o.warmup }
-  local res, ab
-  if o["hooks-ab"] or o["trace-ab"] then
-    ab = o["trace-ab"] and bench.trace_ab(model, opts) or bench.hooks_ab(model, opts)
-    res = ab
-    res.prefill_tok_s, res.decode_tok_s = ab.a.prefill_tok_s, ab.a.decode_tok_s
-  else
-    res = bench.run(model, opts)
-  end
-  local rss = mib(bench.peak_rss_kib()) -- before the probe (a separate process anyway)
-  model:close()
-  local gbs, ceiling, paired
-  if o.membw then -- one bench-engine run: the best-of-10 probe and the paired measurement
-    paired, gbs = bench.paired(o.model, { threads = res.threads, kernels = res.kernels, kv_cache = res.kv_cache,
-      prompt_tokens = res.prompt_tokens, gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"] }, probe)
-    ceiling = gbs * 1e9 / res.model.weight_bytes_per_token
-  end
-
-  if o.json then
-    local json = require("ember.store.json")
-    local function side(x)
-      return json.ordered({ "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs" }, {
-        prefill_tok_s = x.prefill_tok_s, decode_tok_s = x.decode_tok_s,
-        prefill_runs = json.array(x.prefill or x.a.prefill), decode_runs = json.array(x.decode or x.a.decode) })
-    end
-    local m = res.model
-    local doc = json.ordered({ "model", "kernels", "kv_cache", "threads", "prompt_tokens", "gen_tokens", "repeat",
-      "warmup",
-      "prefill_tok_s", "decode_tok_s", "prefill_runs", "decode_runs", "peak_rss_mib", "membw_gbs",
-      "decode_ceiling_tok_s", "paired", "hooks_ab", "trace_ab" }, {
-      model = json.ordered({ "path", "family", "name", "dtype", "n_layers", "hidden_size", "n_vocab",
-        "weight_bytes_per_token" }, {
-        path = m.path, family = m.family, name = m.name, dtype = m.dtype, n_layers = m.n_layers,
-        hidden_size = m.hidden_size, n_vocab = m.n_vocab, weight_bytes_per_token = m.weight_bytes_per_token }),
-      kernels = res.kernels, kv_cache = res.kv_cache, threads = res.threads, prompt_tokens = res.prompt_tokens,
-      gen_tokens = res.gen_tokens, ["repeat"] = res["repeat"], warmup = res.warmup, prefill_tok_s = res.prefill_tok_s,
-      decode_tok_s = res.decode_tok_s, prefill_runs = json.array(ab and ab.a.prefill or res.prefill),
-      decode_runs = json.array(ab and ab.a.decode or res.decode), peak_rss_mib = rss, membw_gbs = gbs,
-      decode_ceiling_tok_s = ceiling,
-      paired = paired and json.ordered({ "pairs", "share", "decode_tok_s", "membw_gbs" }, paired) or nil,
-      hooks_ab = ab and not o["trace-ab"] and json.ordered({ "no_experiment", "name_only", "prefill_ratio",
-        "decode_ratio" }, { no_experiment = side(ab.a), name_only = side(ab.b), prefill_ratio = ab.prefill_ratio,
-        decode_ratio = ab.decode_ratio }) or nil,
-      trace_ab = ab and o["trace-ab"] and json.ordered({ "untraced", "traced", "prefill_ratio", "decode_ratio" }, {
-        untraced = side(ab.a), traced = side(ab.b), prefill_ratio = ab.prefill_ratio,
-        decode_ratio = ab.decode_ratio }) or nil,
-    })
-    io_.stdout:write(json.encode(doc, { indent = "  " }))
-    return 0
-  end
-  local m, w = res.model, io_.stdout
-  w:write(string.format("model      %s (%s, %s)\n", m.path, m.family, m.dtype))
-  w:write(string.format("kernels    %s, %d threads, %s KV cache\n", res.kernels, res.threads, res.kv_cache))
-  if ab then
-    w:write(string.format(o["trace-ab"] and "trace A/B  %d interleaved pairs: A untraced, B traced into a file\n"
-      or "hooks A/B  %d interleaved pairs: A no experiment, B an experiment with only a name\n", res["repeat"]))
-    w:write(string.format("prefill    A %.1f tok/s, B %.1f tok/s, B/A %.3f (medians, %d-token prompt)\n",
-      ab.a.prefill_tok_s, ab.b.prefill_tok_s, ab.prefill_ratio, res.prompt_tokens))
-    w:write(string.format("decode     A %.2f tok/s, B %.2f tok/s, B/A %.3f (medians, %d tokens)\n",
-      ab.a.decode_tok_s, ab.b.decode_tok_s, ab.decode_ratio, res.gen_tokens))
-  else
-    w:write(string.format("prefill    %.1f tok/s median of %d, %d-token prompt\n", res.prefill_tok_s, res["repeat"],
-      res.prompt_tokens))
-    w:write(string.format("decode     %.2f tok/s median of %d, %d tokens\n", res.decode_tok_s, res["repeat"],
-      res.gen_tokens))
-  end
-  if rss then w:write(string.format("peak RSS   %.1f MiB\n", rss)) end
-  w:write(string.format("weights    %.1f MB read per decoded token\n", m.weight_bytes_per_token / 1e6))
-  if gbs then
-    w:write(string.format("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs, ceiling,
-      100 * res.decode_tok_s / ceiling))
-  end
-  if paired then
-    w:write(string.format("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded "
-      .. "token and\n"
-      .. "           one probe pass right after it (bench-engine; medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
-      100 * paired.share, paired.pairs, paired.decode_tok_s, paired.membw_gbs))
-  end
-  return 0
-end
-
-local function run_compare(args, io_)
-  local spec = M.COMPARE_FLAGS
-  local opts, pos = flags.parse(args, 2, spec)
-  if #pos ~= 2 then usage_error("compare-artifacts needs two artifact directories, got %d", #pos) end
-  local compare = require("ember.analysis.compare")
-  -- two sweep artifacts are compared cell by cell, with the same classes, --json and --require
-  local sweeps = require("ember.sweep.compare")
-  local sa, sb = sweeps.is_sweep(pos[1]), sweeps.is_sweep(pos[2])
-  if sa ~= sb then
-    error(string.format("compare-artifacts: '%s' is %s and '%s' is %s; compare two sweeps or two activation "
-      .. "artifacts", pos[1], sa and "a sweep" or "not a sweep", pos[2], sb and "a sweep" or "not a sweep"), 0)
-  end
-  local kind = sa and sweeps or compare
-  local res = kind.compare_dirs(pos[1], pos[2])
-  if opts.json then
-    io_.stdout:write(kind.to_json(res))
-  else
-    -- activation artifacts: a summary, or every record with --records
-    io_.stdout:write(kind.format_text(res, { records = opts.records }))
-  end
-  if opts.require and not compare.at_least(res.class, opts.require) then
-    io_.stderr:write(string.format("ember: compare-artifacts: class %s does not meet --require %s\n",
-      res.class, opts.require))
-    return 1
-  end
-  return 0
-end
+-- ---- the generation command -----------------------------------------------------------------------
 
 local function check_combinations(o)
   local interventions = {}
@@ -323,9 +159,7 @@ local function check_combinations(o)
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
-  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then
-    usage_error("--patch-positions needs --activation-patch DIR")
-  end
+  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
   for _, k in ipairs({ "trace-layers", "trace-ops" }) do
     if o[k] ~= nil and o.trace == nil then usage_error("--%s needs --trace FILE.jsonl", k) end
   end
@@ -381,9 +215,7 @@ function M.steering_experiments(o, model, notice)
     for i, st in ipairs(o.steer or {}) do
       local okv, r = pcall(require("ember.store.vector_file").read, st.source)
       if not okv then usage_error("--steer: %s", tostring(r)) end
-      local stage_width = ({ before_layer = true, after_attention = true, after_mlp = true,
-        after_layer = true })[st.stage]
-      if stage_width and r.shape[2] ~= model.info.hidden_size then
+      if selectors.RESIDUAL_LAYER_STAGE_SET[st.stage] and r.shape[2] ~= model.info.hidden_size then
         usage_error("--steer: vector '%s' has %d values but %s is %d wide (the model's hidden size)", st.source,
           r.shape[2], st.stage, model.info.hidden_size)
       end
@@ -419,15 +251,23 @@ function M.steering_experiments(o, model, notice)
   return list, table.concat(text, " ")
 end
 
-local function run_generate(args, argv, io_)
-  local o, pos = flags.parse(args, 1, FLAG)
-  if o.help then io_.stdout:write(M.usage()); return 0 end
+-- The generation command is a list of steps, run in order on one state r = { args, argv, io, o, ... }:
+-- each reads what the steps before it left in r, adds its own, and raises usage errors naming the
+-- flag. A step that returns an exit code ends the command there (--help, --version, an extraction).
+-- Everything a flag can get wrong is checked before the model loads, and the ranges that need the
+-- model before anything runs.
+
+-- parse: the flags; --help and --version; a subcommand name given after flags
+local function parse(r)
+  local o, pos = flags.command({ first = 1, spec = FLAG, usage = M.usage, positionals = true }, r.args, r.io)
+  if not o then return 0 end
   if o.version then
-    io_.stdout:write("ember " .. require("ember").version .. "\n")
+    r.io.stdout:write("ember " .. require("ember").version .. "\n")
     return 0
   end
   if #pos > 0 then
-    if REFUSED_WITH_EXPERIMENTS[pos[1]] then
+    local c = COMMAND[pos[1]]
+    if c and c.refuses_experiments then
       for _, k in ipairs(EXPERIMENT_FLAGS) do
         if o[k] ~= nil then refuse_experiments(pos[1], k) end
       end
@@ -435,20 +275,28 @@ local function run_generate(args, argv, io_)
     end
     usage_error("unexpected argument '%s'", pos[1])
   end
-  if o["extract-hidden"] ~= nil or o["extract-out"] ~= nil or o.prompts ~= nil then
-    return require("ember.analysis.extract").cli(o, argv, io_)
-  end
-  check_combinations(o)
+  r.o = o
+end
 
-  -- Output locations are checked before the model loads: a run must not be wasted on a typo.
-  local fs = require("ember.store.fs")
-  -- a run manifest goes next to the output it describes, or where --run-manifest says; none else
-  local run_manifest = M.run_manifest_path(o)
-  local default_manifest = run_manifest ~= nil and o["run-manifest"] == nil
+-- extraction: --extract-hidden (or its companions) makes this an extraction instead of a generation
+local function extraction(r)
+  local o = r.o
+  if o["extract-hidden"] ~= nil or o["extract-out"] ~= nil or o.prompts ~= nil then
+    return require("ember.cli.extract").run(o, r.argv, r.io)
+  end
+end
+
+local function combinations(r) check_combinations(r.o) end
+
+-- outputs: every output location checked together, before the model loads (a run must not be
+-- wasted on a typo); the run manifest goes next to the output it describes, or where --run-manifest says
+local function outputs(r)
+  local o, fs = r.o, require("ember.store.fs")
+  r.run_manifest = M.run_manifest_path(o)
   local clash = require("ember.run.outputs").check {
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
-    { flag = "--run-manifest", path = run_manifest, kind = "file", default = default_manifest },
+    { flag = "--run-manifest", path = r.run_manifest, kind = "file", default = r.run_manifest ~= nil and o["run-manifest"] == nil },
     { flag = "--trace", path = o.trace, kind = "file" },
     { flag = "--dump-layers", path = o["dump-layers"], kind = "dir" },
     { flag = "--dump-logits", path = o["dump-logits"], kind = "file" },
@@ -472,64 +320,71 @@ local function run_generate(args, argv, io_)
       usage_error("--%s: directory '%s' does not exist (so '%s' cannot be created)", k, parent, path)
     end
   end
-  for _, k in ipairs({ "activation-patch" }) do
-    if o[k] and not fs.is_dir(o[k]) then usage_error("--%s: '%s' is not a directory", k, o[k]) end
+  if o["activation-patch"] and not fs.is_dir(o["activation-patch"]) then
+    usage_error("--%s: '%s' is not a directory", "activation-patch", o["activation-patch"])
   end
+end
 
-  local capture = require("ember.run.capture")
-  local cap
-  if o["capture-activations"] then
-    local cfg, err = capture.config {
-      layers = o["capture-layers"], stages = o["capture-stages"], phase = o["capture-phase"],
-      positions = o["capture-positions"], max_records = o["capture-max-records"],
-      omit_prompt = o["capture-omit-prompt"] == true,
-    }
-    if not cfg then usage_error("%s", err) end
-    cap = { config = cfg, dir = o["capture-activations"] }
-    if fs.exists(cap.dir) then usage_error("--capture-activations: '%s' already exists", cap.dir) end
+-- capture: the --capture-* selection, checked as far as it can be without the model
+local function capture_config(r)
+  local o = r.o
+  if not o["capture-activations"] then return end
+  local cfg, err = require("ember.run.capture").config {
+    layers = o["capture-layers"], stages = o["capture-stages"], phase = o["capture-phase"],
+    positions = o["capture-positions"], max_records = o["capture-max-records"],
+    omit_prompt = o["capture-omit-prompt"] == true,
+  }
+  if not cfg then usage_error("%s", err) end
+  r.cap = { config = cfg, dir = o["capture-activations"] }
+  if require("ember.store.fs").exists(r.cap.dir) then
+    usage_error("--capture-activations: '%s' already exists", r.cap.dir)
   end
+end
 
-  -- A user experiment file is compiled and run before the model loads, so a broken file fails
-  -- fast; its factory is called once the model is there: factory(args, model handle).
-  local builtin = require("ember.run.builtin")
-  local user_made
-  if o.experiment then
-    if not fs.exists(o.experiment) then usage_error("--experiment: cannot open '%s'", o.experiment) end
-    local okx, made = pcall(builtin.compile, o.experiment)
-    if not okx then error("--experiment: " .. tostring(made), 0) end
-    user_made = made
+-- experiment file: compiled and run before the model loads, so a broken file fails fast; its
+-- factory is called once the model is there (experiments)
+local function experiment_file(r)
+  local o = r.o
+  if not o.experiment then return end
+  if not require("ember.store.fs").exists(o.experiment) then
+    usage_error("--experiment: cannot open '%s'", o.experiment)
   end
+  local okx, made = pcall(require("ember.run.builtin").compile, o.experiment)
+  if not okx then error("--experiment: " .. tostring(made), 0) end
+  r.user_made = made
+end
 
-  local ember = require("ember")
-  -- a run that writes a manifest starts the model's digest before the weights load (background)
+-- model: loaded (a run that writes a manifest starts the model's digest first, in the background);
+-- --verbose says what it runs on; the tokenizer and the context the run needs are checked
+local function model(r)
+  local o, io_ = r.o, r.io
   local provenance = o["run-manifest"] ~= nil or o["capture-activations"] ~= nil
   for _, k in ipairs(EXPERIMENT_FLAGS) do provenance = provenance or o[k] ~= nil end
-  local ok, model = pcall(ember.load, {
-    model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
-    kv_cache = o["kv-cache"], provenance = provenance, verify_model = o["verify-model"] == true,
-  })
-  if not ok then error(tostring(model), 0) end
-  local info = model.info
+  local m = flags.load_model(o, { provenance = provenance })
+  r.model = m
+  local info = m.info
   if o.verbose then
-    local cpu = ember.cpu()
-    io_.stderr:write(string.format(
-      "ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
+    local cpu = require("ember.core").cpu()
+    io_.stderr:write(string.format("ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
       info.path, info.family, info.dtype_summary, info.kernels, info.threads,
       info.threads_default and "default: the physical cores" or "--threads", cpu.physical_cores, cpu.logical_cores))
   end
-  if model.tokenizer == nil then
-    local _, why = pcall(require("ember.core").internal.need_tokenizer, model, "ember")
+  if m.tokenizer == nil then
+    local _, why = pcall(require("ember.core").internal.need_tokenizer, m, "ember")
     why = tostring(why):match("the model has no tokenizer %((.*)%)") or "none attached"
     usage_error("--prompt needs a tokenizer and the model has none (%s): give one with --tokenizer FILE", why)
   end
-  local max_tokens = o["max-tokens"] or 16
+  r.max_tokens = o["max-tokens"] or 16
   -- the context the run needs, checked against the model before anything runs (SPEC: the model's
   -- context_length is a limit unless --context says otherwise)
-  require("ember.model.generate").check_context(info, #model.tokenizer:encode(o.prompt), max_tokens, o.context or 0,
+  require("ember.model.generate").check_context(info, #m.tokenizer:encode(o.prompt), r.max_tokens, o.context or 0,
     function(msg) usage_error("--max-tokens: %s", (msg:gsub("an explicit context", "--context N"))) end,
     function(msg) io_.stderr:write("ember: --context: ", msg, "\n") end)
+end
 
-  -- Range checks need the model; they still come before anything runs.
+-- ranges: the layer numbers of the flags against the model, before anything runs
+local function ranges(r)
+  local o, info = r.o, r.model.info
   if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
   if type(o["trace-layers"]) == "table" then
     for _, l in ipairs(o["trace-layers"]) do check_layer("trace-layers", l, info) end
@@ -540,123 +395,152 @@ local function run_generate(args, argv, io_)
       for _, l in ipairs(st.layers) do check_layer("steer", l, info) end
     end
   end
-  if cap then
-    local okc, err = capture.check(cap.config, info)
+  if r.cap then
+    local okc, err = require("ember.run.capture").check(r.cap.config, info)
     if not okc then usage_error("--%s", err:gsub("^capture layers", "capture-layers")) end
   end
+end
 
-  local user_exp
-  if user_made ~= nil then
-    local okx, made = pcall(builtin.make, user_made, o.experiment, builtin.args(o["experiment-args"]),
-      builtin.handle(model))
-    if not okx then error("--experiment: " .. tostring(made), 0) end
-    user_exp = made
-  end
-
-  local notice = function(msg) io_.stderr:write(msg, "\n") end
-  local experiments, exp_args = {}, o["experiment-args"]
-  local stats_exp
+-- intervention(r) -> the one intervention of --zero-layer-output, --activation-patch or
+-- --experiment (check_combinations allows one), and its arguments for the manifest
+local function intervention(r)
+  local o, builtin = r.o, require("ember.run.builtin")
   if o["zero-layer-output"] then
     local z = o["zero-layer-output"]
-    experiments[#experiments + 1] = require("ember.run.builtin").experiment("zero_layer_output",
-      { target = string.format("%d:%s", z.layer, z.short), notice = notice })
-    exp_args = string.format("%d:%s", z.layer, z.short)
+    local target = string.format("%d:%s", z.layer, z.short)
+    return builtin.experiment("zero_layer_output", { target = target, notice = r.notice }), target
   elseif o["activation-patch"] then
-    local patch = require("ember.run.patch")
-    experiments[#experiments + 1] = patch.experiment {
-      source = o["activation-patch"], target = o["patch-target"], model = model,
+    local exp = require("ember.run.patch").experiment {
+      source = o["activation-patch"], target = o["patch-target"], model = r.model,
       positions = o["patch-positions"] ~= "all" and o["patch-positions"] or nil,
     }
-    exp_args = string.format("%s %d:%s", o["activation-patch"], o["patch-target"].layer, o["patch-target"].stage)
-    if experiments[#experiments].positions then
-      exp_args = exp_args .. " positions=" .. table.concat(experiments[#experiments].positions, ",")
-    end
-  elseif user_exp then
-    experiments[#experiments + 1] = user_exp
+    local text = string.format("%s %d:%s", o["activation-patch"], o["patch-target"].layer, o["patch-target"].stage)
+    if exp.positions then text = text .. " positions=" .. table.concat(exp.positions, ",") end
+    return exp, text
+  elseif r.user_made ~= nil then
+    local okx, made = pcall(builtin.make, r.user_made, o.experiment, builtin.args(o["experiment-args"]),
+      builtin.handle(r.model))
+    if not okx then error("--experiment: " .. tostring(made), 0) end
+    return made, o["experiment-args"]
   end
+  return nil, o["experiment-args"]
+end
+
+-- experiments: the intervention, the steering additions, then --activation-stats (an observer)
+local function experiments(r)
+  local o = r.o
+  r.notice = function(msg) r.io.stderr:write(msg, "\n") end
+  local list = {}
+  local exp, exp_args = intervention(r)
+  list[#list + 1] = exp
   if o.steer or o["sae-steer"] or o["control-vector"] then
-    local steer_exps, args_text = M.steering_experiments(o, model, notice)
-    for _, e in ipairs(steer_exps) do experiments[#experiments + 1] = e end
+    local steer_exps, args_text = M.steering_experiments(o, r.model, r.notice)
+    for _, e in ipairs(steer_exps) do list[#list + 1] = e end
     exp_args = args_text
   end
   if o["activation-stats"] then
-    stats_exp = require("ember.run.builtin").experiment("activation_stats",
+    r.stats_exp = require("ember.run.builtin").experiment("activation_stats",
       { output = o["activation-stats"], stages = o["capture-stages"] })
-    experiments[#experiments + 1] = stats_exp
+    list[#list + 1] = r.stats_exp
   end
+  r.experiments, r.exp_args = list, exp_args
+end
 
-  local outputs = {}
-  if o["activation-stats"] then outputs.activation_stats = o["activation-stats"] end
+-- stream: text is streamed as it is generated, byte for byte what the final text will be: an exact
+-- detokenizer stream hands back each token's bytes as they complete characters, holding back only
+-- an unfinished UTF-8 character (what is still held at the end is printed with the final text).
+-- The end-of-sequence token is not text.
+local function stream(r)
+  local tok, out = r.model.tokenizer, r.io.stdout
+  local eos, st = tok and tok.eos_id, tok and tok:stream { exact = true }
+  r.printed = 0
+  r.on_token = function(id)
+    if not st or id == eos then return end
+    local chunk = st:push(id)
+    if #chunk > 0 then
+      out:write(chunk)
+      if out.flush then out:flush() end
+      r.printed = r.printed + #chunk
+    end
+  end
+end
+
+-- run: one generation through ember.run (experiments, capture, dumps, trace, manifest), then the
+-- rest of the text
+local function run(r)
+  local o = r.o
   local dumps
   if o["dump-layers"] or o["dump-logits"] then
     dumps = { layers = o["dump-layers"], logits = o["dump-logits"],
       observer = require("ember.run.dump").observer { layers = o["dump-layers"], logits = o["dump-logits"] } }
   end
-
-  -- Text is streamed as it is generated, byte for byte what the final text will be: an exact
-  -- detokenizer stream hands back each token's bytes as they complete characters, holding back
-  -- only an unfinished UTF-8 character (what is still held at the end is printed with the final
-  -- text). The end-of-sequence token is not text.
-  local printed, eos = 0, model.tokenizer and model.tokenizer.eos_id
-  local stream = model.tokenizer and model.tokenizer:stream { exact = true }
-  local function on_token(id)
-    if not stream or id == eos then return end
-    local chunk = stream:push(id)
-    if #chunk > 0 then
-      io_.stdout:write(chunk)
-      if io_.stdout.flush then io_.stdout:flush() end
-      printed = printed + #chunk
-    end
-  end
-  -- the context notice was given above, before the run: generate must not repeat it
+  r.dumps = dumps
+  -- the context notice was given before the run (model): generate must not repeat it
   local generate = require("ember.model.generate")
   local saved_notice = generate.notice
   generate.notice = function() end
   local okr, result = pcall(require("ember.run").execute, {
-    model = model, tokenizer_path = o.tokenizer, prompt = o.prompt,
-    gen = { max_tokens = max_tokens, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
+    model = r.model, tokenizer_path = o.tokenizer, prompt = o.prompt,
+    gen = { max_tokens = r.max_tokens, temperature = o.temperature or 0.0, top_k = o["top-k"] or 0,
       top_p = o["top-p"] or 1.0, seed = o.seed or 0, context = o.context },
-    experiments = experiments, capture = cap, experiment_args = exp_args, argv = argv,
-    run_manifest = run_manifest, outputs = outputs, on_token = on_token, trace = o.trace, dumps = dumps,
-    trace_filter = (o["trace-layers"] or o["trace-ops"])
-      and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
+    experiments = r.experiments, capture = r.cap, experiment_args = r.exp_args, argv = r.argv,
+    run_manifest = r.run_manifest, outputs = { activation_stats = o["activation-stats"] }, on_token = r.on_token,
+    trace = o.trace, dumps = dumps,
+    trace_filter = (o["trace-layers"] or o["trace-ops"]) and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
   })
   generate.notice = saved_notice
   if not okr then error(result, 0) end
-  local text = result.out.text or ""
-  io_.stdout:write(text:sub(printed + 1), "\n")
+  r.result = result
+  r.io.stdout:write((result.out.text or ""):sub(r.printed + 1), "\n")
+end
 
-  local out = result.out
+-- report: what the run changed and wrote, on stderr
+local function report(r)
+  local o, out, notice = r.o, r.result.out, r.notice
   if o["activation-patch"] then
-    local s = experiments[1].stats
+    local s = r.experiments[1].stats
     notice(string.format("ember: this run was MODIFIED by activation-patch: %s layer %d patched from '%s' in %d "
       .. "evaluations (prefill %d, decode %d)", o["patch-target"].stage, o["patch-target"].layer,
       o["activation-patch"], s.applied, s.prefill, s.decode))
   end
   if o.experiment and out.modified then
     notice(string.format("ember: this run was MODIFIED by experiment '%s': it wrote through a view in %d hook "
-      .. "calls over %d evaluations (prefill 1, decode %d)", experiments[1].name, out.modified_calls,
+      .. "calls over %d evaluations (prefill 1, decode %d)", r.experiments[1].name, out.modified_calls,
       1 + out.stats.decode_count, out.stats.decode_count))
   end
-  if stats_exp then
-    notice(string.format("ember: activation-stats: %d records written to %s", #stats_exp.records,
+  if r.stats_exp then
+    notice(string.format("ember: activation-stats: %d records written to %s", #r.stats_exp.records,
       o["activation-stats"]))
   end
-  if cap then
-    local cm = result.capture_manifest
-    notice(string.format("ember: captured %d records into %s", #cm.records, cap.dir))
-    if result.capture.stats.dropped > 0 then
+  if r.cap then
+    notice(string.format("ember: captured %d records into %s", #r.result.capture_manifest.records, r.cap.dir))
+    if r.result.capture.stats.dropped > 0 then
       notice(string.format("ember: capture stopped at --capture-max-records %d; %d further records were not captured",
-        cap.config.max_records, result.capture.stats.dropped))
+        r.cap.config.max_records, r.result.capture.stats.dropped))
     end
   end
   if out.trace then
     notice(string.format("ember: trace: %d events over %d evaluations written to %s (normalized fingerprint %s)",
       out.trace.events, out.trace.evaluations, o.trace, out.trace.fingerprint))
   end
-  if dumps and dumps.layers then notice("ember: layer dump written to " .. dumps.layers) end
-  if dumps and dumps.logits then notice("ember: logits dump written to " .. dumps.logits) end
-  if run_manifest then notice("ember: run manifest written to " .. run_manifest) end
+  if r.dumps and r.dumps.layers then notice("ember: layer dump written to " .. r.dumps.layers) end
+  if r.dumps and r.dumps.logits then notice("ember: logits dump written to " .. r.dumps.logits) end
+  if r.run_manifest then notice("ember: run manifest written to " .. r.run_manifest) end
+  return 0
+end
+
+M.GENERATE_STEPS = {
+  { "parse", parse }, { "extraction", extraction }, { "combinations", combinations }, { "outputs", outputs },
+  { "capture", capture_config }, { "experiment file", experiment_file }, { "model", model }, { "ranges", ranges },
+  { "experiments", experiments }, { "stream", stream }, { "run", run }, { "report", report },
+}
+
+local function run_generate(args, argv, io_)
+  local r = { args = args, argv = argv, io = io_ }
+  for _, step in ipairs(M.GENERATE_STEPS) do
+    local code = step[2](r)
+    if code then return code end
+  end
   return 0
 end
 
@@ -668,17 +552,10 @@ function M.main(arg, io_)
   for i = 1, #(arg or {}) do args[i] = arg[i] end
   local argv = { "ember", table.unpack(args) }
   local ok, code = pcall(function()
-    if args[1] == "compare-artifacts" then return run_compare(args, io_) end
-    if args[1] == "benchmark" then return run_benchmark(args, io_) end
-    if args[1] == "sweep" then return require("ember.cli.sweep").main(args, io_) end
-    if args[1] == "compare-models" then return require("ember.cli.compare_models").main(args, io_) end
-    if args[1] == "attention" then return require("ember.cli.attention").main(args, io_) end
-    if args[1] == "control-vector" then return require("ember.cli.control_vector").main(args, io_) end
-    if args[1] == "probe" then return require("ember.cli.probe").main(args, argv, io_) end
-    if args[1] == "sae" then return require("ember.cli.sae").main(args, argv, io_) end
-    if args[1] == "demo" then return require("ember.cli.demo").main(args, argv, io_) end
-    if args[1] == "interactive" then return require("ember.cli.interactive").main(args, argv, io_) end
-    return run_generate(args, argv, io_)
+    local c = COMMAND[args[1]]
+    if not c then return run_generate(args, argv, io_) end
+    if c.refuses_experiments then flags.refuse_experiment_args(c.name, args, 2) end
+    return require(c.module).main(args, argv, io_)
   end)
   if ok then return code end
   if flags.is_usage_error(code) then

@@ -17,10 +17,10 @@ local FLAGS = {
   { "prompt", "string", "TEXT" },
   { "layer", "uint", "N" },
   { "max-tokens", "uint", "N" },
-  { "kernels", flags.kernels, "SET" },
-  { "threads", "uint", "N" },
+  flags.option("kernels"),
+  flags.option("threads"),
   { "out", "path", "DIR" },
-  { "help", "bool" },
+  flags.option("help"),
 }
 
 local USAGE = [[
@@ -35,12 +35,10 @@ is used and removed when the criterion holds.
 ]]
 
 local function main(o)
-  local ember = require("ember")
   local fs = require("ember.store.fs")
   local workflow = require("ember.run.workflow")
   local model_path = o.model or require("ember.model.default_model").path()
-  local model = ember.load { model = model_path, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels,
-    threads = o.threads }
+  local model = flags.load_model(o, { model = model_path })
   local out_dir, temp_root = o.out, nil
   if not out_dir then
     temp_root = fs.make_temp_dir("ember-cpr")

@@ -17,10 +17,10 @@ local FLAGS = {
   { "top-k", "uint", "K" },
   { "top-p", "float", "P" },
   { "seed", "uint", "N" },
-  { "kernels", flags.kernels, "SET" },
-  { "threads", "uint", "N" },
+  flags.option("kernels"),
+  flags.option("threads"),
   { "stats", "bool" },
-  { "help", "bool" },
+  flags.option("help"),
 }
 
 local USAGE = "usage: generate.lua --model M.gguf [--prompt TEXT] [--max-tokens N] [--tokenizer T.json]\n"
@@ -28,9 +28,7 @@ local USAGE = "usage: generate.lua --model M.gguf [--prompt TEXT] [--max-tokens 
 
 local function main(o)
   if not o.model then flags.usage_error("--model is required") end
-  local ember = require("ember")
-  local model = ember.load { model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels,
-    threads = o.threads }
+  local model = flags.load_model(o)
   local prompt = o.prompt or "Once upon a time"
   local out = model:generate { prompt = prompt, max_tokens = o["max-tokens"] or 32, temperature = o.temperature or 0,
     top_k = o["top-k"] or 0, top_p = o["top-p"] or 1, seed = o.seed or 0 }

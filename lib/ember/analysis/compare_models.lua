@@ -8,11 +8,13 @@
 
 local capture = require("ember.run.capture")
 local compare = require("ember.analysis.compare")
+local distribution = require("ember.analysis.distribution")
 local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local patch = require("ember.run.patch")
 local selectors = require("ember.run.selectors")
 local token_label = require("ember.analysis.token_label")
+local core = require("ember.core")
 
 local M = {}
 
@@ -44,21 +46,9 @@ local function pass(model, ids, n, feed, exp)
   return logits, tokens
 end
 
-local function softmax(v)
-  local mx = -math.huge
-  for i = 1, #v do if v[i] > mx then mx = v[i] end end
-  local p, sum, exp = {}, 0.0, math.exp
-  for i = 1, #v do local e = exp(v[i] - mx); p[i] = e; sum = sum + e end
-  for i = 1, #v do p[i] = p[i] / sum end
-  return p
-end
-
--- KL(A || B) of two next-token distributions, in double.
+-- KL(A || B) of two next-token distributions, in double (ember.analysis.distribution).
 local function kl(la, lb)
-  local p, q = softmax(la:values()), softmax(lb:values())
-  local d, log = 0.0, math.log
-  for i = 1, #p do if p[i] > 0 then d = d + p[i] * (log(p[i]) - log(q[i])) end end
-  return d
+  return distribution.kl(distribution.softmax(la:values()), distribution.softmax(lb:values()))
 end
 
 -- How far B's outputs are from A's: KL and top-1 agreement, prefill and decode apart.
@@ -177,7 +167,7 @@ function M.run(opts)
     return { path = m.info.path, sha256 = (manifest.model_sha256(m)), dtype = m.info.dtype_summary,
       kernels = m.info.kernels, threads = m.info.threads }
   end
-  return { tool_version = require("ember").version, a = model_info(a), b = model_info(b), family = a.info.family,
+  return { tool_version = core.version, a = model_info(a), b = model_info(b), family = a.info.family,
     n_layers = a.info.n_layers, prompt_ids = ids, generated_ids = gen, evaluations = #la, output = base,
     divergence = rows, localisation = localisation, stages = stages, cells = #cells, shard = shard }
 end

@@ -11,6 +11,7 @@ local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local safetensors = require("ember.store.safetensors")
+local core = require("ember.core")
 
 local M = {}
 
@@ -21,7 +22,7 @@ M.STAGE = "after_layer"
 -- a JSONL line longer than this is refused rather than decoded (a prompt is text, not a corpus)
 M.MAX_LINE = 1 << 20
 
-local function sha256(s) return require("ember").sha256(s) end
+local sha256 = core.sha256
 
 -- tensor_name(i, layer) -> the tensor of prompt i (1-based here, 0-based in the name) at layer.
 function M.tensor_name(i, layer) return string.format("hidden.p%d.L%d", i - 1, layer) end
@@ -114,9 +115,7 @@ function M.run(model, prompts, layers, progress)
       local exp = M.reader(layers)
       local out = model:generate { prompt = p.prompt, max_tokens = 0, experiment = exp }
       for _, l in ipairs(layers) do
-        if exp.hidden[l] == nil then
-          error(string.format("prompt %d: layer %d produced no after_layer output", i, l), 0)
-        end
+        if exp.hidden[l] == nil then error(string.format("prompt %d: layer %d produced no after_layer output", i, l), 0) end
         if exp.rows[l] ~= #out.prompt_ids then
           error(string.format("prompt %d: layer %d gave %d rows for %d tokens", i, l, exp.rows[l], #out.prompt_ids), 0)
         end
@@ -161,9 +160,8 @@ function M.hidden(opts)
   local checked, err = M.check_layers(layers, info)
   if not checked then bad("layers: " .. err) end
   local results = M.run(model, prompts, checked)
-  local ember = require("ember")
   for _, r in ipairs(results) do
-    for l, bytes in pairs(r.hidden) do r.hidden[l] = ember.tensor_from_bytes(bytes, #r.ids, info.hidden_size) end
+    for l, bytes in pairs(r.hidden) do r.hidden[l] = core.tensor_from_bytes(bytes, #r.ids, info.hidden_size) end
   end
   return results
 end
@@ -204,7 +202,7 @@ function M.write(path, results, p)
   for i, a in ipairs(p.argv or {}) do argv[i] = tostring(a) end
   local doc = json.ordered(SIDECAR_ORDER, {
     schema = M.SCHEMA, schema_version = M.SCHEMA_VERSION, created_at_unix = os.time(),
-    tool = json.ordered({ "name", "version" }, { name = "ember", version = require("ember").version }),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = core.version }),
     model = model_section, tokenizer = manifest.tokenizer_section(p.tokenizer_path, model_section.sha256),
     execution = manifest.execution_section(model), stage = M.STAGE, phase = "prefill",
     layers = json.array({ table.unpack(layers) }), dtype = "F32", byte_order = "little", hidden_size = hidden,
@@ -250,89 +248,6 @@ function M.read(path)
     end
   end
   return { sidecar = doc, tensors = st.tensors }
-end
-
--- ---- the command line (`ember --extract-hidden ...`) ------------------------------------------
-
--- The flags of `ember` an extraction uses; any other (generation, capture, patch settings) would
--- be silently ignored, so it is a usage error.
-local EXTRACT_FLAGS = { "model", "tokenizer", "arch", "kernels", "threads", "kv-cache", "verify-model", "verbose",
-  "prompt", "prompts", "extract-hidden", "extract-out" }
-
--- cli(o, argv, io_) -> exit code: the flags parsed by ember.cli; refuses experiments first.
-function M.cli(o, argv, io_)
-  local flags = require("ember.cli.flags")
-  local usage_error = flags.usage_error
-  for _, k in ipairs(flags.EXPERIMENT_FLAGS) do
-    if o[k] ~= nil then flags.refuse_experiments("--extract-hidden", k) end
-  end
-  if o["extract-hidden"] == nil or o["extract-out"] == nil then
-    usage_error("--extract-hidden LAYERS and --extract-out FILE go together (--prompts FILE.jsonl needs both)")
-  end
-  local allowed = {}
-  for _, k in ipairs(EXTRACT_FLAGS) do allowed[k] = true end
-  local given = {}
-  for k in pairs(o) do given[#given + 1] = k end
-  table.sort(given)
-  for _, k in ipairs(given) do
-    if not allowed[k] then
-      usage_error("--%s does not apply to --extract-hidden (an extraction runs the prompt only, nothing is "
-        .. "generated)", k)
-    end
-  end
-  if (o.prompt == nil) == (o.prompts == nil) then
-    usage_error("--extract-hidden needs exactly one of --prompt TEXT or --prompts FILE.jsonl")
-  end
-  if o.model == nil then usage_error("--model FILE.gguf is required") end
-  local out = o["extract-out"]
-  local sidecar = M.sidecar_path(out)
-  local clash = require("ember.run.outputs").check {
-    { flag = "--extract-out", path = out, kind = "file" },
-    { flag = "--extract-out (its sidecar)", path = sidecar, kind = "file" },
-  }
-  if clash then usage_error("%s", clash) end
-  local parent = fs.dirname(out)
-  if not fs.is_dir(parent) then
-    usage_error("--extract-out: directory '%s' does not exist (so '%s' cannot be created)", parent, out)
-  end
-  if fs.is_dir(out) then usage_error("--extract-out: '%s' is a directory; give a file name", out) end
-  local prompts, data
-  if o.prompts then
-    local okp, list, digest = pcall(M.read_prompts, o.prompts, "--prompts")
-    if not okp then usage_error("%s", list) end
-    prompts, data = list, { source = "jsonl", path = o.prompts, sha256 = digest }
-  else
-    prompts = { { prompt = o.prompt } }
-    data = { source = "prompt", path = json.null, sha256 = sha256(o.prompt) }
-  end
-
-  local ok, model = pcall(require("ember").load, { model = o.model, tokenizer = o.tokenizer, arch = o.arch,
-    kernels = o.kernels, threads = o.threads, kv_cache = o["kv-cache"], provenance = true,
-    verify_model = o["verify-model"] == true })
-  if not ok then error(tostring(model), 0) end
-  if model.tokenizer == nil then
-    usage_error("--extract-hidden needs a tokenizer and the model has none: give one with --tokenizer FILE")
-  end
-  local layers, lerr = M.check_layers(o["extract-hidden"], model.info)
-  if not layers then usage_error("--extract-hidden: %s", lerr) end
-  for i, p in ipairs(prompts) do
-    local n = #model.tokenizer:encode(p.prompt)
-    local limit = model.info.context_length or 0
-    if limit > 0 and n + 1 > limit then
-      usage_error("--prompts: prompt %d (line %s) has %d tokens, more than the model's context_length %d", i,
-        tostring(p.line or "-"), n, limit)
-    end
-  end
-  local progress = require("ember.sweep.progress").new { label = "extract", unit = "prompts",
-    stream = io_.stderr, resumable = false }
-  local results = M.run(model, prompts, layers, progress)
-  for i, r in ipairs(results) do r.line = prompts[i].line end
-  local doc = M.write(out, results, { model = model, layers = layers, tokenizer_path = o.tokenizer, data = data,
-    argv = argv })
-  io_.stderr:write(string.format("ember: extracted layers %s of %d prompts (%d tokens, hidden %d) into %s "
-    .. "(sidecar %s)\n", table.concat(layers, ","), doc.prompt_count, doc.token_count, doc.hidden_size, out, sidecar))
-  model:close()
-  return 0
 end
 
 return M

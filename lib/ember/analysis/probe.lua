@@ -9,6 +9,7 @@
 
 local core = require("ember.core")
 local json = require("ember.store.json")
+local core = require("ember.core")
 
 local M = {}
 
@@ -112,6 +113,7 @@ end
 -- ---- training ----------------------------------------------------------------------------------
 
 local exp, log = math.exp, math.log
+local softmax = require("ember.analysis.distribution").softmax -- in double, as the fit
 
 -- Class probabilities of one standardized example (logits z, k of them; k = 2 uses one logit).
 local function probabilities(p, x)
@@ -123,17 +125,13 @@ local function probabilities(p, x)
     local p2 = s >= 0 and 1 / (1 + exp(-s)) or exp(s) / (1 + exp(s))
     return { 1 - p2, p2 }
   end
-  local z, zmax = {}, -math.huge
+  local z = {}
   for c = 1, k do
     local w, s = p.weights[c], p.bias[c]
     for j = 1, d do s = s + w[j] * x[j] end
     z[c] = s
-    if s > zmax then zmax = s end
   end
-  local sum = 0.0
-  for c = 1, k do z[c] = exp(z[c] - zmax); sum = sum + z[c] end
-  for c = 1, k do z[c] = z[c] / sum end
-  return z
+  return softmax(z)
 end
 
 local function standardize(p, raw)

@@ -9,15 +9,15 @@ local M = {}
 local usage_error = flags.usage_error
 
 M.FLAGS_LIST = {
-  { "model", "path", "FILE.gguf", "the model (required)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("model"),
+  flags.option("tokenizer"),
   { "prompt", "string", "TEXT", "the prompt (required)" },
   { "layer", "uint", "L", "the layer, 0-based (required)" },
   { "head", "uint", "H", "draw only this head (default: every head of the layer)" },
   { "out", "path", "DIR", "where the figures go (default: the current directory)" },
-  { "threads", "uint", "N", "worker threads (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("threads"),
+  flags.option("kernels"),
+  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
@@ -28,12 +28,11 @@ function M.usage()
       "prompt's tokens. See docs/inspection.md." })
 end
 
--- main(args, io) -> exit code; args[1] is "attention". Usage errors are raised (ember.cli.flags).
-function M.main(args, io_)
-  flags.refuse_experiment_args("attention", args, 2)
-  local o, pos = flags.parse(args, 2, M.FLAGS)
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("attention: unexpected argument '%s'", pos[1]) end
+-- main(args, argv, io_) -> exit code; args[1] is "attention" (experiments were refused before:
+-- ember.cli). Usage errors are raised (ember.cli.flags).
+function M.main(args, _, io_)
+  local o = flags.command({ name = "attention", spec = M.FLAGS, usage = M.usage }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "model", "prompt", "layer" }) do
     if o[k] == nil then usage_error("attention: --%s is required", k) end
   end
@@ -43,10 +42,7 @@ function M.main(args, io_)
   if not fs.is_dir(out) and not fs.is_dir(fs.dirname(out)) then
     usage_error("--out: directory '%s' does not exist", fs.dirname(out))
   end
-  local ember = require("ember")
-  local ok, model = pcall(ember.load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads })
-  if not ok then error(tostring(model), 0) end
+  local model = flags.load_model(o)
   local res = require("ember.analysis.attention").draw { model = model, prompt = o.prompt, layer = o.layer,
     heads = o.head, out = out }
   model:close()

@@ -18,10 +18,10 @@ M.FLAGS_LIST = {
   { "json", "bool", nil, "print the JSON report instead of the table" },
   { "shard", function(s) return require("ember.sweep").parse_shard(s) end, "I/N",
     "localise only the cells with index mod N = I (join with compare-models merge)" },
-  { "threads", "uint", "N", "worker threads (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  flags.option("threads"),
+  flags.option("kernels"),
   { "no-plot", "bool", nil, "do not draw the plots" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
@@ -70,12 +70,13 @@ local function plots(dir, r)
     ylabels = json.array({ "relative L2", "recovered share of KL" }) })
 end
 
--- main(args, io) -> exit code; args[1] is "compare-models". Usage errors are raised (ember.cli.flags)
+-- main(args, argv, io_) -> exit code; args[1] is "compare-models". Usage errors are raised (ember.cli.flags)
 -- for the ember command to report with exit code 2.
-function M.main(args, io_)
+function M.main(args, _, io_)
   if args[2] == "merge" then return M.merge(args, io_) end
-  local o, pos = flags.parse(args, 2, M.FLAGS)
-  if o.help then io_.stdout:write(M.usage()); return 0 end
+  local o, pos = flags.command({ name = "compare-models", spec = M.FLAGS, usage = M.usage, positionals = true }, args,
+    io_)
+  if not o then return 0 end
   if #pos ~= 2 then usage_error("compare-models needs two model files A.gguf B.gguf, got %d", #pos) end
   if o.prompt == nil then usage_error("compare-models: --prompt TEXT is required") end
   local fs = require("ember.store.fs")
@@ -86,13 +87,7 @@ function M.main(args, io_)
   if o.out and not fs.is_dir(fs.dirname(o.out)) then
     usage_error("--out: directory '%s' does not exist", fs.dirname(o.out))
   end
-  local ember = require("ember")
-  local function load(p)
-    local ok, m = pcall(ember.load, { model = p, kernels = o.kernels, threads = o.threads })
-    if not ok then error(tostring(m), 0) end
-    return m
-  end
-  local a, b = load(pos[1]), load(pos[2])
+  local a, b = flags.load_model(o, { model = pos[1] }), flags.load_model(o, { model = pos[2] })
   local stages = o.stages
   if stages == "all" then stages = { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } end
   local cm = require("ember.analysis.compare_models")

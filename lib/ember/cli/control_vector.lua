@@ -14,16 +14,16 @@ end
 local function range_value(s) return require("ember.run.control_vector").parse_range(s) end
 
 M.FLAGS_LIST = {
-  { "model", "path", "FILE.gguf", "the model (required)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("model"),
+  flags.option("tokenizer"),
   { "positive", "path", "FILE.jsonl", "the positive prompts, one {\"prompt\": ...} per line (required)" },
   { "negative", "path", "FILE.jsonl", "the negative prompts, paired with the positive ones in order (required)" },
   { "layers", range_value, "A-B", "write direction.A .. direction.B (default 1 to the last layer)" },
   { "method", method_value, "M", "mean-diff | pca (default mean-diff)" },
   { "out", "path", "FILE.gguf", "the control vector to write (required; must not exist)" },
-  { "threads", "uint", "N", "worker threads (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("threads"),
+  flags.option("kernels"),
+  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
@@ -34,12 +34,11 @@ function M.usage()
       "cvector-generator. See docs/lua-api.md (Steering and control vectors)." })
 end
 
--- main(args, io) -> exit code; args[1] is "control-vector". Usage errors are raised (ember.cli.flags).
-function M.main(args, io_)
-  flags.refuse_experiment_args("control-vector", args, 2)
-  local o, pos = flags.parse(args, 2, M.FLAGS)
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("control-vector: unexpected argument '%s'", pos[1]) end
+-- main(args, argv, io_) -> exit code; args[1] is "control-vector" (experiments were refused before:
+-- ember.cli). Usage errors are raised (ember.cli.flags).
+function M.main(args, _, io_)
+  local o = flags.command({ name = "control-vector", spec = M.FLAGS, usage = M.usage }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "model", "positive", "negative", "out" }) do
     if o[k] == nil then usage_error("control-vector: --%s is required", k) end
   end
@@ -56,10 +55,7 @@ function M.main(args, io_)
     return out
   end
   local positive, negative = texts("positive"), texts("negative")
-  local ember = require("ember")
-  local ok, model = pcall(ember.load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads })
-  if not ok then error(tostring(model), 0) end
+  local model = flags.load_model(o)
   local cvector = require("ember.analysis.cvector")
   local cv = cvector.make { model = model, positive = positive, negative = negative, method = o.method,
     layers = o.layers }

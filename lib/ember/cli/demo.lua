@@ -10,14 +10,14 @@ local M = {}
 M.PROMPT = "The quick brown fox jumps over the lazy dog."
 
 M.FLAGS = {
-  { "model", "path", "FILE.gguf", "the model (default: the tiny llama made on first use in ~/.cache/ember)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("model", flags.DEFAULT_MODEL_HELP),
+  flags.option("tokenizer"),
   { "prompt", "string", "TEXT", "the prompt (default: \"" .. M.PROMPT .. "\")" },
   { "max-tokens", flags.uint_in(1, 256), "N", "tokens to generate (default 8)" },
   { "layer", "uint", "L", "the layer zeroed and patched (default 4, or the last of a smaller model)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("kernels"),
+  flags.option("threads"),
+  flags.option("help"),
 }
 
 function M.usage()
@@ -48,19 +48,12 @@ end
 
 -- main(args, argv, io_) -> exit code; args[1] is "demo".
 function M.main(args, argv, io_)
-  flags.refuse_experiment_args("demo", args, 2)
-  local o, pos = flags.parse(args, 2, flags.spec(M.FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then flags.usage_error("demo: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "demo", spec = flags.spec(M.FLAGS), usage = M.usage }, args, io_)
+  if not o then return 0 end
   local w = io_.stdout
-  local ember = require("ember")
   local path = o.model or require("ember.model.default_model").path()
-  local ok, model = pcall(ember.load, { model = path, tokenizer = o.tokenizer, kernels = o.kernels, threads = o.threads,
-    provenance = true })
-  if not ok then error(tostring(model), 0) end
-  if model.tokenizer == nil then
-    flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE")
-  end
+  local model = flags.load_model(o, { model = path, provenance = true })
+  if model.tokenizer == nil then flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE") end
   local info = model.info
   local layer = o.layer or math.min(4, info.n_layers - 1)
   if layer >= info.n_layers then

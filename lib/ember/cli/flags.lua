@@ -1,7 +1,9 @@
 -- ember.cli.flags — the one flag grammar of ember's commands (the `ember` CLI and the workflow scripts):
 -- `--name VALUE`, `--name=VALUE`, boolean `--name`, each flag at most once (unless marked
--- repeatable), values converted by kind, and usage errors that name the flag. Must not know any
--- command's flags or run anything.
+-- repeatable), values converted by kind, and usage errors that name the flag; the options every
+-- model-loading command shares (one row each) and the one mapping of them to ember.load{}; the
+-- prologue every subcommand opens with. Must not know any one command's flags, nor run anything but
+-- that model load.
 --
 -- A flag list is { { name, kind, META, help [, many = true] }, ... }; kind is "string" (any value),
 -- "path" (non-empty), "uint", "float", "bool" (no value), or a parse function s -> value | nil,
@@ -73,6 +75,51 @@ function M.float_in(lo, hi, lo_open, hi_open)
     end
     return x
   end
+end
+
+-- ---- the options the commands share ---------------------------------------------------------------
+
+local function kv_cache_value(v) return selectors.parse_choice(v, { "f32", "f16", "bf16" }, "KV cache type") end
+
+-- One row each ({ name, kind, META, help }), for every command that loads a model: so --threads is
+-- checked one way everywhere and the kernel sets are listed once (the core's own list).
+local SHARED = {
+  model = { "model", "path", "FILE.gguf", "the model (required)" },
+  tokenizer = { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  arch = { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
+  threads = { "threads", M.uint_in(0, M.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
+  kernels = { "kernels", M.kernels, "SET", table.concat(M.KERNEL_SETS, " | ") .. " (default auto)" },
+  ["kv-cache"] = { "kv-cache", kv_cache_value, "TYPE", "KV cache type: f32 (default, exact) | f16 | bf16 (half the memory)" },
+  ["verify-model"] = { "verify-model", "bool", nil, "hash the model file for the manifest even when the digest cache knows it" },
+  temperature = { "temperature", M.float_in(0, nil), "T", "0 = greedy (default 0)" },
+  ["top-k"] = { "top-k", M.uint_in(0, M.MAX_TOP_K), "K", "sample among the K most likely tokens (0 = off)" },
+  ["top-p"] = { "top-p", M.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
+  context = { "context", M.uint_in(1, M.MAX_CONTEXT, "the largest session"), "N",
+    "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
+  help = { "help", "bool", nil, "show this help" },
+}
+
+-- The help of --model for the commands that fall back on the default model (ember.model.default_model).
+M.DEFAULT_MODEL_HELP = "the model (default: the tiny llama made on first use in ~/.cache/ember)"
+
+-- option(name [, help]) -> a copy of the shared row of --name, with its own help text when given.
+function M.option(name, help)
+  local row = SHARED[name]
+  if not row then error("flags.option: no shared option '" .. tostring(name) .. "'", 2) end
+  return { row[1], row[2], row[3], help or row[4] }
+end
+
+-- load_model(o [, extra]) -> the model the shared options of o name (--model, --tokenizer, --arch,
+-- --kernels, --threads, --kv-cache, --verify-model), through ember.load; extra adds load options or
+-- replaces them (model = a default path, provenance = true). A failed load is a run failure
+-- (exit 1) with the loader's message, which names the file or the option.
+function M.load_model(o, extra)
+  local opts = { model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
+    kv_cache = o["kv-cache"], verify_model = o["verify-model"] == true }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  local ok, model = pcall(require("ember").load, opts)
+  if not ok then error(tostring(model), 0) end
+  return model
 end
 
 -- ---- usage errors -------------------------------------------------------------------------------
@@ -193,6 +240,21 @@ function M.present(args, first, names)
     end
   end
   return nil
+end
+
+-- command(c, args, io_) -> opts, positionals: the prologue of a subcommand. args[c.first or 2..]
+-- parsed against c.spec; with --help, c.usage() is written and nil returned (the command then exits
+-- 0); a positional argument is a usage error naming c.name unless c.positionals is true.
+function M.command(c, args, io_)
+  local o, pos = M.parse(args, c.first or 2, c.spec)
+  if o.help then
+    io_.stdout:write(c.usage())
+    return nil
+  end
+  if #pos > 0 and not c.positionals then
+    usage_error("%sunexpected argument '%s'", c.name and (c.name .. ": ") or "", pos[1])
+  end
+  return o, pos
 end
 
 -- ---- experiments and the commands that refuse them ------------------------------------------

@@ -17,18 +17,18 @@ M.PROMPT = "> "
 M.DEFAULT_MAX_TOKENS = 64
 
 M.FLAGS = {
-  { "model", "path", "FILE.gguf", "the model (default: the tiny llama made on first use in ~/.cache/ember)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("model", flags.DEFAULT_MODEL_HELP),
+  flags.option("tokenizer"),
   { "max-tokens", flags.uint_in(1, flags.MAX_CONTEXT), "N", "tokens generated per turn at most (default 64)" },
-  { "temperature", flags.float_in(0, nil), "T", "0 = greedy (default 0)" },
-  { "top-k", flags.uint_in(0, flags.MAX_TOP_K), "K", "sample among the K most likely tokens (0 = off)" },
-  { "top-p", flags.float_in(0, 1, true, false), "P", "nucleus sampling threshold (1 = off)" },
+  flags.option("temperature"),
+  flags.option("top-k"),
+  flags.option("top-p"),
   { "seed", "uint", "N", "sampling seed (default 0; turn n uses seed + n - 1)" },
-  { "context", flags.uint_in(1, flags.MAX_CONTEXT, "the largest session"), "N",
-    "positions the conversation may fill (default: the model's context_length; N may go beyond it)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("context", "positions the conversation may fill (default: the model's context_length; N may go "
+    .. "beyond it)"),
+  flags.option("kernels"),
+  flags.option("threads"),
+  flags.option("help"),
 }
 
 M.COMMANDS = {
@@ -221,14 +221,10 @@ end
 
 -- main(args, argv, io_) -> exit code; args[1] is "interactive".
 function M.main(args, _, io_)
-  flags.refuse_experiment_args("interactive", args, 2)
-  local o, pos = flags.parse(args, 2, flags.spec(M.FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then flags.usage_error("interactive: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "interactive", spec = flags.spec(M.FLAGS), usage = M.usage }, args, io_)
+  if not o then return 0 end
   local path = o.model or require("ember.model.default_model").path()
-  local ok, model = pcall(require("ember").load, { model = path, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads })
-  if not ok then error(tostring(model), 0) end
+  local model = flags.load_model(o, { model = path })
   if model.tokenizer == nil then
     flags.usage_error("interactive: the model has no tokenizer; give one with --tokenizer FILE")
   end

@@ -18,10 +18,10 @@ local function pool_value(s) return selectors.parse_choice(s, probe.POOLS, "pool
 local COMMON = {
   { "data", "path", "FILE", "labelled prompts (FILE.jsonl: {\"prompt\": ..., \"label\": ...} per line) or an "
     .. "extraction (FILE.safetensors with its sidecar)" },
-  { "model", "path", "FILE.gguf", "the model (JSONL data; an extraction names its own)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
+  flags.option("model", "the model (JSONL data; an extraction names its own)"),
+  flags.option("tokenizer"),
+  flags.option("kernels"),
+  flags.option("threads"),
 }
 
 M.TRAIN_FLAGS = {
@@ -36,7 +36,7 @@ M.TRAIN_FLAGS = {
   { "control", "bool", nil, "also train on shuffled labels (same split) and report that held-out accuracy" },
   { "json", "bool", nil, "print the report as one JSON object" },
   COMMON[2], COMMON[3], COMMON[4], COMMON[5],
-  { "help", "bool", nil, "show this help" },
+  flags.option("help"),
 }
 
 M.EVAL_FLAGS = {
@@ -44,7 +44,7 @@ M.EVAL_FLAGS = {
   COMMON[1],
   { "json", "bool", nil, "print predictions and accuracy as one JSON object" },
   COMMON[2], COMMON[3], COMMON[4], COMMON[5],
-  { "help", "bool", nil, "show this help" },
+  flags.option("help"),
 }
 
 function M.usage()
@@ -76,9 +76,7 @@ local function progress(label, unit)
 end
 
 local function load_model(o)
-  local ok, model = pcall(require("ember").load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads, provenance = true })
-  if not ok then error(tostring(model), 0) end
+  local model = flags.load_model(o, { provenance = true })
   if model.tokenizer == nil then
     usage_error("--data: prompts need a tokenizer and the model has none: give one with --tokenizer FILE")
   end
@@ -155,9 +153,9 @@ local function fmt_acc(acc, right, n)
 end
 
 local function train(args, argv, io_)
-  local o, pos = flags.parse(args, 3, flags.spec(M.TRAIN_FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("probe train: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "probe train", first = 3, spec = flags.spec(M.TRAIN_FLAGS), usage = M.usage }, args,
+    io_)
+  if not o then return 0 end
   if o.data == nil then usage_error("probe train: --data FILE is required") end
   if o.layer == nil then usage_error("probe train: --layer L is required") end
   if o.out then
@@ -217,9 +215,9 @@ end
 -- ---- eval --------------------------------------------------------------------------------------
 
 local function eval(args, io_)
-  local o, pos = flags.parse(args, 3, flags.spec(M.EVAL_FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("probe eval: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "probe eval", first = 3, spec = flags.spec(M.EVAL_FLAGS), usage = M.usage }, args,
+    io_)
+  if not o then return 0 end
   if o.probe == nil then usage_error("probe eval: --probe PROBE.json is required") end
   if o.data == nil then usage_error("probe eval: --data FILE is required") end
   if not fs.exists(o.probe) then usage_error("--probe: cannot open '%s'", o.probe) end
@@ -264,10 +262,8 @@ local function eval(args, io_)
   return 0
 end
 
--- main(args, argv, io_) -> exit code; args[1] is "probe". Experiments are refused before anything
--- else is read.
+-- main(args, argv, io_) -> exit code; args[1] is "probe" (experiments were refused before: ember.cli).
 function M.main(args, argv, io_)
-  flags.refuse_experiment_args("probe", args, 2)
   err_stream = io_.stderr
   local sub = args[2]
   if sub == "train" then return train(args, argv, io_) end

@@ -14,12 +14,12 @@ local COMMON = {
   sae = { "sae", "path", "DIR", "the SAE: a SAELens directory, a Gemma Scope params.npz, a Llama Scope directory" },
   hook = { "sae-hook", "string", "NAME", "its TransformerLens hook (required for Gemma Scope; overrides the file's)" },
   prompts = { "prompts", "path", "FILE.jsonl", "the prompts, one {\"prompt\": ...} per line (required)" },
-  tokenizer = { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
-  kernels = { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
-  threads = { "threads", flags.uint_in(0, flags.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
+  tokenizer = flags.option("tokenizer"),
+  kernels = flags.option("kernels"),
+  threads = flags.option("threads"),
   json = { "json", "bool", nil, "print the report as one JSON object" },
   out = { "out", "path", "FILE.json", "also write the JSON report here (atomically)" },
-  help = { "help", "bool", nil, "show this help" },
+  help = flags.option("help"),
 }
 
 M.EVAL_FLAGS = {
@@ -88,8 +88,7 @@ function M.usage()
 end
 
 local function load_model(path, o)
-  local ok, model = pcall(require("ember").load, { model = path, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads })
+  local ok, model = pcall(flags.load_model, o, { model = path })
   if not ok then usage_error("--model: %s", tostring(model)) end
   return model
 end
@@ -145,9 +144,8 @@ local function report_json(res, o, digest)
 end
 
 local function eval(args, io_)
-  local o, pos = flags.parse(args, 3, flags.spec(M.EVAL_FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("sae eval: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "sae eval", first = 3, spec = flags.spec(M.EVAL_FLAGS), usage = M.usage }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "model", "sae", "prompts" }) do
     if o[k] == nil then usage_error("sae eval: --%s is required", k) end
   end
@@ -215,9 +213,8 @@ end
 
 local function top(args, io_)
   if args[3] == "merge" then return top_merge(args, io_) end
-  local o, pos = flags.parse(args, 3, flags.spec(M.TOP_FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("sae top: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "sae top", first = 3, spec = flags.spec(M.TOP_FLAGS), usage = M.usage }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "model", "sae", "prompts", "out" }) do
     if o[k] == nil then usage_error("sae top: --%s is required", k) end
   end
@@ -317,8 +314,9 @@ local function compare_plot(res, dir)
 end
 
 local function compare(args, io_)
-  local o, pos = flags.parse(args, 3, flags.spec(M.COMPARE_FLAGS))
-  if o.help then io_.stdout:write(M.usage()); return 0 end
+  local o, pos = flags.command({ name = "sae compare", first = 3, spec = flags.spec(M.COMPARE_FLAGS), usage = M.usage,
+    positionals = true }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "models", "sae", "prompts" }) do
     if o[k] == nil then usage_error("sae compare: --%s is required", k) end
   end
@@ -356,9 +354,8 @@ local function compare(args, io_)
   return 0
 end
 
--- main(args, argv, io_) -> exit code; args[1] is "sae". Experiments are refused first.
+-- main(args, argv, io_) -> exit code; args[1] is "sae" (experiments were refused before: ember.cli).
 function M.main(args, argv, io_)
-  flags.refuse_experiment_args("sae", args, 2)
   local sub = args[2]
   if sub == "eval" then return eval(args, io_) end
   if sub == "top" then return top(args, io_) end

@@ -21,8 +21,8 @@ local function stage_list(s)
 end
 
 M.FLAGS_LIST = {
-  { "model", "path", "FILE.gguf", "the model (required)" },
-  { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
+  flags.option("model"),
+  flags.option("tokenizer"),
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, same token count (required)" },
   { "metric", metric_value, "M", "kl | logit-diff[:A,B] | prob[:A] (default kl; ids default to the top-1s)" },
@@ -36,14 +36,14 @@ M.FLAGS_LIST = {
   { "out", "path", "DIR", "the sweep artifact directory (required; an interrupted run resumes in it)" },
   { "shard", shard_value, "I/N", "compute only shard I of N (cells i with i mod N = I)" },
   { "jobs", positive, "N", "run N shards as local processes, then merge them into --out" },
-  { "threads", "uint", "N", "worker threads per process (default: the physical cores)" },
-  { "kernels", flags.kernels, "SET", "auto | reference | avx2 | avx512 (default auto)" },
+  flags.option("threads", "worker threads per process (default: the physical cores)"),
+  flags.option("kernels"),
   { "progress", progress_value, "MODE", "auto | tty | summary | none (default auto: one line on a terminal)" },
   { "max-cells", positive, "N", "stop after computing N new cells (rerun to continue)" },
   { "checkpoint", "float", "SECONDS",
     "write the cells computed so far at most this often (default 1; 0 = every cell)" },
   { "no-plot", "bool", nil, "do not draw the heatmaps" },
-  { "help", "bool", nil, "show this help" },
+  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
@@ -104,14 +104,13 @@ local function shard_args(args)
   return out
 end
 
--- main(args, io) -> exit code; args[1] is "sweep". Usage errors are raised (ember.cli.flags) for the
+-- main(args, argv, io_) -> exit code; args[1] is "sweep". Usage errors are raised (ember.cli.flags) for the
 -- ember command to report with exit code 2.
-function M.main(args, io_)
+function M.main(args, argv, io_)
   if args[2] == "merge" then return run_merge(args, io_) end
   if args[2] == "compare" then return run_compare(args, io_) end
-  local o, pos = flags.parse(args, 2, M.FLAGS)
-  if o.help then io_.stdout:write(M.usage()); return 0 end
-  if #pos > 0 then usage_error("sweep: unexpected argument '%s'", pos[1]) end
+  local o = flags.command({ name = "sweep", spec = M.FLAGS, usage = M.usage }, args, io_)
+  if not o then return 0 end
   for _, k in ipairs({ "model", "clean", "corrupted", "out" }) do
     if o[k] == nil then usage_error("sweep: --%s is required", k) end
   end
@@ -129,13 +128,9 @@ function M.main(args, io_)
     return 0
   end
 
-  local ember = require("ember")
-  local ok, model = pcall(ember.load, { model = o.model, tokenizer = o.tokenizer, kernels = o.kernels,
-    threads = o.threads })
-  if not ok then error(tostring(model), 0) end
+  local model = flags.load_model(o)
   local progress = require("ember.sweep.progress").new { stream = io_.stderr, mode = o.progress,
     label = o.shard and string.format("sweep shard %d/%d", o.shard.index, o.shard.count) or "sweep" }
-  local argv = { "ember", table.unpack(args) }
   local res = require("ember.sweep").run {
     model = model, tokenizer_path = o.tokenizer, clean = o.clean, corrupted = o.corrupted, metric = o.metric,
     stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],

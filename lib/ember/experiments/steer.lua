@@ -17,6 +17,7 @@
 -- to one without it, and is not marked modified.
 
 local selectors = require("ember.run.selectors")
+local core = require("ember.core")
 
 local M = {}
 
@@ -28,7 +29,6 @@ end
 
 -- vector_of(v, where) -> ember.Tensor [1, n] (owned copy), and its source record for the manifest.
 local function vector_of(v, where)
-  local ember = require("ember")
   if type(v) == "string" then
     local ok, r = pcall(require("ember.store.vector_file").read, v)
     if not ok then error(where .. ": " .. tostring(r), 0) end
@@ -45,7 +45,7 @@ local function vector_of(v, where)
     for i, x in ipairs(v) do
       if type(x) ~= "number" then error(string.format("%s: vector[%d] is not a number", where, i), 0) end
     end
-    return ember.tensor(1, #v, v), "table"
+    return core.tensor(1, #v, v), "table"
   end
   error(where .. ": vector must be an ember.Tensor of one row, a list of numbers or a file (.npy, "
     .. ".safetensors, ARTIFACT_DIR#RECORD)", 0)
@@ -133,7 +133,7 @@ end
 M.layers_text = layers_text
 
 -- Residual-stream stages have hidden_size columns; the others are checked when first seen.
-local RESIDUAL = { before_layer = true, after_attention = true, after_mlp = true, after_layer = true }
+local RESIDUAL = selectors.RESIDUAL_LAYER_STAGE_SET
 
 -- make(args) -> the experiment. args: one addition's fields, or { additions = {...} }; optional
 -- name (default "steer"), notice = fn(msg) (default: stderr), what = text for the notice.

@@ -8,6 +8,7 @@
 -- prompt). Speeds are generate's own timings of the engine calls (out.stats).
 
 local fs = require("ember.store.fs")
+local core = require("ember.core")
 
 local M = {}
 
@@ -148,21 +149,20 @@ end
 function M.provenance_ab(load_opts, opts)
   local o = defaults(opts or {})
   check_counts(o)
-  local ember = require("ember")
   local run = require("ember.run")
   local manifest_path = os.tmpname()
   local function once(with_provenance)
-    local t0, t_first = ember.now_ms(), nil
-    local model = ember.load { model = load_opts.model, threads = load_opts.threads, kernels = load_opts.kernels,
+    local t0, t_first = core.now_ms(), nil
+    local model = require("ember.model").load { model = load_opts.model, threads = load_opts.threads, kernels = load_opts.kernels,
       provenance = with_provenance }
     local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
     local res = run.execute {
       model = model, ids = ids, gen = { max_tokens = o.gen_tokens },
       experiments = with_provenance and { { name = "name-only" } } or nil,
       run_manifest = with_provenance and manifest_path or nil,
-      on_token = function() t_first = t_first or ember.now_ms() end,
+      on_token = function() t_first = t_first or core.now_ms() end,
     }
-    local total = ember.now_ms() - t0
+    local total = core.now_ms() - t0
     local source = res.sections and res.sections.model.sha256_source
     local info = model.info
     model:close()

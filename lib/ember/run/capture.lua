@@ -9,6 +9,7 @@
 local artifact = require("ember.store.artifact")
 local json = require("ember.store.json")
 local selectors = require("ember.run.selectors")
+local core = require("ember.core")
 
 local M = {}
 
@@ -82,7 +83,7 @@ function M.config_json(cfg)
 end
 
 function M.config_sha256(cfg)
-  return require("ember").sha256(json.encode(M.config_json(cfg)))
+  return core.sha256(json.encode(M.config_json(cfg)))
 end
 
 local function set_of(list)

@@ -7,6 +7,7 @@
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local safetensors = require("ember.store.safetensors")
+local core = require("ember.core")
 
 local M = {}
 
@@ -102,7 +103,7 @@ function M.provenance(model, prompt_text, tokenizer_path, gen, out)
   if tok.path then tok.path = nil end
   return json.ordered({ "tool", "model", "tokenizer", "prompt", "input_ids", "generated_ids", "settings",
     "execution", "intervention" }, {
-    tool = json.ordered({ "name", "version" }, { name = "ember", version = require("ember").version }),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = core.version }),
     model = json.ordered({ "sha256", "family", "architecture", "name", "n_layers", "hidden_size", "n_vocab",
       "dtype_summary" }, {
       sha256 = sha, family = info.family, architecture = info.architecture, name = info.name,
@@ -169,7 +170,7 @@ local function write_spilled(path, entries, sp, kind, extra, what)
   local ok, err = out:flush()
   out:close()
   if not ok then error(string.format("%s: cannot write '%s': %s", what, path, tostring(err)), 0) end
-  local sha, serr = require("ember").sha256_file(path)
+  local sha, serr = core.sha256_file(path)
   if not sha then error(string.format("%s: cannot read back '%s': %s", what, path, tostring(serr)), 0) end
   return sha, listed
 end

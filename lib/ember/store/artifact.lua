@@ -9,6 +9,7 @@ local json = require("ember.store.json")
 local fs = require("ember.store.fs")
 local safetensors = require("ember.store.safetensors")
 local selectors = require("ember.run.selectors")
+local core = require("ember.core")
 
 local M = {}
 
@@ -35,7 +36,7 @@ local RECORD_KEYS = {
 }
 
 local function sha256(s)
-  return require("ember").sha256(s)
+  return core.sha256(s)
 end
 
 -- The alignment key of SPEC §6.3: (stage, layer, phase, start_position).
@@ -260,7 +261,7 @@ function M.read(dir)
       error(string.format("%s: record_sha256 %s does not match the record's fields and bytes: the manifest was "
         .. "edited", rw, e.record_sha256 == nil and "is missing, or" or tostring(e.record_sha256)), 0)
     end
-    r.tensor = require("ember").tensor_from_bytes(t.data, r.shape[1], r.shape[2])
+    r.tensor = core.tensor_from_bytes(t.data, r.shape[1], r.shape[2])
     r.rows, r.cols = r.shape[1], r.shape[2]
     records[#records + 1] = r
   end

@@ -7,13 +7,13 @@
 
 local json = require("ember.store.json")
 local fs = require("ember.store.fs")
+local core = require("ember.core")
 
 local M = {}
 
 M.SCHEMA = "ember.run"
 M.SCHEMA_VERSION = "1.0.0"
 
-local function ember() return require("ember") end
 
 -- Small files named by the run (tokenizer.json) are hashed here; a workflow runs several sessions
 -- on one tokenizer, so their digests are remembered per path and invalidated when the size
@@ -33,7 +33,7 @@ function M.file_sha256(path)
   local size = file_size(path)
   local hit = digest_cache[path]
   if hit and hit.size == size then return hit.sha256 end
-  local hex, err = ember().sha256_file(path)
+  local hex, err = core.sha256_file(path)
   if not hex then error("cannot hash '" .. path .. "': " .. tostring(err), 0) end
   digest_cache[path] = { size = size, sha256 = hex }
   return hex
@@ -81,7 +81,7 @@ function M.prompt_section(text, ids, withhold)
     hashed = "ids:" .. table.concat(parts, ",")
   end
   return json.ordered({ "sha256", "source", "text", "withheld", "token_count" }, {
-    sha256 = ember().sha256(hashed), source = text ~= nil and "text" or "ids",
+    sha256 = core.sha256(hashed), source = text ~= nil and "text" or "ids",
     text = (text ~= nil and not withhold) and text or json.null, withheld = withhold == true,
     token_count = #ids,
   })
@@ -102,7 +102,7 @@ function M.execution_section(model)
   local info = model.info
   return json.ordered({ "kernels", "threads", "threads_default", "physical_cores", "kv_cache" }, {
     kernels = info.kernels, threads = info.threads, threads_default = info.threads_default == true,
-    physical_cores = ember().cpu().physical_cores, kv_cache = info.kv_cache or "f32",
+    physical_cores = core.cpu().physical_cores, kv_cache = info.kv_cache or "f32",
   })
 end
 
@@ -137,7 +137,7 @@ function M.sections(p)
   for i, a in ipairs(p.argv or {}) do argv[i] = tostring(a) end
   return {
     created_at_unix = p.created_at_unix or os.time(),
-    tool = json.ordered({ "name", "version" }, { name = "ember", version = ember().version }),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = core.version }),
     model = model,
     tokenizer = M.tokenizer_section(p.tokenizer_path, model.sha256),
     prompt = M.prompt_section(p.prompt_text, p.out.prompt_ids, p.withhold_prompt),

@@ -15,6 +15,7 @@ local metric_mod = require("ember.sweep.metric")
 local store = require("ember.sweep.store")
 local token_label = require("ember.analysis.token_label")
 local is_interrupt = require("ember.model.generate").is_interrupt
+local core = require("ember.core")
 
 local M = {}
 
@@ -248,7 +249,7 @@ function M.run(opts)
           clean_value = clean_value, corrupted_value = corr_value, certified = certified,
           equals_corrupted = bytes == corr_bytes,
           source_sha256 = src.sha256, source_row = c.position - src.start_position,
-          logits_sha256 = require("ember").sha256(bytes), top1 = logits:argmax() - 1,
+          logits_sha256 = core.sha256(bytes), top1 = logits:argmax() - 1,
           settings_sha256 = doc.settings_sha256, generated_ids = cfg.decode_steps > 0 and generated or nil,
         }
         done[c.index] = cell

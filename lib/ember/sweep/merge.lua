@@ -6,6 +6,7 @@ local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local store = require("ember.sweep.store")
 local token_label = require("ember.analysis.token_label")
+local core = require("ember.core")
 
 local M = {}
 
@@ -122,7 +123,7 @@ function M.merge(out, dirs)
     local s = by_index[k]
     doc.merged_from[#doc.merged_from + 1] = json.ordered({ "dir", "shard", "cells", "threads", "manifest_sha256" }, {
       dir = s.dir, shard = string.format("%d/%d", k, count), cells = #s.cells, threads = s.manifest.execution.threads,
-      manifest_sha256 = require("ember").sha256(fs.read(fs.join(s.dir, store.MANIFEST))) })
+      manifest_sha256 = core.sha256(fs.read(fs.join(s.dir, store.MANIFEST))) })
   end
   local shape = doc.grid.shape
   doc.status = #cells == shape[1] * shape[2] * shape[3] and "complete" or "partial"

@@ -2,6 +2,7 @@
 -- difference between two tokens, the probability of a token, or the KL divergence to the clean run.
 -- Must not run the model: it reads logits tensors (f32, widened to double) and returns numbers.
 
+local distribution = require("ember.analysis.distribution")
 local selectors = require("ember.run.selectors")
 
 local M = {}
@@ -38,15 +39,8 @@ end
 
 local function values(t) return t:values() end
 
--- Probabilities (double) of one logits row, computed stably.
-local function softmax(v)
-  local mx = -math.huge
-  for i = 1, #v do if v[i] > mx then mx = v[i] end end
-  local p, sum, exp = {}, 0.0, math.exp
-  for i = 1, #v do local e = exp(v[i] - mx); p[i] = e; sum = sum + e end
-  for i = 1, #v do p[i] = p[i] / sum end
-  return p
-end
+-- Probabilities of one logits row, in double (ember.analysis.distribution says why).
+local softmax, kl = distribution.softmax, distribution.kl
 
 -- resolve(m, clean_logits, corrupted_logits, n_vocab) -> m with its token ids decided: the default
 -- logit difference is clean top-1 minus corrupted top-1, the default probability the clean top-1.
@@ -91,14 +85,7 @@ function M.evaluator(m, clean)
     return function(t) return softmax(values(t))[a] end
   end
   local pc = softmax(values(clean))
-  local log = math.log
-  return function(t)
-    local px, kl = softmax(values(t)), 0.0
-    for i = 1, #pc do
-      if pc[i] > 0 then kl = kl + pc[i] * (log(pc[i]) - log(px[i])) end
-    end
-    return kl
-  end
+  return function(t) return kl(pc, softmax(values(t))) end
 end
 
 return M

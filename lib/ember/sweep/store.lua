@@ -12,6 +12,7 @@ local safetensors = require("ember.store.safetensors")
 local selectors = require("ember.run.selectors")
 local sweep_metric = require("ember.sweep.metric")
 local token_label = require("ember.analysis.token_label")
+local core = require("ember.core")
 
 local M = {}
 
@@ -20,7 +21,7 @@ M.SCHEMA_VERSION = "1.0.0"
 M.MANIFEST = "manifest.json"
 M.GRID = "grid.safetensors"
 
-local function sha256(s) return require("ember").sha256(s) end
+local sha256 = core.sha256
 local function fail(msg, ...) error(string.format(msg, ...), 0) end
 
 -- Wall-clock seconds with centisecond resolution where Linux offers it (progress and checkpoints).
@@ -82,7 +83,6 @@ end
 -- corrupted_value, clean_generated, corrupted_generated (ids of the decode steps),
 -- text = function(id) -> label }
 function M.new_manifest(p)
-  local ember = require("ember")
   local cfg, model = p.cfg, p.model
   local msec = manifest.model_section(model)
   local steps = cfg.decode_steps or 0
@@ -128,7 +128,7 @@ function M.new_manifest(p)
   for i, a in ipairs(p.argv or {}) do argv[i] = tostring(a) end
   return {
     schema = M.SCHEMA, schema_version = M.SCHEMA_VERSION, status = "partial", created_at_unix = os.time(),
-    tool = json.ordered({ "name", "version" }, { name = "ember", version = ember.version }),
+    tool = json.ordered({ "name", "version" }, { name = "ember", version = core.version }),
     model = msec, tokenizer = manifest.tokenizer_section(p.tokenizer_path, msec.sha256),
     clean = clean, corrupted = corrupted, metric = metric, grid = grid, settings_sha256 = sha256(settings),
     shard = p.shard and json.ordered({ "index", "count" }, { index = p.shard.index, count = p.shard.count })

@@ -236,3 +236,33 @@ describe("make-tiny-model --out", function()
     assert.matches("make-tiny-model: " .. dir .. "/file/x.gguf: ", out, 1, true)
   end)
 end)
+
+-- The module paths the docs gave before the library moved into rooms, and where each lives now.
+local OLD_PATHS = {
+  ["ember.artifact"] = "ember.store.artifact", ["ember.capture"] = "ember.run.capture",
+  ["ember.compare"] = "ember.analysis.compare", ["ember.compose"] = "ember.run.compose",
+  ["ember.control_vector"] = "ember.run.control_vector", ["ember.experiment_args"] = "ember.run.experiment_args",
+  ["ember.extract"] = "ember.analysis.extract", ["ember.manifest"] = "ember.store.manifest",
+  ["ember.safetensors"] = "ember.store.safetensors", ["ember.sweep_progress"] = "ember.sweep.progress",
+  ["ember.vector_file"] = "ember.store.vector_file", ["ember.flags"] = "ember.cli.flags",
+}
+
+describe("the documented module paths of before the rooms", function()
+  it("each gives the very module of its room, under stock lua5.4", function()
+    for old, new in pairs(OLD_PATHS) do
+      assert.are.equal(require(new), require(old), old)
+    end
+  end)
+
+  it("each gives the very module of its room in ember-lua's embedded library", function()
+    if not need_ember_lua() then return end
+    local checks = {}
+    for old, new in pairs(OLD_PATHS) do
+      checks[#checks + 1] = string.format("assert(require(%q) == require(%q), %q)", old, new, old)
+    end
+    local from_root = "B=$(cd " .. H.shell_quote(F.build) .. " && pwd) && cd / && env -u EMBER_LIB \"$B/ember-lua\" -e "
+    local out, rc = sh(from_root .. H.shell_quote(table.concat(checks, " ") .. " io.write('ok')"))
+    assert.equal(0, rc, out)
+    assert.equal("ok", out)
+  end)
+end)

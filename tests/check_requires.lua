@@ -114,7 +114,7 @@ local function check_arrow(m, req, to)
   local where = m.file .. ":" .. req.line
   if to.role == "alias" then
     problem("%s: %s requires %s, an alias of %s: %s", where, m.name, to.name, to.target or "?", RULE.alias)
-  elseif m.role == "library" or m.role == "alias" then
+  elseif m.role == "library" then
     if to.role == "facade" or to.role == "front-end" then
       problem("%s: %s requires %s: %s", where, m.name, to.name, RULE[to.role])
     end
@@ -135,9 +135,10 @@ for _, m in ipairs(modules) do
   if m.role == "alias" then
     local only = #reqs == 1 and not reqs[1].prefix and by_name[reqs[1].name]
     local body = text and text:gsub("%-%-[^\n]*", ""):gsub("%s+", " "):match("^ ?(.-) ?$")
-    if not only or only.role ~= "library" or body ~= string.format('return require("%s")', reqs[1].name) then
+    local target_ok = only and (only.role == "library" or only.role == "front-end")
+    if not target_ok or body ~= string.format('return require("%s")', reqs[1].name) then
       problem("%s: a file directly in lib/ember besides init.lua and cli.lua is an alias: comments and "
-        .. "`return require(\"ember.ROOM.NAME\")` of a library module, nothing else", m.file)
+        .. "`return require(\"ember.ROOM.NAME\")` of a module in a room, nothing else", m.file)
     else
       m.target = only.name
     end

@@ -35,7 +35,8 @@ M.FLAGS = {
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
   { "steer", selectors.parse_steer, "L:STAGE:FILE[:SCALE]",
-    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, stage STAGE (repeatable)",
+    "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, "
+      .. "stage STAGE (repeatable)",
     many = true },
   { "sae-steer", selectors.parse_sae_steer, "DIR:FEATURE:SCALE",
     "add an SAE feature's decoder direction times SCALE where the SAE writes, in prefill and every decode "
@@ -48,20 +49,23 @@ M.FLAGS = {
   { "capture-activations", "path", "DIR", "capture selected tensors into a new artifact directory" },
   { "capture-layers", selectors.parse_index_list, "LIST", "layers to capture: all | 0,2,4-6 (per-layer stages only)" },
   { "capture-stages", selectors.parse_stage_list, "LIST",
-    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... (default: the residual stream)" },
+    "stages to capture (and to --activation-stats): all | before_layer,attention_pattern,... (default: the "
+      .. "residual stream)" },
   { "capture-phase", selectors.parse_phase, "PHASE", "prefill | decode | all (default all)" },
   { "capture-positions", selectors.parse_index_list, "LIST", "decode positions to capture: all | 5,7-9" },
   { "capture-max-records", positive, "N", "stop capturing after N records" },
   { "capture-omit-prompt", "bool", nil, "store only the prompt's sha256, not its text" },
   { "activation-patch", "path", "DIR", "patch activations from this captured artifact" },
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
-  { "patch-positions", selectors.parse_index_list, "LIST", "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
+  { "patch-positions", selectors.parse_index_list, "LIST",
+    "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
   { "extract-hidden", function(v) return selectors.parse_index_list(v, "layer") end, "LAYERS",
     "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
   { "prompts", "path", "FILE.jsonl", "--extract-hidden over a batch: one {\"prompt\": ..., \"label\": ...} per line" },
   { "trace", "path", "FILE.jsonl", "write a structured trace: one JSON line per executed op (docs/inspection.md)" },
-  { "trace-layers", selectors.parse_index_list, "LIST", "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
+  { "trace-layers", selectors.parse_index_list, "LIST",
+    "trace only these layers' ops: all | 0,2,4-6 (model-level ops stay)" },
   { "trace-ops", function(v)
       local list = {}
       for name in v:gmatch("[^,%s]+") do list[#list + 1] = name end
@@ -72,7 +76,8 @@ M.FLAGS = {
     end, "LIST", "trace only these ops: attn_q,ffn_down,... (names: docs/inspection.md)" },
   { "dump-layers", "path", "DIR", "dump every layer's output of every evaluation into a new directory" },
   { "dump-logits", "path", "FILE", "dump every evaluation's logits (safetensors, with a FILE.json sidecar)" },
-  { "run-manifest", "path", "FILE.json", "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
+  { "run-manifest", "path", "FILE.json",
+    "write the run manifest here (default: DIR/run.json of a capture, or beside --activation-stats)" },
   flags.option("verify-model"),
   { "verbose", "bool", nil, "say on stderr what the run uses (model, kernel set, threads and why)" },
   flags.option("help"),
@@ -159,7 +164,9 @@ local function check_combinations(o)
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
-  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then usage_error("--patch-positions needs --activation-patch DIR") end
+  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then
+    usage_error("--patch-positions needs --activation-patch DIR")
+  end
   for _, k in ipairs({ "trace-layers", "trace-ops" }) do
     if o[k] ~= nil and o.trace == nil then usage_error("--%s needs --trace FILE.jsonl", k) end
   end
@@ -296,7 +303,8 @@ local function outputs(r)
   local clash = require("ember.run.outputs").check {
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
-    { flag = "--run-manifest", path = r.run_manifest, kind = "file", default = r.run_manifest ~= nil and o["run-manifest"] == nil },
+    { flag = "--run-manifest", path = r.run_manifest, kind = "file",
+      default = r.run_manifest ~= nil and o["run-manifest"] == nil },
     { flag = "--trace", path = o.trace, kind = "file" },
     { flag = "--dump-layers", path = o["dump-layers"], kind = "dir" },
     { flag = "--dump-logits", path = o["dump-logits"], kind = "file" },
@@ -365,8 +373,9 @@ local function model(r)
   local info = m.info
   if o.verbose then
     local cpu = require("ember.core").cpu()
-    io_.stderr:write(string.format("ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n",
-      info.path, info.family, info.dtype_summary, info.kernels, info.threads,
+    io_.stderr:write(string.format(
+      "ember: model %s (%s, %s), kernels %s, threads %d (%s; %d physical cores, %d CPUs)\n", info.path, info.family,
+      info.dtype_summary, info.kernels, info.threads,
       info.threads_default and "default: the physical cores" or "--threads", cpu.physical_cores, cpu.logical_cores))
   end
   if m.tokenizer == nil then
@@ -486,7 +495,8 @@ local function run(r)
     experiments = r.experiments, capture = r.cap, experiment_args = r.exp_args, argv = r.argv,
     run_manifest = r.run_manifest, outputs = { activation_stats = o["activation-stats"] }, on_token = r.on_token,
     trace = o.trace, dumps = dumps,
-    trace_filter = (o["trace-layers"] or o["trace-ops"]) and { layers = o["trace-layers"], ops = o["trace-ops"] } or nil,
+    trace_filter = (o["trace-layers"] or o["trace-ops"]) and { layers = o["trace-layers"], ops = o["trace-ops"] }
+      or nil,
   })
   generate.notice = saved_notice
   if not okr then error(result, 0) end

@@ -205,8 +205,91 @@ local function outcome(res, ma, mb)
     .. "provenance differences)", change, ids)
 end
 
--- classify(a, b) -> the result without its outcome line
-local function classify(a, b)
+-- aligned_row(ra, rb, s, acc) -> the result row of an aligned pair (rb nil: only in A); counts it in
+-- the summary s and in acc = { all_identical, top1_all, logits_aligned }.
+local function aligned_row(ra, rb, s, acc)
+  local row = { key = artifact.record_key(ra), label = artifact.record_label(ra), stage = ra.stage,
+    layer = ra.layer, phase = ra.phase, start_position = ra.start_position, shape_a = ra.shape }
+  if not rb then
+    row.status = "only-in-a"
+    s.only_in_a = s.only_in_a + 1
+    return row
+  end
+  s.aligned = s.aligned + 1
+  row.shape_b = rb.shape
+  if ra.shape[1] ~= rb.shape[1] or ra.shape[2] ~= rb.shape[2] then
+    row.status = "shape-mismatch"
+    acc.all_identical = false
+    s.differing = s.differing + 1
+    if ra.stage == "after_logits" then acc.top1_all = false; acc.logits_aligned = acc.logits_aligned + 1 end
+    return row
+  end
+  row.metrics = M.metrics(ra, rb)
+  if row.metrics.bitwise_equal then
+    row.status = "identical"
+    s.identical = s.identical + 1
+  else
+    row.status = "differs"
+    acc.all_identical = false
+    s.differing = s.differing + 1
+  end
+  if ra.stage == "after_logits" then
+    acc.logits_aligned = acc.logits_aligned + 1
+    -- top-1 token id per row: lowest id on ties, NaN never wins (as greedy sampling)
+    row.top1_a = ra.tensor:top1()
+    row.top1_b = rb.tensor:top1()
+    row.top1_equal = same_ids(row.top1_a, row.top1_b)
+    if not row.top1_equal then acc.top1_all = false end
+  end
+  return row
+end
+
+-- classify(res, acc): res.class, the strictest class that holds, and res.reason, why the stricter
+-- ones did not.
+local function classify(res, acc)
+  local s = res.summary
+  local same_set = s.only_in_a == 0 and s.only_in_b == 0
+  local semantic_equal, full_equal = true, true
+  for _, d in ipairs(res.provenance_differences) do
+    if d.kind == "semantic" then semantic_equal = false end
+    if d.kind ~= "ignored" then full_equal = false end
+  end
+  res.semantic_provenance_equal = semantic_equal
+  local why = {}
+  if s.aligned == 0 then
+    res.class, res.reason = "failed", "cannot align: no record appears in both artifacts"
+    return
+  end
+  local tensors_exact = same_set and acc.all_identical
+  if not same_set then
+    why[#why + 1] = string.format("record sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b)
+  end
+  if not acc.all_identical then
+    why[#why + 1] = string.format("%d of %d aligned records differ", s.differing, s.aligned)
+  end
+  if not semantic_equal then why[#why + 1] = "semantic provenance differs" end
+  if tensors_exact and full_equal then
+    res.class = "exact"
+  elseif tensors_exact and semantic_equal then
+    res.class = "exact-semantic"
+    why[#why + 1] = "recorded provenance differs"
+  elseif res.input_ids_equal and res.generated_ids_equal then
+    res.class = "output-equivalent"
+  elseif res.input_ids_equal and acc.logits_aligned > 0 and acc.top1_all then
+    res.class = "top1-equivalent"
+    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
+  else
+    res.class = "failed"
+    if not res.input_ids_equal then why[#why + 1] = "input ids differ" end
+    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
+    if acc.logits_aligned == 0 then why[#why + 1] = "no aligned after_logits record to check top-1"
+    elseif not acc.top1_all then why[#why + 1] = "top-1 token differs in some aligned after_logits record" end
+  end
+  res.reason = #why > 0 and table.concat(why, "; ") or "all criteria hold"
+end
+
+-- compare_records(a, b) -> the result without its outcome line
+local function compare_records(a, b)
   local res = {
     a = a.dir, b = b.dir, records = {}, provenance_differences = {},
     summary = { aligned = 0, identical = 0, differing = 0, only_in_a = 0, only_in_b = 0 },
@@ -223,44 +306,9 @@ local function classify(a, b)
     res.reason = "cannot align: " .. (ka and order_b or order_a) -- the second value is the message
     return res
   end
-
-  local all_identical, top1_all, logits_aligned = true, true, 0
+  local acc = { all_identical = true, top1_all = true, logits_aligned = 0 }
   for _, k in ipairs(order_a) do
-    local ra, rb = ka[k], kb[k]
-    local row = { key = k, label = artifact.record_label(ra), stage = ra.stage, layer = ra.layer,
-      phase = ra.phase, start_position = ra.start_position, shape_a = ra.shape }
-    if not rb then
-      row.status = "only-in-a"
-      res.summary.only_in_a = res.summary.only_in_a + 1
-    else
-      res.summary.aligned = res.summary.aligned + 1
-      row.shape_b = rb.shape
-      if ra.shape[1] ~= rb.shape[1] or ra.shape[2] ~= rb.shape[2] then
-        row.status = "shape-mismatch"
-        all_identical = false
-        res.summary.differing = res.summary.differing + 1
-        if ra.stage == "after_logits" then top1_all = false; logits_aligned = logits_aligned + 1 end
-      else
-        row.metrics = M.metrics(ra, rb)
-        if row.metrics.bitwise_equal then
-          row.status = "identical"
-          res.summary.identical = res.summary.identical + 1
-        else
-          row.status = "differs"
-          all_identical = false
-          res.summary.differing = res.summary.differing + 1
-        end
-        if ra.stage == "after_logits" then
-          logits_aligned = logits_aligned + 1
-          -- top-1 token id per row: lowest id on ties, NaN never wins (as greedy sampling)
-          row.top1_a = ra.tensor:top1()
-          row.top1_b = rb.tensor:top1()
-          row.top1_equal = same_ids(row.top1_a, row.top1_b)
-          if not row.top1_equal then top1_all = false end
-        end
-      end
-    end
-    res.records[#res.records + 1] = row
+    res.records[#res.records + 1] = aligned_row(ka[k], kb[k], res.summary, acc)
   end
   for _, k in ipairs(order_b) do
     if not ka[k] then
@@ -271,52 +319,13 @@ local function classify(a, b)
         status = "only-in-b" }
     end
   end
-
-  local s = res.summary
-  local same_set = s.only_in_a == 0 and s.only_in_b == 0
-  local semantic_equal, full_equal = true, true
-  for _, d in ipairs(res.provenance_differences) do
-    if d.kind == "semantic" then semantic_equal = false end
-    if d.kind ~= "ignored" then full_equal = false end
-  end
-  res.semantic_provenance_equal = semantic_equal
-
-  -- The classes, strictest first; `reason` says why the stricter ones did not hold.
-  local why = {}
-  if s.aligned == 0 then
-    res.class, res.reason = "failed", "cannot align: no record appears in both artifacts"
-    return res
-  end
-  local tensors_exact = same_set and all_identical
-  if not same_set then
-    why[#why + 1] = string.format("record sets differ (%d only in A, %d only in B)", s.only_in_a, s.only_in_b)
-  end
-  if not all_identical then why[#why + 1] = string.format("%d of %d aligned records differ", s.differing, s.aligned) end
-  if not semantic_equal then why[#why + 1] = "semantic provenance differs" end
-  if tensors_exact and full_equal then
-    res.class = "exact"
-  elseif tensors_exact and semantic_equal then
-    res.class = "exact-semantic"
-    why[#why + 1] = "recorded provenance differs"
-  elseif res.input_ids_equal and res.generated_ids_equal then
-    res.class = "output-equivalent"
-  elseif res.input_ids_equal and logits_aligned > 0 and top1_all then
-    res.class = "top1-equivalent"
-    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
-  else
-    res.class = "failed"
-    if not res.input_ids_equal then why[#why + 1] = "input ids differ" end
-    if not res.generated_ids_equal then why[#why + 1] = "generated ids differ" end
-    if logits_aligned == 0 then why[#why + 1] = "no aligned after_logits record to check top-1"
-    elseif not top1_all then why[#why + 1] = "top-1 token differs in some aligned after_logits record" end
-  end
-  res.reason = #why > 0 and table.concat(why, "; ") or "all criteria hold"
+  classify(res, acc)
   return res
 end
 
 -- compare(a, b) -> result (see docs/artifacts.md, "Comparison"); a and b come from artifact.read.
 function M.compare(a, b)
-  local res = classify(a, b)
+  local res = compare_records(a, b)
   res.outcome = outcome(res, a.manifest, b.manifest)
   return res
 end

@@ -6,6 +6,7 @@
 -- "The same tokens": A generates greedily; B is fed A's prompt and A's generated tokens (teacher
 -- forcing), so every evaluation of B lines up with one of A, in prefill and in decode.
 
+local artifact = require("ember.store.artifact")
 local capture = require("ember.run.capture")
 local compare = require("ember.analysis.compare")
 local distribution = require("ember.analysis.distribution")
@@ -75,37 +76,14 @@ local function recovered(base, now)
   return (base - now) / base
 end
 
--- run(opts) -> report. opts: { a = ember.Model, b = ember.Model, prompt = text | ids = {...},
---   max_tokens = 4, stages = {...} (localisation stages, default {"after_layer"}), on_step = fn,
---   shard = { index, count } (only the localisation cells with index mod count = index) }
-function M.run(opts)
-  local a, b = opts.a, opts.b
-  check_pair(a, b)
-  local ids = opts.ids or a:tokenize(opts.prompt)
-  local n = opts.max_tokens or 4
-  local stages = opts.stages or { "after_layer" }
-  for _, s in ipairs(stages) do
-    local ok, why = selectors.check_residual_layer_stage(s)
-    if not ok then fail("localisation %s", why) end
-  end
-  local step = opts.on_step or function() end
-
-  -- A greedy and B teacher-forced, every stage of every layer captured
-  local all = assert(capture.config {})
-  local cap_a, cap_b = capture.experiment(all), capture.experiment(all)
-  local la, gen = pass(a, ids, n, nil, cap_a)
-  local lb = pass(b, ids, n, gen, cap_b)
-  step()
-  for i, r in ipairs(cap_a.records) do r.index = i - 1 end
-  local src = { dir = "model A (" .. a.info.path .. ")", manifest = { model = { family = a.info.family } },
-    records = cap_a.records }
-
-  -- per (stage, layer): the prefill tensor's divergence, and the decode steps' mean / worst
+-- divergence(cap_a, cap_b) -> rows: per (stage, layer), the prefill tensor's divergence of B from
+-- A, and the decode steps' mean / worst
+local function divergence(cap_a, cap_b)
   local by_key = {}
-  for _, r in ipairs(cap_b.records) do by_key[require("ember.store.artifact").record_key(r)] = r end
+  for _, r in ipairs(cap_b.records) do by_key[artifact.record_key(r)] = r end
   local rows, index = {}, {}
   for _, ra in ipairs(cap_a.records) do
-    local rb = by_key[require("ember.store.artifact").record_key(ra)]
+    local rb = by_key[artifact.record_key(ra)]
     local key = ra.stage .. "|" .. tostring(ra.layer)
     local row = index[key]
     if not row then
@@ -132,20 +110,67 @@ function M.run(opts)
       row.decode = json.null
     end
   end
+  return rows
+end
 
-  local base = output_divergence(la, lb)
+-- localisation(p, cells) -> the cells of the localisation grid this shard computes: A's activation
+-- at (stage, layer) patched into B, and how much of B's output divergence that recovers.
+-- p: { a, b, ids, n, gen, la (A's logits), base (B's output divergence), src (A's records), step, shard }
+local function localisation(p, cells)
   local function localise(stage, layer)
-    local p = patch.experiment { source = src, target = { layer = layer, stage = stage }, model = b }
-    local lp = pass(b, ids, n, gen, p)
-    p:on_generation_complete()
-    step()
-    local o = output_divergence(la, lp)
+    local e = patch.experiment { source = p.src, target = { layer = layer, stage = stage }, model = p.b }
+    local lp = pass(p.b, p.ids, p.n, p.gen, e)
+    e:on_generation_complete()
+    p.step()
+    local o, base = output_divergence(p.la, lp), p.base
     return { stage = stage, layer = layer == nil and json.null or layer, kl_prefill = o.kl_prefill,
       kl_decode = o.kl_decode, top1_agreement = o.top1_agreement, logits_exact = o.exact,
       recovered_prefill = recovered(base.kl_prefill, o.kl_prefill),
       recovered_decode = recovered(base.kl_decode, o.kl_decode),
       recovered = recovered(base.kl_mean, o.kl_mean) }
   end
+  local shard, list = p.shard, {}
+  for i, c in ipairs(cells) do
+    if shard == nil or (i - 1) % shard.count == shard.index then
+      local l = localise(c[1], c[2])
+      l.index = i - 1
+      list[#list + 1] = l
+    end
+  end
+  return list
+end
+
+local function model_info(m)
+  return { path = m.info.path, sha256 = (manifest.model_sha256(m)), dtype = m.info.dtype_summary,
+    kernels = m.info.kernels, threads = m.info.threads }
+end
+
+-- run(opts) -> report. opts: { a = ember.Model, b = ember.Model, prompt = text | ids = {...},
+--   max_tokens = 4, stages = {...} (localisation stages, default {"after_layer"}), on_step = fn,
+--   shard = { index, count } (only the localisation cells with index mod count = index) }
+function M.run(opts)
+  local a, b = opts.a, opts.b
+  check_pair(a, b)
+  local ids = opts.ids or a:tokenize(opts.prompt)
+  local n = opts.max_tokens or 4
+  local stages = opts.stages or { "after_layer" }
+  for _, s in ipairs(stages) do
+    local ok, why = selectors.check_residual_layer_stage(s)
+    if not ok then fail("localisation %s", why) end
+  end
+  local step = opts.on_step or function() end
+
+  -- A greedy and B teacher-forced, every stage of every layer captured
+  local all = assert(capture.config {})
+  local cap_a, cap_b = capture.experiment(all), capture.experiment(all)
+  local la, gen = pass(a, ids, n, nil, cap_a)
+  local lb = pass(b, ids, n, gen, cap_b)
+  step()
+  for i, r in ipairs(cap_a.records) do r.index = i - 1 end
+  local src = { dir = "model A (" .. a.info.path .. ")", manifest = { model = { family = a.info.family } },
+    records = cap_a.records }
+  local rows = divergence(cap_a, cap_b)
+  local base = output_divergence(la, lb)
   -- the localisation grid: each stage x layer, then the end of the network (A's logits in B must
   -- make B's outputs A's, bit for bit); a shard computes every count-th cell
   local cells = {}
@@ -153,23 +178,11 @@ function M.run(opts)
     for layer = 0, a.info.n_layers - 1 do cells[#cells + 1] = { stage, layer } end
   end
   cells[#cells + 1] = { "after_logits", nil }
-  local shard = opts.shard
-  local localisation = {}
-  for i, c in ipairs(cells) do
-    if shard == nil or (i - 1) % shard.count == shard.index then
-      local l = localise(c[1], c[2])
-      l.index = i - 1
-      localisation[#localisation + 1] = l
-    end
-  end
-
-  local function model_info(m)
-    return { path = m.info.path, sha256 = (manifest.model_sha256(m)), dtype = m.info.dtype_summary,
-      kernels = m.info.kernels, threads = m.info.threads }
-  end
+  local list = localisation({ a = a, b = b, ids = ids, n = n, gen = gen, la = la, base = base, src = src,
+    step = step, shard = opts.shard }, cells)
   return { tool_version = core.version, a = model_info(a), b = model_info(b), family = a.info.family,
     n_layers = a.info.n_layers, prompt_ids = ids, generated_ids = gen, evaluations = #la, output = base,
-    divergence = rows, localisation = localisation, stages = stages, cells = #cells, shard = shard }
+    divergence = rows, localisation = list, stages = stages, cells = #cells, shard = opts.shard }
 end
 
 -- What must agree for two reports to be parts of one comparison (the shard itself aside).

@@ -115,7 +115,9 @@ function M.run(model, prompts, layers, progress)
       local exp = M.reader(layers)
       local out = model:generate { prompt = p.prompt, max_tokens = 0, experiment = exp }
       for _, l in ipairs(layers) do
-        if exp.hidden[l] == nil then error(string.format("prompt %d: layer %d produced no after_layer output", i, l), 0) end
+        if exp.hidden[l] == nil then
+          error(string.format("prompt %d: layer %d produced no after_layer output", i, l), 0)
+        end
         if exp.rows[l] ~= #out.prompt_ids then
           error(string.format("prompt %d: layer %d gave %d rows for %d tokens", i, l, exp.rows[l], #out.prompt_ids), 0)
         end

@@ -53,7 +53,9 @@ function M.main(args, argv, io_)
   local w = io_.stdout
   local path = o.model or require("ember.model.default_model").path()
   local model = flags.load_model(o, { model = path, provenance = true })
-  if model.tokenizer == nil then flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE") end
+  if model.tokenizer == nil then
+    flags.usage_error("demo: the model has no tokenizer; give one with --tokenizer FILE")
+  end
   local info = model.info
   local layer = o.layer or math.min(4, info.n_layers - 1)
   if layer >= info.n_layers then

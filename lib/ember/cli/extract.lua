@@ -31,7 +31,8 @@ function M.run(o, argv, io_)
   table.sort(given)
   for _, k in ipairs(given) do
     if not allowed[k] then
-      usage_error("--%s does not apply to --extract-hidden (an extraction runs the prompt only, nothing is generated)", k)
+      usage_error("--%s does not apply to --extract-hidden (an extraction runs the prompt only, nothing is "
+        .. "generated)", k)
     end
   end
   if (o.prompt == nil) == (o.prompts == nil) then

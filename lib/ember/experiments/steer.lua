@@ -135,6 +135,64 @@ M.layers_text = layers_text
 -- Residual-stream stages have hidden_size columns; the others are checked when first seen.
 local RESIDUAL = selectors.RESIDUAL_LAYER_STAGE_SET
 
+-- Checked again before anything runs (the CLI checks too): layers the model does not have, and a
+-- residual vector of the wrong width, fail with both numbers.
+local function check_model(list, model)
+  local n, hidden = model.n_layers, model.hidden_size
+  for _, a in ipairs(list) do
+    if a.layers ~= "all" then
+      for _, l in ipairs(a.layers) do
+        if l >= n then
+          error(string.format("steer: layer %d is out of range (the model has %d layers: 0-%d)", l, n, n - 1), 0)
+        end
+      end
+    end
+    if RESIDUAL[a.stage] and a.cols ~= hidden then
+      error(string.format("steer: vector %s has %d values but %s is %d wide (the model's hidden size)",
+        a.source, a.cols, a.stage, hidden), 0)
+    end
+  end
+end
+
+-- stage_hook(stage, adds, stats) -> the hook of one stage: it walks only that stage's additions
+local function stage_hook(stage, adds, stats)
+  return function(_, ctx, view)
+    local L = ctx.layer_index
+    for _, a in ipairs(adds) do
+      if a.layers == "all" or a.layer_set[L] then
+        local cols = view:shape()[2]
+        if cols ~= a.cols then
+          error(string.format("steer: vector %s has %d values but %s of layer %d is %d wide", a.source, a.cols,
+            stage, L, cols), 0)
+        end
+        if not a.zero then
+          view:add(a.scaled) -- [1, cols] added to every row
+          a[ctx.phase] = a[ctx.phase] + 1
+          stats.additions = stats.additions + 1
+          stats[ctx.phase] = stats[ctx.phase] + 1
+        end
+      end
+    end
+  end
+end
+
+-- announce(name, list, notice): each addition said once the generation completes
+local function announce(name, list, notice)
+  for _, a in ipairs(list) do
+    local what = a.label or string.format("%s:%s:%s:%g", layers_text(a.layers), a.stage, a.source, a.scale)
+    if a.zero then
+      notice(string.format("ember: %s %s: the scaled vector is zero (scale %g); nothing was added", name, what,
+        a.scale))
+    else
+      notice(string.format("ember: this run was MODIFIED by %s %s: vector [1, %d] (sha256 %s) times %g added to "
+        .. "%s of %s, %d times (prefill %d, decode %d)", name, what, a.cols, a.sha256:sub(1, 12),
+        a.scale, a.stage, a.layers == "all" and "every layer"
+          or ((#a.layers > 1 and "layers " or "layer ") .. layers_text(a.layers)),
+        a.prefill + a.decode, a.prefill, a.decode))
+    end
+  end
+end
+
 -- make(args) -> the experiment. args: one addition's fields, or { additions = {...} }; optional
 -- name (default "steer"), notice = fn(msg) (default: stderr), what = text for the notice.
 function M.make(args)
@@ -154,7 +212,6 @@ function M.make(args)
 
   local exp = { name = args.name or "steer", additions = list,
     stats = { additions = 0, prefill = 0, decode = 0, vectors = #list } }
-  local stats = exp.stats
 
   -- the manifest's record of each vector (ember.store.manifest writes `details` as given)
   exp.details = {}
@@ -162,68 +219,15 @@ function M.make(args)
     exp.details[i] = { layers = a.layers == "all" and "all" or layers_text(a.layers), stage = a.stage,
       source = a.source, sha256 = a.sha256, shape = { 1, a.cols }, scale = a.scale, label = a.label }
   end
-
-  -- Checked again before anything runs (the CLI checks too): layers the model does not have, and a
-  -- residual vector of the wrong width, fail with both numbers.
-  function exp:on_model_loaded(ctx)
-    local n, hidden = ctx.model.n_layers, ctx.model.hidden_size
-    for _, a in ipairs(list) do
-      if a.layers ~= "all" then
-        for _, l in ipairs(a.layers) do
-          if l >= n then
-            error(string.format("steer: layer %d is out of range (the model has %d layers: 0-%d)", l, n, n - 1), 0)
-          end
-        end
-      end
-      if RESIDUAL[a.stage] and a.cols ~= hidden then
-        error(string.format("steer: vector %s has %d values but %s is %d wide (the model's hidden size)",
-          a.source, a.cols, a.stage, hidden), 0)
-      end
-    end
-  end
-
-  -- one hook per stage that has additions; each call walks only that stage's additions
+  function exp:on_model_loaded(ctx) check_model(list, ctx.model) end
+  -- one hook per stage that has additions
   local by_stage = {}
   for _, a in ipairs(list) do
     by_stage[a.stage] = by_stage[a.stage] or {}
     table.insert(by_stage[a.stage], a)
   end
-  for stage, adds in pairs(by_stage) do
-    exp[stage] = function(_, ctx, view)
-      local L = ctx.layer_index
-      for _, a in ipairs(adds) do
-        if a.layers == "all" or a.layer_set[L] then
-          local cols = view:shape()[2]
-          if cols ~= a.cols then
-            error(string.format("steer: vector %s has %d values but %s of layer %d is %d wide", a.source, a.cols,
-              stage, L, cols), 0)
-          end
-          if not a.zero then
-            view:add(a.scaled) -- [1, cols] added to every row
-            a[ctx.phase] = a[ctx.phase] + 1
-            stats.additions = stats.additions + 1
-            stats[ctx.phase] = stats[ctx.phase] + 1
-          end
-        end
-      end
-    end
-  end
-
-  function exp:on_generation_complete()
-    for _, a in ipairs(list) do
-      local what = a.label or string.format("%s:%s:%s:%g", layers_text(a.layers), a.stage, a.source, a.scale)
-      if a.zero then
-        notice(string.format("ember: %s %s: the scaled vector is zero (scale %g); nothing was added", exp.name, what,
-          a.scale))
-      else
-        notice(string.format("ember: this run was MODIFIED by %s %s: vector [1, %d] (sha256 %s) times %g added to "
-          .. "%s of %s, %d times (prefill %d, decode %d)", exp.name, what, a.cols, a.sha256:sub(1, 12),
-          a.scale, a.stage, a.layers == "all" and "every layer"
-            or ((#a.layers > 1 and "layers " or "layer ") .. layers_text(a.layers)),
-          a.prefill + a.decode, a.prefill, a.decode))
-      end
-    end
-  end
+  for stage, adds in pairs(by_stage) do exp[stage] = stage_hook(stage, adds, exp.stats) end
+  function exp:on_generation_complete() announce(exp.name, list, notice) end
   return exp
 end
 

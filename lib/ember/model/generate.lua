@@ -185,57 +185,15 @@ local function is_interrupt(e)
 end
 M.is_interrupt = is_interrupt
 
--- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
---                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session=, sae=,
---                 splice= } -> out
--- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
--- once (SPEC §4.1), the last one and a stopping EOS included, so every hook sees every token.
--- The exceptions: a token on which on_token returns false is kept but not evaluated, and with
--- session= a stopping EOS is not evaluated either (the session then holds the prompt and the
--- kept tokens exactly, so a conversation can go on from it).
-function M.generate(model, opts)
-  local run = {}
-  local self_arg = debug.getinfo(1, "n").namewhat == "method" and "#1" or "#2"
-  local ok, err = pcall(prepare, run, model, opts, self_arg)
-  if not ok then
-    if run.owns_session then run.session:close() end
-    if run.sampler then run.sampler:close() end
-    if run.owns_trace then run.trace:close() end
-    rethrow(err)
-  end
-  -- the KV cache (unless it is the caller's) and the sampler are freed when this function returns
-  -- or raises
-  local session = run.session
-  local owned_session <close> = run.owns_session and session or nil
-  local sampler <close> = run.sampler
-  local ids, tok, eos, runner, stream = run.ids, run.tok, run.eos, run.runner, run.stream
-  local max_tokens, on_token, all_logits = run.max_tokens, run.on_token, run.all_logits
-  local n_prompt, continues = #ids, run.continues
-
-  if runner then
-    runner:on_model_loaded()
-    runner:before_prefill(n_prompt, session.position)
-  end
-  -- all_logits: the prefill also keeps every prompt position's logits (out.prompt_logits)
-  if all_logits then internal.set_all_logits(session, true) end
-  -- a trace this call opened is finished whether the run succeeds or fails
-  local owned_trace <close> = run.owns_trace and setmetatable({}, { __close = function()
-    if not run.trace.closed then
-      internal.set_trace(session, nil)
-      pcall(run.trace.close, run.trace)
-    end
-  end }) or nil
-  local id, prefill_ms = evaluate(session, ids, runner, sampler, "generate")
-  local prompt_logits
-  if all_logits then
-    prompt_logits = internal.all_logits(session)
-    internal.set_all_logits(session, false)
-  end
+-- decode(run, id) -> { ids, decode_ms, decodes, stop }: the decode loop from the id the prefill
+-- drew. It runs protected so that Ctrl-C (ember-lua raises "interrupted" in whatever Lua code runs
+-- next: this loop, on_token, a hook) keeps the tokens generated so far.
+local function decode(run, id)
+  local session, sampler, runner, tok, stream = run.session, run.sampler, run.runner, run.tok, run.stream
+  local eos, on_token, all_logits, continues = run.eos, run.on_token, run.all_logits, run.continues
   local out_ids, decode_ms, decodes, stop = {}, 0.0, 0, "max_tokens"
-  -- The decode loop runs protected so that Ctrl-C (ember-lua raises "interrupted" in whatever Lua
-  -- code runs next: this loop, on_token, a hook) keeps the tokens generated so far.
   local looped, loop_err = pcall(function()
-    for k = 1, max_tokens do
+    for k = 1, run.max_tokens do
       -- Ctrl-C: the flag was seen after the last evaluation; stop between tokens
       if id == false then
         stop = "interrupted"
@@ -276,10 +234,14 @@ function M.generate(model, opts)
     stop = "interrupted"
   end
   if stop == "interrupted" then internal.clear_interrupt() end
-  local generated = #out_ids
-  -- an interrupted run is not a completed one
-  if runner and stop ~= "interrupted" then runner:on_generation_complete(n_prompt, generated, decodes) end
+  return { ids = out_ids, decode_ms = decode_ms, decodes = decodes, stop = stop }
+end
 
+-- result(run, d, prefill_ms, prompt_logits) -> generate's result table (the trace detached and,
+-- when generate opened it, finished).
+local function result(run, d, prefill_ms, prompt_logits)
+  local session, runner, tok, n_prompt = run.session, run.runner, run.tok, #run.ids
+  local out_ids, stop, generated = d.ids, d.stop, #d.ids
   local trace_summary
   if run.trace then
     internal.set_trace(session, nil)
@@ -292,27 +254,74 @@ function M.generate(model, opts)
     text = tok:decode(table.move(out_ids, 1, generated - (stop == "eos" and 1 or 0), 1, {}))
   end
   return {
-    prompt_ids = ids,
+    prompt_ids = run.ids,
     ids = out_ids,
     text = text,
     modified = runner ~= nil and runner.modified,
     modified_calls = runner ~= nil and runner.modified_calls or 0,
     stop = stop,
     logits = logits_of(session),
-    all_logits = all_logits,
+    all_logits = run.all_logits,
     prompt_logits = prompt_logits,
     trace = trace_summary,
     sae = run.saes and require("ember.sae.splice").report(run.saes) or nil,
     stats = {
       prefill_ms = prefill_ms,
-      decode_ms = decode_ms,
+      decode_ms = d.decode_ms,
       prefill_tok_s = prefill_ms > 0 and n_prompt * 1e3 / prefill_ms or 0.0,
-      decode_tok_s = decode_ms > 0 and decodes * 1e3 / decode_ms or 0.0,
+      decode_tok_s = d.decode_ms > 0 and d.decodes * 1e3 / d.decode_ms or 0.0,
       prompt_tokens = n_prompt,
       generated_tokens = generated,
-      decode_count = decodes,
+      decode_count = d.decodes,
     },
   }
+end
+
+-- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
+--                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session= } -> out
+-- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
+-- once (SPEC §4.1), the last one and a stopping EOS included, so every hook sees every token.
+-- The exceptions: a token on which on_token returns false is kept but not evaluated, and with
+-- session= a stopping EOS is not evaluated either (the session then holds the prompt and the
+-- kept tokens exactly, so a conversation can go on from it).
+function M.generate(model, opts)
+  local run = {}
+  local self_arg = debug.getinfo(1, "n").namewhat == "method" and "#1" or "#2"
+  local ok, err = pcall(prepare, run, model, opts, self_arg)
+  if not ok then
+    if run.owns_session then run.session:close() end
+    if run.sampler then run.sampler:close() end
+    if run.owns_trace then run.trace:close() end
+    rethrow(err)
+  end
+  -- the KV cache (unless it is the caller's) and the sampler are freed when this function returns
+  -- or raises
+  local session, runner = run.session, run.runner
+  local owned_session <close> = run.owns_session and session or nil
+  local sampler <close> = run.sampler
+  if runner then
+    runner:on_model_loaded()
+    runner:before_prefill(#run.ids, session.position)
+  end
+  -- all_logits: the prefill also keeps every prompt position's logits (out.prompt_logits)
+  if run.all_logits then internal.set_all_logits(session, true) end
+  -- a trace this call opened is finished whether the run succeeds or fails
+  local owned_trace <close> = run.owns_trace and setmetatable({}, { __close = function()
+    if not run.trace.closed then
+      internal.set_trace(session, nil)
+      pcall(run.trace.close, run.trace)
+    end
+  end }) or nil
+  local id, prefill_ms = evaluate(session, run.ids, runner, sampler, "generate")
+  local prompt_logits
+  if run.all_logits then
+    prompt_logits = internal.all_logits(session)
+    internal.set_all_logits(session, false)
+  end
+  local d = decode(run, id)
+  -- an interrupted run is not a completed one
+  if runner and d.stop ~= "interrupted" then runner:on_generation_complete(#run.ids, #d.ids, d.decodes) end
+  return result(run, d, prefill_ms, prompt_logits)
 end
 
 return M

@@ -211,9 +211,9 @@ local function file_exists(path)
   return not why:find("No such file or directory", 1, true)
 end
 
-local function from_json(opts)
-  local path = opts.file
-  local j, text = read_json(path, "tokenizer file")
+-- check_bpe(j, text, path) -> the model and the added tokens of a parsed tokenizer.json j (text: its
+-- bytes, for telling arrays from objects), every field ember reads checked
+local function check_bpe(j, text, path)
   local model = j.model
   if type(model) ~= "table" then fail("%s: has no \"model\" object", path) end
   if model.type ~= "BPE" then
@@ -239,22 +239,14 @@ local function from_json(opts)
       fail("%s: added_tokens[%d].content must be a string, got %s", path, i, type(a.content))
     end
   end
+  return model, added
+end
 
-  local cfg = {
-    source = path, model = "bpe", pre = "none",
-    vocab = model.vocab, merges = not is_null(model.merges) and model.merges or {}, added = added,
-    byte_fallback = model.byte_fallback == true, fuse_unk = model.fuse_unk == true,
-    ignore_merges = model.ignore_merges == true,
-  }
-  read_normalizer(j.normalizer, cfg, path)
-  read_pre_tokenizer(j.pre_tokenizer, cfg, path)
-  read_decoder(j.decoder, cfg, path)
-  if cfg.add_space_prefix and not cfg.escape_spaces then
-    fail("%s: a Prepend normalizer needs the Replace ' ' -> '\u{2581}' one", path)
-  end
-  cfg.decode_strip_space = cfg.decode_strip_space or cfg.add_space_prefix
-
-  -- ids of named tokens: the model vocabulary, then added tokens (which may extend it)
+-- special_ids(cfg, j, model, added, opts, path): the unknown, BOS and EOS ids into cfg, and whether
+-- to add BOS. A name is found among the added tokens (which may extend the vocabulary), else in the
+-- model vocabulary; BOS/EOS come from tokenizer_config.json, then the post-processor template, then
+-- the LLaMA 3 rule.
+local function special_ids(cfg, j, model, added, opts, path)
   local added_ids = {}
   for _, a in ipairs(added) do
     if type(a) == "table" and type(a.content) == "string" then added_ids[a.content] = a.id end
@@ -268,7 +260,6 @@ local function from_json(opts)
     if not cfg.unk_id then fail("%s: unk_token '%s' is not in the vocabulary", path, esc(model.unk_token)) end
   end
 
-  -- BOS/EOS: tokenizer_config.json, then the post-processor template, then the LLaMA 3 rule
   local config_path = opts.config
   if config_path == nil then
     config_path = dirname(path) .. "/tokenizer_config.json"
@@ -300,6 +291,27 @@ local function from_json(opts)
   cfg.eos_id = id_of(eos_name)
   if eos_name and not cfg.eos_id then fail("%s: EOS token '%s' is not in the vocabulary", path, esc(eos_name)) end
   cfg.add_bos = add_bos and cfg.bos_id ~= nil
+end
+
+local function from_json(opts)
+  local path = opts.file
+  local j, text = read_json(path, "tokenizer file")
+  local model, added = check_bpe(j, text, path)
+  local cfg = {
+    source = path, model = "bpe", pre = "none",
+    vocab = model.vocab, merges = not is_null(model.merges) and model.merges or {}, added = added,
+    byte_fallback = model.byte_fallback == true, fuse_unk = model.fuse_unk == true,
+    ignore_merges = model.ignore_merges == true,
+  }
+  read_normalizer(j.normalizer, cfg, path)
+  read_pre_tokenizer(j.pre_tokenizer, cfg, path)
+  read_decoder(j.decoder, cfg, path)
+  if cfg.add_space_prefix and not cfg.escape_spaces then
+    fail("%s: a Prepend normalizer needs the Replace ' ' -> '\u{2581}' one", path)
+  end
+  cfg.decode_strip_space = cfg.decode_strip_space or cfg.add_space_prefix
+
+  special_ids(cfg, j, model, added, opts, path)
   return cfg
 end
 

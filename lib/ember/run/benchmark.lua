@@ -153,7 +153,8 @@ function M.provenance_ab(load_opts, opts)
   local manifest_path = os.tmpname()
   local function once(with_provenance)
     local t0, t_first = core.now_ms(), nil
-    local model = require("ember.model").load { model = load_opts.model, threads = load_opts.threads, kernels = load_opts.kernels,
+    local model = require("ember.model").load { model = load_opts.model, threads = load_opts.threads,
+      kernels = load_opts.kernels,
       provenance = with_provenance }
     local ids = M.prompt_ids(o.prompt_tokens, model.info.n_vocab)
     local res = run.execute {

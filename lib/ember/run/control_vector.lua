@@ -41,22 +41,12 @@ function M.parse_range(s)
   return { lo, hi }
 end
 
--- experiment(args) -> a steer experiment named "control-vector".
--- args: files = { { path =, scale = 1 }, ... } (or already read: { cv =, scale = }), layers =
--- { lo, hi } or nil (llama.cpp's default 1..n_layers), model = a model or its info table
--- (n_layers, hidden_size), notice = fn(msg).
-function M.experiment(args)
-  local info = args.model and (args.model.info or args.model)
-  if type(info) ~= "table" or not info.n_layers or not info.hidden_size then
-    error("control vector: model (or its info: n_layers, hidden_size) is required", 0)
-  end
-  if type(args.files) ~= "table" or #args.files == 0 then error("control vector: files must be a non-empty list", 0) end
+-- sum(file_list, info, lo, hi) -> sums (layer -> the scaled directions added up, f32 as llama.cpp's
+-- loader), files (what the manifest records of each), beyond (directions past the last layer)
+local function sum(file_list, info, lo, hi)
   local n_layers, hidden = info.n_layers, info.hidden_size
-  local range = args.layers or { 1, n_layers }
-  local lo, hi = math.max(range[1], 1), math.min(range[2], n_layers - 1)
-
   local sums, files, beyond = {}, {}, {}
-  for _, f in ipairs(args.files) do
+  for _, f in ipairs(file_list) do
     local cv = f.cv or M.read(f.path)
     local scale = f.scale == nil and 1.0 or f.scale
     if cv.n_embd ~= hidden then
@@ -76,8 +66,48 @@ function M.experiment(args)
     files[#files + 1] = { path = cv.path, sha256 = cv.sha256, scale = scale + 0.0, n_embd = cv.n_embd,
       model_hint = cv.model_hint, layer_count = cv.layer_count, directions = layers }
   end
+  return sums, files, beyond
+end
 
+-- announce(exp, what, applied, beyond, n_layers, notice): one line for the whole set instead of
+-- one per layer, and the directions that fell beyond the model
+local function announce(exp, what, applied, beyond, n_layers, notice)
   local steer = require("ember.experiments.steer")
+  local zero, total, prefill, decode = true, 0, 0, 0
+  for _, a in ipairs(exp.additions) do
+    zero = zero and a.zero
+    total, prefill, decode = total + a.prefill + a.decode, prefill + a.prefill, decode + a.decode
+  end
+  local where = string.format("after_layer of layers %s", steer.layers_text(applied))
+  if zero then
+    notice(string.format("ember: control-vector %s: every scaled direction is zero; nothing was added (%s)", what,
+      where))
+  else
+    notice(string.format("ember: this run was MODIFIED by control-vector %s: direction.N added to %s (llama.cpp's "
+      .. "layers), %d times (prefill %d, decode %d)", what, where, total, prefill, decode))
+  end
+  if #beyond > 0 then
+    table.sort(beyond)
+    notice(string.format("ember: control-vector: direction.%s beyond the model's last layer %d: not applied "
+      .. "(as in llama.cpp)", steer.layers_text(beyond), n_layers - 1))
+  end
+end
+
+-- experiment(args) -> a steer experiment named "control-vector".
+-- args: files = { { path =, scale = 1 }, ... } (or already read: { cv =, scale = }), layers =
+-- { lo, hi } or nil (llama.cpp's default 1..n_layers), model = a model or its info table
+-- (n_layers, hidden_size), notice = fn(msg).
+function M.experiment(args)
+  local info = args.model and (args.model.info or args.model)
+  if type(info) ~= "table" or not info.n_layers or not info.hidden_size then
+    error("control vector: model (or its info: n_layers, hidden_size) is required", 0)
+  end
+  if type(args.files) ~= "table" or #args.files == 0 then error("control vector: files must be a non-empty list", 0) end
+  local n_layers = info.n_layers
+  local range = args.layers or { 1, n_layers }
+  local lo, hi = math.max(range[1], 1), math.min(range[2], n_layers - 1)
+  local sums, files, beyond = sum(args.files, info, lo, hi)
+
   local additions, applied = {}, {}
   for l = lo, hi do
     if sums[l] then
@@ -102,31 +132,12 @@ function M.experiment(args)
     return exp
   end
 
-  local exp = steer.make { name = "control-vector", additions = additions, notice = notice }
+  local exp = require("ember.experiments.steer").make { name = "control-vector", additions = additions,
+    notice = notice }
   exp.details = { files = files, layer_range = { range[1], range[2] }, applied_layers = applied,
     additions = exp.details }
   exp.stats.layers = #applied
-  -- one line for the whole set instead of one per layer
-  function exp:on_generation_complete()
-    local zero, total, prefill, decode = true, 0, 0, 0
-    for _, a in ipairs(exp.additions) do
-      zero = zero and a.zero
-      total, prefill, decode = total + a.prefill + a.decode, prefill + a.prefill, decode + a.decode
-    end
-    local where = string.format("after_layer of layers %s", steer.layers_text(applied))
-    if zero then
-      notice(string.format("ember: control-vector %s: every scaled direction is zero; nothing was added (%s)", what,
-        where))
-    else
-      notice(string.format("ember: this run was MODIFIED by control-vector %s: direction.N added to %s (llama.cpp's "
-        .. "layers), %d times (prefill %d, decode %d)", what, where, total, prefill, decode))
-    end
-    if #beyond > 0 then
-      table.sort(beyond)
-      notice(string.format("ember: control-vector: direction.%s beyond the model's last layer %d: not applied "
-        .. "(as in llama.cpp)", steer.layers_text(beyond), n_layers - 1))
-    end
-  end
+  function exp:on_generation_complete() announce(exp, what, applied, beyond, n_layers, notice) end
   return exp
 end
 

@@ -77,19 +77,10 @@ local function check_options(opts)
   if opts.source == nil then fail("source = <artifact directory | artifact | in-memory capture> is required") end
 end
 
--- experiment{ source = artifact directory, artifact table or in-memory capture, target = { layer,
---             stage }, model = model [, positions = { p, ... }] [, certify = bool] }
--- -> the patch experiment (name "activation-patch"). Raises on every setup problem: missing or
--- ambiguous source, family / layer / width / dtype mismatch, a targeted position no record holds.
--- The source may come from another prompt of the same length (clean -> corrupted): records are
--- matched by position and row count, never by prompt.
-function M.experiment(opts)
-  check_options(opts)
-  local src = opts.source
-  local source = resolve_source(src)
-  local target, info = opts.target, opts.model.info
-  local L, stage = target.layer, target.stage
-  -- the logits stages (before_logits, after_logits) have no layer and one row per evaluation
+-- target(opts, info) -> L, stage, what (its label), width, logits_stage: the target checked against
+-- the model. The logits stages (before_logits, after_logits) have no layer and one row per evaluation.
+local function target(opts, info)
+  local L, stage = opts.target.layer, opts.target.stage
   local logits_stage = selectors.STAGE_SET[stage] and not selectors.LAYER_STAGE_SET[stage]
   if logits_stage then
     if L ~= nil then fail("target stage '%s' has no layer (got layer %s)", stage, tostring(L)) end
@@ -104,32 +95,58 @@ function M.experiment(opts)
   end
   local what = L and string.format("%s layer %d", stage, L) or stage
   local width = stage == "after_logits" and info.n_vocab or info.hidden_size
-  if source.family ~= info.family then
-    fail("family mismatch: source %s was captured from a %s model, this model is %s", source.where,
-      tostring(source.family), info.family)
-  end
+  return L, stage, what, width, logits_stage
+end
 
-  -- Position targeting: nil patches every row of every evaluation (the whole tensor); a list
-  -- patches only those absolute positions (prefill rows and decode positions), row by row.
-  local targets
-  if opts.positions ~= nil then
-    if type(opts.positions) ~= "table" or #opts.positions == 0 then
-      fail("positions must be a non-empty list of absolute positions")
-    end
-    targets = {}
-    for _, p in ipairs(opts.positions) do
-      if math.type(p) ~= "integer" or p < 0 then fail("position %s is not a non-negative integer", tostring(p)) end
-      targets[p] = true
+-- Position targeting: nil patches every row of every evaluation (the whole tensor); a list
+-- patches only those absolute positions (prefill rows and decode positions), row by row.
+local function position_set(positions)
+  if positions == nil then return nil end
+  if type(positions) ~= "table" or #positions == 0 then
+    fail("positions must be a non-empty list of absolute positions")
+  end
+  local targets = {}
+  for _, p in ipairs(positions) do
+    if math.type(p) ~= "integer" or p < 0 then fail("position %s is not a non-negative integer", tostring(p)) end
+    targets[p] = true
+  end
+  return targets
+end
+
+-- entry(r, t, holder, source) -> the entry of source record r: its tensor (or, with position targets,
+-- one owned [1, cols] tensor per targeted row, and nil when it holds none: it never has to be
+-- applied), with the bytes certify compares. holder: position -> the record holding it.
+local function entry(r, t, holder, source)
+  local e = { record = r, rows = r.shape[1], applied = 0 }
+  if not t.targets then
+    e.tensor = r.tensor
+    e.bytes = t.certify and r.tensor:bytes() or nil
+    return e
+  end
+  e.items = {}
+  for row = 1, e.rows do
+    local pos = r.start_position + row - 1
+    if t.targets[pos] then
+      local other = holder[pos]
+      if other then
+        fail("ambiguous source: position %d is held by records %d (%s) and %d (%s) of %s", pos,
+          other.index, artifact.record_label(other), r.index, artifact.record_label(r), source.where)
+      end
+      holder[pos] = r
+      local v = r.tensor:row(row) -- a tensor's row is an owned [1, cols] copy
+      e.items[#e.items + 1] = { row = row, position = pos, bytes = t.certify and v:bytes() or nil, tensor = v }
     end
   end
-  local certify = opts.certify == true
+  return #e.items > 0 and e or nil
+end
 
-  -- phase -> start_position -> entry; built once, read by the hook
-  local by_phase = { prefill = {}, decode = {} }
-  local entries, holder = {}, {}
-  local any = false
+-- entries_of(source, t) -> by_phase (phase -> start_position -> entry; built once, read by the hook)
+-- and the entries in record order. Every record of the target is checked; none, or a targeted
+-- position no record holds, fails naming what the source does hold.
+local function entries_of(source, t)
+  local by_phase, entries, holder, any = { prefill = {}, decode = {} }, {}, {}, false
   for _, r in ipairs(source.records) do
-    if r.stage == stage and r.layer == L then
+    if r.stage == t.stage and r.layer == t.L then
       any = true
       local slot = by_phase[r.phase]
       local prev = slot[r.start_position]
@@ -137,37 +154,12 @@ function M.experiment(opts)
         fail("ambiguous source: records %d and %d of %s are both %s; a target must resolve to exactly one record",
           prev.record.index, r.index, source.where, artifact.record_label(r))
       end
-      if r.shape[2] ~= width then
-        fail("width mismatch: source record %d (%s) has %d columns, the model's %s is %d",
-          r.index, artifact.record_label(r), r.shape[2], stage == "after_logits" and "vocabulary" or "hidden size",
-          width)
+      if r.shape[2] ~= t.width then
+        fail("width mismatch: source record %d (%s) has %d columns, the model's %s is %d", r.index,
+          artifact.record_label(r), r.shape[2], t.stage == "after_logits" and "vocabulary" or "hidden size", t.width)
       end
-      local rows = r.shape[1]
-      local e = { record = r, rows = rows, applied = 0 }
-      if targets then
-        -- one owned [1, cols] tensor per targeted row; a record holding no targeted position is
-        -- not an entry (it never has to be applied)
-        e.items = {}
-        for row = 1, rows do
-          local pos = r.start_position + row - 1
-          if targets[pos] then
-            local other = holder[pos]
-            if other then
-              fail("ambiguous source: position %d is held by records %d (%s) and %d (%s) of %s", pos,
-                other.index, artifact.record_label(other), r.index, artifact.record_label(r), source.where)
-            end
-            holder[pos] = r
-            local t = r.tensor:row(row) -- a tensor's row is an owned [1, cols] copy
-            e.items[#e.items + 1] = { row = row, position = pos, bytes = certify and t:bytes() or nil, tensor = t }
-          end
-        end
-        if #e.items > 0 then slot[r.start_position] = e; entries[#entries + 1] = e end
-      else
-        e.tensor = r.tensor
-        e.bytes = certify and r.tensor:bytes() or nil
-        slot[r.start_position] = e
-        entries[#entries + 1] = e
-      end
+      local e = entry(r, t, holder, source)
+      if e then slot[r.start_position] = e; entries[#entries + 1] = e end
     end
   end
   if not any then
@@ -176,29 +168,28 @@ function M.experiment(opts)
       local k = r.stage .. (r.layer and (" layer " .. r.layer) or "")
       if not have[k] then have[k] = true; have[#have + 1] = k end
     end
-    fail("no source record for %s in %s (it holds: %s)", what, source.where,
+    fail("no source record for %s in %s (it holds: %s)", t.what, source.where,
       #have > 0 and table.concat(have, ", ") or "no records")
   end
-  if targets then
+  if t.targets then
     local missing = {}
-    for p in pairs(targets) do if not holder[p] then missing[#missing + 1] = p end end
+    for p in pairs(t.targets) do if not holder[p] then missing[#missing + 1] = p end end
     table.sort(missing)
     if #missing > 0 then
-      fail("no source record for %s at position%s %s in %s: every targeted position needs one", what,
+      fail("no source record for %s at position%s %s in %s: every targeted position needs one", t.what,
         #missing > 1 and "s" or "", table.concat(missing, ","), source.where)
     end
   end
+  return by_phase, entries
+end
 
-  local exp = { name = "activation-patch", source = src, target = target, entries = entries,
-    positions = opts.positions,
-    stats = { applied = 0, prefill = 0, decode = 0, source_records = #entries } }
-  local stats = exp.stats
+-- hook(t, source, by_phase, stats, rows) -> the target stage's hook: it finds the evaluation's entry,
+-- checks its rows and copies the source in (comparing first when certifying); it allocates nothing.
+local function hook(t, source, by_phase, stats, rows)
+  local L, targets, certify, what, logits_stage = t.L, t.targets, t.certify, t.what, t.logits_stage
   -- row counters only where they mean something, so a plain patch reports what it always did
   local count_rows = targets ~= nil or certify
-  local rows = { patched = 0, identical = 0 }
-  if count_rows then stats.rows_patched = 0 end
-  if certify then stats.rows_identical = 0 end
-  exp[stage] = function(_, ctx, view)
+  return function(_, ctx, view)
     if ctx.layer_index ~= L then return end
     local phase = ctx.phase
     local e = by_phase[phase][ctx.start_position]
@@ -240,10 +231,39 @@ function M.experiment(opts)
     stats.applied = stats.applied + 1
     stats[phase] = stats[phase] + 1
   end
+end
+
+-- experiment{ source = artifact directory, artifact table or in-memory capture, target = { layer,
+--             stage }, model = model [, positions = { p, ... }] [, certify = bool] }
+-- -> the patch experiment (name "activation-patch"). Raises on every setup problem: missing or
+-- ambiguous source, family / layer / width / dtype mismatch, a targeted position no record holds.
+-- The source may come from another prompt of the same length (clean -> corrupted): records are
+-- matched by position and row count, never by prompt.
+function M.experiment(opts)
+  check_options(opts)
+  local src = opts.source
+  local source = resolve_source(src)
+  local info = opts.model.info
+  local t = {}
+  t.L, t.stage, t.what, t.width, t.logits_stage = target(opts, info)
+  if source.family ~= info.family then
+    fail("family mismatch: source %s was captured from a %s model, this model is %s", source.where,
+      tostring(source.family), info.family)
+  end
+  t.targets, t.certify = position_set(opts.positions), opts.certify == true
+  local by_phase, entries = entries_of(source, t)
+
+  local exp = { name = "activation-patch", source = src, target = opts.target, entries = entries,
+    positions = opts.positions,
+    stats = { applied = 0, prefill = 0, decode = 0, source_records = #entries } }
+  local stats, rows = exp.stats, { patched = 0, identical = 0 }
+  if t.targets ~= nil or t.certify then stats.rows_patched = 0 end
+  if t.certify then stats.rows_identical = 0 end
+  exp[t.stage] = hook(t, source, by_phase, stats, rows)
   -- identical() -> true when every row the patch wrote already held exactly the source's bytes
   -- (needs certify = true); such a run must be bit-identical to the unpatched one.
   function exp.identical()
-    assert(certify, "activation-patch: identical() needs certify = true")
+    assert(t.certify, "activation-patch: identical() needs certify = true")
     return rows.patched > 0 and rows.identical == rows.patched
   end
   function exp:on_generation_complete()

@@ -25,6 +25,62 @@ end
 
 local ids_equal = compare.same_ids
 
+local function check(report, name, ok, detail)
+  report.checks[#report.checks + 1] = { name = name, ok = ok and true or false, detail = detail }
+end
+
+-- the captured logits of two artifacts equal by sha256 per tensor (not through compare's byte
+-- equality) -> equal, the number of after_logits records of c
+local function logits_equal_by_sha256(a, c)
+  local logits_a, logits_c, equal = {}, {}, true
+  for _, r in ipairs(a.records) do if r.stage == "after_logits" then logits_a[artifact.record_key(r)] = r.sha256 end end
+  local n_logits = 0
+  for _, r in ipairs(c.records) do
+    if r.stage == "after_logits" then
+      n_logits = n_logits + 1
+      logits_c[artifact.record_key(r)] = r.sha256
+      if logits_a[artifact.record_key(r)] ~= r.sha256 then equal = false end
+    end
+  end
+  for k in pairs(logits_a) do if not logits_c[k] then equal = false end end
+  return equal, n_logits
+end
+
+-- restoration_checks(report, A, C, p): the criterion's checks of the patched run C against the
+-- baseline A (p: the patch experiment), added to report.checks
+local function restoration_checks(report, A, C, p)
+  local ac = compare.compare(A, C)
+  report.ac = ac
+  check(report, "A/C: class exact-semantic or stricter", compare.at_least(ac.class, "exact-semantic"),
+    string.format("class %s (%s)", ac.class, ac.reason))
+  check(report, "A/C: every aligned record bit-identical",
+    ac.summary.aligned > 0 and ac.summary.identical == ac.summary.aligned,
+    string.format("%d of %d aligned records bit-identical", ac.summary.identical, ac.summary.aligned))
+
+  local logits_equal, n_logits = logits_equal_by_sha256(A, C)
+  check(report, "A/C: captured logits equal by sha256", logits_equal and n_logits > 0,
+    string.format("%d after_logits records", n_logits))
+
+  local ma, mc = A.manifest, C.manifest
+  check(report, "A/C: generated token ids equal", ids_equal(ma.generated_ids, mc.generated_ids),
+    "A " .. table.concat(ma.generated_ids, " ") .. " | C " .. table.concat(mc.generated_ids, " "))
+  local same_inputs = ma.model.sha256 == mc.model.sha256 and ma.tokenizer.sha256 == mc.tokenizer.sha256
+    and ma.prompt.sha256 == mc.prompt.sha256 and ids_equal(ma.input_ids, mc.input_ids)
+  check(report, "A/C: model, tokenizer, prompt and input hashes equal", same_inputs, nil)
+  local unexpected = {}
+  for _, d in ipairs(ac.provenance_differences) do
+    if not allowed(d.path) then unexpected[#unexpected + 1] = d.path end
+  end
+  check(report, "A/C: only recorded provenance differs", #unexpected == 0,
+    #unexpected == 0 and "experiment, capture config, argv, timestamp"
+      or ("unexpected: " .. table.concat(unexpected, ", ")))
+  -- one prefill and one decode per generated token, the last one included (SPEC §4.1)
+  check(report, "patch applied at every source record",
+    p.stats.applied == #p.entries and #p.entries == 1 + #ma.generated_ids,
+    string.format("%d applications for %d source records (prefill + %d decodes)", p.stats.applied, #p.entries,
+      #ma.generated_ids))
+end
+
 -- capture_patch_restore(opts) -> report
 -- opts: { model = loaded model, tokenizer_path, prompt, layer = 4, max_tokens = 4, out_dir (must
 --         not exist; created), argv, zero_stage = "mlp" }
@@ -58,9 +114,6 @@ function M.capture_patch_restore(opts)
   end
 
   local report = { layer = L, dirs = dirs, runs = {}, checks = {} }
-  local function check(name, ok, detail)
-    report.checks[#report.checks + 1] = { name = name, ok = ok and true or false, detail = detail }
-  end
 
   -- A: baseline with capture
   report.runs.A = session("A", {}, "")
@@ -74,7 +127,7 @@ function M.capture_patch_restore(opts)
   local A = artifact.read(dirs.A)
   local B = artifact.read(dirs.B)
   report.ab = compare.compare(A, B)
-  check("A/B differ: class weaker than exact-semantic", not compare.at_least(report.ab.class, "exact-semantic"),
+  check(report, "A/B differ: class weaker than exact-semantic", not compare.at_least(report.ab.class, "exact-semantic"),
     string.format("class %s; %d of %d aligned records differ", report.ab.class, report.ab.summary.differing,
       report.ab.summary.aligned))
 
@@ -84,47 +137,7 @@ function M.capture_patch_restore(opts)
   report.patch_applied = p.stats.applied
   report.patch_sources = #p.entries
 
-  local C = artifact.read(dirs.C)
-  local ac = compare.compare(A, C)
-  report.ac = ac
-  check("A/C: class exact-semantic or stricter", compare.at_least(ac.class, "exact-semantic"),
-    string.format("class %s (%s)", ac.class, ac.reason))
-  check("A/C: every aligned record bit-identical",
-    ac.summary.aligned > 0 and ac.summary.identical == ac.summary.aligned,
-    string.format("%d of %d aligned records bit-identical", ac.summary.identical, ac.summary.aligned))
-
-  -- the captured logits, by sha256 per tensor (not through compare's byte equality)
-  local logits_a, logits_c, logits_equal = {}, {}, true
-  for _, r in ipairs(A.records) do if r.stage == "after_logits" then logits_a[artifact.record_key(r)] = r.sha256 end end
-  local n_logits = 0
-  for _, r in ipairs(C.records) do
-    if r.stage == "after_logits" then
-      n_logits = n_logits + 1
-      logits_c[artifact.record_key(r)] = r.sha256
-      if logits_a[artifact.record_key(r)] ~= r.sha256 then logits_equal = false end
-    end
-  end
-  for k in pairs(logits_a) do if not logits_c[k] then logits_equal = false end end
-  check("A/C: captured logits equal by sha256", logits_equal and n_logits > 0,
-    string.format("%d after_logits records", n_logits))
-
-  local ma, mc = A.manifest, C.manifest
-  check("A/C: generated token ids equal", ids_equal(ma.generated_ids, mc.generated_ids),
-    "A " .. table.concat(ma.generated_ids, " ") .. " | C " .. table.concat(mc.generated_ids, " "))
-  local same_inputs = ma.model.sha256 == mc.model.sha256 and ma.tokenizer.sha256 == mc.tokenizer.sha256
-    and ma.prompt.sha256 == mc.prompt.sha256 and ids_equal(ma.input_ids, mc.input_ids)
-  check("A/C: model, tokenizer, prompt and input hashes equal", same_inputs, nil)
-  local unexpected = {}
-  for _, d in ipairs(ac.provenance_differences) do
-    if not allowed(d.path) then unexpected[#unexpected + 1] = d.path end
-  end
-  check("A/C: only recorded provenance differs", #unexpected == 0,
-    #unexpected == 0 and "experiment, capture config, argv, timestamp"
-      or ("unexpected: " .. table.concat(unexpected, ", ")))
-  -- one prefill and one decode per generated token, the last one included (SPEC §4.1)
-  check("patch applied at every source record", p.stats.applied == #p.entries and #p.entries == 1 + #ma.generated_ids,
-    string.format("%d applications for %d source records (prefill + %d decodes)", p.stats.applied, #p.entries,
-      #ma.generated_ids))
+  restoration_checks(report, A, artifact.read(dirs.C), p)
 
   report.ok = true
   for _, c in ipairs(report.checks) do if not c.ok then report.ok = false end end

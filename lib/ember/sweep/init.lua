@@ -150,18 +150,50 @@ local function baselines(model, session, cfg)
   return cap.records, clean, corrupted, clean_gen, corr_gen
 end
 
--- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
--- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
---   "logit-diff[:A,B]" | "prob[:A]", stages = {...}|"all" (default {"after_layer"}),
---   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
---   run on to #prompt + N - 1 and the metric is read after N greedy decodes),
---   shard = "I/N"|{index,count}, out = DIR (resumed
---   when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
---   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
---   tokenizer_path, argv, on_cell = function(cell) }
-function M.run(opts)
-  local model = opts.model
-  if model == nil then fail("model is required") end
+-- source_finder(records) -> function(cell) -> the clean record holding the cell's position (the
+-- records by (stage, layer): the clean prefill of each selected layer, and its decodes)
+local function source_finder(records)
+  local source = {}
+  for _, r in ipairs(records) do
+    local k = r.stage .. "|" .. r.layer
+    source[k] = source[k] or {}
+    table.insert(source[k], r)
+  end
+  return function(c)
+    for _, r in ipairs(source[c.stage .. "|" .. c.layer]) do
+      if c.position >= r.start_position and c.position < r.start_position + r.shape[1] then return r end
+    end
+    fail("no clean record holds %s layer %d position %d", c.stage, c.layer, c.position)
+  end
+end
+
+-- compute(b, c) -> the cell c computed: the clean activation patched into the corrupted run at the
+-- cell, the metric read (b: the baselines and settings M.run set up)
+local function compute(b, c)
+  local src = b.source_of(c)
+  local p = patch.experiment { source = b.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
+    positions = { c.position }, certify = true }
+  local logits, generated = run_once(b.session, b.cfg.corrupted_ids, b.cfg.decode_steps, p)
+  p:on_generation_complete()
+  local certified = p.identical()
+  local bytes = logits:bytes()
+  if certified and bytes ~= b.corr_bytes then
+    fail("certified cell %s layer %d position %d: the patched row was bit-identical to the one it replaced, "
+      .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position)
+  end
+  return store.cell {
+    index = c.index, stage = c.stage, layer = c.layer, position = c.position, value = b.measure(logits),
+    clean_value = b.clean_value, corrupted_value = b.corr_value, certified = certified,
+    equals_corrupted = bytes == b.corr_bytes,
+    source_sha256 = src.sha256, source_row = c.position - src.start_position,
+    logits_sha256 = core.sha256(bytes), top1 = logits:argmax() - 1,
+    settings_sha256 = b.doc.settings_sha256, generated_ids = b.cfg.decode_steps > 0 and generated or nil,
+  }
+end
+
+-- setup(model, opts) -> b: the config, the shard, the baselines (clean capture, both runs' logits),
+-- the metric resolved, and the sweep's manifest document
+local function setup(model, opts)
   local cfg = config(model, opts)
   local shard
   if opts.shard ~= nil then
@@ -173,33 +205,34 @@ function M.run(opts)
   local records, clean_logits, corr_logits, clean_gen, corr_gen = baselines(model, session, cfg)
   cfg.metric = metric_mod.resolve(cfg.metric, clean_logits, corr_logits, model.info.n_vocab)
   local measure = metric_mod.evaluator(cfg.metric, clean_logits)
-  local clean_value, corr_value = measure(clean_logits), measure(corr_logits)
-  local corr_bytes = corr_logits:bytes()
-
-  -- source records by (stage, layer): the clean prefill of each selected layer, and its decodes
-  local source = {}
-  for _, r in ipairs(records) do
-    local k = r.stage .. "|" .. r.layer
-    source[k] = source[k] or {}
-    table.insert(source[k], r)
-  end
-  local function source_of(c) -- the record holding the cell's position
-    for _, r in ipairs(source[c.stage .. "|" .. c.layer]) do
-      if c.position >= r.start_position and c.position < r.start_position + r.shape[1] then return r end
-    end
-    fail("no clean record holds %s layer %d position %d", c.stage, c.layer, c.position)
-  end
-  local src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
-    records = records }
-
-  local doc = store.new_manifest {
+  local b = { model = model, cfg = cfg, shard = shard, session = session, measure = measure,
+    clean_value = measure(clean_logits), corr_value = measure(corr_logits), corr_bytes = corr_logits:bytes(),
+    source_of = source_finder(records),
+    src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
+      records = records } }
+  b.doc = store.new_manifest {
     model = model, cfg = cfg, shard = shard, tokenizer_path = opts.tokenizer_path, argv = opts.argv,
-    clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = clean_value,
+    clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = b.clean_value,
     clean_generated = clean_gen, corrupted_generated = corr_gen,
-    corrupted_value = corr_value, text = function(id) return token_label.token(model, id) end,
+    corrupted_value = b.corr_value, text = function(id) return token_label.token(model, id) end,
   }
-  local done = {}
-  local resumed = 0
+  return b
+end
+
+-- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
+-- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
+--   "logit-diff[:A,B]" | "prob[:A]", stages = {...}|"all" (default {"after_layer"}),
+--   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
+--   run on to #prompt + N - 1 and the metric is read after N greedy decodes), shard = "I/N"|{index,count},
+--   out = DIR (resumed when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
+--   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
+--   tokenizer_path, argv, on_cell = function(cell) }
+function M.run(opts)
+  local model = opts.model
+  if model == nil then fail("model is required") end
+  local b = setup(model, opts)
+  local doc = b.doc
+  local done, resumed = {}, 0
   if opts.out then
     local prev = store.read_for_resume(opts.out, doc)
     if prev then
@@ -207,9 +240,9 @@ function M.run(opts)
     end
   end
 
-  local all = M.cells(cfg.grid)
+  local all = M.cells(b.cfg.grid)
   local mine = {}
-  for _, c in ipairs(all) do if M.in_shard(c.index, shard) then mine[#mine + 1] = c end end
+  for _, c in ipairs(all) do if M.in_shard(c.index, b.shard) then mine[#mine + 1] = c end end
   local progress = opts.progress
   if progress then progress:start(#mine, resumed) end
 
@@ -220,7 +253,7 @@ function M.run(opts)
     for _, c in ipairs(mine) do if done[c.index] then list[#list + 1] = done[c.index] end end
     return list
   end
-  local function save(final)
+  local function save()
     if not opts.out then return end
     local list = cells_list()
     doc.status = #list == #mine and "complete" or "partial"
@@ -232,36 +265,17 @@ function M.run(opts)
     for _, c in ipairs(mine) do
       if not done[c.index] then
         if opts.max_cells and computed >= opts.max_cells then break end
-        local src = source_of(c)
-        local p = patch.experiment { source = src_art, target = { layer = c.layer, stage = c.stage }, model = model,
-          positions = { c.position }, certify = true }
-        local logits, generated = run_once(session, cfg.corrupted_ids, cfg.decode_steps, p)
-        p:on_generation_complete()
-        local certified = p.identical()
-        local bytes = logits:bytes()
-        if certified and bytes ~= corr_bytes then
-          fail("certified cell %s layer %d position %d: the patched row was bit-identical to the one it replaced, "
-            .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position)
-        end
-        local value = measure(logits)
-        local cell = store.cell {
-          index = c.index, stage = c.stage, layer = c.layer, position = c.position, value = value,
-          clean_value = clean_value, corrupted_value = corr_value, certified = certified,
-          equals_corrupted = bytes == corr_bytes,
-          source_sha256 = src.sha256, source_row = c.position - src.start_position,
-          logits_sha256 = core.sha256(bytes), top1 = logits:argmax() - 1,
-          settings_sha256 = doc.settings_sha256, generated_ids = cfg.decode_steps > 0 and generated or nil,
-        }
+        local cell = compute(b, c)
         done[c.index] = cell
         computed = computed + 1
         if opts.on_cell then opts.on_cell(cell) end
         if progress then progress:step() end
-        if checkpoint <= 0 or store.now() - last_write >= checkpoint then save(false) end
+        if checkpoint <= 0 or store.now() - last_write >= checkpoint then save() end
       end
     end
   end)
   -- whatever happened, the cells computed so far are kept: a rerun resumes from them
-  local sok, serr = pcall(save, true)
+  local sok, serr = pcall(save)
   if progress then progress:finish(ok) end
   if not ok and sok and is_interrupt(err) then
     -- Ctrl-C lands in whatever Lua runs next, often a patch hook of a layer outside the grid: the

@@ -1,0 +1,3 @@
+-- ember.compare — the path ember.analysis.compare had before the library moved into rooms, kept so that
+-- scripts requiring it keep working. Must hold nothing of its own (tests/check_requires.lua).
+return require("ember.analysis.compare")

@@ -152,6 +152,27 @@ local function fmt_acc(acc, right, n)
   return string.format("%.3f (%d/%d)", acc, right, n)
 end
 
+-- train_text(w, t): the training report as text (t: what train measured)
+local function train_text(w, t)
+  local p, k = t.p, #t.labels
+  local parts = {}
+  for c = 1, k do parts[c] = string.format("%s %d", tostring(t.labels[c]), t.counts[c]) end
+  w:write(string.format("probe      %s on layer %d after_layer (%s token%s), %d features\n", p.kind, t.layer, t.pool,
+    t.pool == "mean" and "s" or "", #p.mean))
+  w:write(string.format("data       %s (%s): %d examples, %d classes: %s\n", t.ex.data.path, t.ex.data.source, t.ex.n,
+    k, table.concat(parts, ", ")))
+  w:write(string.format("split      seed %d, holdout %g per class: %d train, %d held out\n", t.seed, t.holdout,
+    t.n_train, t.n_held))
+  w:write(string.format("train      accuracy %s, loss %.4f after %d iterations\n",
+    fmt_acc(t.train_acc, t.train_right, t.n_train), p.loss, p.iterations))
+  w:write(string.format("held out   accuracy %s; majority class %s\n", fmt_acc(t.held_acc, t.held_right, t.n_held),
+    t.majority and string.format("%.3f", t.majority) or "n/a"))
+  if t.control then
+    w:write(string.format("control    shuffled labels, held-out accuracy %s\n",
+      fmt_acc(t.control_acc, t.control_right, t.n_held)))
+  end
+end
+
 local function train(args, argv, io_)
   local o = flags.command({ name = "probe train", first = 3, spec = flags.spec(M.TRAIN_FLAGS), usage = M.usage }, args,
     io_)
@@ -189,24 +210,10 @@ local function train(args, argv, io_)
         "heldout_accuracy", "heldout_majority", "control_heldout_accuracy", "loss" }, training), out = o.out,
     }), { indent = "  " }))
   else
-    local w = io_.stdout
-    local parts = {}
-    for c = 1, k do parts[c] = string.format("%s %d", tostring(labels[c]), counts[c]) end
-    w:write(string.format("probe      %s on layer %d after_layer (%s token%s), %d features\n", p.kind, o.layer, pool,
-      pool == "mean" and "s" or "", #p.mean))
-    w:write(string.format("data       %s (%s): %d examples, %d classes: %s\n", ex.data.path, ex.data.source, ex.n, k,
-      table.concat(parts, ", ")))
-    w:write(string.format("split      seed %d, holdout %g per class: %d train, %d held out\n", seed, holdout, #tr,
-      #held))
-    w:write(string.format("train      accuracy %s, loss %.4f after %d iterations\n",
-      fmt_acc(train_acc, train_right, #tr),
-      p.loss, p.iterations))
-    w:write(string.format("held out   accuracy %s; majority class %s\n", fmt_acc(held_acc, held_right, #held),
-      majority and string.format("%.3f", majority) or "n/a"))
-    if o.control then
-      w:write(string.format("control    shuffled labels, held-out accuracy %s\n",
-        fmt_acc(control_acc, control_right, #held)))
-    end
+    train_text(io_.stdout, { p = p, layer = o.layer, pool = pool, ex = ex, labels = labels, counts = counts,
+      seed = seed, holdout = holdout, n_train = #tr, n_held = #held, train_acc = train_acc, train_right = train_right,
+      held_acc = held_acc, held_right = held_right, majority = majority, control = o.control,
+      control_acc = control_acc, control_right = control_right })
   end
   if o.out then io_.stderr:write("ember: probe written to " .. o.out .. "\n") end
   return 0

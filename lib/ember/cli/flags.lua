@@ -79,6 +79,13 @@ end
 
 -- ---- the options the commands share ---------------------------------------------------------------
 
+-- the family names of --arch's help: the engine's family table, in its order
+local function family_names()
+  local names = {}
+  for i, f in ipairs(require("ember.core").FAMILIES) do names[i] = f.name end
+  return table.concat(names, ", ")
+end
+
 local function kv_cache_value(v) return selectors.parse_choice(v, { "f32", "f16", "bf16" }, "KV cache type") end
 
 -- One row each ({ name, kind, META, help }), for every command that loads a model: so --threads is
@@ -86,7 +93,7 @@ local function kv_cache_value(v) return selectors.parse_choice(v, { "f32", "f16"
 local SHARED = {
   model = { "model", "path", "FILE.gguf", "the model (required)" },
   tokenizer = { "tokenizer", "path", "FILE", "tokenizer.json (default: the tokenizer embedded in the GGUF)" },
-  arch = { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (llama, qwen3, qwen2, gemma4, gpt2)" },
+  arch = { "arch", "string", "ARCH", "refuse the model unless its family is ARCH (" .. family_names() .. ")" },
   threads = { "threads", M.uint_in(0, M.MAX_THREADS), "N", "worker threads (default: the physical cores)" },
   kernels = { "kernels", M.kernels, "SET", table.concat(M.KERNEL_SETS, " | ") .. " (default auto)" },
   ["kv-cache"] = { "kv-cache", kv_cache_value, "TYPE",

@@ -278,7 +278,8 @@ local function result(run, d, prefill_ms, prompt_logits)
 end
 
 -- model:generate{ ids= | prompt=, bos=, max_tokens=16, temperature=0, top_k=0, top_p=1, seed=0,
---                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session= } -> out
+--                 experiment=, on_token=, context=, eos=, all_logits=, trace=, session=, sae=,
+--                 splice= } -> out
 -- N generated tokens cost one prefill and N decode evaluations: each generated token is fed back
 -- once (SPEC §4.1), the last one and a stopping EOS included, so every hook sees every token.
 -- The exceptions: a token on which on_token returns false is kept but not evaluated, and with

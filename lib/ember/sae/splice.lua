@@ -99,7 +99,12 @@ function M.check(sae, model)
   return site, out
 end
 
-local function is_sae(v) return require("ember.sae").is_sae(v) end
+-- whether v is an SAE object of ember.sae, known by its class's name: ember.sae requires this module,
+-- so requiring it back would close a require cycle (tests/check_requires.lua)
+local function is_sae(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "ember.sae.SAE"
+end
 
 -- The entries of the `sae =` option: an SAE, a list of SAEs, or entries { sae = SAE, splice = }.
 local function entries(opt, splice, fname)

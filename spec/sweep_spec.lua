@@ -603,6 +603,48 @@ describe("ember sweep stopped before the end", function()
     fs.remove_tree(work)
   end)
 
+  it("says the same for --jobs when Ctrl-C reaches the whole process group, and the rerun resumes", function()
+    local model = fx.root .. "/parity/llama-tiny-f32/model.gguf"
+    if not fx.exists(model) then pending("missing " .. model) end
+    if not fx.exists(launcher) then pending("missing " .. launcher) end
+    if not os.execute("command -v setsid >/dev/null 2>&1") then pending("setsid (util-linux) is missing") end
+    local work = tmpdir()
+    local dir = work .. "/jobs"
+    local args = { "sweep", "--model", model, "--clean", clean, "--corrupted", corrupted, "--stages", "all",
+      "--threads", "1", "--no-plot", "--progress", "none", "--jobs", "2", "--out", dir }
+    local line = { launcher }
+    for _, a in ipairs(args) do line[#line + 1] = q(a) end
+    -- a session of its own, so the signal goes to the parent and its shards as a terminal's would
+    os.execute("setsid sh -c " .. q(table.concat(line, " ") .. " 2>" .. q(work .. "/err")) .. " & echo $! >"
+      .. q(work .. "/pid"))
+    local pgid = read(work .. "/pid"):match("%d+")
+    local function cells()
+      local n = 0
+      for i = 0, 1 do
+        local ok, sw = pcall(store.read, dir .. ".shards/" .. i, { partial_ok = true })
+        if ok then n = n + #sw.cells end
+      end
+      return n
+    end
+    for _ = 1, 400 do
+      if cells() >= 10 then break end
+      os.execute("sleep 0.02")
+    end
+    os.execute("kill -s INT -- -" .. pgid .. " 2>/dev/null")
+    for _ = 1, 200 do
+      if not os.execute("kill -s 0 -- -" .. pgid .. " 2>/dev/null") then break end
+      os.execute("sleep 0.05")
+    end
+    local k = cells()
+    assert.is_true(k >= 10 and k < 256, "cells saved: " .. k)
+    assert.equal(string.format("ember: sweep --jobs: interrupted: %d cells saved in 2 shards, rerun the same command "
+      .. "to resume\n", k), read(work .. "/err"))
+    -- the same command again (through the launcher: --jobs starts `ember` processes)
+    assert.is_true(os.execute(table.concat(line, " ") .. " 2>" .. q(work .. "/err2")) == true, read(work .. "/err2"))
+    assert.equal("complete", store.read(dir).manifest.status)
+    fs.remove_tree(work)
+  end)
+
   it("merges shards of a cancelled job into nothing, naming what is missing and the commands that complete it",
     function()
       local path = need_model()

@@ -5,6 +5,7 @@
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local store = require("ember.sweep.store")
+local is_interrupt = require("ember.model.generate").is_interrupt
 
 local M = {}
 
@@ -67,21 +68,38 @@ function M.run(o)
 
   -- shard outputs are rewritten atomically, so they can be polled while the shards run
   local progress, started = o.progress, false
-  while true do
-    local finished = fs.exists(done_file)
-    local done, total = 0, nil
-    for _, d in ipairs(dirs) do
-      local c, t = cells_in(d)
-      done, total = done + c, total or t
-    end
-    if progress and total then
-      if not started then progress:start(total, before); started = true end
-      while progress.done < done do progress:step() end
-    end
-    if finished then break end
-    sleep(0.3)
+  local function saved()
+    local done = 0
+    for _, d in ipairs(dirs) do done = done + cells_in(d) end
+    return done
   end
-  if progress and started then progress:finish(true) end
+  local polled, perr = pcall(function()
+    while true do
+      local finished = fs.exists(done_file)
+      local done, total = 0, nil
+      for _, d in ipairs(dirs) do
+        local c, t = cells_in(d)
+        done, total = done + c, total or t
+      end
+      if progress and total then
+        if not started then progress:start(total, before); started = true end
+        while progress.done < done do progress:step() end
+      end
+      if finished then break end
+      sleep(0.3)
+    end
+  end)
+  if progress and started then progress:finish(polled) end
+  if not polled then
+    if not is_interrupt(perr) then error(perr, 0) end
+    -- Ctrl-C reaches the shards too (one process group): each saves what it has and exits
+    for _ = 1, 100 do
+      if fs.exists(done_file) then break end
+      sleep(0.1)
+    end
+    fail("interrupted: %d cells saved in %d shards, rerun the same command to resume", saved(), n)
+  end
+  local failed, interrupted = {}, 0
   for i = 0, n - 1 do
     local st = fs.join(base, i .. ".status")
     local f = io.open(st, "r")
@@ -90,8 +108,15 @@ function M.run(o)
     if code ~= 0 then
       local log = fs.join(base, i .. ".log")
       local text = fs.exists(log) and fs.read(log, log) or ""
-      fail("shard %d/%d failed (exit %s); its log %s says: %s", i, n, tostring(code), log, text:gsub("%s+$", ""))
+      failed[#failed + 1] = { i = i, code = code, log = log, text = text:gsub("%s+$", "") }
+      if text:find("interrupted: %d+ cells saved") then interrupted = interrupted + 1 end
     end
+  end
+  if #failed > 0 and interrupted == #failed then
+    fail("interrupted: %d cells saved in %d shards, rerun the same command to resume", saved(), n)
+  elseif #failed > 0 then
+    local f = failed[1]
+    fail("shard %d/%d failed (exit %s); its log %s says: %s", f.i, n, tostring(f.code), f.log, f.text)
   end
   local res = require("ember.sweep.merge").merge(o.out, dirs)
   return { status = res.manifest.status, merged = res, shards = dirs }

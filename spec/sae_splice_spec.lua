@@ -69,6 +69,26 @@ describe("an SAE spliced into generate", function()
     end
   end)
 
+  it("changes nothing unedited and something edited in every family", function()
+    local fx = require("helpers.fixtures")
+    local e = cases.copy("gemma_scope") -- names no model: it may sit on any family's 64-wide residual
+    for _, family in ipairs({ "llama", "qwen3", "qwen2", "gemma4", "gpt2" }) do
+      local path, why = fx.tiny_model("--family " .. family .. " --dtype f32 --seed 3")
+      if not path then return pending("make-tiny-model: " .. tostring(why)) end
+      local model = ember.load { model = path, kernels = "reference", threads = 1 }
+      local sae = ember.sae.load(e.sae, { model = model, hook = "blocks.2.hook_resid_post" })
+      local base = run(model, {})
+      local same = run(model, { sae = sae })
+      assert.are.equal(base.logits:sha256(), same.logits:sha256(), family)
+      local edit = { name = "edit" }
+      function edit:sae_features(_, f) f:scale(0.5) end
+      local edited = run(model, { sae = sae, experiment = edit })
+      assert.are_not.equal(base.logits:sha256(), edited.logits:sha256(), family)
+      sae:close()
+      model:close()
+    end
+  end)
+
   it("adds decode(f_edited) - decode(f_clean): an ablated feature's row is subtracted, as by hand", function()
     local model = need_model()
     if not model then return end

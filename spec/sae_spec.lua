@@ -9,6 +9,7 @@
 local ember = require("ember")
 local sae_mod = require("ember.sae")
 local H = require("helpers.artifacts")
+local files = require("helpers.files")
 local cases = require("helpers.sae_cases")
 local npy = require("helpers.npy")
 
@@ -184,6 +185,24 @@ describe("ember.sae.load refusals", function()
     assert.matches("hook 'blocks.1.hook_resid_post' is layer 1, but the file sits in a layer_3 folder",
       load_error(dir .. "/params.npz", { hook = "blocks.1.hook_resid_post" }), nil, true)
     assert.are.equal(3, sae_mod.load(dir, { hook = "blocks.3.hook_mlp_out" }).hook_layer)
+  end)
+
+  it("refuses damaged files with an error naming them, never a crash", function()
+    local e = reference_case("saelens_standard_v6")
+    local w = e.sae .. "/sae_weights.safetensors"
+    local bytes = files.read(w)
+    H.write(w, bytes:sub(1, #bytes - 100))
+    assert.matches("sae_weights.safetensors", load_error(e.sae))
+    H.write(w, "\255\255\255\255\255\255\255\127{}")
+    assert.matches("header length .* does not fit", load_error(e.sae))
+    H.write(e.sae .. "/cfg.json", "{ not json")
+    assert.matches("cfg.json", load_error(e.sae))
+    local g = reference_case("gemma_scope")
+    local z = files.read(g.sae .. "/params.npz")
+    H.write(g.sae .. "/params.npz", z:sub(1, 1000) .. z:sub(-22))
+    assert.matches("params.npz", load_error(g.sae, { hook = "blocks.1.hook_resid_post" }))
+    H.write(g.sae .. "/params.npz", "PK\3\4 not a zip")
+    assert.matches("not a ZIP archive", load_error(g.sae, { hook = "blocks.1.hook_resid_post" }))
   end)
 
   it("refuses unknown options and a path that holds no SAE", function()

@@ -104,12 +104,9 @@ ember_status ember_model_weight_f32(const ember_model *model, const char *name, 
 /* ---- hooks ----------------------------------------------------------------------------------- */
 
 /* The tensor points of one evaluation, in execution order: the per-layer stages, then the
- * logits stages. Inside a layer (docs/hooks.md gives the shapes):
- *   attention_pattern  [n_head * rows, sequence_length] softmax probabilities, row h*rows + i
- *   attention_heads    [rows, n_head * head_dim] mixed values before the output projection
- *   mlp_activation     [rows, n_ff] the input of the down projection
- * and, only where an SAE is spliced in (ember_sae_sites), right after the stage it reads:
- *   sae_features       [rows, d_sae] the SAE's feature activations, editable */
+ * logits stages. Each is one row of the stage table (src/engine/stages.c, ember_stage_get), which
+ * says what its view holds; docs/hooks.md gives the shapes. sae_features is called only where an
+ * SAE is spliced in (ember_sae_sites), right after the stage it reads. */
 typedef enum {
     EMBER_STAGE_BEFORE_LAYER = 0,
     EMBER_STAGE_ATTENTION_PATTERN,
@@ -124,18 +121,57 @@ typedef enum {
     EMBER_STAGE_COUNT
 } ember_stage;
 
+/* A stage view's rows: the evaluation's tokens, the last token only, or one block of the tokens
+ * per attention head (head h's rows are h*tokens .. h*tokens + tokens-1). */
+typedef enum { EMBER_ROWS_TOKENS = 0, EMBER_ROWS_LAST, EMBER_ROWS_HEADS_X_TOKENS } ember_stage_rows;
+/* A stage view's columns: the hidden size, the layer's MLP width, the layer's heads x head size,
+ * the vocabulary, the keys so far (sequence_length), or the spliced SAE's features (d_sae). */
+typedef enum {
+    EMBER_WIDTH_HIDDEN = 0,
+    EMBER_WIDTH_N_FF,
+    EMBER_WIDTH_HEADS_X_HEAD_DIM,
+    EMBER_WIDTH_VOCAB,
+    EMBER_WIDTH_PATTERN,
+    EMBER_WIDTH_D_SAE
+} ember_stage_width;
+/* How a per-head view splits into heads (ember_view.n_heads blocks): not at all, by rows, by columns. */
+typedef enum { EMBER_HEADS_NONE = 0, EMBER_HEADS_ROWS, EMBER_HEADS_COLUMNS } ember_stage_heads;
+
+/* One row of the stage table: the one place a stage's facts live. */
+typedef struct {
+    const char *name;  /* the hook name: "before_layer", ... */
+    int order;         /* its place in an evaluation: a stage of a higher order is called later
+                          (within a layer for the layer stages, which all come before the others) */
+    bool in_layer;     /* called once per layer, with ctx.layer_index >= 0 */
+    bool inside_block; /* inside a layer's attention or MLP block: not the residual stream, so
+                          selections that mean "the residual stream" (capture's and
+                          activation-stats' defaults) leave it out unless it is named */
+    ember_stage_rows rows;
+    ember_stage_width width;
+    ember_stage_heads heads;
+    const char *const *families; /* the families that have the stage, NULL-terminated; NULL: all */
+    bool sae_only;               /* called only where an SAE is spliced in, right after the stage it reads (with
+                      that stage's layer index: -1 at before_logits) */
+} ember_stage_info;
+
+/* The row of stage s, NULL outside 0..EMBER_STAGE_COUNT-1. */
+const ember_stage_info *ember_stage_get(ember_stage s);
 /* The stage's hook name ("before_layer", ...), NULL outside 0..EMBER_STAGE_COUNT-1. The one list
  * of stage names: the bindings and lib/ember read it from here. */
 const char *ember_stage_name(ember_stage s);
 /* EMBER_STAGE_COUNT, for callers that iterate the stages without the enum (e.g. across a build). */
 int ember_stage_count(void);
-/* True for the stages inside a layer's attention or MLP block (attention_pattern, attention_heads,
- * mlp_activation), whose views are not the residual stream. Selections that mean "the residual
- * stream" (capture's and activation-stats' defaults) leave these out unless they are named. */
+/* ember_stage_get(s)->inside_block (false outside the table). */
 bool ember_stage_inside_block(ember_stage s);
-/* True for the stages that exist only where an SAE is spliced in (sae_features): no forward pass
- * reaches them by itself, and selections of "every stage" leave them out unless named. */
+/* ember_stage_get(s)->sae_only: the stages that exist only where an SAE is spliced in
+ * (sae_features): no forward pass reaches them by itself, and selections of "every stage" leave
+ * them out unless named. */
 bool ember_stage_sae(ember_stage s);
+/* The spellings core.STAGES uses: "tokens" | "last" | "heads*tokens"; "hidden" | "n_ff" |
+ * "heads*head_dim" | "vocab" | "pattern" | "d_sae"; "none" | "rows" | "columns". */
+const char *ember_stage_rows_name(ember_stage_rows r);
+const char *ember_stage_width_name(ember_stage_width w);
+const char *ember_stage_heads_name(ember_stage_heads h);
 
 typedef enum { EMBER_PHASE_PREFILL = 0, EMBER_PHASE_DECODE } ember_phase;
 

@@ -57,3 +57,65 @@ describe("core.FAMILIES", function()
     for _, row in ipairs(core.FAMILIES) do assert.matches(row.name, err, 1, true) end
   end)
 end)
+
+-- The stages in the rows of docs/hooks.md's lifecycle table: the hooks given a view (ctx, v).
+local function documented_stages()
+  local out = {}
+  for name in files.read("docs/hooks.md"):gmatch("\n| [%a ]+ | `([%w_]+)%(ctx, [%w_]+%)` |") do
+    out[#out + 1] = name
+  end
+  return out
+end
+
+describe("core.STAGES", function()
+  after_each(H.cleanup)
+
+  it("is the table of the stages core.stages lists, each row also under its name", function()
+    local SPELLINGS = { rows = { tokens = true, last = true, ["heads*tokens"] = true },
+      width = { hidden = true, n_ff = true, ["heads*head_dim"] = true, vocab = true, pattern = true, d_sae = true },
+      heads = { none = true, rows = true, columns = true } }
+    assert.equal(#core.stages, #core.STAGES)
+    for i, row in ipairs(core.STAGES) do
+      assert.equal(core.stages[i], row.name)
+      assert.equal(row, core.STAGES[row.name])
+      if i > 1 then assert.is_true(core.STAGES[i - 1].order < row.order, row.name) end
+      assert.equal(core.layer_stages[row.name] ~= nil, row.in_layer and not row.sae_only, row.name)
+      assert.equal(core.sae_stages[row.name] ~= nil, row.sae_only, row.name)
+      assert.equal(core.inside_stages[row.name] ~= nil, row.inside_block, row.name)
+      for field, allowed in pairs(SPELLINGS) do assert.is_true(allowed[row[field]], row.name .. "." .. field) end
+    end
+  end)
+
+  it("lists the stages docs/hooks.md documents, in its order", function()
+    local names = {}
+    for i, row in ipairs(core.STAGES) do names[i] = row.name end
+    assert.are.same(documented_stages(), names)
+  end)
+
+  it("says what each stage's view holds on a model", function()
+    local path = H.tmpdir() .. "/m.gguf"
+    assert.is_true(ember.make_tiny_model(path, { family = "llama", dtype = "f32" }))
+    local m = ember.load { model = path, kernels = "reference", threads = 1 }
+    local info = m.info
+    local n_ff = m:weight("blk.0.ffn_down"):shape()[2] -- [hidden, n_ff]
+    local exp, seen = { name = "shapes" }, {}
+    local pass = {} -- the stages a forward pass calls by itself (not an SAE splice's)
+    for _, row in ipairs(core.STAGES) do
+      if not row.sae_only then pass[#pass + 1] = row end
+    end
+    for _, row in ipairs(pass) do
+      exp[row.name] = function(_, ctx, v)
+        local n = ctx.input_token_count
+        local rows = ({ tokens = n, last = 1, ["heads*tokens"] = info.n_heads * n })[row.rows]
+        local width = ({ hidden = info.hidden_size, n_ff = n_ff, ["heads*head_dim"] = info.n_heads * info.head_dim,
+          vocab = info.n_vocab, pattern = ctx.sequence_length })[row.width]
+        assert.are.same({ rows, width }, v:shape(), row.name)
+        assert.equal(row.in_layer, ctx.layer_index ~= nil, row.name)
+        seen[row.name] = true
+      end
+    end
+    m:generate { prompt = "a b", max_tokens = 2, experiment = exp }
+    for _, row in ipairs(pass) do assert.is_true(seen[row.name], row.name) end
+    m:close()
+  end)
+end)

@@ -1,25 +1,69 @@
-/* stages.c — the one list of hook stage names, in execution order within an evaluation (sae_features
- * runs right after the stage its SAE reads), which of them sit inside a layer's blocks and which
- * exist only where an SAE is spliced in. Every other copy (the bindings, lib/ember) asks this file;
- * it must not know what a stage carries. */
+/* stages.c — the stage table: one row per hook stage, in execution order (name, order, whether it
+ * is per layer, inside a block or only an SAE splice's, its view's rows, width and head layout, the
+ * families that have it). Every other copy (engine, bindings, lib/ember) asks this file; it must not
+ * compute a view. */
 #include "ember.h"
 
 #include <stddef.h>
 
-static const char *const stage_names[EMBER_STAGE_COUNT] = {
-    [EMBER_STAGE_BEFORE_LAYER] = "before_layer",       [EMBER_STAGE_ATTENTION_PATTERN] = "attention_pattern",
-    [EMBER_STAGE_ATTENTION_HEADS] = "attention_heads", [EMBER_STAGE_AFTER_ATTENTION] = "after_attention",
-    [EMBER_STAGE_MLP_ACTIVATION] = "mlp_activation",   [EMBER_STAGE_AFTER_MLP] = "after_mlp",
-    [EMBER_STAGE_AFTER_LAYER] = "after_layer",         [EMBER_STAGE_SAE_FEATURES] = "sae_features",
-    [EMBER_STAGE_BEFORE_LOGITS] = "before_logits",     [EMBER_STAGE_AFTER_LOGITS] = "after_logits",
+/* Stages inside a layer's attention block, its MLP block, and on the residual stream. */
+#define RESIDUAL(n, o)                                                                                                 \
+    { .name = n, .order = o, .in_layer = true, .width = EMBER_WIDTH_HIDDEN }
+
+static const ember_stage_info stages[EMBER_STAGE_COUNT] = {
+    [EMBER_STAGE_BEFORE_LAYER] = RESIDUAL("before_layer", 0),
+    [EMBER_STAGE_ATTENTION_PATTERN] = {.name = "attention_pattern",
+                                       .order = 1,
+                                       .in_layer = true,
+                                       .inside_block = true,
+                                       .rows = EMBER_ROWS_HEADS_X_TOKENS,
+                                       .width = EMBER_WIDTH_PATTERN,
+                                       .heads = EMBER_HEADS_ROWS},
+    [EMBER_STAGE_ATTENTION_HEADS] = {.name = "attention_heads",
+                                     .order = 2,
+                                     .in_layer = true,
+                                     .inside_block = true,
+                                     .width = EMBER_WIDTH_HEADS_X_HEAD_DIM,
+                                     .heads = EMBER_HEADS_COLUMNS},
+    [EMBER_STAGE_AFTER_ATTENTION] = RESIDUAL("after_attention", 3),
+    [EMBER_STAGE_MLP_ACTIVATION] =
+        {.name = "mlp_activation", .order = 4, .in_layer = true, .inside_block = true, .width = EMBER_WIDTH_N_FF},
+    [EMBER_STAGE_AFTER_MLP] = RESIDUAL("after_mlp", 5),
+    [EMBER_STAGE_AFTER_LAYER] = RESIDUAL("after_layer", 6),
+    /* right after the stage its SAE reads, wherever that is: its order is only its place here */
+    [EMBER_STAGE_SAE_FEATURES] =
+        {.name = "sae_features", .order = 7, .in_layer = true, .width = EMBER_WIDTH_D_SAE, .sae_only = true},
+    [EMBER_STAGE_BEFORE_LOGITS] = {.name = "before_logits",
+                                   .order = 8,
+                                   .rows = EMBER_ROWS_LAST,
+                                   .width = EMBER_WIDTH_HIDDEN},
+    [EMBER_STAGE_AFTER_LOGITS] = {.name = "after_logits",
+                                  .order = 9,
+                                  .rows = EMBER_ROWS_LAST,
+                                  .width = EMBER_WIDTH_VOCAB},
 };
 
-const char *ember_stage_name(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT ? stage_names[s] : NULL; }
+const ember_stage_info *ember_stage_get(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT ? &stages[s] : NULL; }
+
+const char *ember_stage_name(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT ? stages[s].name : NULL; }
 
 int ember_stage_count(void) { return EMBER_STAGE_COUNT; }
 
-bool ember_stage_sae(ember_stage s) { return s == EMBER_STAGE_SAE_FEATURES; }
+bool ember_stage_inside_block(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT && stages[s].inside_block; }
 
-bool ember_stage_inside_block(ember_stage s) {
-    return s == EMBER_STAGE_ATTENTION_PATTERN || s == EMBER_STAGE_ATTENTION_HEADS || s == EMBER_STAGE_MLP_ACTIVATION;
+bool ember_stage_sae(ember_stage s) { return (unsigned)s < EMBER_STAGE_COUNT && stages[s].sae_only; }
+
+const char *ember_stage_rows_name(ember_stage_rows r) {
+    static const char *const names[] = {"tokens", "last", "heads*tokens"};
+    return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : NULL;
+}
+
+const char *ember_stage_width_name(ember_stage_width w) {
+    static const char *const names[] = {"hidden", "n_ff", "heads*head_dim", "vocab", "pattern", "d_sae"};
+    return (unsigned)w < sizeof names / sizeof names[0] ? names[w] : NULL;
+}
+
+const char *ember_stage_heads_name(ember_stage_heads h) {
+    static const char *const names[] = {"none", "rows", "columns"};
+    return (unsigned)h < sizeof names / sizeof names[0] ? names[h] : NULL;
 }

@@ -28,8 +28,8 @@ static void hook_name_list(const char *out[EMBER_HOOK_COUNT + 1]) {
     out[EMBER_HOOK_COUNT] = NULL;
 }
 
-/* The per-layer stages come before the logits stages (include/ember.h). */
-static bool is_layer_stage(int h) { return h < EMBER_STAGE_BEFORE_LOGITS; }
+/* A tensor hook called once per layer (the stage table's in_layer); lifecycle hooks are not. */
+static bool is_layer_stage(int h) { return h < EMBER_STAGE_COUNT && ember_stage_get((ember_stage)h)->in_layer; }
 
 /* Slots of the anchor table: the Lua values a runner needs, reachable from the registry. Every
  * slot exists from the start (false when empty), so storing into one never allocates. */
@@ -56,7 +56,11 @@ struct ember_lua_runner {
     ember_hooks hooks; /* on_tensor set only for stages the experiment defines */
     bool has_tensor_hooks;
     bool defined[EMBER_HOOK_COUNT];
-    int64_t n_layers;       /* sizes the view slots */
+    int64_t n_layers; /* sizes the view slots */
+    /* SLOT_VIEWS index - 1 of each stage's first view slot: n_layers slots for a per-layer stage,
+     * one for the others, in stage order */
+    lua_Integer slot_base[EMBER_STAGE_COUNT];
+    lua_Integer n_slots;    /* view slots in all */
     int depth;              /* hook calls in progress: a nested call gets its own context and view */
     bool modified;          /* a view was written during this run */
     int64_t modified_calls; /* tensor hook calls that wrote through their view (how often it acted) */
@@ -278,16 +282,20 @@ static int hook_msgh(lua_State *L) {
     return 1;
 }
 
-/* Index in the SLOT_VIEWS table of the view of (stage, layer): the per-layer stages first, layer
- * by layer, then the logits stages; 0 when there is no slot (a layer outside the model). */
+/* Index in the SLOT_VIEWS table of the view of (stage, layer): a per-layer stage has one slot per
+ * layer, the others one; 0 when there is no slot (a layer outside the model). */
 static lua_Integer view_slot(const ember_lua_runner *r, int stage, int64_t layer) {
-    if (is_layer_stage(stage))
-        return layer >= 0 && layer < r->n_layers ? (lua_Integer)(stage * r->n_layers + layer) + 1 : 0;
-    return (lua_Integer)(EMBER_STAGE_BEFORE_LOGITS * r->n_layers + (stage - EMBER_STAGE_BEFORE_LOGITS)) + 1;
+    if (!is_layer_stage(stage)) return r->slot_base[stage] + 1;
+    return layer >= 0 && layer < r->n_layers ? r->slot_base[stage] + (lua_Integer)layer + 1 : 0;
 }
 
-static lua_Integer n_view_slots(int64_t n_layers) {
-    return (lua_Integer)(EMBER_STAGE_BEFORE_LOGITS * n_layers + (EMBER_STAGE_COUNT - EMBER_STAGE_BEFORE_LOGITS));
+/* Lays out the view slots of r's stages (slot_base, n_slots). */
+static void lay_out_view_slots(ember_lua_runner *r) {
+    r->n_slots = 0;
+    for (int s = 0; s < EMBER_STAGE_COUNT; s++) {
+        r->slot_base[s] = r->n_slots;
+        r->n_slots += is_layer_stage(s) ? (lua_Integer)r->n_layers : 1;
+    }
 }
 
 /* Pushes the context of c's hook, filled for this call: the hook's own (made on first use) or,
@@ -340,12 +348,13 @@ static void push_call_view(lua_State *L, hook_call *c) {
     /* Writes during this call mark the engine's view (a reused slot view is pointed at this
      * call's); tensor_hook passes them on to the run's flag. */
     c->v->modified = &c->view->written;
-    /* The engine says how many heads the view holds; the stage says how they are laid out (the
-     * pattern's rows, the heads' columns), so v:head(h) needs no arguments. */
+    /* The engine says how many heads the view holds; the stage table says how they are laid out
+     * (the pattern's rows, the heads' columns), so v:head(h) needs no arguments. */
+    const ember_stage_heads by = ember_stage_get((ember_stage)c->hook)->heads;
     c->v->n_heads = c->view->n_heads;
-    c->v->heads_by = c->view->n_heads == 0                      ? EMBER_LUA_HEADS_NONE
-                     : c->hook == EMBER_STAGE_ATTENTION_PATTERN ? EMBER_LUA_HEADS_ROWS
-                                                                : EMBER_LUA_HEADS_COLUMNS;
+    c->v->heads_by = c->view->n_heads == 0 || by == EMBER_HEADS_NONE ? EMBER_LUA_HEADS_NONE
+                     : by == EMBER_HEADS_ROWS                        ? EMBER_LUA_HEADS_ROWS
+                                                                     : EMBER_LUA_HEADS_COLUMNS;
 }
 
 /* Runs under lua_pcall: pushes the method, self, the context (and view) and calls. [call] */
@@ -696,9 +705,9 @@ ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_i
     lua_pushvalue(L, name_idx + 1);
     lua_setiuservalue(L, -2, 1);
     lua_rawseti(L, -2, SLOT_MODEL_CTX);
-    lua_Integer n_slots = n_view_slots(r->n_layers);
-    lua_createtable(L, (int)n_slots, 0); /* the view slots, all present so filling one never allocates */
-    for (lua_Integer i = 1; i <= n_slots; i++) {
+    lay_out_view_slots(r);
+    lua_createtable(L, (int)r->n_slots, 0); /* the view slots, all present so filling one never allocates */
+    for (lua_Integer i = 1; i <= r->n_slots; i++) {
         lua_pushboolean(L, 0);
         lua_rawseti(L, -2, i);
     }
@@ -740,6 +749,72 @@ static void push_name_list(lua_State *L, const char *const *names, int n) {
     }
 }
 
+/* core.STAGES: the engine's stage table in its order, each row { name =, order =, in_layer =,
+ * inside_block =, rows =, width =, heads =, sae_only =, families = } (families: a list that is also
+ * a set, or nil for every family), and each row also under its name (STAGES.after_mlp). */
+static void push_stage_table(lua_State *L) {
+    lua_createtable(L, EMBER_STAGE_COUNT, EMBER_STAGE_COUNT); /* [stages] */
+    for (int s = 0; s < EMBER_STAGE_COUNT; s++) {
+        const ember_stage_info *d = ember_stage_get((ember_stage)s);
+        lua_createtable(L, 0, 8); /* [stages, row] */
+        lua_pushstring(L, d->name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, d->order);
+        lua_setfield(L, -2, "order");
+        lua_pushboolean(L, d->in_layer);
+        lua_setfield(L, -2, "in_layer");
+        lua_pushboolean(L, d->inside_block);
+        lua_setfield(L, -2, "inside_block");
+        lua_pushstring(L, ember_stage_rows_name(d->rows));
+        lua_setfield(L, -2, "rows");
+        lua_pushstring(L, ember_stage_width_name(d->width));
+        lua_setfield(L, -2, "width");
+        lua_pushstring(L, ember_stage_heads_name(d->heads));
+        lua_setfield(L, -2, "heads");
+        lua_pushboolean(L, d->sae_only);
+        lua_setfield(L, -2, "sae_only");
+        if (d->families) {
+            int n = 0;
+            while (d->families[n]) n++;
+            push_name_list(L, d->families, n);
+            lua_setfield(L, -2, "families");
+        }
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, d->name);
+        lua_rawseti(L, -2, s + 1); /* [stages] */
+    }
+}
+
+/* core.stages (the engine's, in execution order), core.layer_stages (a pass's own called per
+ * layer: sae_features is an SAE's), core.inside_stages (those inside a layer's attention or MLP
+ * block), core.sae_stages (those only an SAE splice calls), all read from the stage table, and
+ * core.hooks (every hook of a generation, in the order they are first called). */
+static void push_name_lists(lua_State *L, int module) {
+    const char *names[EMBER_HOOK_COUNT], *layer[EMBER_STAGE_COUNT], *inside[EMBER_STAGE_COUNT], *sae[EMBER_STAGE_COUNT];
+    int n_layer = 0, n_inside = 0, n_sae = 0;
+    for (int s = 0; s < EMBER_STAGE_COUNT; s++) {
+        names[s] = ember_stage_name((ember_stage)s);
+        if (is_layer_stage(s) && !ember_stage_sae((ember_stage)s)) layer[n_layer++] = names[s];
+        if (ember_stage_inside_block((ember_stage)s)) inside[n_inside++] = names[s];
+        if (ember_stage_sae((ember_stage)s)) sae[n_sae++] = names[s];
+    }
+    push_name_list(L, names, EMBER_STAGE_COUNT);
+    lua_setfield(L, module, "stages");
+    push_name_list(L, layer, n_layer);
+    lua_setfield(L, module, "layer_stages");
+    push_name_list(L, inside, n_inside);
+    lua_setfield(L, module, "inside_stages");
+    push_name_list(L, sae, n_sae);
+    lua_setfield(L, module, "sae_stages");
+    int n = 0;
+    names[n++] = hook_name(EMBER_HOOK_ON_MODEL_LOADED);
+    names[n++] = hook_name(EMBER_HOOK_BEFORE_PREFILL);
+    for (int s = 0; s < EMBER_STAGE_COUNT; s++) names[n++] = hook_name(s);
+    names[n++] = hook_name(EMBER_HOOK_ON_GENERATION_COMPLETE);
+    push_name_list(L, names, n);
+    lua_setfield(L, module, "hooks");
+}
+
 void ember_lua_open_experiment(lua_State *L, int module) {
     open_context(L);
     static const luaL_Reg methods[] = {{"on_model_loaded", r_on_model_loaded},
@@ -754,39 +829,9 @@ void ember_lua_open_experiment(lua_State *L, int module) {
     ember_lua_new_class(L, EMBER_LUA_RUNNER, methods, meta, getters);
     lua_pop(L, 1);
 
-    /* core.stages (the engine's, in execution order), core.layer_stages (a pass's own inside a layer),
-     * core.inside_stages (those inside a layer's attention or MLP block), core.sae_stages (those only
-     * an SAE splice calls) and core.hooks (every hook of a generation, in the order they are first
-     * called). */
-    const char *names[EMBER_HOOK_COUNT];
-    int n_stages = EMBER_STAGE_COUNT, n_layer = 0;
-    for (int s = 0; s < n_stages; s++) names[s] = ember_stage_name((ember_stage)s);
-    push_name_list(L, names, n_stages);
-    lua_setfield(L, module, "stages");
-    const char *layer_names[EMBER_STAGE_COUNT]; /* a pass's own: sae_features is an SAE's */
-    for (int s = 0; s < n_stages; s++)
-        if (is_layer_stage(s) && !ember_stage_sae((ember_stage)s)) layer_names[n_layer++] = names[s];
-    push_name_list(L, layer_names, n_layer);
-    lua_setfield(L, module, "layer_stages");
-    const char *inside[EMBER_STAGE_COUNT];
-    int n_inside = 0;
-    for (int s = 0; s < n_stages; s++)
-        if (ember_stage_inside_block((ember_stage)s)) inside[n_inside++] = names[s];
-    push_name_list(L, inside, n_inside);
-    lua_setfield(L, module, "inside_stages");
-    int n_sae = 0;
-    for (int s = 0; s < n_stages; s++)
-        if (ember_stage_sae((ember_stage)s)) inside[n_sae++] = names[s];
-    push_name_list(L, inside, n_sae);
-    lua_setfield(L, module, "sae_stages");
-    int n = 0;
-    names[n++] = hook_name(EMBER_HOOK_ON_MODEL_LOADED);
-    names[n++] = hook_name(EMBER_HOOK_BEFORE_PREFILL);
-    for (int s = 0; s < n_stages; s++) names[n++] = hook_name(s);
-    names[n++] = hook_name(EMBER_HOOK_ON_GENERATION_COMPLETE);
-    push_name_list(L, names, n);
-    lua_setfield(L, module, "hooks");
-
+    push_stage_table(L);
+    lua_setfield(L, module, "STAGES");
+    push_name_lists(L, module);
     lua_pushcfunction(L, l_check_experiment);
     lua_setfield(L, module, "check_experiment");
     static const luaL_Reg internal[] = {{"attach", l_attach}, {NULL, NULL}};

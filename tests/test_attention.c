@@ -141,7 +141,11 @@ static float *attend(ember_kernels k, int threads, const shape *sh, ember_type t
     if (ember_compute_new(k, threads, &c, &err) != EMBER_OK) return NULL;
     const int64_t width = sh->n_head * sh->hd;
     float *out = malloc((size_t)(sh->n * width) * sizeof(float));
-    float *scratch = malloc((size_t)ember_attention_scratch_floats(threads, n_ctx, sh->n_head, sh->hd) * sizeof(float));
+    const int64_t n_scratch = ember_attention_scratch_floats(threads, n_ctx, sh->n_head, sh->hd);
+    float *scratch = malloc((size_t)n_scratch * sizeof(float));
+    /* finite stale contents, different per thread count: a read of scratch the kernels did not
+     * write would show up as a difference between thread counts or as a finite garbage row */
+    for (int64_t i = 0; i < n_scratch; i++) scratch[i] = 1.0f + (float)threads;
     ember_attention_args a = {.q = q,
                               .k = kc,
                               .v = vc,
@@ -266,6 +270,98 @@ static void test_decode_equals_prefill(void) {
     }
 }
 
+/* ---- non-finite scores: NaN propagates, it is never skipped ----
+ * Each case poisons one query row (token t, head h) or one cached key; the poisoned rows must come
+ * out all NaN and every other row bit-identical to the clean run, on every set and thread count.
+ * "every score -inf" is the case that used to look like "no visible key" and left the row to
+ * whatever the scratch held. */
+
+/* Sets element i of a cache of type t to x (rounded to the cache's type). */
+static void cache_set(ember_type t, void *c, int64_t i, float x) {
+    if (t == EMBER_TYPE_F32) ((float *)c)[i] = x;
+    else if (t == EMBER_TYPE_F16) ((uint16_t *)c)[i] = ember_f32_to_f16(x);
+    else ((uint16_t *)c)[i] = ember_f32_to_bf16(x);
+}
+
+typedef enum { POISON_Q_NAN, POISON_Q_MINUS_INF, POISON_Q_PLUS_INF, POISON_K_NAN } poison;
+static const char *const poison_names[] = {"a NaN query", "scores all -inf", "scores +inf", "a NaN key"};
+
+/* Checks one attention output against the clean one: rows poisoned[t*n_head + h] all NaN, the others
+ * bit-identical. */
+static void check_poisoned(const char *what, const shape *sh, const float *clean, const float *out,
+                           const bool *poisoned) {
+    int bad_nan = 0, bad_other = 0;
+    for (int64_t r = 0; r < sh->n * sh->n_head; r++) {
+        const float *o = out + r * sh->hd, *c = clean + r * sh->hd;
+        if (poisoned[r]) {
+            for (int64_t d = 0; d < sh->hd; d++) bad_nan += !isnan(o[d]);
+        } else {
+            bad_other += memcmp(o, c, (size_t)sh->hd * sizeof(float)) != 0;
+        }
+    }
+    CHECK_MSG(bad_nan == 0 && bad_other == 0, "%s: %d values of poisoned rows not NaN, %d clean rows changed", what,
+              bad_nan, bad_other);
+}
+
+/* Poisons q (and the keys) for case pz; marks the rows that must come out NaN. */
+static void poison_inputs(int pz, const shape *sh, ember_type t, float *q, void *kc, bool *poisoned) {
+    const int64_t kvs = sh->n_head_kv * sh->hd, group = sh->n_head / sh->n_head_kv, n_ctx = sh->pos0 + sh->n;
+    const int64_t t0 = sh->n - 1, h0 = 1, g0 = h0 / group;
+    float *qrow = q + (t0 * sh->n_head + h0) * sh->hd;
+    if (pz == POISON_Q_NAN) qrow[3] = NAN;
+    if (pz == POISON_Q_MINUS_INF) qrow[0] = -INFINITY; /* key element 0 is positive: every score -inf */
+    if (pz == POISON_Q_PLUS_INF) qrow[0] = INFINITY;
+    if (pz != POISON_K_NAN) {
+        poisoned[t0 * sh->n_head + h0] = true;
+        return;
+    }
+    /* the key at the last position: only the last token sees it, with every query head of g0 */
+    cache_set(t, kc, (n_ctx - 1) * kvs + g0 * sh->hd + 2, NAN);
+    for (int64_t h = g0 * group; h < (g0 + 1) * group; h++) poisoned[t0 * sh->n_head + h] = true;
+}
+
+static void test_nonfinite_scores(void) {
+    const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
+    /* tiled prefill across a chunk boundary, a tiled decode, the split-by-chunk decode (1 KV head) */
+    const shape cases[] = {{"prefill", 4, 2, 16, 250, 20, 0},
+                           {"decode, tiled", 8, 4, 32, 300, 1, 0},
+                           {"decode, split by chunks", 8, 1, 16, 700, 1, 0}};
+    int runs = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (size_t ti = 0; ti < 3; ti++)
+            for (int pz = POISON_Q_NAN; pz <= POISON_K_NAN; pz++)
+                for (size_t k = 0; k < 3; k++) {
+                    const shape *sh = &cases[ci];
+                    const ember_type t = kv_types[ti];
+                    const int64_t n_ctx = sh->pos0 + sh->n, kvs = sh->n_head_kv * sh->hd, rows = sh->n * sh->n_head;
+                    const int64_t g0 = 1 / (sh->n_head / sh->n_head_kv);
+                    float *kf, *vf, *q = malloc((size_t)(rows * sh->hd) * sizeof(float));
+                    void *kc = random_cache(t, n_ctx * kvs, 3.0f, &kf), *vc = random_cache(t, n_ctx * kvs, 1.0f, &vf);
+                    for (int64_t i = 0; i < rows * sh->hd; i++) q[i] = uniform();
+                    for (int64_t j = 0; j < n_ctx; j++) cache_set(t, kc, j * kvs + g0 * sh->hd, 0.5f);
+                    float *clean = attend(sets[k], 1, sh, t, kc, vc, q, n_ctx);
+                    bool *poisoned = calloc((size_t)rows, sizeof(bool));
+                    poison_inputs(pz, sh, t, q, kc, poisoned);
+                    for (int th = 1; clean && th <= 3; th++) {
+                        float *o = attend(sets[k], th, sh, t, kc, vc, q, n_ctx);
+                        char what[160];
+                        snprintf(what, sizeof what, "%s, %s cache, %s, %s, %d threads", sh->what, type_name(t),
+                                 poison_names[pz], ember_kernels_name(sets[k]), th);
+                        check_poisoned(what, sh, clean, o, poisoned);
+                        runs++;
+                        free(o);
+                    }
+                    free(poisoned);
+                    free(clean);
+                    free(q);
+                    free(kc);
+                    free(vc);
+                    free(kf);
+                    free(vf);
+                }
+    printf("  non-finite scores: %d runs, poisoned rows NaN, the others unchanged\n", runs);
+}
+
 int main(void) {
     const ember_kernels sets[] = {EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
     for (size_t s = 0; s < 2; s++) {
@@ -278,5 +374,6 @@ int main(void) {
     }
     test_threaded();
     test_decode_equals_prefill();
+    test_nonfinite_scores();
     return ember_test_finish();
 }

@@ -558,7 +558,7 @@ static void test_nonfinite(void) {
     ember_gguf_writer_add_tensor(w, "blk.2.ffn_norm.weight", EMBER_TYPE_F32, 1, ne, norm);
     const char *nan_norm = finish(w, "nan-norm.gguf");
     nonfinite_case c = {.path = nan_norm, .hook_layer = -1};
-    expect("NaN in a norm weight", nonfinite_run, &c, EMBER_ERR_NONFINITE, nan_norm, "after_mlp of layer 2",
+    expect("NaN in a norm weight", nonfinite_run, &c, EMBER_ERR_NONFINITE, nan_norm, "mlp_activation of layer 2",
            "allow_nonfinite");
     c.allow = true;
     expect("NaN in a norm weight, allow_nonfinite", nonfinite_run, &c, EMBER_OK, NULL, "ran on; logits non-finite",

@@ -114,6 +114,11 @@ ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember
     if (st != EMBER_OK) return st;
     ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
     ember_trace_step(s->trace, "output", -1, EMBER_KOP_PRODUCT, &m->output, w->logits, 1, m->n_vocab);
+    /* Every logit the head computes must be finite: the softcap would turn an infinity into +-cap
+     * and a -inf would pass for a banned token (only after_logits hooks ban). This is the one pass
+     * over the row of the check (session.c), unless an after_logits hook may write the row. */
+    for (int64_t i = 0; !s->allow_nonfinite && s->head_bad < 0 && i < m->n_vocab; i++)
+        if (!isfinite(w->logits[i])) s->head_bad = i, s->head_bad_value = w->logits[i];
     if (m->softcap > 0.0f) { /* cap * tanh(logits / cap) */
         for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
         ember_trace_step(s->trace, "softcap", -1, EMBER_KOP_ENGINE, NULL, w->logits, 1, m->n_vocab);

@@ -131,6 +131,8 @@ struct ember_session {
     ember_phase phase; /* of the evaluation in progress */
     bool has_logits;
     bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
+    int64_t head_bad;     /* the first non-finite logit the LM head computed this evaluation, -1 if none */
+    float head_bad_value; /* its value, before any softcap or hook */
     bool all_logits;      /* the logits head also fills ws.all_logits for every evaluated row */
     int64_t n_all;        /* rows of ws.all_logits from the last evaluation (0: not asked) */
     ember_trace *trace;   /* the trace every evaluation writes to, NULL when off (trace.c) */

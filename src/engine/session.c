@@ -182,6 +182,7 @@ typedef struct {
     bool found;
     ember_stage stage;
     int64_t layer, row, col;
+    int64_t head; /* the attention head holding it on a per-head stage, else -1 */
     float value;
 } nonfinite_locator;
 
@@ -208,34 +209,49 @@ static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx
     lc->layer = ctx->layer_index;
     lc->row = bad / v->cols;
     lc->col = bad % v->cols;
+    lc->head = -1; /* attention_pattern: rows in n_heads blocks; attention_heads: columns */
+    if (v->n_heads > 0 && stage == EMBER_STAGE_ATTENTION_PATTERN) {
+        lc->head = lc->row / (v->rows / v->n_heads);
+        lc->row %= v->rows / v->n_heads; /* the query's token row within its head's block */
+    }
+    if (v->n_heads > 0 && stage == EMBER_STAGE_ATTENTION_HEADS) lc->head = lc->col / (v->cols / v->n_heads);
     lc->value = v->data[bad];
     return EMBER_ERR_NONFINITE; /* stops the pass here */
 }
 
 static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                    int64_t bad, ember_error *err) {
+                                    int64_t bad, float bad_value, ember_error *err) {
     const ember_model *m = s->model;
-    const float bad_value = s->ws.logits[bad];
     nonfinite_locator lc = {.user = hooks};
     ember_hooks all = {.user = &lc, .saes = hooks ? hooks->saes : NULL}; /* the same splices */
-    /* Every residual-stream point, and the points inside a layer's blocks where the experiment
-     * hooks them (so a hook that writes a NaN there is found there; the pattern buffer exists
-     * only then). */
+    /* Every stage but attention_pattern, which only where the experiment hooks it (its buffer
+     * exists only then): the per-head attention_heads view names the head a NaN query or key
+     * poisoned, mlp_activation the MLP's inside. These views are the engine's own buffers, so
+     * checking them changes nothing the pass computes. */
     for (int i = 0; i < EMBER_STAGE_COUNT; i++)
-        if (!ember_stage_inside_block((ember_stage)i) || (hooks && hooks->on_tensor[i])) all.on_tensor[i] = locate_hook;
+        if (i != EMBER_STAGE_ATTENTION_PATTERN || (hooks && hooks->on_tensor[i])) all.on_tensor[i] = locate_hook;
     ember_error pass_err = {0};
     ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
+    s->head_bad = -1;
     if (st == EMBER_OK) st = m->family->forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
-    char where[160];
-    if (!lc.found) snprintf(where, sizeof where, "a second pass did not reproduce it");
-    else if (lc.layer >= 0)
+    char where[192];
+    /* from a finite final hidden state, the head's own product made it (before softcap and hooks) */
+    const bool in_head = s->head_bad >= 0 && (!lc.found || lc.stage == EMBER_STAGE_AFTER_LOGITS);
+    if (in_head)
         snprintf(where, sizeof where,
-                 "first non-finite value at %s of layer %lld (0-based token row %lld, column %lld = %g)",
-                 ember_stage_name(lc.stage), (long long)lc.layer, (long long)lc.row, (long long)lc.col,
+                 "first non-finite value at the LM head's product, before after_logits (column %lld = %g)",
+                 (long long)s->head_bad, (double)s->head_bad_value);
+    else if (!lc.found) snprintf(where, sizeof where, "a second pass did not reproduce it");
+    else if (lc.layer >= 0) {
+        char head[32] = "";
+        if (lc.head >= 0) snprintf(head, sizeof head, ", head %lld", (long long)lc.head);
+        snprintf(where, sizeof where,
+                 "first non-finite value at %s of layer %lld%s (0-based token row %lld, column %lld = %g)",
+                 ember_stage_name(lc.stage), (long long)lc.layer, head, (long long)lc.row, (long long)lc.col,
                  (double)lc.value);
-    else
+    } else
         snprintf(where, sizeof where, "first non-finite value at %s (column %lld = %g)", ember_stage_name(lc.stage),
                  (long long)lc.col, (double)lc.value);
     return ember_error_set(err, EMBER_ERR_NONFINITE,
@@ -332,6 +348,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     }
     s->has_logits = false;
     s->n_all = 0;
+    s->head_bad = -1;
     s->phase = phase;
     if (s->trace) ember_trace_eval_start(s->trace, s, phase, n);
     st = forward_slices(s, ids, n, slice, hooks, err);
@@ -343,12 +360,19 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
         return changed.code;
     }
     if (st == EMBER_OK && !s->allow_nonfinite) {
-        int64_t bad = first_nonfinite(s->ws.logits, s->model->n_vocab);
+        /* the head checked what it computed (attention.c); what an after_logits hook wrote is
+         * checked here, where -inf is a banned token */
+        int64_t bad = s->head_bad;
+        float bad_value = s->head_bad_value;
+        if (bad < 0 && ember_hook_wants(hooks, EMBER_STAGE_AFTER_LOGITS)) {
+            bad = first_nonfinite(s->ws.logits, s->model->n_vocab);
+            if (bad >= 0) bad_value = s->ws.logits[bad];
+        }
         if (bad >= 0) {
             /* the locating pass repeats the evaluation: it is not a step of the run, so untraced */
             ember_trace *t = s->trace;
             s->trace = NULL;
-            st = nonfinite_error(s, ids, n, hooks, bad, err);
+            st = nonfinite_error(s, ids, n, hooks, bad, bad_value, err);
             s->trace = t;
         }
     }

@@ -481,7 +481,7 @@ EMBER_AI void chunk_block(load16_fn load, load1_fn load1, size_t esize, int R, c
             er[j] = ember_s_exp(er[j] - mx);
             sum += er[j];
         }
-        m[r0 + r] = mx;
+        m[r0 + r] = ember_attn_partial_max(mx, sum);
         l[r0 + r] = sum;
     }
     /* the weighted sums: value vectors loaded once for the block's rows */

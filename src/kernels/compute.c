@@ -341,10 +341,24 @@ int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_h
     return (int64_t)n_threads * attn_thread_floats(hd_max) + n_head * chunks * (hd_max + 2);
 }
 
+/* A row's running fold before its first chunk: M = -inf, L = 0, A = 0. A row no chunk reaches
+ * then comes out as 0 / 0 = NaN, never as whatever the scratch held. */
+static void attn_fold_init(float *M, float *L, float *A, int64_t hd) {
+    *M = -INFINITY;
+    *L = 0.0f;
+    memset(A, 0, (size_t)hd * sizeof(float));
+}
+
 /* Folds one chunk's partial (mc, lc, ac) into a row's running (M, L, A). A chunk without visible
- * keys (mc = -inf) changes nothing; the first one is taken as it is. */
+ * keys (mc = -inf) changes nothing; the first one is taken as it is. A non-finite chunk (mc = NaN,
+ * kernels.h) makes the row NaN for good: NaN propagates, it is never skipped as "no keys". */
 static void attn_fold(float *M, float *L, float *A, float mc, float lc, const float *ac, int64_t hd) {
     if (mc == -INFINITY) return;
+    if (isnan(mc) || isnan(*M)) {
+        *M = *L = NAN;
+        for (int64_t d = 0; d < hd; d++) A[d] = NAN;
+        return;
+    }
     if (*M == -INFINITY) {
         *M = mc;
         *L = lc;
@@ -412,7 +426,7 @@ static void attn_tiled_items(void *arg, int64_t begin, int64_t end, int tid) {
         attn_rows_of(j, g, rg, t0, nt, &rows);
         int64_t lo = rows.lo[0], hi = 0;
         for (int r = 0; r < rows.n_rows; r++) {
-            M[r] = -INFINITY;
+            attn_fold_init(&M[r], &L[r], A + r * hd, hd);
             if (rows.lo[r] < lo) lo = rows.lo[r];
             if (rows.hi[r] > hi) hi = rows.hi[r];
         }
@@ -444,6 +458,10 @@ static void attn_split_items(void *arg, int64_t begin, int64_t end, int tid) {
         for (int r = 0; r < rows.n_rows; r++) {
             const int64_t h = g * j->group + rg * j->heads + r;
             float *slot = j->part + (h * j->n_chunks + c) * (hd + 2);
+            if (m[r] == -INFINITY) { /* no visible key: l and acc were not written */
+                attn_fold_init(&slot[0], &slot[1], slot + 2, hd);
+                continue;
+            }
             slot[0] = m[r];
             slot[1] = l[r];
             memcpy(slot + 2, acc + r * hd, (size_t)hd * sizeof(float));
@@ -457,7 +475,7 @@ static void attn_split_fold(void *arg, int64_t begin, int64_t end, int tid) {
     const int64_t hd = a->hd;
     float *M = a->scratch + (int64_t)tid * attn_thread_floats(hd), *L = M + 1, *A = L + 1;
     for (int64_t h = begin; h < end; h++) {
-        *M = -INFINITY;
+        attn_fold_init(M, L, A, hd);
         for (int64_t c = j->c_first; c < j->c_first + j->c_count; c++) {
             const float *slot = j->part + (h * j->n_chunks + c) * (hd + 2);
             attn_fold(M, L, A, slot[0], slot[1], slot + 2, hd);

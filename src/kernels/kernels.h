@@ -18,6 +18,8 @@
 #include "threads.h"
 #include "types.h"
 
+#include <math.h>
+
 /* A weight matrix used in place from the mapping: n_out rows of n_in values, row-major. */
 typedef struct {
     ember_type type;
@@ -99,10 +101,19 @@ typedef struct {
 
 /* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale, m[r] = max s_j,
  * e_j = exp(s_j - m[r]), l[r] = sum e_j and acc[r*hd + d] = sum e_j v_j[d]. A row with no visible
- * key in the chunk gets m[r] = -INFINITY (its l and acc are then meaningless). scores: (EMBER_ATTN_MAX_ROWS,
- * EMBER_ATTN_CHUNK) scratch. k1 - k0 <= EMBER_ATTN_CHUNK. */
+ * key in the chunk gets m[r] = -INFINITY (its l and acc are then meaningless). A row whose scores
+ * hold a NaN, or whose maximum is not finite (+inf, or every score -inf: softmax is undefined),
+ * gets m[r] = NaN (ember_attn_partial_max), and the fold makes that row's output NaN, so the
+ * evaluation's non-finite check sees it. scores: (EMBER_ATTN_MAX_ROWS, EMBER_ATTN_CHUNK) scratch.
+ * k1 - k0 <= EMBER_ATTN_CHUNK. */
 typedef void (*ember_attn_chunk_fn)(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
                                     float *acc);
+
+/* The m[r] a chunk kernel reports for a row with visible keys, from the maximum mx of its scores and
+ * the sum of their exp(s_j - mx): mx when both are usable, else NaN. A NaN score is found through
+ * the sum (every set's exp passes NaN through, so e_j and the sum are NaN), which costs nothing in
+ * the loops; a maximum that is not finite is non-finite itself. The one rule of every kernel set. */
+static inline float ember_attn_partial_max(float mx, float sum) { return isfinite(mx) && !isnan(sum) ? mx : NAN; }
 
 typedef struct {
     const char *name;

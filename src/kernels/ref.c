@@ -149,7 +149,7 @@ static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, flo
             sum += e;
             for (int64_t d = 0; d < a->hd; d++) out[d] += e * kv_value(a->kv_type, vj, d);
         }
-        m[r] = mx;
+        m[r] = ember_attn_partial_max(mx, sum);
         l[r] = sum;
     }
 }

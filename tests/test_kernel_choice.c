@@ -116,6 +116,17 @@ static void test_sizes(void) {
     CHECK(!ember_type_nbytes(EMBER_TYPE_F32, INT64_MAX, &b)); /* 4 * INT64_MAX bytes overflow */
     CHECK(!ember_type_nbytes((ember_type)16, 32, &b));        /* iq2_xxs: named, no traits */
     CHECK(ember_type_row_size(EMBER_TYPE_F16, 10) == 20 && ember_type_row_size(EMBER_TYPE_Q8_0, 31) == 0);
+    /* the one shape product: checked against the limit before multiplying, never wrapping */
+    int64_t n = -1;
+    const int64_t big[2] = {(int64_t)1 << 32, (int64_t)1 << 32}, fits[3] = {3, 5, 7}, neg[2] = {4, -1};
+    CHECK(!ember_shape_count(big, 2, INT64_MAX, &n) && n == -1); /* 2^64 wraps to 0 in int64 arithmetic */
+    CHECK(ember_shape_count(fits, 3, 105, &n) && n == 105 && !ember_shape_count(fits, 3, 104, &n));
+    CHECK(!ember_shape_count(neg, 2, INT64_MAX, &n));
+    CHECK(ember_shape_count(big, 1, (int64_t)1 << 32, &n) && n == (int64_t)1 << 32);
+    const int64_t edge[2] = {INT64_MAX, 1}, zero[3] = {(int64_t)1 << 62, 0, (int64_t)1 << 62};
+    CHECK(ember_shape_count(edge, 2, INT64_MAX, &n) && n == INT64_MAX);
+    CHECK(ember_shape_count(zero, 3, 10, &n) && n == 0);
+    CHECK(ember_shape_count(fits, 0, 1, &n) && n == 1 && !ember_shape_count(fits, 0, 0, &n));
     CHECK(strcmp(ember_type_name(EMBER_TYPE_Q4_K), "q4_K") == 0 && strcmp(ember_type_name(16), "iq2_xxs") == 0 &&
           strcmp(ember_type_name(1000), "unknown") == 0);
     CHECK(ember_type_traits_get(1000) == NULL && ember_type_traits_get(EMBER_TYPE_COUNT) == NULL);

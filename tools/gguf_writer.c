@@ -337,14 +337,12 @@ static ember_status check_tensor(ember_gguf_writer *w, const char *name, uint32_
     if (find_tensor(w, name)) return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' added twice", name);
     if (n_dims < 1 || n_dims > 4)
         return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' has %u dims (1..4 allowed)", name, n_dims);
-    int64_t total = 1;
-    for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] < 1 || ne[d] > INT64_MAX / total)
+    for (uint32_t d = 0; d < n_dims; d++)
+        if (ne[d] < 1)
             return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' dim %u = %lld is out of range", name, d,
                           (long long)ne[d]);
-        total *= ne[d];
-    }
-    *n_elements = total;
+    if (!ember_shape_count(ne, (int)n_dims, INT64_MAX, n_elements))
+        return record(w, EMBER_ERR_ARG, "gguf writer: tensor '%s' has more than 2^63-1 elements", name);
     return EMBER_OK;
 }
 

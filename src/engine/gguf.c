@@ -262,11 +262,8 @@ static ember_status read_tensor_info(reader *r, gguf_tensor *t) {
         return ember_error_set(r->err, EMBER_ERR_FORMAT,
                                "%s: tensor '%s': row length %lld is not a multiple of the %s block size", r->path, q,
                                (long long)t->ne[0], ember_type_name(type));
-    int64_t n_elements = 1;
-    bool overflow = false;
-    for (int d = 0; d < GGUF_MAX_DIMS; d++)
-        overflow = overflow || __builtin_mul_overflow(n_elements, t->ne[d], &n_elements);
-    if (overflow || !ember_type_nbytes(t->type, n_elements, &t->size))
+    if (!ember_shape_count(t->ne, GGUF_MAX_DIMS, INT64_MAX, &t->n_elements) ||
+        !ember_type_nbytes(t->type, t->n_elements, &t->size))
         return ember_error_set(r->err, EMBER_ERR_FORMAT,
                                "%s: tensor '%s' has dimensions [%lld, %lld, %lld, %lld] whose size as %s overflows",
                                r->path, q, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],

@@ -74,7 +74,8 @@ typedef struct {
 typedef struct {
     char *name; /* NUL-terminated copy */
     uint32_t n_dims;
-    int64_t ne[4]; /* ne[0] fastest; unused dims are 1 */
+    int64_t ne[4];      /* ne[0] fastest; unused dims are 1 */
+    int64_t n_elements; /* ne[0] x .. x ne[3], checked (ember_shape_count) */
     ember_type type;
     uint64_t offset;  /* relative to the data section */
     size_t size;      /* bytes */

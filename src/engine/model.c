@@ -58,7 +58,7 @@ ember_status hp_block_count(binder *b, int64_t *out) {
 }
 
 ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *out) {
-    if (__builtin_mul_overflow(x, y, out) || *out > ((int64_t)1 << 40))
+    if (!ember_shape_count((const int64_t[]){x, y}, 2, (int64_t)1 << 40, out))
         return bind_fail(b, EMBER_ERR_FORMAT, "%s = %lld x %lld is out of range", what, (long long)x, (long long)y);
     return EMBER_OK;
 }
@@ -90,7 +90,7 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
     *out = NULL;
     const gguf_tensor *t = ember_gguf_find_tensor(b->m->gguf, name);
     if (!t) return required ? bind_fail(b, EMBER_ERR_FORMAT, "missing tensor '%s'", name) : EMBER_OK;
-    int64_t count = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    const int64_t count = t->n_elements;
     if (count != n)
         return bind_fail(b, EMBER_ERR_FORMAT, "tensor '%s' has %lld values, expected %lld", name, (long long)count,
                          (long long)n);

@@ -25,7 +25,7 @@ ember_status ember_model_weight_shape(const ember_model *m, const char *name, in
                                name, name, m->gguf->path);
     /* dims[0] is the row width; every higher dimension counts rows (a vector is one row). */
     *n_in = t->ne[0];
-    *n_out = t->ne[1] * t->ne[2] * t->ne[3];
+    *n_out = t->n_elements / t->ne[0]; /* the reader checked the product; ne[0] >= 1 */
     return EMBER_OK;
 }
 

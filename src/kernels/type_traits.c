@@ -173,6 +173,23 @@ bool ember_type_nbytes(ember_type t, int64_t n_elements, size_t *out) {
     return true;
 }
 
+bool ember_shape_count(const int64_t *dims, int n, int64_t max_count, int64_t *out) {
+    bool empty = false; /* a zero dimension makes the product 0, whatever the others */
+    for (int i = 0; i < n; i++) {
+        if (dims[i] < 0) return false;
+        empty = empty || dims[i] == 0;
+    }
+    int64_t count = 1;
+    for (int i = 0; i < n && !empty; i++) {
+        if (count > max_count / dims[i]) return false; /* count * dims[i] > max_count */
+        count *= dims[i];
+    }
+    if (empty) count = 0;
+    if (count > max_count) return false; /* n = 0: the empty product 1 */
+    *out = count;
+    return true;
+}
+
 size_t ember_type_row_size(ember_type t, int64_t n) {
     size_t bytes;
     return ember_type_nbytes(t, n, &bytes) ? bytes : 0;

@@ -186,6 +186,11 @@ const char *ember_type_name(uint32_t type);
  * multiple of the block size, or the size does not fit a size_t. The one overflow-checked
  * conversion from element counts to bytes. */
 bool ember_type_nbytes(ember_type t, int64_t n_elements, size_t *out);
+/* The element count of a shape: the product of its n dimensions when every dimension is >= 0 and the
+ * product is at most max_count; false otherwise, and no product that could overflow is ever formed
+ * (2^32 x 2^32 is refused, it does not wrap to 0). The one shape product of ember's C: the GGUF
+ * reader, the hyper-parameters, the Lua tensors and the results the bindings make. */
+bool ember_shape_count(const int64_t *dims, int n, int64_t max_count, int64_t *out);
 /* Bytes of one row of n values; 0 when ember_type_nbytes fails. */
 size_t ember_type_row_size(ember_type t, int64_t n);
 

@@ -5,9 +5,6 @@
 #include "l_model.h"
 #include "l_tensor.h"
 
-/* Largest result either method makes (as ember.tensor()): 2^32 values. */
-#define MAX_ELEMENTS ((int64_t)1 << 32)
-
 /* model:unembed(t) -> Tensor [rows, n_vocab]: t is a [rows, hidden_size] Tensor or live view of
  * the residual stream before the final norm (inside a hook too: the view is read, not kept). */
 static int m_unembed(lua_State *L) {
@@ -19,7 +16,7 @@ static int m_unembed(lua_State *L) {
         return luaL_error(L, "unembed: expected a [rows, %I] residual (hidden_size %I), got [%I, %I]",
                           (lua_Integer)in->hidden_size, (lua_Integer)in->hidden_size, (lua_Integer)rows,
                           (lua_Integer)cols);
-    if (rows > MAX_ELEMENTS / in->n_vocab)
+    if (!ember_lua_shape_ok(rows, in->n_vocab))
         return luaL_error(L, "unembed: %I rows of %I logits exceed 2^32 values; unembed fewer rows at a time",
                           (lua_Integer)rows, (lua_Integer)in->n_vocab);
     ember_lua_tensor *out = ember_lua_push_tensor(L, rows, in->n_vocab); /* [model, t, out] */
@@ -36,7 +33,7 @@ static int m_weight(lua_State *L) {
     int64_t n_out, n_in;
     ember_error err = {0};
     if (ember_model_weight_shape(lm->m, name, &n_out, &n_in, &err) != EMBER_OK) return luaL_error(L, "%s", err.msg);
-    if (n_out > MAX_ELEMENTS / n_in)
+    if (!ember_lua_shape_ok(n_out, n_in))
         return luaL_error(L, "weight: '%s' has [%I, %I] values, more than 2^32", name, (lua_Integer)n_out,
                           (lua_Integer)n_in);
     ember_lua_tensor *out = ember_lua_push_tensor(L, n_out, n_in); /* [model, name, out] */

@@ -13,9 +13,6 @@
 #error "bytes(), sha256() and fingerprint() assume the host stores f32 little-endian"
 #endif
 
-/* Largest tensor ember.tensor() makes: 2^32 values (16 GiB). Bigger is surely a mistake. */
-#define MAX_ELEMENTS ((int64_t)1 << 32)
-
 typedef ember_lua_ref tref;
 
 ember_lua_ref ember_lua_check_ref(lua_State *L, int i, const char *fname) {
@@ -149,7 +146,7 @@ static int64_t check_index(lua_State *L, int arg, int64_t n, const char *what) {
 }
 
 static void check_shape(lua_State *L, lua_Integer rows, lua_Integer cols, const char *fname) {
-    if (rows < 1 || cols < 1 || rows > MAX_ELEMENTS || cols > MAX_ELEMENTS || rows * cols > MAX_ELEMENTS)
+    if (!ember_lua_shape_ok(rows, cols))
         luaL_error(L, "bad argument to '%s' (shape [%I, %I] must have rows, cols >= 1 and at most 2^32 values)", fname,
                    rows, cols);
 }

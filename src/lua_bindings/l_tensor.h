@@ -70,6 +70,15 @@ ember_lua_ref ember_lua_check_dense(lua_State *L, int i, const char *fname);
  * root, same expiry; writes through it reach the engine and mark the run modified. */
 void ember_lua_push_subview(lua_State *L, int idx, const ember_lua_ref *t, float *data, int64_t rows, int64_t cols);
 
+/* The largest tensor the bindings make: 2^32 values (16 GiB). Bigger is surely a mistake. */
+#define EMBER_LUA_MAX_ELEMENTS ((int64_t)1 << 32)
+/* Whether [rows, cols] is a tensor the bindings may make: both >= 1, at most EMBER_LUA_MAX_ELEMENTS
+ * values (through ember_shape_count, so [2^32, 2^32] is refused instead of wrapping to 0). */
+static inline bool ember_lua_shape_ok(int64_t rows, int64_t cols) {
+    int64_t n;
+    return rows >= 1 && cols >= 1 && ember_shape_count((const int64_t[]){rows, cols}, 2, EMBER_LUA_MAX_ELEMENTS, &n);
+}
+
 void ember_lua_open_tensor(lua_State *L, int module);
 /* Pushes a new owned tensor with uninitialised values (rows, cols >= 1, checked by the caller). */
 ember_lua_tensor *ember_lua_push_tensor(lua_State *L, int64_t rows, int64_t cols);

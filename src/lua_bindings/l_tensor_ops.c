@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The same ceiling as ember.tensor(): 2^32 values (16 GiB). */
-#define MAX_ELEMENTS ((int64_t)1 << 32)
-
 /* A read-only look at either type (l_tensor.h). */
 typedef ember_lua_ref cref;
 
@@ -29,7 +26,7 @@ static const char *shape_str(lua_State *L, int64_t rows, int64_t cols) {
 
 /* A new owned tensor for a result, after every check has passed. */
 static float *new_tensor(lua_State *L, int64_t rows, int64_t cols, const char *fname) {
-    if (rows < 1 || cols < 1 || rows > MAX_ELEMENTS / cols)
+    if (!ember_lua_shape_ok(rows, cols))
         luaL_error(L, "%s: a result of shape [%I, %I] is larger than 2^32 values", fname, (lua_Integer)rows,
                    (lua_Integer)cols);
     return ember_lua_push_tensor(L, rows, cols)->data;

@@ -47,7 +47,7 @@ function M.observer(cfg)
   local function record(list, sp, view, e, what)
     local shape = view:shape()
     spill_write(sp, view, what)
-    list[#list + 1] = { eval = e.eval, rows = shape[1], cols = shape[2], size = shape[1] * shape[2] * 4,
+    list[#list + 1] = { eval = e.eval, rows = shape[1], cols = shape[2], size = #view * 4,
       fingerprint = view:fingerprint() }
   end
   if cfg.layers then

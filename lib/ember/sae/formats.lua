@@ -17,6 +17,7 @@ local core = require("ember.core")
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local safetensors = require("ember.store.safetensors")
+local shapes = require("ember.store.shape")
 local f16_value = require("ember.store.vector_file").f16_value
 
 local M = {}
@@ -84,13 +85,9 @@ local function spec_tensor(content, e, name, what, fold_leading)
   if #s <= 2 then
     shape = { table.unpack(s) }
   elseif fold_leading then
-    local lead = 1
-    for i = 1, #s - 1 do lead = lead * s[i] end
-    shape = { lead, s[#s] }
+    shape = { shapes.check({ table.unpack(s, 1, #s - 1) }, nil, what .. ": tensor '" .. name .. "'"), s[#s] }
   else
-    local trail = 1
-    for i = 2, #s do trail = trail * s[i] end
-    shape = { s[1], trail }
+    shape = { s[1], shapes.check({ table.unpack(s, 2) }, nil, what .. ": tensor '" .. name .. "'") }
   end
   if #shape == 0 then shape = { 1 } end
   return { data = content, offset = e.offset, dtype = e.dtype, shape = shape }

@@ -10,6 +10,7 @@ local fs = require("ember.store.fs")
 local safetensors = require("ember.store.safetensors")
 local selectors = require("ember.run.selectors")
 local core = require("ember.core")
+local shapes = require("ember.store.shape")
 
 local M = {}
 
@@ -85,6 +86,8 @@ local function check_record_fields(r, where)
     or shape[1] < 1 or shape[2] < 1 then
     error(where .. ": shape must be [rows, cols] of positive integers", 0)
   end
+  -- at most what an ember.Tensor holds; the product never wraps ([2^32, 2^32] is not 0 values)
+  return shapes.check(shape, shapes.MAX_TENSOR_VALUES, where)
 end
 
 -- check_record_fields(r, where): the record checks of the reader (stage, layer, phase,
@@ -141,11 +144,11 @@ function M.write(dir, sections, records)
   local tensors, index = {}, json.array()
   for i, r in ipairs(records) do
     local rw = where .. " record " .. (i - 1)
-    check_record_fields(r, rw)
+    local count = check_record_fields(r, rw)
     local data = r.data
     if data == nil and r.tensor ~= nil then data = r.tensor:bytes() end
-    if type(data) ~= "string" or #data ~= r.shape[1] * r.shape[2] * 4 then
-      error(rw .. ": data must be " .. (r.shape[1] * r.shape[2] * 4) .. " bytes of f32", 0)
+    if type(data) ~= "string" or #data ~= count * 4 then
+      error(rw .. ": data must be " .. (count * 4) .. " bytes of f32", 0)
     end
     local digest = sha256(data)
     if r.sha256 and r.sha256 ~= digest then

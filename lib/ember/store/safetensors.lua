@@ -10,6 +10,7 @@
 -- dtypes so that a file from elsewhere gives a clear "unsupported dtype" later, not a parse error.
 
 local json = require("ember.store.json")
+local shapes = require("ember.store.shape")
 
 local M = {}
 
@@ -31,8 +32,7 @@ function M.header(tensors, metadata)
       "safetensors: tensor " .. i .. " needs a name")
     assert(not seen[t.name], "safetensors: duplicate tensor name '" .. t.name .. "'")
     seen[t.name] = true
-    local n = 1
-    for _, d in ipairs(t.shape) do n = n * d end
+    local n = shapes.check(t.shape, t.size // 4, "safetensors: tensor '" .. t.name .. "'")
     assert(t.size == n * 4, string.format("safetensors: tensor '%s' has %d bytes, shape needs %d",
       t.name, t.size, n * 4))
     header_keys[#header_keys + 1] = t.name
@@ -96,16 +96,17 @@ function M.decode(content, what, opts)
       local size = DTYPE_SIZE[e.dtype]
       if not size then fail(what, "tensor '%s' has unknown dtype '%s'", name, tostring(e.dtype)) end
       if type(e.shape) ~= "table" then fail(what, "tensor '%s' has no shape", name) end
-      local count = 1
       for i, d in ipairs(e.shape) do
         if math.type(d) ~= "integer" or d < 0 then fail(what, "tensor '%s' dimension %d is invalid", name, i) end
-        count = count * d
       end
       local off = e.data_offsets
       if type(off) ~= "table" or math.type(off[1]) ~= "integer" or math.type(off[2]) ~= "integer"
         or off[1] < 0 or off[2] < off[1] or off[2] > data_len then
         fail(what, "tensor '%s' has data_offsets outside the %d-byte buffer", name, data_len)
       end
+      -- the count bounded by the bytes the tensor spans, so no product can wrap (2^32 x 2^32 is not 0)
+      local count, why = shapes.count(e.shape, (off[2] - off[1]) // size)
+      if not count then fail(what, "tensor '%s' shape %s (it spans %d bytes)", name, why, off[2] - off[1]) end
       if off[2] - off[1] ~= count * size then
         fail(what, "tensor '%s' spans %d bytes but shape and dtype need %d", name, off[2] - off[1], count * size)
       end

@@ -67,19 +67,25 @@ function M.parse_npy(s, what, base, len)
     if not d then
       if item:match("%S") then error(string.format("%s: bad shape '(%s)' in the .npy header", what, shape_s), 0) end
     else
-      shape[#shape + 1] = math.tointeger(tonumber(d))
+      local v = math.tointeger(tonumber(d))
+      if not v then error(string.format("%s: dimension %s in shape (%s) is out of range", what, d, shape_s), 0) end
+      shape[#shape + 1] = v
     end
   end
   if #shape < 1 or #shape > 2 then
     error(string.format("%s: shape (%s) is not a vector or a matrix (1 or 2 dimensions)", what, shape_s), 0)
   end
-  local n = 1
   for _, d in ipairs(shape) do
     if d < 1 then error(string.format("%s: shape (%s) is empty", what, shape_s), 0) end
-    n = n * d
   end
   local size = descr == "<f4" and 4 or 2
   local offset = pos + hlen
+  -- bounded by the bytes the file holds, so no product can wrap (2^32 x 2^32 is not 0)
+  local n = require("ember.store.shape").count(shape, (last - offset + 1) // size)
+  if not n then
+    error(string.format("%s: shape (%s) of %s needs more than the %d data bytes the file holds", what, shape_s,
+      descr, last - offset + 1), 0)
+  end
   if last - offset + 1 ~= n * size then
     error(string.format("%s: holds %d data bytes, shape (%s) of %s needs %d", what, last - offset + 1, shape_s,
       descr, n * size), 0)

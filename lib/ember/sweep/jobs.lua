@@ -36,8 +36,8 @@ local function cells_in(dir)
   f:close()
   local ok, doc = pcall(json.decode, text)
   if not ok or type(doc) ~= "table" or type(doc.cells) ~= "table" then return 0, nil end
-  local shape = doc.grid and doc.grid.shape
-  return #doc.cells, shape and shape[1] * shape[2] * shape[3]
+  local counted, total = pcall(store.grid_cells, type(doc.grid) == "table" and doc.grid or {}, dir)
+  return #doc.cells, counted and total or nil
 end
 
 -- run{ args = shard flags (no --out/--jobs), out, jobs, progress, stderr } -> merge result

@@ -37,8 +37,7 @@ end
 
 -- cells_of_shard(doc, k, n) -> how many of the grid's cells shard k of n computes
 local function cells_of_shard(doc, k, n)
-  local shape = doc.grid.shape
-  local total = shape[1] * shape[2] * shape[3]
+  local total = store.grid_cells(doc.grid, "sweep merge")
   return math.max(0, (total - 1 - k) // n + 1)
 end
 
@@ -125,8 +124,7 @@ function M.merge(out, dirs)
       dir = s.dir, shard = string.format("%d/%d", k, count), cells = #s.cells, threads = s.manifest.execution.threads,
       manifest_sha256 = core.sha256(fs.read(fs.join(s.dir, store.MANIFEST))) })
   end
-  local shape = doc.grid.shape
-  doc.status = #cells == shape[1] * shape[2] * shape[3] and "complete" or "partial"
+  doc.status = #cells == store.grid_cells(doc.grid, "sweep merge") and "complete" or "partial"
   doc.plot = nil
   store.write(out, doc, cells)
   return { dir = out, manifest = doc, cells = cells }

@@ -10,6 +10,7 @@ local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local safetensors = require("ember.store.safetensors")
 local selectors = require("ember.run.selectors")
+local shapes = require("ember.store.shape")
 local sweep_metric = require("ember.sweep.metric")
 local token_label = require("ember.analysis.token_label")
 local core = require("ember.core")
@@ -20,6 +21,8 @@ M.SCHEMA = "ember.sweep"
 M.SCHEMA_VERSION = "1.0.0"
 M.MANIFEST = "manifest.json"
 M.GRID = "grid.safetensors"
+-- The most cells a grid may hold (stages x layers x positions): each cell is a run of the model.
+M.MAX_CELLS = 1 << 24
 
 local sha256 = core.sha256
 local function fail(msg, ...) error(string.format(msg, ...), 0) end
@@ -187,7 +190,7 @@ end
 -- positions] f32 (NaN where a cell is not in this artifact; certified is 1 or 0).
 function M.grid_blob(doc, cells)
   local shape = doc.grid.shape
-  local n = shape[1] * shape[2] * shape[3]
+  local n = shapes.check(shape, M.MAX_CELLS, "sweep grid")
   local by = {}
   for _, c in ipairs(cells) do by[c.index] = c end
   local parts = { metric = {}, recovered = {}, certified = {} }
@@ -313,6 +316,21 @@ local function check_text(doc, where)
   end
 end
 
+-- grid_cells(grid, where) -> the cells of grid.shape: three counts, the lengths of grid.stages,
+-- grid.layers and grid.positions, at most MAX_CELLS in all; raises naming `where` otherwise.
+function M.grid_cells(grid, where)
+  local shape = grid.shape
+  if type(shape) ~= "table" or #shape ~= 3 then fail("%s: grid.shape must be [stages, layers, positions]", where) end
+  local n = shapes.check(shape, M.MAX_CELLS, where .. ": grid")
+  for i, list in ipairs({ "stages", "layers", "positions" }) do
+    if type(grid[list]) ~= "table" or #grid[list] ~= shape[i] then
+      fail("%s: grid.shape[%d] = %s, but grid.%s lists %s", where, i - 1, tostring(shape[i]), list,
+        type(grid[list]) == "table" and #grid[list] or "nothing")
+    end
+  end
+  return n
+end
+
 -- read(dir [, opts]) -> { dir, manifest, cells }. Verifies the schema, the cells (fields, indices
 -- inside the grid, no duplicates) and, for a complete sweep, the grid file's sha256.
 function M.read(dir, opts)
@@ -331,8 +349,7 @@ function M.read(dir, opts)
     if type(doc[k]) ~= "table" then fail("%s: missing or invalid '%s'", where, k) end
   end
   check_text(doc, where)
-  local shape = doc.grid.shape
-  local n = shape[1] * shape[2] * shape[3]
+  local n = M.grid_cells(doc.grid, where)
   local cells, seen = {}, {}
   for i, c in ipairs(doc.cells) do
     local cw = string.format("%s: cell %d", where, i - 1)

@@ -119,3 +119,23 @@ describe("core.STAGES", function()
     m:close()
   end)
 end)
+
+describe("core.KERNEL_SETS", function()
+  it("lists the sets of core.kernel_sets with the CPU features each requires", function()
+    local cpu = core.cpu()
+    assert.equal(#core.kernel_sets, #core.KERNEL_SETS)
+    local best
+    for i, row in ipairs(core.KERNEL_SETS) do
+      assert.equal(core.kernel_sets[i], row.name)
+      assert.equal(row, core.KERNEL_SETS[row.name])
+      local runs = true
+      for _, f in ipairs(row.requires) do
+        assert.equal("boolean", type(cpu[f]), row.name .. " requires '" .. f .. "', which ember.cpu() does not report")
+        runs = runs and cpu[f]
+      end
+      if row.name ~= "auto" and runs then best = row.name end -- the sets are in order of preference
+    end
+    assert.are.same({}, core.KERNEL_SETS.reference.requires)
+    assert.equal(best, cpu.kernels) -- the set auto picks is the last one this CPU has every feature of
+  end)
+end)

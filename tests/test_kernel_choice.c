@@ -1,5 +1,5 @@
 /* test_kernel_choice.c — the one rule for which kernel sets a CPU runs (cpu.h) on simulated CPU
- * features, the strict EMBER_KERNELS parser, and the traits table's size arithmetic. The
+ * features, the strict EMBER_KERNELS parser, the feature table and the traits table's sizes. The
  * expectations are written out by hand from the sets' compile flags (CMakeLists.txt). */
 #include "kernels.h"
 #include "test_support.h"
@@ -165,7 +165,41 @@ static void test_unsupported_product(void) {
     }
 }
 
+/* The feature table: its names, in the order of ember_cpu_features' fields, each read from its own
+ * field; the sets' requirements as their compile flags say (CMakeLists.txt). */
+static void test_feature_table(void) {
+    static const char *const names[] = {"avx2",     "fma",      "f16c",       "avx512f",
+                                        "avx512bw", "avx512vl", "avx512vnni", "avx512bf16"};
+    const int n = (int)(sizeof names / sizeof names[0]);
+    CHECK(ember_cpu_feature_count() == n && ember_cpu_feature_name(n) == NULL && ember_cpu_feature_name(-1) == NULL);
+    for (int i = 0; i < n && i < ember_cpu_feature_count(); i++) {
+        CHECK_MSG(strcmp(ember_cpu_feature_name(i), names[i]) == 0, "feature %d is '%s'", i, ember_cpu_feature_name(i));
+        ember_cpu_features one;
+        memset(&one, 0, sizeof one);
+        ((bool *)&one)[i] = true; /* the struct is one bool per feature, in table order */
+        for (int j = 0; j < n; j++)
+            CHECK_MSG(ember_cpu_feature_on(&one, j) == (i == j), "%s read as %s", names[i], names[j]);
+    }
+    static const char *const avx2[] = {"avx2", "fma", "f16c", NULL};
+    static const char *const avx512[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni", NULL};
+    const struct {
+        ember_kernels k;
+        const char *const *needs;
+    } sets[] = {{EMBER_KERNELS_AUTO, NULL},
+                {EMBER_KERNELS_REFERENCE, NULL},
+                {EMBER_KERNELS_AVX2, avx2},
+                {EMBER_KERNELS_AVX512, avx512}};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
+        for (int i = 0; i < n; i++) {
+            bool want = false;
+            for (const char *const *f = sets[s].needs; f && *f; f++) want = want || strcmp(*f, names[i]) == 0;
+            CHECK_MSG(ember_kernels_requires(sets[s].k, i) == want, "%s requires %s: %d", ember_kernels_name(sets[s].k),
+                      names[i], !want);
+        }
+}
+
 int main(void) {
+    test_feature_table();
     test_unsupported_product();
     test_best();
     test_env();

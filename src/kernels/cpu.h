@@ -21,9 +21,17 @@ typedef enum {
  * (`--kernels`, EMBER_KERNELS, ember.kernel_sets). */
 #define EMBER_KERNELS_COUNT (EMBER_KERNELS_AVX512 + 1)
 
+/* One flag per row of the CPU feature table (dispatch.c), in its order. */
 typedef struct {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
 } ember_cpu_features;
+
+/* The feature table: how many features ember detects, feature i's name ("avx2", ...; NULL outside
+ * 0..count-1), and whether f has it. The one list of feature names: EMBER_CPU_FEATURES, ember.cpu()
+ * and the kernel sets' requirements read it. */
+int ember_cpu_feature_count(void);
+const char *ember_cpu_feature_name(int i);
+bool ember_cpu_feature_on(const ember_cpu_features *f, int i);
 
 /* The features of this CPU and OS (CPUID plus XCR0). For tests, EMBER_CPU_FEATURES (a comma list
  * of the field names, or "none") replaces the detected set by its intersection with it: a test
@@ -36,6 +44,8 @@ bool ember_kernels_parse(const char *s, ember_kernels *out);
  * an EMBER_ERR_ARG error naming the variable. The one place the variable is read. */
 ember_status ember_kernels_env(ember_kernels *out, ember_error *err);
 
+/* Whether set k needs feature i (its file is compiled for it; auto and reference need none). */
+bool ember_kernels_requires(ember_kernels k, int feature);
 /* Whether features f can run set k (auto and reference: always). */
 bool ember_kernels_supported_for(ember_kernels k, const ember_cpu_features *f);
 bool ember_kernels_supported(ember_kernels k); /* on this CPU */

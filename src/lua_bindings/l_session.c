@@ -41,14 +41,19 @@ ember_lua_session *ember_lua_new_session(lua_State *L, int model_idx, int64_t n_
     return ls;
 }
 
-/* An open session that is not in the middle of an evaluation. */
+/* Raises when the session is in the middle of an evaluation (a hook or callback re-entering it). */
+static void refuse_busy(lua_State *L, const ember_lua_session *ls, const char *fname) {
+    if (ls->busy)
+        luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)",
+                   fname);
+}
+
+/* An open session of an open model that is not in the middle of an evaluation. */
 static ember_lua_session *check_session(lua_State *L, int i, const char *fname) {
     ember_lua_session *ls = luaL_checkudata(L, i, EMBER_LUA_SESSION);
     if (!ls->s) luaL_error(L, SESSION_CLOSED_MSG);
     if (ls->model->closed) luaL_error(L, "%s: attempt to use a session of a closed model", fname);
-    if (ls->busy)
-        luaL_error(L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)",
-                   fname);
+    refuse_busy(L, ls, fname);
     return ls;
 }
 
@@ -87,6 +92,34 @@ static void push_logits(lua_State *L, const ember_session *s, int64_t n_vocab) {
     }
     ember_lua_tensor *t = ember_lua_push_tensor(L, 1, n_vocab);
     memcpy(t->data, logits, (size_t)n_vocab * sizeof(float));
+}
+
+/* ---- the evaluation frame ---------------------------------------------------------------------- */
+
+/* What every evaluation (s:prefill, s:decode, core.internal.evaluate) is framed by, set in one
+ * place: the session busy (a hook or callback that re-enters it gets the busy error), the Lua
+ * thread L published as the one running engine work (ember_lua_running: Ctrl-C arms its hook on
+ * that thread, which may be a coroutine, so the interrupt is raised there as soon as it runs Lua
+ * again), and the evaluation's own time. */
+typedef struct {
+    lua_State *outer; /* ember_lua_running before the frame (an outer evaluation's thread, or NULL) */
+    double t0;
+} eval_frame;
+
+static void eval_begin(lua_State *L, ember_lua_session *ls, eval_frame *f) {
+    ls->busy = true;
+    f->outer = ember_lua_running;
+    ember_lua_running = L;
+    f->t0 = ember_lua_now_ms();
+}
+
+/* Ends the frame; returns the evaluation's milliseconds. (A Ctrl-C meanwhile armed L's hook: it
+ * fires once L runs Lua.) */
+static double eval_end(ember_lua_session *ls, const eval_frame *f) {
+    const double ms = ember_lua_now_ms() - f->t0;
+    ember_lua_running = f->outer;
+    ls->busy = false;
+    return ms;
 }
 
 /* Raises for a failed evaluation: the experiment's own message when a hook failed. */
@@ -203,11 +236,12 @@ static int s_prefill(lua_State *L) {
     ember_lua_runner *r = eval_runner(L, ls, 3, "prefill", n);
     bool all = want_all_logits(L, 3);
     ember_error err = {0};
-    ls->busy = true;
+    eval_frame f;
+    eval_begin(L, ls, &f);
     ember_session_set_all_logits(ls->s, all);
     ember_status st = ember_session_prefill(ls->s, ids, n, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
     ember_session_set_all_logits(ls->s, false);
-    ls->busy = false;
+    eval_end(ls, &f);
     if (st != EMBER_OK) return eval_error(L, r, "prefill", &err);
     if (all) push_all_logits(L, ls->s, n_vocab);
     else push_logits(L, ls->s, n_vocab);
@@ -226,9 +260,10 @@ static int s_decode(lua_State *L) {
                           (lua_Integer)n_vocab - 1);
     ember_lua_runner *r = eval_runner(L, ls, 3, "decode", 0);
     ember_error err = {0};
-    ls->busy = true;
+    eval_frame f;
+    eval_begin(L, ls, &f);
     ember_status st = ember_session_decode(ls->s, (int32_t)id, r ? ember_lua_runner_hooks(L, r) : NULL, &err);
-    ls->busy = false;
+    eval_end(ls, &f);
     if (st != EMBER_OK) return eval_error(L, r, "decode", &err);
     push_logits(L, ls->s, n_vocab);
     return 1;
@@ -335,40 +370,29 @@ static int l_evaluate(lua_State *L) {
     const char *fname = luaL_checkstring(L, 5);
     ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
     if (!ls->s) return luaL_error(L, SESSION_CLOSED_MSG);
-    if (ls->busy)
-        return luaL_error(
-            L, "%s: the session is busy (a hook or callback cannot re-enter the session it is running in)", fname);
+    refuse_busy(L, ls, fname);
     ember_lua_runner *r = lua_isnil(L, 3) ? NULL : ember_lua_check_runner(L, 3);
     ember_sampler *smp = lua_isnil(L, 4) ? NULL : ember_lua_check_sampler(L, 4, NULL);
     const int64_t n_vocab = ember_model_get_info(ember_session_model(ls->s))->n_vocab;
     const ember_hooks *hooks = r ? ember_lua_runner_hooks(L, r) : NULL;
     ember_error err = {0};
     ember_status st;
-    double t0;
-    lua_State *running;
+    eval_frame f;
     if (lua_type(L, 2) == LUA_TNUMBER) {
         int isint;
         lua_Integer id = lua_tointegerx(L, 2, &isint);
         if (!isint || id < 0 || id >= n_vocab)
             return luaL_error(L, "bad argument to '%s' (token id %s is outside the vocabulary 0..%I)", fname,
                               luaL_tolstring(L, 2, NULL), (lua_Integer)n_vocab - 1);
-        ls->busy = true;
-        running = ember_lua_running;
-        ember_lua_running = L;
-        t0 = ember_lua_now_ms();
+        eval_begin(L, ls, &f);
         st = ember_session_decode(ls->s, (int32_t)id, hooks, &err);
     } else {
         int64_t n;
         int32_t *ids = read_ids(L, 2, n_vocab, fname, "ids", &n);
-        ls->busy = true;
-        running = ember_lua_running;
-        ember_lua_running = L;
-        t0 = ember_lua_now_ms();
+        eval_begin(L, ls, &f);
         st = ember_session_prefill(ls->s, ids, n, hooks, &err);
     }
-    double ms = ember_lua_now_ms() - t0;
-    ember_lua_running = running; /* (a Ctrl-C meanwhile armed L's hook: it fires once L runs Lua) */
-    ls->busy = false;
+    const double ms = eval_end(ls, &f);
     if (st != EMBER_OK) {
         if (r && ember_lua_runner_failed(r)) return ember_lua_runner_raise(L, r);
         /* no position: it would name generate.lua, not the code that asked for the generation */

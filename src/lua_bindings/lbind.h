@@ -1,4 +1,4 @@
-/* lbind.h — the helpers every file of the Lua module `ember.core` shares (lember.c): classes,
+/* lbind.h — the helpers every file of the Lua module `ember.core` shares (lbind.c): classes,
  * option tables, GC boxes, the clock, the interrupt flag. Declares no userdata of any one file:
  * each binding file has its own small header (l_tensor.h, l_model.h, ...) for what others use. */
 #ifndef EMBER_LBIND_H
@@ -26,6 +26,9 @@ extern lua_State *volatile ember_lua_running;
 
 /* The module's entry point (lember.c): preloaded by ember-lua, exported by ember/core.so. */
 LUAMOD_API int luaopen_ember_core(lua_State *L);
+/* Registers what the helpers below need in a Lua state (the box metatable) and their wrappers in
+ * core.internal (check_options, opt_int, opt_num) of the module table at `module` (lbind.c). */
+void ember_lua_open_helpers(lua_State *L, int module);
 
 /* Creates the metatable `tname` whose __index resolves, in order, `methods` (also kept as
  * mt.__methods so the REPL can complete them) and mt.__getters[key](self) (properties; Lua code

@@ -195,6 +195,42 @@ describe("ember.benchmark", function()
     assert.is_true(bench.peak_rss_kib() > 0)
   end)
 
+  it("reads the clock from cpufreq, else /proc/cpuinfo, and the FMA peak from the CPU's features", function()
+    local ghz, src = bench.cpu_clock_ghz("cpu MHz\t\t: 2445.404\n", "3500000\n")
+    assert.equal(3.5, ghz)
+    assert.matches("cpuinfo_max_freq", src, 1, true)
+    ghz, src = bench.cpu_clock_ghz("model name : X\ncpu MHz\t\t: 2445.404\ncpu MHz : 1000\n", false)
+    assert.near(2.445404, ghz, 1e-12)
+    assert.equal("/proc/cpuinfo cpu MHz", src)
+    ghz, src = bench.cpu_clock_ghz("", false)
+    assert.is_nil(ghz)
+    assert.matches("could not be read", src)
+    assert.equal(64, (bench.f32_flops_per_cycle({ avx512f = true, avx2 = true, fma = true })))
+    assert.equal(32, (bench.f32_flops_per_cycle({ avx2 = true, fma = true })))
+    assert.equal(8, (bench.f32_flops_per_cycle({ avx2 = true, fma = false })))
+  end)
+
+  it("bench/sae_bench.lua reports features/s and the share of the compute or bandwidth limit", function()
+    local build = (os.getenv("EMBER_BUILD") or "build")
+    if not io.open(build .. "/bench-engine", "rb") then return pending("missing " .. build .. "/bench-engine") end
+    local path = need_model()
+    if not path then return end
+    local p = io.popen(string.format("%s bench/sae_bench.lua --model %s --layer 1 --d-sae 128 --tokens 4 --repeat 1 "
+      .. "--membw-mib 8 --prefill 0 --ghz 2 --flops-per-cycle 16 --threads 1", H.shell_quote(build .. "/ember-lua"),
+      H.shell_quote(path)))
+    local r = cjson.decode(p:read("a"):match("\n(%{[^\n]*)\n$"))
+    p:close()
+    assert.equal(32, r.limits.peak_gflops) -- 1 core x 16 FLOP/cycle x 2 GHz
+    assert.is_true(r.limits.membw_gbs > 0 and r.peak_rss_mib > 0)
+    for _, e in ipairs(r.encode) do
+      assert.near(e.rows * 128, e.features_per_s * e.ms / 1e3, 1e-9 * e.rows * 128)
+      assert.near(e.gflops / 32, e.compute_share, 1e-12)
+      assert.near(e.weight_gbs / r.limits.membw_gbs, e.bandwidth_share, 1e-12)
+      assert.equal(e.limit == "compute" and e.compute_share or e.bandwidth_share, e.share)
+    end
+    assert.equal(64 * 128 * 2, r.weight_bytes) -- the f16 encoder: d_in x d_sae x 2 bytes
+  end)
+
   it("rejects counts that are not positive", function()
     local path = need_model()
     if not path then return end

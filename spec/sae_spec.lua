@@ -2,7 +2,8 @@
 -- (spec/reference/sae_reference.py: json + struct + numpy), read by ember.sae.load and encoded and
 -- decoded in C, against the same script's float64 encode and decode of the weights as stored:
 -- features and reconstruction within 1e-5 of each row's largest value on the reference path and
--- on the default kernels, the same active features, identical bits for any thread count; and the
+-- on the default kernels, the same active features, identical bits for any thread count; the same
+-- on a model's own activations (reference kernels), which the spliced sae_features also sees; and the
 -- errors that name the field (unknown architecture or normalisation, contradicting metadata, a
 -- missing or stray tensor, no hook).
 
@@ -55,6 +56,8 @@ local CASES = {
   { "saelens_expected_average", format = "saelens", normalize_activations = "expected_average_only_in" },
   { "saelens_scaling_factor", format = "saelens", architecture = "standard" },
   { "saelens_transcoder", format = "saelens", transcoder = true, d_out = 48, hook_out = "blocks.1.hook_mlp_out" },
+  { "saelens_hook_z", format = "saelens", reshape_activations = "hook_z", hook = "blocks.1.attn.hook_z" },
+  { "saelens_hook_z_head", format = "saelens", hook = "blocks.1.attn.hook_z", hook_head_index = 2, d_in = 16 },
   { "gemma_scope", format = "gemma_scope", architecture = "jumprelu", load = { hook = "blocks.1.hook_resid_post" } },
   { "gemma_scope_compressed", format = "gemma_scope", load = { hook = "blocks.1.hook_resid_post" }, zlib = true },
   { "llama_scope", format = "llama_scope", architecture = "jumprelu", dtype = "bf16",
@@ -86,10 +89,29 @@ describe("ember.sae.load + encode/decode against a float64 reference", function(
         local out = sae:decode(f, e.x)
         assert.are.same({ e.rows, e.d_out }, out:shape())
         assert.is_true(worst_rel(out, e.out, e.rows, e.d_out) <= 1e-5, kernels .. ": reconstruction")
+        if e.log_sparsity then -- sparsity.safetensors, as stored (f32)
+          assert.are.same({ 1, e.d_sae }, sae.log_sparsity:shape())
+          local got = sae.log_sparsity:values()
+          for j = 1, e.d_sae do assert.are.equal(string.pack("<f", e.log_sparsity[j]), string.pack("<f", got[j])) end
+        end
         sae:close()
       end
     end)
   end
+
+  it("reads sparsity.safetensors when it is there", function()
+    assert.is_not_nil(reference_case("saelens_standard_pre6").log_sparsity)
+    assert.is_nil(sae_mod.load(reference_case("saelens_standard_v6").sae).log_sparsity)
+  end)
+
+  it("takes the hook option over the file's hook (SAELens, Llama Scope)", function()
+    local e = reference_case("saelens_standard_v6")
+    local sae = sae_mod.load(e.sae, { hook = "blocks.3.hook_mlp_out" })
+    assert.are.equal("blocks.3.hook_mlp_out", sae.hook)
+    assert.are.equal(3, sae.hook_layer)
+    local l = reference_case("llama_scope")
+    assert.are.equal("blocks.2.hook_attn_out", sae_mod.load(l.sae, { hook = "blocks.2.hook_attn_out" }).hook)
+  end)
 
   it("gives the same bits for 1 and 3 threads (encode, decode)", function()
     local e = reference_case("saelens_topk_f16")
@@ -112,6 +134,35 @@ describe("ember.sae.load + encode/decode against a float64 reference", function(
     local dir = sae:direction(i):values()
     for j = 1, e.d_in do assert.is_true(math.abs(diff[j] - base[j] - dir[j]) <= 1e-6) end
     assert.has_error(function() sae:direction(e.d_sae) end)
+  end)
+end)
+
+describe("ember.sae on a model's own activations (the reference path)", function()
+  if missing then return pending(missing) end
+  after_each(H.cleanup)
+
+  it("encodes after_layer 1 of the tiny llama as float64 does, and the splice sees those features", function()
+    local path = require("helpers.models").default_model()
+    if not path then return pending("the default tiny model is not available") end
+    local model = ember.load { model = path, kernels = "reference", threads = 2 }
+    local ids = model:tokenize("The quick brown fox jumps")
+    local x = model:run_with_cache { ids = ids, stages = { "after_layer" }, layers = { 1 } }.after_layer[1]
+    for _, name in ipairs({ "saelens_jumprelu_v6", "saelens_topk_f16", "saelens_layer_norm" }) do
+      local e = cases.on_inputs(name, x)
+      assert.are.equal(x:sha256(), e.x:sha256()) -- the script read exactly these activations
+      local sae = sae_mod.load(e.sae, { model = model })
+      local f = sae:encode(x)
+      assert.is_true(worst_rel(f, e.f, e.rows, e.d_sae) <= 1e-5, name .. ": features")
+      assert.are.same(e.active, active(f), name)
+      assert.is_true(worst_rel(sae:decode(f, x), e.out, e.rows, e.d_out) <= 1e-5, name .. ": reconstruction")
+      local seen
+      local exp = { name = "seen" }
+      function exp:sae_features(ctx, v) if ctx.phase == "prefill" then seen = v:clone() end end
+      model:generate { ids = ids, max_tokens = 0, sae = sae, experiment = exp }
+      assert.are.equal(f:sha256(), seen:sha256(), name .. ": the spliced features")
+      sae:close()
+    end
+    model:close()
   end)
 end)
 

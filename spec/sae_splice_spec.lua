@@ -138,6 +138,27 @@ describe("an SAE spliced into generate", function()
     assert.are_not.equal(plain.logits:sha256(), spliced.logits:sha256())
   end)
 
+  it("reads attn.hook_z: every head (reshape_activations = hook_z) or one head's columns", function()
+    local model = need_model()
+    if not model then return end
+    for _, c in ipairs({ { "saelens_hook_z" }, { "saelens_hook_z_head", head = 2 } }) do
+      local e = cases.copy(c[1])
+      local sae = ember.sae.load(e.sae, { model = model })
+      local spliced = run(model, { sae = { { sae = sae, splice = "reconstruction" } } })
+      local by_hand = { name = "by-hand" }
+      function by_hand:attention_heads(ctx, v)
+        if ctx.layer_index ~= 1 then return end
+        local z = c.head and v:head(c.head) or v
+        z:copy_from(sae:decode(sae:encode(z), z))
+      end
+      local hand = run(model, { experiment = by_hand })
+      local plain = run(model, {})
+      assert.are.equal(hand.logits:sha256(), spliced.logits:sha256(), c[1])
+      assert.are_not.equal(plain.logits:sha256(), spliced.logits:sha256(), c[1])
+      sae:close()
+    end
+  end)
+
   it("reads a transcoder's input stage and writes its output stage", function()
     local model = need_model()
     if not model then return end

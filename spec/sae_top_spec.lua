@@ -1,6 +1,7 @@
 -- ember sae top / ember.sae.top: the top-activating examples against plain loops over the features
 -- of each prompt (taken from separate runs: the residual through run_with_cache, encoded by the
 -- SAE); two shards merged equal the unsharded run; an interrupted run resumes to the same result;
+-- a job array through scripts/slurm/sweep_array.sh --command "sae top" equals one run;
 -- the command writes JSON, safetensors and the feature cards (text and picture).
 
 local ember = require("ember")
@@ -153,5 +154,55 @@ describe("ember sae top", function()
     code, out = C.ember("sae", "top", "merge", dir .. "/m", dir .. "/top")
     assert.are.equal(0, code)
     assert.matches("complete, 4 of 4 prompts", out)
+  end)
+
+  -- An sbatch stand-in runs the submitted array's tasks here, one after the other, with their
+  -- SLURM_ARRAY_TASK_ID, and the merge job after them: the scripts sweep_array.sh writes for
+  -- --command "sae top" are what runs (spec/slurm_spec.lua runs a real cluster for sweeps).
+  local FAKE_SBATCH = [[#!/bin/sh
+array=
+while [ $# -gt 0 ]; do
+  case $1 in --array=*) array=${1#--array=}; shift ;; --*) shift ;; *) break ;; esac
+done
+script=$1; shift
+if [ -n "$array" ]; then
+  i=0; last=${array#*-}
+  while [ $i -le "$last" ]; do SLURM_ARRAY_TASK_ID=$i "$script" "$@" >/dev/null || exit 1; i=$((i + 1)); done
+  echo 4242
+else
+  "$script" "$@" >/dev/null || exit 1
+  echo 4243
+fi
+]]
+
+  it("runs as a Slurm job array (sweep_array.sh --command 'sae top'), merged equal to one run", function()
+    local path = C.need_model()
+    if not path then return end
+    local launcher = (os.getenv("EMBER_BUILD") or "build") .. "/ember"
+    if not io.open(launcher, "rb") then return pending("missing " .. launcher) end
+    local e = cases.copy("saelens_standard_v6")
+    local dir = H.tmpdir()
+    local lines = {}
+    for i, p in ipairs(PROMPTS) do lines[i] = cjson.encode({ prompt = p }) end
+    H.write(dir .. "/p.jsonl", table.concat(lines, "\n") .. "\n")
+    assert(os.execute("mkdir " .. H.shell_quote(dir .. "/bin")))
+    H.write(dir .. "/bin/sbatch", FAKE_SBATCH)
+    assert(os.execute("chmod +x " .. H.shell_quote(dir .. "/bin/sbatch")))
+    local flags = { "--model", path, "--sae", e.sae, "--prompts", dir .. "/p.jsonl", "--features", "0-7", "--top", "2" }
+    local code, _, err = C.ember("sae", "top", "--out", dir .. "/one", "--progress", "none", table.unpack(flags))
+    assert.are.equal(0, code, err)
+    local q = {}
+    for i, f in ipairs(flags) do q[i] = H.shell_quote(f) end
+    local abs = io.popen("cd " .. H.shell_quote(launcher:match("^(.*)/")) .. " && pwd"):read("l") .. "/ember"
+    local ok = os.execute(string.format("PATH=%s:$PATH EMBER=%s scripts/slurm/sweep_array.sh --command 'sae top' "
+      .. "--shards 3 --out %s -- %s >%s 2>&1", H.shell_quote(dir .. "/bin"), H.shell_quote(abs),
+      H.shell_quote(dir .. "/arr"), table.concat(q, " "), H.shell_quote(dir .. "/log")))
+    assert.is_true(ok == true, files.read(dir .. "/log"))
+    local one = cjson.decode(files.read(dir .. "/one/top.json"))
+    local arr = cjson.decode(files.read(dir .. "/arr/top.json"))
+    assert.are.equal("complete", arr.status)
+    assert.are.same({ 0, 1, 2, 3 }, arr.prompts_done)
+    assert.are.same(strip(one.features), strip(arr.features))
+    for s = 0, 2 do assert.is_true(files.read(dir .. "/arr.shards/" .. s .. "/top.json") ~= nil) end
   end)
 end)

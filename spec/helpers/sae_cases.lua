@@ -42,6 +42,24 @@ function M.copy(name)
   return e
 end
 
+-- on_inputs(name, x) -> the expectation of case `name` written afresh for the inputs x (a
+-- [rows, 64] Tensor, e.g. a model's activations), as copy() gives it (x read back from the file).
+function M.on_inputs(name, x)
+  local dir = H.tmpdir()
+  local rows, cols = table.unpack(x:shape())
+  npy.write(dir .. "/given.npy", x:values(), { rows, cols })
+  local p = io.popen(M.PY .. " " .. H.shell_quote(M.SCRIPT) .. " " .. H.shell_quote(dir) .. " --x "
+    .. H.shell_quote(dir .. "/given.npy") .. " " .. H.shell_quote(name) .. " 2>&1")
+  local out = p:read("a")
+  assert(p:close(), "sae_reference.py failed: " .. out)
+  local e = cjson.decode(files.read(dir .. "/" .. name .. "/expect.json"))
+  local xa = npy.read(dir .. "/" .. name .. "/x.npy")
+  e.x = ember.tensor_from_bytes(xa.data:sub(xa.offset), xa.rows, xa.cols)
+  e.dir = dir .. "/" .. name
+  e.sae = e.dir .. "/" .. e.sae
+  return e
+end
+
 -- Removes the written cases (a spec file's teardown).
 function M.cleanup()
   if shared then os.execute("rm -rf " .. H.shell_quote(shared)) end

@@ -6,6 +6,8 @@
 #   sae_reference.py OUTDIR CASE...   writes, for each case, OUTDIR/CASE/sae/... (the SAE files),
 #                                     OUTDIR/CASE/x.npy (the f32 inputs) and OUTDIR/CASE/expect.json
 #                                     ({"f": features, "out": reconstruction, "active": ..., ...})
+#   sae_reference.py OUTDIR --x X.npy CASE...   the same with the inputs of X.npy (rows x 64 f32,
+#                                     e.g. a model's activations) instead of random ones
 import json, struct, sys, os
 import numpy as np
 
@@ -13,7 +15,7 @@ ROWS, D_IN, D_SAE = 5, 64, 256
 
 CASES = {
     # name: format, architecture, dtype, cfg style, normalisation, extras
-    "saelens_standard_pre6": dict(fmt="saelens", arch="standard", dtype="f32", style="pre6"),
+    "saelens_standard_pre6": dict(fmt="saelens", arch="standard", dtype="f32", style="pre6", sparsity=True),
     "saelens_standard_v6": dict(fmt="saelens", arch="standard", dtype="f32", style="v6", b_dec_in=False),
     "saelens_jumprelu_v6": dict(fmt="saelens", arch="jumprelu", dtype="f32", style="v6"),
     "saelens_jumprelu_log_bf16": dict(fmt="saelens", arch="jumprelu", dtype="bf16", style="pre6", log_threshold=True),
@@ -33,6 +35,12 @@ CASES = {
     # x = relu(x) - relu(-x) exactly: features 0-63 and 64-127 reconstruct any input, 128-255 never
     # fire (the evaluation's exact case: zero KL, all the variance explained)
     "saelens_identity": dict(fmt="saelens", arch="standard", dtype="f32", style="v6", identity=True),
+    # attn.hook_z of the tiny llama (4 heads of 16): all heads, W_enc stored [4, 16, d_sae] and W_dec
+    # [d_sae, 4, 16] (reshape_activations = hook_z); one head's 16 columns (hook_head_index)
+    "saelens_hook_z": dict(fmt="saelens", arch="standard", dtype="f32", style="v6", hook="blocks.1.attn.hook_z",
+                           reshape=(4, 16)),
+    "saelens_hook_z_head": dict(fmt="saelens", arch="standard", dtype="f32", style="v6", d_in=16, head=2,
+                                hook="blocks.1.attn.hook_z"),
     "gemma_scope": dict(fmt="gemma", arch="jumprelu", dtype="f32"),
     "gemma_scope_compressed": dict(fmt="gemma", arch="jumprelu", dtype="f32", compressed=True),
     "llama_scope": dict(fmt="llama", arch="jumprelu", dtype="bf16", norm="expected_average_only_in"),
@@ -69,11 +77,14 @@ def write_safetensors(path, tensors):
 def margin_ok(v, edge, eps=1e-3):
     return np.all(np.abs(v - edge) > eps)
 
-def make(case, rng):
+def make(case, rng, given=None):
     c = dict(CASES[case])
-    d_out = c.get("d_out", D_IN)
-    x = rng.standard_normal((ROWS, D_IN)).astype(np.float32) * 2 + 0.5
-    W_enc = rng.standard_normal((D_IN, D_SAE)).astype(np.float32) / 8
+    d_in = c.get("d_in", D_IN)
+    d_out = c.get("d_out", d_in)
+    x = rng.standard_normal((ROWS, d_in)).astype(np.float32) * 2 + 0.5
+    if given is not None:
+        x = given
+    W_enc = rng.standard_normal((d_in, D_SAE)).astype(np.float32) / 8
     W_dec = rng.standard_normal((D_SAE, d_out)).astype(np.float32) / 8
     b_enc = rng.standard_normal(D_SAE).astype(np.float32) / 4
     b_dec = rng.standard_normal(d_out).astype(np.float32) / 4
@@ -136,9 +147,9 @@ def reference(c, x, w):
 
 def cfg_fields(c, d_out, hook):
     arch_name = c["arch"]
-    cfg = {"d_in": D_IN, "d_sae": D_SAE, "dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[c["dtype"]],
+    cfg = {"d_in": c.get("d_in", D_IN), "d_sae": D_SAE, "dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[c["dtype"]],
            "device": "cpu"}
-    meta = {"model_name": "tiny-llama", "hook_name": hook, "hook_layer": 1, "hook_head_index": None,
+    meta = {"model_name": "tiny-llama", "hook_name": hook, "hook_layer": 1, "hook_head_index": c.get("head"),
             "prepend_bos": True, "sae_lens_version": "6.5.1"}
     if c["style"] == "pre6":
         cfg.update({"hook_point": hook, "hook_point_layer": 1, "hook_point_head_index": None,
@@ -160,6 +171,8 @@ def cfg_fields(c, d_out, hook):
         cfg["apply_b_dec_to_input"] = False
     if "norm" in c:
         cfg["normalize_activations"] = c["norm"]
+    if c.get("reshape"):
+        cfg["reshape_activations"] = "hook_z"
     if c.get("factor"):
         cfg["norm_scaling_factor"] = c["factor"]
     if c["arch"] == "transcoder":
@@ -176,8 +189,13 @@ def write_saelens(c, out, d_out, W_enc, W_dec, b_enc, b_dec, rng):
         v, b, name_dt = stored(a, dtype)
         w[name] = v
         raw.append((name, a.shape, b, name_dt))
-    put("W_enc", W_enc)
-    put("W_dec", W_dec)
+    if c.get("reshape"):  # stored per head, read flat
+        put("W_enc", W_enc.reshape(c["reshape"] + (D_SAE,)))
+        put("W_dec", W_dec.reshape((D_SAE,) + c["reshape"]))
+        w["W_enc"], w["W_dec"] = w["W_enc"].reshape(W_enc.shape), w["W_dec"].reshape(W_dec.shape)
+    else:
+        put("W_enc", W_enc)
+        put("W_dec", W_dec)
     put("b_dec", b_dec)
     c["act"] = {"transcoder": "standard"}.get(c["arch"], c["arch"])
     if c["arch"] == "gated":
@@ -205,6 +223,10 @@ def write_saelens(c, out, d_out, W_enc, W_dec, b_enc, b_dec, rng):
     with open(os.path.join(out, "cfg.json"), "w") as f:
         json.dump(cfg, f)
     write_safetensors(os.path.join(out, "sae_weights.safetensors"), raw)
+    if c.get("sparsity"):  # SAELens' optional log10 firing rates
+        ls = np.log10(rng.random(D_SAE) + 1e-6).astype(np.float32)
+        write_safetensors(os.path.join(out, "sparsity.safetensors"), [("sparsity", ls.shape, ls.tobytes(), "F32")])
+        c["log_sparsity"] = ls
     return w
 
 def write_gemma(c, out, W_enc, W_dec, b_enc, b_dec, rng):
@@ -238,10 +260,11 @@ def write_llama(c, out, W_enc, W_dec, b_enc, b_dec):
              scale_in=np.sqrt(D_IN) / avg_in, scale_out=np.sqrt(D_IN) / avg_out)
     return w
 
-def write_case(case, out):
+def write_case(case, out, given=None):
     rng = np.random.default_rng(sum(map(ord, case)))
     for attempt in range(50):  # keep every jump and top-k boundary 1e-3 away from the inputs
-        c, d_out, x, W_enc, W_dec, b_enc, b_dec = make(case, rng)
+        c, d_out, x, W_enc, W_dec, b_enc, b_dec = make(case, rng, given)
+        rows = x.shape[0]
         sae = os.path.join(out, "sae")
         if os.path.exists(sae):
             import shutil; shutil.rmtree(sae)
@@ -254,7 +277,7 @@ def write_case(case, out):
         f, o, pre, edges = reference(c, x, w)
         ok = all(margin_ok(v, e) for v, e in edges) and margin_ok(pre, 0.0, 1e-4)
         if c["act"] == "topk":
-            for r in range(ROWS):
+            for r in range(rows):
                 s = np.sort(np.unique(pre[r]))[::-1]
                 ok = ok and s[c["k"] - 1] - s[c["k"]] > 1e-3
         if ok:
@@ -263,10 +286,19 @@ def write_case(case, out):
         raise SystemExit("no margin after 50 draws")
     np.save(os.path.join(out, "x.npy"), x)
     with open(os.path.join(out, "expect.json"), "w") as fh:
-        json.dump({"rows": ROWS, "d_in": D_IN, "d_sae": D_SAE, "d_out": d_out, "f": f.ravel().tolist(),
-                   "out": o.ravel().tolist(), "active": [np.nonzero(f[r])[0].tolist() for r in range(ROWS)],
-                   "sae": "sae"}, fh)
+        doc = {"rows": rows, "d_in": x.shape[1], "d_sae": D_SAE, "d_out": d_out, "f": f.ravel().tolist(),
+               "out": o.ravel().tolist(), "active": [np.nonzero(f[r])[0].tolist() for r in range(rows)],
+               "sae": "sae"}
+        if "log_sparsity" in c:
+            doc["log_sparsity"] = c["log_sparsity"].tolist()
+        json.dump(doc, fh)
 
 if __name__ == "__main__":
-    for name in sys.argv[2:] or CASES:
-        write_case(name, os.path.join(sys.argv[1], name))
+    names, given = sys.argv[2:], None
+    if names[:1] == ["--x"]:
+        given = np.load(names[1]).astype(np.float32)
+        if given.ndim != 2 or given.shape[1] != D_IN:
+            raise SystemExit("--x: %s must be rows x %d, got %s" % (names[1], D_IN, given.shape))
+        names = names[2:]
+    for name in names or CASES:
+        write_case(name, os.path.join(sys.argv[1], name), given)

@@ -278,4 +278,46 @@ function M.paired(model_path, opts, exe)
   return r, best
 end
 
+-- membw(threads, mib [, exe]) -> GB/s: bench-engine's read-bandwidth probe alone (threads threads
+-- summing their slices of a mib-MiB array, best of 10 passes). Raises a message naming --membw.
+function M.membw(threads, mib, exe)
+  local text, cmd = run_bench_engine(exe, "--membw --json --threads %d --membw-mib %d 2>&1", threads, mib)
+  local gbs = json_number(text, "membw_gbs")
+  if not gbs or gbs <= 0 then
+    error(string.format("--membw: '%s' gave no bandwidth (output: %q)", cmd, text:sub(1, 400)), 0)
+  end
+  return gbs
+end
+
+-- cpu_clock_ghz([cpuinfo_text, max_freq_text]) -> GHz, source: the clock the compute peak is taken
+-- at: cpufreq's cpuinfo_max_freq (kHz) when the kernel exposes it, else the first "cpu MHz" of
+-- /proc/cpuinfo (a virtual machine's nominal clock; boost can run higher). nil, reason when neither
+-- can be read. The texts are for tests; by default the files are read.
+function M.cpu_clock_ghz(cpuinfo_text, max_freq_text)
+  local max_path = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
+  if max_freq_text == nil then
+    local ok, t = pcall(fs.read, max_path)
+    max_freq_text = ok and t or false
+  end
+  local khz = max_freq_text and tonumber(max_freq_text:match("^%s*(%d+)"))
+  if khz and khz > 0 then return khz / 1e6, max_path end
+  if cpuinfo_text == nil then
+    local ok, t = pcall(fs.read, "/proc/cpuinfo")
+    cpuinfo_text = ok and t or ""
+  end
+  local mhz = tonumber(cpuinfo_text:match("cpu MHz%s*:%s*([%d%.]+)"))
+  if mhz and mhz > 0 then return mhz / 1e3, "/proc/cpuinfo cpu MHz" end
+  return nil, "the clock could not be read (neither " .. max_path .. " nor /proc/cpuinfo's cpu MHz)"
+end
+
+-- f32_flops_per_cycle(cpu) -> FLOP per cycle per core, how: the peak of the widest FMA units the
+-- CPU's features announce, assuming two FMA pipes per core (Intel since Haswell, AMD since Zen 2;
+-- a part with one AVX-512 FMA unit has half): 2 pipes x lanes x 2 (a multiply and an add).
+-- cpu: ember.cpu().
+function M.f32_flops_per_cycle(cpu)
+  if cpu.avx512f then return 64, "AVX-512 FMA: 2 pipes x 16 f32 lanes x 2" end
+  if cpu.avx2 and cpu.fma then return 32, "AVX2 FMA: 2 pipes x 8 f32 lanes x 2" end
+  return 8, "SSE, no FMA: 1 multiply + 1 add pipe x 4 f32 lanes"
+end
+
 return M

@@ -149,6 +149,11 @@ describe("zero_layer_output.lua", function()
     local ok, err = pcall(factory("zero_layer_output.lua"), "1:mlpx")
     assert.is_false(ok)
     assert.matches("unknown stage 'mlpx'", err, 1, true)
+    -- --experiment-args "layer=1" alone: the message shows the two forms that work
+    ok, err = pcall(factory("zero_layer_output.lua"), require("ember.run.builtin").args("layer=1"))
+    assert.is_false(ok)
+    assert.matches("layer= needs stage= beside it (attention|mlp|layer): --experiment-args 'layer=1 stage=mlp' or "
+      .. "'1:mlp'", err, 1, true)
     if not need_model() then return end
     local zero = factory("zero_layer_output.lua")({ target = model.info.n_layers .. ":attention",
       notice = function() end })

@@ -373,7 +373,7 @@ function M.lines(o)
   end
   local setup = common(o)
   setup[#setup + 1] = "set xtics " .. tics(o.xtics)
-  setup[#setup + 1] = "set key below"
+  setup[#setup + 1] = "set key below height 1" -- a line of room between the x label and the key
   setup[#setup + 1] = "set grid ytics"
   if o.logscale then setup[#setup + 1] = "set logscale y" end
   local plots = {}

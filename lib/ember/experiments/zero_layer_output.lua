@@ -14,7 +14,13 @@ return function(args)
   if type(args) == "table" then
     notice = args.notice or notice
     target = args.target
-    if target == nil and args.layer ~= nil then target = string.format("%s:%s", args.layer, args.stage) end
+    if target == nil and args.layer ~= nil then
+      if args.stage == nil then
+        error("zero-layer-output: layer= needs stage= beside it (attention|mlp|layer): --experiment-args "
+          .. "'layer=" .. tostring(args.layer) .. " stage=mlp' or '" .. tostring(args.layer) .. ":mlp'", 0)
+      end
+      target = string.format("%s:%s", args.layer, args.stage)
+    end
   else
     target = args
   end

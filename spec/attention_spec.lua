@@ -25,7 +25,8 @@ local function cells(svg)
     local xs, ys = {}, {}
     for x, y in pts:gmatch("([%d.]+),([%d.]+)") do xs[#xs + 1], ys[#ys + 1] = tonumber(x), tonumber(y) end
     out[#out + 1] = { rgb = { tonumber(r), tonumber(g), tonumber(b) }, x = math.min(table.unpack(xs)),
-      y = math.min(table.unpack(ys)), w = math.max(table.unpack(xs)) - math.min(table.unpack(xs)) }
+      y = math.min(table.unpack(ys)), w = math.max(table.unpack(xs)) - math.min(table.unpack(xs)),
+      h = math.max(table.unpack(ys)) - math.min(table.unpack(ys)) }
   end
   return out
 end
@@ -56,6 +57,39 @@ describe("ember.plot.heatmap", function()
     -- token tics: index and piece, whitespace visible
     for _, tic in ipairs({ ">0 \u{2423}Paris<", ">1 \\n<", ">2 x<", ">0<", ">1<", ">a tensor<" }) do
       assert.truthy(svg:find(tic, 1, true), "missing " .. tic)
+    end
+  end)
+
+  it("draws on a fixed colour scale with range = { lo, hi }, whatever the values' own span", function()
+    need_gnuplot()
+    -- one value, 1: alone it spans nothing; on the scale 0..1 it is the palette's dark end (#08306b)
+    local function colour(t, opts)
+      opts.out = work .. "/r"
+      local all = cells(read(ember.plot.heatmap(t, opts).svg))
+      table.sort(all, function(a, b) return a.w > b.w end)
+      return all[1].rgb
+    end
+    assert.same({ 8, 48, 107 }, colour(ember.tensor(1, 1, { 1 }), { range = { 0, 1 } }))
+    assert.same({ 247, 251, 255 }, colour(ember.tensor(1, 1, { 0 }), { range = { 0, 1 } }))
+    assert.same({ 247, 251, 255 }, colour(ember.tensor(1, 2, { 2, 3 }), { range = { 2, 10 } }))
+    local ok, err = pcall(ember.plot.heatmap, ember.tensor(1, 1, { 1 }), { out = work .. "/r", range = { 1, 1 } })
+    assert.is_false(ok)
+    assert.matches("heatmap: range must be { lo, hi } with lo < hi", err, 1, true)
+  end)
+
+  it("draws a single row and a single column (gnuplot alone draws no image under 2 x 2)", function()
+    need_gnuplot()
+    for _, shape in ipairs({ { 1, 3 }, { 3, 1 } }) do
+      local t = ember.tensor(shape[1], shape[2], { 0, 1, 2 })
+      local shown = {}
+      for _, c in ipairs(cells(read(ember.plot.heatmap(t, { out = work .. "/line" }).svg))) do
+        if c.w > 20 and c.h > 1 then shown[#shown + 1] = c end -- the cells, not the colour bar's strips
+      end
+      table.sort(shown, function(a, b) if a.y ~= b.y then return a.y < b.y end return a.x < b.x end)
+      -- 0, 1, 2 in reading order: the palette's ends (#f7fbff, #08306b) and its middle (#6baed6)
+      assert.same({ { 247, 251, 255 }, { 107, 174, 214 }, { 8, 48, 107 } },
+        { shown[1] and shown[1].rgb, shown[2] and shown[2].rgb, shown[3] and shown[3].rgb })
+      assert.equal(3, #shown, table.concat(shape, "x"))
     end
   end)
 
@@ -160,6 +194,18 @@ describe("ember attention", function()
         assert.equal(2, count, "tic on both axes: " .. l)
       end
     end
+  end)
+
+  it("draws every pattern on the probability scale 0..1: a one-token prompt's 1 is the darkest colour", function()
+    if not model then pending("tiny model unavailable") end
+    need_gnuplot()
+    local att = require("ember.analysis.attention")
+    local res = att.draw { model = model, ids = { model:tokenize(PROMPT)[1] }, layer = 0, heads = 0,
+      out = work .. "/one" }
+    assert.equal(1, res.heads[0]:get(1, 1))
+    local all = cells(read(res.files[1].svg))
+    table.sort(all, function(a, b) return a.w > b.w end)
+    assert.same({ 8, 48, 107 }, all[1].rgb) -- the sequential palette's end, #08306b
   end)
 
   it("draws one head with --head, and refuses layers, heads and flags it cannot use", function()

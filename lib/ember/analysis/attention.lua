@@ -64,7 +64,7 @@ function M.draw(opts)
     local r = plot.heatmap(pats.heads[h], { out = fs.join(opts.out, string.format("attention-L%d-H%d", opts.layer, h)),
       title = string.format("attention pattern, layer %d head %d", opts.layer, h), xlabel = "key position (token)",
       ylabel = "query position (token)", cblabel = "attention probability", xlabels = pats.tokens,
-      ylabels = pats.tokens, palette = "sequential" })
+      ylabels = pats.tokens, palette = "sequential", range = { 0, 1 } }) -- probabilities: one scale for every head
     files[#files + 1] = { head = h, svg = r.svg, png = r.png }
   end
   return { files = files, tokens = pats.tokens, n_heads = pats.n_heads, heads = pats.heads }

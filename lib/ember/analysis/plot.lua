@@ -152,9 +152,17 @@ function M.scale(o)
   for _, row in ipairs(o.rows) do for x = 1, #o.xtics do take(row[x]) end end
   for _, m in ipairs(o.marks or {}) do take(m.value) end
   lo, hi = lo or 0, hi or 1
+  local r = o.range
+  if r ~= nil then -- a fixed scale (attention probabilities: 0 to 1 whatever the values)
+    if type(r) ~= "table" or not finite(r[1]) or not finite(r[2]) or r[1] >= r[2] then
+      fail("heatmap: range must be { lo, hi } with lo < hi, both finite")
+    end
+    lo, hi = r[1], r[2]
+  end
   local palette = o.palette or ((lo < 0 and hi > 0) and "diverging" or "sequential")
   if not PALETTES[palette] then fail("unknown palette '%s' (sequential | diverging)", tostring(palette)) end
-  if palette == "diverging" then
+  if r ~= nil then -- as given
+  elseif palette == "diverging" then
     local m = math.max(-lo, hi)
     if m == 0 then m = 1 end
     lo, hi = -m, m
@@ -268,10 +276,13 @@ end
 --       diverging when the values have both signs; a diverging scale is centred on 0), marks =
 --       { {label, value} } (baselines, drawn as labelled bars on the colour bar), cells = { {text...},
 --       ... } (optional: a short text written over each cell, rows as `rows`), nan_label (the legend of
---       the grey cells, default "grey: not computed") } -> { svg, png }
+--       the grey cells, default "grey: not computed"), range = { lo, hi } (the colour scale, instead
+--       of the values' own span) } -> { svg, png }
 function M.grid(o)
   local ny, nx = #o.rows, #o.xtics
   if nx == 0 or ny == 0 then fail("heatmap: nothing to draw (%d rows x %d columns)", ny, nx) end
+  -- gnuplot draws no image narrower than 2 x 2 points: a single row or column is written twice, and
+  -- the copy falls outside the axes' range (set from nx and ny), where gnuplot clips it away
   local data, any_nan = {}, false
   for _, row in ipairs(o.rows) do
     local cols = {}
@@ -279,8 +290,10 @@ function M.grid(o)
       cols[x] = num(row[x])
       any_nan = any_nan or cols[x] == "NaN"
     end
+    if nx == 1 then cols[2] = cols[1] end
     data[#data + 1] = table.concat(cols, " ")
   end
+  if ny == 1 then data[2] = data[1] end
   local sc = M.scale(o)
   local lay = layout(o, sc, any_nan)
   local setup = heatmap_setup(o, sc, lay, any_nan)
@@ -327,13 +340,13 @@ local function axis_labels(labels, tokens, n, what)
 end
 
 local HEATMAP_OPTIONS = { out = true, title = true, xlabel = true, ylabel = true, cblabel = true, xlabels = true,
-  ylabels = true, xtokens = true, ytokens = true, palette = true, marks = true, origin = true }
+  ylabels = true, xtokens = true, ytokens = true, palette = true, marks = true, origin = true, range = true }
 
 -- heatmap(t, opts) -> { svg, png }: a 2-D tensor (or view) [rows, cols] drawn as a heatmap, row 1 at
 -- the top. opts: out = "DIR/name" (writes name.svg and name.png; a .svg/.png ending is dropped),
 -- title, xlabel, ylabel, cblabel, xlabels / ylabels (one label per column / row) or xtokens /
--- ytokens (token pieces, shown as "i piece" with whitespace visible), palette, marks, origin (see
--- grid). NaN cells are grey.
+-- ytokens (token pieces, shown as "i piece" with whitespace visible), palette, marks, origin, range
+-- (see grid). NaN cells are grey.
 function M.heatmap(t, opts)
   local mt = getmetatable(t)
   local name = type(mt) == "table" and rawget(mt, "__name")
@@ -358,7 +371,7 @@ function M.heatmap(t, opts)
   return M.grid { dir = fs.dirname(opts.out), base = base, title = opts.title or "", xlabel = opts.xlabel or "column",
     ylabel = opts.ylabel or "row", cblabel = opts.cblabel or "value", xtics = axis_labels(opts.xlabels, opts.xtokens,
       nc, "x"), ytics = axis_labels(opts.ylabels, opts.ytokens, nr, "y"), rows = rows, origin = opts.origin or "top",
-    palette = opts.palette, marks = opts.marks }
+    palette = opts.palette, marks = opts.marks, range = opts.range }
 end
 
 -- lines{ dir, base, title, xlabel, ylabel, xtics = {labels}, series = { {name, values = {...}} },

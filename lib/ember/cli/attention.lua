@@ -47,8 +47,8 @@ function M.main(args, _, io_)
     heads = o.head, out = out }
   model:close()
   for _, f in ipairs(res.files) do io_.stdout:write(f.svg, "\n", f.png, "\n") end
-  io_.stderr:write(string.format("ember: attention: layer %d, %d of %d heads, %d tokens -> %s\n", o.layer,
-    #res.files, res.n_heads, #res.tokens, out))
+  io_.stderr:write(string.format("ember: attention: layer %d, %d of %d heads, %d token%s -> %s\n", o.layer,
+    #res.files, res.n_heads, #res.tokens, #res.tokens == 1 and "" or "s", out))
   return 0
 end
 

@@ -1,5 +1,6 @@
 -- Parity with the frozen outside references (../shared/fixtures/parity and, for the 4- to 6-bit
--- weight types, ../shared/fixtures/parity-quant; see the parity README): for each case, ember's
+-- weight types, ../shared/fixtures/parity-quant; see the parity README; and the project's own
+-- tests/fixtures/parity-new, whose models are made again from their generator's arguments): for each case, ember's
 -- reference kernels must reproduce the exact float64 forward pass within exact_rel and llama.cpp
 -- within llamacpp_rel, prefill and every teacher-forced decode step; greedy generation must
 -- reproduce llama.cpp's ids where the case requires it; runs are bit-identical.
@@ -54,19 +55,25 @@ local function quant_types(case)
   return out
 end
 
-for _, folder in ipairs({ "parity", "parity-quant" }) do
-  local cases, dir = fx.parity_cases(folder)
+local by_set = {}
+for _, c in ipairs(fx.all_parity_cases()) do
+  by_set[c.set] = by_set[c.set] or {}
+  table.insert(by_set[c.set], c)
+end
+
+for _, folder in ipairs({ "parity", "parity-quant", "parity-new" }) do
+  local cases = by_set[folder] or {}
 
   describe(folder .. " fixtures", function()
     if #cases == 0 then
-      pending("no parity fixtures: missing " .. dir .. " (set EMBER_FIXTURES)")
+      pending("no parity fixtures in " .. folder .. " (set EMBER_FIXTURES)")
       return
     end
 
-    for _, name in ipairs(cases) do
-      local cdir = dir .. "/" .. name
+    for _, c in ipairs(cases) do
+      local cdir, name = c.dir, c.name
       describe(name, function()
-        local needed = { "case.json", "model.gguf", "exact_logits.npy", "llamacpp_logits.npy" }
+        local needed = { "case.json", "exact_logits.npy", "llamacpp_logits.npy" }
         for _, file in ipairs(needed) do
           if not fx.exists(cdir .. "/" .. file) then
             pending("missing fixture " .. cdir .. "/" .. file)
@@ -77,8 +84,13 @@ for _, folder in ipairs({ "parity", "parity-quant" }) do
         case.prompt_ids = fx.ints(case.prompt_ids)
         case.greedy_ids = fx.ints(case.greedy_ids)
         local tol = case.tolerance
+        local model_path, why = fx.case_model(cdir)
+        if not model_path then
+          if case.make_tiny_model then it("makes its model", function() error(why, 0) end) else pending(why) end
+          return
+        end
 
-        local ok, model = pcall(ember.load, { model = cdir .. "/model.gguf", kernels = "reference" })
+        local ok, model = pcall(ember.load, { model = model_path, kernels = "reference" })
         if not ok then
           if REQUIRED[case.family] then
             it("loads", function() error(model, 0) end)
@@ -204,7 +216,7 @@ for _, folder in ipairs({ "parity", "parity-quant" }) do
 
         it("auto kernels stay within llamacpp_rel of both references", function()
           compute()
-          local fast = ember.load { model = cdir .. "/model.gguf", kernels = "auto" }
+          local fast = ember.load { model = model_path, kernels = "auto" }
           local frows = teacher_forced(fast, case)
           local kernels = fast.info.kernels
           fast:close()

@@ -68,8 +68,9 @@ static void test_chunk(const ember_kernel_ops *ops) {
                                      .kv_stride = stride,
                                      .kv_type = kv_types[ti],
                                      .hd = hd,
-                                     .scale = 1.0f / sqrtf((float)hd)};
-                for (int r = 0; r < a.n_rows; r++) { /* rows ending and starting at different keys */
+                                     .scale = 1.0f / sqrtf((float)hd),
+                                     .softcap = li % 2 ? 0.7f : 0.0f}; /* every other length capped (Gemma 2) */
+                for (int r = 0; r < a.n_rows; r++) {                   /* rows ending and starting at different keys */
                     a.q[r] = q + r * hd;
                     a.hi[r] = k0 + lens[li] - (r % 3);
                     a.lo[r] = r == 5 ? k0 + lens[li] / 2 : r == 6 ? 0 : k0;

@@ -56,13 +56,16 @@ static void usage(FILE *f) {
                "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
                "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
                "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
+               "  gemma2 only:         [--window N] [--softcap X] [--attn-softcap X]\n"
                "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
                "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads (gpt2: as many as heads),\n"
                "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
                "every 4th and the last layer full), window 8, the last 2 layers share KV caches (double-width\n"
                "MLP), per-layer inputs 32 wide, head size 16 sliding / 32 full (--head-dim is the full\n"
                "layers'), half the KV heads on full layers, RoPE base 10000 sliding / 1000000 full,\n"
-               "proportional rope_freqs, softcap 30 (0: none). The same arguments always give the same file.\n"
+               "proportional rope_freqs, softcap 30 (0: none). gemma2 defaults: every other layer sliding\n"
+               "(window 8), softcaps 50 (attention) and 30 (final), untied head. The same arguments always\n"
+               "give the same file.\n"
                "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
                "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
                "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
@@ -144,9 +147,9 @@ int main(int argc, char **argv) {
         bool open;
         double hi;
     } floats[] = {
-        {"--rope-base", &p.rope_base, 1.0, true, 1e12},
-        {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
-        {"--softcap", &p.softcap, 0.0, false, 1e6},
+        {"--rope-base", &p.rope_base, 1.0, true, 1e12},   {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
+        {"--softcap", &p.softcap, 0.0, false, 1e6},       {"--attn-softcap", &p.attn_softcap, 0.0, true, 1e6},
+        {"--rope-scale", &p.rope_scale, 1.0, false, 1e6},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;

@@ -1,4 +1,4 @@
-/* tiny_model.c — fills a GGUF writer with a random-weight llama / qwen3 / qwen2 / gemma4 / gpt2 model:
+/* tiny_model.c — fills a GGUF writer with a random-weight model of any family (its table below):
  * the metadata keys and tensor names llama.cpp uses, so the same file would load there too.
  * Computes nothing. */
 #include "tiny_model.h"
@@ -37,10 +37,12 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
         .shared_kv_layers = -1,
         .ple_dim = -1,
         .softcap = -1.0f,
+        .attn_softcap = -1.0f,
+        .rope_scale = 0,
     };
 }
 
-const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", NULL};
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -61,6 +63,10 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
         s.n_layer = 35, s.n_embd = 1536, s.n_head = 8, s.n_head_kv = 1, s.n_head_kv_full = 1, s.head_dim = 512;
         s.head_dim_swa = 256, s.n_ff = 6144, s.n_vocab = 262144, s.sliding_window = 512;
         s.swa_pattern = "SSSSFSSSSFSSSSFSSSSFSSSSFSSSSFSSSSF", s.shared_kv_layers = 20, s.ple_dim = 256;
+    } else if (name && strcmp(name, "gemma2-2b") == 0) {
+        s.family = "gemma2";
+        s.n_layer = 26, s.n_embd = 2304, s.n_head = 8, s.n_head_kv = 4, s.head_dim = 256, s.n_ff = 9216;
+        s.n_vocab = 256000, s.n_ctx = 8192, s.sliding_window = 4096, s.tied = 1;
     } else {
         return false;
     }
@@ -152,10 +158,11 @@ typedef struct {
     bool tied, rope_freqs;
     int64_t hd, n_head_kv; /* gemma4: full layers' head size; sliding layers' KV heads */
     float base;            /* gemma4: full layers' RoPE base */
-    /* gemma4 */
+    /* gemma4 (window, base_swa, softcap and sliding also gemma2/3) */
     int64_t hd_swa, n_head_kv_full, window, shared, ple;
     float base_swa, softcap;
     bool sliding[MAX_LAYERS];
+    float attn_softcap, rope_scale; /* gemma2, gemma3 */
 } shape;
 
 typedef struct {
@@ -177,6 +184,9 @@ struct tiny_family {
     bool rope_freqs_on; /* ... and does by default */
     bool mha;           /* no grouped-query attention: the KV heads are the heads */
     bool gemma_layout;  /* takes the gemma4 settings (sliding layers, shared KV, per-layer inputs, softcap) */
+    int swa_period;     /* gemma2/3: layer l slides unless l % period == period - 1; takes the window */
+    bool softcaps;      /* gemma2: attention and final softcaps (required) */
+    bool swa_rope_own;  /* gemma3: sliding layers' own RoPE base, linear scaling of the global ones */
     float norm_eps;     /* attention.layer_norm_rms_epsilon (llama block) */
     bool head_size_key; /* always writes attention.key_length/value_length (llama block) */
     bool qkv_bias;      /* Q/K/V biases (llama block) */
@@ -190,6 +200,9 @@ struct tiny_family {
 static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static ember_status resolve_gemma4(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static ember_status resolve_gemma23(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void tensors_gemma23(builder *b, const shape *s);
 static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -239,6 +252,18 @@ static const tiny_family tiny_families[] = {
      .resolve = resolve_gemma4,
      .metadata = metadata_gemma4,
      .tensors = tensors_gemma4},
+    {.name = "gemma2",
+     .pre = "gpt-2",
+     .add_bos = true,
+     .rope_base = 10000.0f,
+     .norm_eps = 1e-6f,
+     .head_size_key = true,
+     .tied = true,
+     .swa_period = 2,
+     .softcaps = true,
+     .resolve = resolve_gemma23,
+     .metadata = metadata_gemma23,
+     .tensors = tensors_gemma23},
     {.name = "gpt2",
      .pre = "gpt-2",
      .tied = true,
@@ -302,12 +327,19 @@ static ember_status check_sizes(const ember_tiny_model_params *p, ember_error *e
 
 /* The settings only some families take, refused elsewhere. */
 static ember_status check_family_settings(const ember_tiny_model_params *p, const tiny_family *fam, ember_error *err) {
-    if (!fam->gemma_layout && (p->head_dim_swa || p->n_head_kv_full || p->rope_base_swa != 0 || p->sliding_window ||
-                               p->swa_pattern || p->shared_kv_layers != -1 || p->ple_dim != -1 || p->softcap >= 0))
+    const bool gemma23 = fam->swa_period > 0;
+    if (!fam->gemma_layout && (p->head_dim_swa || p->n_head_kv_full || p->swa_pattern || p->shared_kv_layers != -1 ||
+                               p->ple_dim != -1 || (!gemma23 && p->sliding_window) ||
+                               (!fam->softcaps && p->softcap >= 0) || (!fam->swa_rope_own && p->rope_base_swa != 0)))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
-                               "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones",
+                               "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones "
+                               "(gemma2 and gemma3 take the window and softcap, gemma3 the sliding layers' RoPE base)",
                                fam->name);
+    if (p->attn_softcap >= 0 && !(fam->softcaps && gemma23))
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the attention softcap is a gemma2 setting");
+    if (p->rope_scale != 0 && !fam->swa_rope_own)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: linear RoPE scaling is a gemma3 setting");
     if (p->rope_freqs > 0 && !fam->rope_freqs) {
         char list[128];
         family_list(list, sizeof list, takes_rope_freqs, " and ");
@@ -692,6 +724,90 @@ static void tensors_gemma4(builder *b, const shape *s) {
         /* Around 0.5, so the scaled input embedding fades through the layers: with the tied head
          * it would otherwise make each token predict itself. */
         add_random(b, T("layer_output_scale.weight"), 1, 1, 0.5f, 0.1f);
+#undef T
+    }
+    add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);
+    if (!s->tied) add_random(b, "output.weight", d, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- gemma2 / gemma3 ---- */
+
+/* One head size (hidden / heads unless given) for all layers; the sliding ones every layer but each
+ * period's last; window 8, and the gemma2 softcaps (which llama.cpp always applies: > 0). */
+static ember_status resolve_gemma23(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    ember_status st = resolve_plain(p, s, err);
+    if (st != EMBER_OK) return st;
+    const int64_t period = s->fam->swa_period;
+    s->window = p->sliding_window ? p->sliding_window : 8;
+    for (int64_t l = 0; l < p->n_layer; l++) s->sliding[l] = l % period < period - 1;
+    s->base_swa = p->rope_base_swa > 0 ? p->rope_base_swa : 10000.0f;
+    s->rope_scale = p->rope_scale;
+    if (s->fam->softcaps) {
+        s->softcap = p->softcap < 0 ? 30.0f : p->softcap;
+        s->attn_softcap = p->attn_softcap < 0 ? 50.0f : p->attn_softcap;
+        if (s->softcap <= 0 || s->attn_softcap <= 0)
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "tiny model: gemma2's softcaps must be > 0 (llama.cpp always "
+                                   "applies both)");
+    }
+    if (p->rope_scale < 0 || (p->rope_scale > 0 && p->rope_scale < 1))
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the RoPE scaling factor %g must be 0 (none) or >= 1",
+                               (double)p->rope_scale);
+    return EMBER_OK;
+}
+
+/* The keys llama.cpp's converter writes for Gemma 2 / Gemma 3 (no rope.dimension_count: the head
+ * size; Gemma 2 no rope.freq_base: 10000). */
+static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    char key[160];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, s->arch), key)
+    ember_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    ember_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
+    ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->fam->norm_eps);
+    ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->hd);
+    ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->hd);
+    if (s->fam->softcaps) {
+        ember_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
+        ember_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->softcap);
+    }
+    if (s->base != 10000.0f || s->fam->swa_rope_own) ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->base);
+    if (s->fam->swa_rope_own && s->base_swa != 10000.0f)
+        ember_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), s->base_swa);
+    ember_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s->window);
+    ember_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+    if (s->rope_scale > 0) {
+        ember_gguf_writer_set_string(w, KEY("rope.scaling.type"), "linear");
+        ember_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_scale);
+    }
+#undef KEY
+}
+
+static void tensors_gemma23(builder *b, const shape *s) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t d = p->n_embd, hd = s->hd, q_dim = p->n_head * hd, kv_dim = s->n_head_kv * hd;
+    const float s_embd = 1.0f / sqrtf((float)d);
+    const bool qk_norm = s->fam->swa_rope_own; /* gemma3 */
+    char name[96];
+    /* The head is the embedding, and the input is it times sqrt(hidden): a smaller embedding and
+     * post-norms of about 2 keep a token's own logit from dominating (each block adds std ~2). */
+    add_random(b, "token_embd.weight", d, p->n_vocab, 0.0f, 0.08f);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+#define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+        add_random(b, T("attn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_q.weight"), d, q_dim, 0.0f, s_embd);
+        add_random(b, T("attn_k.weight"), d, kv_dim, 0.0f, s_embd);
+        add_random(b, T("attn_v.weight"), d, kv_dim, 0.0f, s_embd);
+        add_random(b, T("attn_output.weight"), q_dim, d, 0.0f, 1.0f / sqrtf((float)q_dim));
+        if (qk_norm) {
+            add_random(b, T("attn_q_norm.weight"), hd, 1, 1.0f, 0.1f);
+            add_random(b, T("attn_k_norm.weight"), hd, 1, 1.0f, 0.1f);
+        }
+        add_random(b, T("post_attention_norm.weight"), d, 1, 2.0f, 0.2f);
+        add_random(b, T("ffn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_gate.weight"), d, p->n_ff, 0.0f, s_embd);
+        add_random(b, T("ffn_up.weight"), d, p->n_ff, 0.0f, s_embd);
+        add_random(b, T("ffn_down.weight"), p->n_ff, d, 0.0f, 1.0f / sqrtf((float)p->n_ff));
+        add_random(b, T("post_ffw_norm.weight"), d, 1, 2.0f, 0.2f);
 #undef T
     }
     add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);

@@ -44,6 +44,11 @@ function M.parity_cases(folder)
   return names, dir
 end
 
+-- The project's own parity cases (tests/fixtures/parity-new: llama.cpp's and the exact logits of
+-- tiny models the tests make again from case.json's make_tiny_model arguments; the model is not
+-- committed).
+M.families_dir = "tests/fixtures/parity-new"
+
 local made = {}
 
 -- Path of a tiny model made by build/make-tiny-model with the given flags (cached per flag set),
@@ -60,6 +65,45 @@ function M.tiny_model(args)
   if not ok then return nil, tool .. " " .. args .. " failed" end
   made[args] = out
   return out
+end
+
+-- Every parity case, as { name, dir, set } (set: "parity", "parity-quant" or "parity-new"), in that
+-- order and sorted by name within a set.
+function M.all_parity_cases()
+  local out = {}
+  for _, set in ipairs({ { "parity", M.root .. "/parity" }, { "parity-quant", M.root .. "/parity-quant" },
+    { "parity-new", M.families_dir } }) do
+    local p = io.popen("ls -1 " .. shell_quote(set[2]) .. " 2>/dev/null")
+    local names = {}
+    for line in p:lines() do
+      if M.exists(set[2] .. "/" .. line .. "/case.json") then names[#names + 1] = line end
+    end
+    p:close()
+    table.sort(names)
+    for _, n in ipairs(names) do out[#out + 1] = { name = n, dir = set[2] .. "/" .. n, set = set[1] } end
+  end
+  return out
+end
+
+-- case_model(dir) -> the path of a parity case's model, or nil and why: its model.gguf, or for a
+-- case that records its generator's arguments (make_tiny_model) a model made with them, whose
+-- sha256 (by coreutils' sha256sum, not ember's) must be the recorded model_sha256.
+function M.case_model(dir)
+  if M.exists(dir .. "/model.gguf") then return dir .. "/model.gguf" end
+  if not M.exists(dir .. "/case.json") then return nil, "missing fixture " .. dir .. "/model.gguf" end
+  local case = M.read_json(dir .. "/case.json")
+  if not case.make_tiny_model then return nil, "missing fixture " .. dir .. "/model.gguf" end
+  local path, why = M.tiny_model(case.make_tiny_model)
+  if not path then return nil, why end
+  local p = io.popen("sha256sum " .. shell_quote(path) .. " 2>/dev/null")
+  local sum = (p:read("a") or ""):match("^(%x+)")
+  p:close()
+  if sum ~= case.model_sha256 then
+    return nil, string.format("make-tiny-model %s made a file of sha256 %s, not the case's %s: the generator "
+      .. "changed, remake the fixtures (tests/reference/make_parity_new.sh)", case.make_tiny_model, tostring(sum),
+      case.model_sha256)
+  end
+  return path
 end
 
 -- Removes the tiny models this run made.

@@ -49,7 +49,8 @@ void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_
                                     .pos0 = pos0,
                                     .n = n,
                                     .window = window,
-                                    .scale = scale};
+                                    .scale = scale,
+                                    .softcap = m->attn_softcap};
     ember_compute_attention(m->compute, &a);
 }
 
@@ -78,7 +79,8 @@ ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, 
                                         .pos0 = pos0,
                                         .n = n,
                                         .window = window,
-                                        .scale = scale};
+                                        .scale = scale,
+                                        .softcap = m->attn_softcap};
         ember_compute_attention_probs(m->compute, &a, w->pattern);
         ember_view v = {.data = w->pattern, .rows = m->n_head * n, .cols = pos0 + n, .n_heads = m->n_head};
         if ((st = ember_hook_call_view(hooks, EMBER_STAGE_ATTENTION_PATTERN, ctx, l, &v, err))) return st;

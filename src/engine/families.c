@@ -30,6 +30,13 @@ static const ember_family families[] = {
         .info = {.name = "gemma4", .architectures = ARCHS("gemma4")},
         .bind = ember_gemma4_bind,
         .forward = ember_gemma4_forward,
+        .qk_norm = true,
+        .v_norm = true,
+    },
+    {
+        .info = {.name = "gemma2", .architectures = ARCHS("gemma2")},
+        .bind = ember_gemma2_bind,
+        .forward = ember_gemma4_forward,
     },
     {
         .info = {.name = "gpt2", .architectures = ARCHS("gpt2")},

@@ -1,5 +1,7 @@
-/* family_gemma4.c — Gemma 4 dense, text only (SPEC §2.1): per-layer embeddings, sliding and full
- * layers with their own head sizes and RoPE, Q/K/V norms, shared-KV layers, post-norms, softcap.
+/* family_gemma4.c — the Gemma block: Gemma 4 dense, text only (SPEC §2.1: per-layer embeddings,
+ * sliding and full layers with their own head sizes and RoPE, Q/K/V norms, shared-KV layers,
+ * post-norms, softcap), and Gemma 2 and 3 as the same block without per-layer inputs, shared KV or
+ * V norm (Gemma 2: attention and final softcaps; Gemma 3: QK-norm, its own RoPE on sliding layers).
  * Every step that differs from the llama block is spelled out here rather than flagged there. */
 #include "model_bind.h"
 #include "rows.h"
@@ -75,14 +77,16 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
             if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
             ember_rows_norm_rope(m, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, pos0, L->rope_base, true,
                                  L->rope_freqs);
-            /* V: every head RMS-normalized without a weight */
-            ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
             ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
-            ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
+            if (m->family->v_norm) { /* gemma4: every V head RMS-normalized without a weight */
+                ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
+                ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
+            }
             ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
         }
         /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
-        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, 1.0f, L->sliding ? m->window : 0, err))) return st;
+        const int64_t window = L->sliding ? m->window : 0;
+        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, window, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
         ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
@@ -164,6 +168,37 @@ static ember_status layer_is_sliding(binder *b, int64_t l, bool *out) {
     return EMBER_OK;
 }
 
+/* The tensors of layer l every Gemma has (llama.cpp's names), for its head size, KV width and MLP
+ * width already set in L: the norms around attention and MLP, Q (and the per-head Q/K norms where
+ * the family has QK-norm), K and V when the layer computes its own cache (V optional where the
+ * family norms V: gemma4), O, and the gated MLP. */
+static ember_status bind_gemma_layer(binder *b, int64_t l, ember_layer *L) {
+    const ember_model *m = b->m;
+    const int64_t d = m->n_embd;
+    const bool qk_norm = m->family->qk_norm;
+    int64_t q_dim;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
+    TRY(hp_mul(b, "query width (heads x head size)", m->n_head, L->head_dim, &q_dim));
+    TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
+    TRY(bind_mat(b, NAME("attn_q.weight"), d, q_dim, true, &L->wq));
+    if (qk_norm) TRY(bind_vec(b, NAME("attn_q_norm.weight"), L->head_dim, true, &L->q_norm));
+    if (L->kv_source == l) {
+        TRY(bind_mat(b, NAME("attn_k.weight"), d, L->kv_dim, true, &L->wk));
+        TRY(bind_mat(b, NAME("attn_v.weight"), d, L->kv_dim, !m->family->v_norm, &L->wv));
+        if (qk_norm) TRY(bind_vec(b, NAME("attn_k_norm.weight"), L->head_dim, true, &L->k_norm));
+    }
+    TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, d, true, &L->wo));
+    TRY(bind_vec(b, NAME("post_attention_norm.weight"), d, true, &L->post_attn_norm));
+    TRY(bind_vec(b, NAME("ffn_norm.weight"), d, true, &L->ffn_norm));
+    TRY(bind_mat(b, NAME("ffn_gate.weight"), d, L->n_ff, true, &L->w_gate));
+    TRY(bind_mat(b, NAME("ffn_up.weight"), d, L->n_ff, true, &L->w_up));
+    TRY(bind_mat(b, NAME("ffn_down.weight"), L->n_ff, d, true, &L->w_down));
+    TRY(bind_vec(b, NAME("post_ffw_norm.weight"), d, true, &L->post_ffw_norm));
+#undef NAME
+    return EMBER_OK;
+}
+
 /* Hyper-parameters and tensors of Gemma 4 dense (llama.cpp's names). */
 ember_status ember_gemma4_bind(binder *b) {
     ember_model *m = b->m;
@@ -228,23 +263,7 @@ ember_status ember_gemma4_bind(binder *b) {
             return bind_fail(b, EMBER_ERR_FORMAT,
                              "layer %lld shares the KV cache of layer %lld, which has another kind or shape",
                              (long long)l, (long long)L->kv_source);
-        int64_t q_dim;
-        TRY(hp_mul(b, "query width (heads x head size)", m->n_head, L->head_dim, &q_dim));
-        TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
-        TRY(bind_mat(b, NAME("attn_q.weight"), d, q_dim, true, &L->wq));
-        TRY(bind_vec(b, NAME("attn_q_norm.weight"), L->head_dim, true, &L->q_norm));
-        if (L->kv_source == l) {
-            TRY(bind_mat(b, NAME("attn_k.weight"), d, L->kv_dim, true, &L->wk));
-            TRY(bind_mat(b, NAME("attn_v.weight"), d, L->kv_dim, false, &L->wv));
-            TRY(bind_vec(b, NAME("attn_k_norm.weight"), L->head_dim, true, &L->k_norm));
-        }
-        TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, d, true, &L->wo));
-        TRY(bind_vec(b, NAME("post_attention_norm.weight"), d, true, &L->post_attn_norm));
-        TRY(bind_vec(b, NAME("ffn_norm.weight"), d, true, &L->ffn_norm));
-        TRY(bind_mat(b, NAME("ffn_gate.weight"), d, L->n_ff, true, &L->w_gate));
-        TRY(bind_mat(b, NAME("ffn_up.weight"), d, L->n_ff, true, &L->w_up));
-        TRY(bind_mat(b, NAME("ffn_down.weight"), L->n_ff, d, true, &L->w_down));
-        TRY(bind_vec(b, NAME("post_ffw_norm.weight"), d, true, &L->post_ffw_norm));
+        TRY(bind_gemma_layer(b, l, L));
         if (m->ple_dim > 0) {
             TRY(bind_mat(b, NAME("inp_gate.weight"), d, m->ple_dim, true, &L->inp_gate));
             TRY(bind_mat(b, NAME("proj.weight"), m->ple_dim, d, true, &L->proj));
@@ -260,3 +279,106 @@ ember_status ember_gemma4_bind(binder *b) {
     m->attn_scale = 1.0f;
     return EMBER_OK;
 }
+
+/* ---- Gemma 2 and Gemma 3 ----------------------------------------------------------------------
+ * What llama.cpp reads differently for the two (its gemma2 and gemma3 hyper-parameters): which
+ * layers slide, the defaults of the window and the softcaps, the sliding layers' RoPE, and the
+ * model size whose queries it scales by 1/sqrt(hidden / heads) instead of 1/sqrt(head size). */
+typedef struct {
+    int64_t swa_period;     /* layer l slides unless l % period == period - 1 (set_swa_pattern) */
+    bool period_key;        /* attention.sliding_window_pattern may set another period (gemma3) */
+    int64_t window_default; /* attention.sliding_window when absent; 0: no sliding layers */
+    bool softcaps;          /* attention and final logit softcaps, 50 and 30 unless the file says */
+    bool swa_rope_own;      /* sliding layers: rope.freq_base_swa (10000), unscaled; else as global */
+    int64_t layers_27b;     /* the 27B model's layer count (queries scaled by 1/sqrt(hidden / heads)) */
+    bool tied_only;         /* the head is always the embedding: llama.cpp refuses an output.weight */
+} gemma_generation;
+
+static const gemma_generation GEMMA2 = {
+    .swa_period = 2, .window_default = 4096, .softcaps = true, .layers_27b = 46, .tied_only = true};
+static const gemma_generation GEMMA3 = {.swa_period = 6, .period_key = true, .swa_rope_own = true, .layers_27b = 62};
+
+/* The sizes, norms, RoPE and attention settings of a Gemma 2/3 file, checked. */
+static ember_status gemma23_hparams(binder *b, const gemma_generation *g, float *base_swa, float *rope_factor,
+                                    int64_t *period) {
+    ember_model *m = b->m;
+    TRY(bind_common_hparams(b));
+    TRY(hp_int(b, "context_length", &m->n_ctx_train, true, 0));
+    TRY(hp_dim(b, "feed_forward_length", &m->n_ff, true, 0));
+    TRY(hp_dim(b, "attention.head_count_kv", &m->n_head_kv, false, m->n_head));
+    if (m->n_layer < 1 || m->n_embd < 1 || m->n_head < 1 || m->n_head_kv < 1 || m->n_head % m->n_head_kv)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads, %lld KV heads",
+                         (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
+    TRY(hp_require(b, "attention.layer_norm_rms_epsilon"));
+    TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
+    TRY(hp_dim(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
+    int64_t v_len;
+    TRY(hp_dim(b, "attention.value_length", &v_len, false, m->head_dim));
+    if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
+                         (long long)m->head_dim, (long long)v_len);
+    TRY(hp_dim(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
+    if (m->n_rot > m->head_dim || m->n_rot % 2)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "metadata key '%s.rope.dimension_count' = %lld does not fit head size %lld", b->arch,
+                         (long long)m->n_rot, (long long)m->head_dim);
+    TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
+    *base_swa = m->rope_base;
+    if (g->swa_rope_own) TRY(hp_float_positive(b, "rope.freq_base_swa", base_swa, 10000.0f));
+    TRY(hp_rope_scaling(b, rope_factor));
+    TRY(hp_int(b, "attention.sliding_window", &m->window, false, g->window_default));
+    if (g->window_default > 0 && m->window < 1)
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.attention.sliding_window' = %lld must be >= 1", b->arch,
+                         (long long)m->window);
+    *period = g->swa_period;
+    if (g->period_key) TRY(hp_int(b, "attention.sliding_window_pattern", period, false, g->swa_period));
+    if (g->softcaps) {
+        TRY(hp_float_positive(b, "attn_logit_softcapping", &m->attn_softcap, 50.0f));
+        TRY(hp_float_positive(b, "final_logit_softcapping", &m->softcap, 30.0f));
+    }
+    /* llama.cpp's query scale: 1/sqrt(hidden / heads) for the 27B models, else 1/sqrt(head size) */
+    m->attn_scale = 1.0f / sqrtf((float)(m->n_layer == g->layers_27b ? m->n_embd / m->n_head : m->head_dim));
+    m->rope_neox = true;
+    return EMBER_OK;
+}
+
+/* Gemma 2 and 3: one head size, KV width and MLP width for every layer; the sliding layers every
+ * layer but each period's last (all global when the window is 0). */
+static ember_status bind_gemma23(binder *b, const gemma_generation *g) {
+    ember_model *m = b->m;
+    float base_swa, factor;
+    int64_t period, kv_dim;
+    TRY(gemma23_hparams(b, g, &base_swa, &factor, &period));
+    TRY(hp_mul(b, "key/value width (KV heads x head size)", m->n_head_kv, m->head_dim, &kv_dim));
+    if (g->tied_only && ember_gguf_find_tensor(m->gguf, "output.weight"))
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "tensor 'output.weight': a %s head is the token embedding (llama.cpp reads no output.weight)",
+                         b->arch);
+    TRY(bind_common(b));
+    float *scaled = NULL; /* linear RoPE scaling: every pair's frequency divided by the factor */
+    if (factor != 1.0f) {
+        TRY(bind_owned(b, m->n_rot / 2, &scaled));
+        for (int64_t i = 0; i < m->n_rot / 2; i++) scaled[i] = factor;
+    }
+    m->rope_freqs = scaled;
+    for (int64_t l = 0; l < m->n_layer; l++) {
+        ember_layer *L = &m->layers[l];
+        L->sliding = m->window > 0 && (period == 0 || l % period < period - 1);
+        const bool own_rope = L->sliding && g->swa_rope_own;
+        L->n_ff = m->n_ff;
+        L->n_head_kv = m->n_head_kv;
+        L->head_dim = m->head_dim;
+        L->kv_dim = kv_dim;
+        L->kv_source = l;
+        L->n_rot = m->n_rot;
+        L->rope_base = own_rope ? base_swa : m->rope_base;
+        L->rope_freqs = own_rope ? NULL : scaled;
+        L->out_scale = 1.0f;
+        TRY(bind_gemma_layer(b, l, L));
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_gemma2_bind(binder *b) { return bind_gemma23(b, &GEMMA2); }
+ember_status ember_gemma3_bind(binder *b) { return bind_gemma23(b, &GEMMA3); }

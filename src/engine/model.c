@@ -85,6 +85,40 @@ ember_status hp_float(binder *b, const char *suffix, float *out, float def) {
     return EMBER_OK;
 }
 
+ember_status hp_require(binder *b, const char *suffix) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    return ember_gguf_find(b->m->gguf, key) ? EMBER_OK
+                                            : bind_fail(b, EMBER_ERR_FORMAT, "missing metadata key '%s'", key);
+}
+
+/* llama.cpp's rope.scaling.type defaults to "linear", whose factor (rope.scaling.factor, else the
+ * older rope.scale_linear) is 1 when absent; "none" never scales. Other types are refused. */
+ember_status hp_rope_scaling(binder *b, float *factor) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", b->arch);
+    *factor = 1.0f;
+    const gguf_kv *kv = ember_gguf_find(b->m->gguf, key);
+    if (kv && kv->value.type != GGUF_TYPE_STRING)
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s' is not a string", key);
+    if (kv && gguf_str_eq(kv->value.v.str, "none")) return EMBER_OK;
+    if (kv && !gguf_str_eq(kv->value.v.str, "linear")) {
+        char q[128];
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "metadata key '%s' = '%s': only linear RoPE scaling is supported",
+                         key, ember_escape(q, sizeof q, kv->value.v.str.ptr, (size_t)kv->value.v.str.len, 32));
+    }
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", b->arch);
+    const char *suffix = ember_gguf_find(b->m->gguf, key) ? "rope.scaling.factor" : "rope.scale_linear";
+    float f;
+    TRY(hp_float(b, suffix, &f, 0.0f));
+    if (f == 0.0f) return EMBER_OK; /* llama.cpp: a factor of 0 means none */
+    if (!isfinite(f) || f < 0.0f)
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.%s' = %g must be a finite number > 0", b->arch, suffix,
+                         (double)f);
+    *factor = f;
+    return EMBER_OK;
+}
+
 /* A 1-D f32 vector of n values; f16/bf16 vectors are converted once into an owned copy. */
 ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out) {
     *out = NULL;
@@ -101,6 +135,14 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
     if (ember_type_traits_get(t->type)->block_size != 1) /* a quantized vector: ember keeps norms exact */
         return bind_fail(b, EMBER_ERR_UNSUPPORTED, "tensor '%s' is a vector stored as %s", name,
                          ember_type_name((uint32_t)t->type));
+    float *copy;
+    TRY(bind_owned(b, n, &copy));
+    ember_type_traits_get(t->type)->to_float(t->data, copy, n); /* exact: f16/bf16 to f32 */
+    *out = copy;
+    return EMBER_OK;
+}
+
+ember_status bind_owned(binder *b, int64_t n, float **out) {
     ember_model *m = b->m;
     if (m->n_owned == m->cap_owned) {
         int64_t cap = m->cap_owned ? 2 * m->cap_owned : 16;
@@ -109,11 +151,10 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
         m->owned = p;
         m->cap_owned = cap;
     }
-    float *copy = malloc((size_t)n * sizeof *copy);
-    if (!copy) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
-    ember_type_traits_get(t->type)->to_float(t->data, copy, n); /* exact: f16/bf16 to f32 */
-    m->owned[m->n_owned++] = copy;
-    *out = copy;
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    m->owned[m->n_owned++] = v;
+    *out = v;
     return EMBER_OK;
 }
 

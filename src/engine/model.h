@@ -25,11 +25,11 @@ typedef struct {
     int64_t head_dim;                  /* this layer's head size */
     int64_t kv_dim;                    /* n_head_kv * head_dim: width of this layer's K and V rows */
     int64_t kv_source;                 /* layer whose cache this layer reads (itself unless shared) */
-    /* gemma4 only */
+    /* the Gemma block (gemma2, gemma3, gemma4) */
     bool sliding;  /* local attention over the last `window` positions */
     int64_t n_rot; /* rotated dims of this layer's heads */
     float rope_base;
-    const float *rope_freqs;                                 /* (n_rot/2) or NULL */
+    const float *rope_freqs;                                 /* (n_rot/2) or NULL: divisors of each pair's frequency */
     const float *post_attn_norm, *post_ffw_norm, *post_norm; /* (n_embd) */
     ember_matrix inp_gate, proj;                             /* (ple_dim, n_embd), (n_embd, ple_dim) */
     float out_scale;                                         /* layer_output_scale, 1 when absent */
@@ -53,7 +53,10 @@ typedef struct {
     /* The switches of the llama block (family_llama.c), which several families share: */
     bool rope_neox; /* split-half RoPE pairs (i, i+n_rot/2) instead of adjacent ones */
     bool qkv_bias;  /* Q, K and V projections have (required) biases */
-    bool qk_norm;   /* per-head RMSNorm of Q and K before RoPE (required weights) */
+    bool qk_norm;   /* per-head RMSNorm of Q and K before RoPE (required weights; also the Gemma block's) */
+    /* The switch of the Gemma block (family_gemma4.c), which gemma2, gemma3 and gemma4 share: */
+    bool v_norm; /* V heads RMS-normed without a weight, and V = the raw K projection where attn_v is
+                  * absent (gemma4); else attn_v is required and V is used as projected */
 } ember_family;
 
 /* The family whose row accepts `architecture` (general.architecture), NULL when none does. */
@@ -72,7 +75,8 @@ struct ember_model {
     float rope_base;
     bool rope_neox; /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
     float norm_eps;
-    float attn_scale; /* multiplies q.k */
+    float attn_scale;   /* multiplies q.k */
+    float attn_softcap; /* > 0: attention scores capped to attn_softcap * tanh(s / attn_softcap) (gemma2) */
 
     ember_matrix tok_embd;      /* (n_vocab, n_embd) */
     ember_matrix pos_embd;      /* (n_ctx_train, n_embd) gpt2 only */
@@ -85,11 +89,13 @@ struct ember_model {
     ember_matrix ple_tok_embd;  /* (n_vocab, n_layer*ple_dim) per-layer token embeddings */
     ember_matrix ple_proj;      /* (n_layer*ple_dim, n_embd) per_layer_model_proj */
     const float *ple_proj_norm; /* (ple_dim) */
-    int64_t ple_dim, window;
-    float softcap; /* final logit softcap, 0 = none */
+    int64_t ple_dim;
+    /* the Gemma block */
+    int64_t window; /* sliding layers' window (keys p - window + 1 .. p) */
+    float softcap;  /* final logit softcap, 0 = none */
 
     bool allow_nonfinite; /* default of its sessions */
-    float **owned;        /* f32 copies of small 1-D tensors stored as f16/bf16 */
+    float **owned;        /* f32 copies of small 1-D tensors stored as f16/bf16, and made-up vectors (bind_owned) */
     int64_t n_owned, cap_owned;
     char *architecture, *name, *dtype_summary;
 };
@@ -185,6 +191,7 @@ ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, in
 
 ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                 ember_error *err);
+/* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err);
 

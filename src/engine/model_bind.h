@@ -20,6 +20,11 @@ typedef struct binder {
 ember_status bind_fail(binder *b, ember_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "<arch>.<suffix>" as an integer; absence is an error only when `required`. */
 ember_status hp_int(binder *b, const char *suffix, int64_t *out, bool required, int64_t def);
+/* An error naming "<arch>.<suffix>" unless the file has that key (for keys llama.cpp requires). */
+ember_status hp_require(binder *b, const char *suffix);
+/* The linear RoPE scaling factor of the file's rope.scaling.* keys as llama.cpp reads them (1: none):
+ * positions are divided by it. Any other scaling type is refused, naming the key. */
+ember_status hp_rope_scaling(binder *b, float *factor);
 ember_status hp_float(binder *b, const char *suffix, float *out, float def);
 /* hp_float that must be finite and > 0 (epsilons, RoPE bases): the error names key and value. */
 ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def);
@@ -32,6 +37,8 @@ ember_status hp_block_count(binder *b, int64_t *out);
 ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *out);
 /* A 1-D vector of n values as f32 (f16/bf16 converted once into an owned copy). */
 ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out);
+/* A vector of n floats the model owns (freed with it), for values the family makes up at load. */
+ember_status bind_owned(binder *b, int64_t n, float **out);
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
 ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required, ember_matrix *out);
 
@@ -43,6 +50,8 @@ ember_status bind_common(binder *b);
 
 ember_status ember_llama_bind(binder *b);
 ember_status ember_gpt2_bind(binder *b);
+ember_status ember_gemma2_bind(binder *b);
+ember_status ember_gemma3_bind(binder *b);
 ember_status ember_gemma4_bind(binder *b);
 
 #endif

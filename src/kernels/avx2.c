@@ -461,6 +461,8 @@ EMBER_AI void chunk_block(load8_fn load, load1_fn load1, size_t esize, int R, co
     }
     for (; j < n; j++)
         for (int r = 0; r < R; r++) e[r][j] = kdot(load, load1, q[r], k + (size_t)j * stride, hd) * a->scale;
+    if (a->softcap > 0.0f) /* Gemma 2's attention logit softcap: libm tanhf, as on every set */
+        for (int r = 0; r < R; r++) ember_attn_softcap(e[r], n, a->softcap);
     /* per row: e_j = exp(s_j - max) over its keys; their sum in the common order */
     for (int r = 0; r < R; r++) {
         const int64_t nr = hi[r] - lo[r];

@@ -396,6 +396,7 @@ static void attn_rows_of(const attn_job *j, int64_t g, int64_t rg, int64_t t0, i
     r->kv_type = a->kv_type;
     r->hd = hd;
     r->scale = a->scale;
+    r->softcap = a->softcap;
     for (int64_t t = t0; t < t0 + nt; t++) {
         const int64_t p = a->pos0 + t, first = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
         for (int64_t h = h0; h < h0 + j->heads; h++) {
@@ -567,6 +568,7 @@ static void probs_items(void *arg, int64_t begin, int64_t end, int tid) {
             for (int64_t i = 0; i < hd; i++) dot += q[i] * pattern_kv_value(a->kv_type, kr, i);
             row[k] = dot * a->scale;
         }
+        if (a->softcap > 0.0f) ember_attn_softcap(row + first, p + 1 - first, a->softcap);
         ember_softmax(row + first, p + 1 - first);
     }
 }

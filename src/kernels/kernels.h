@@ -96,10 +96,16 @@ typedef struct {
     int64_t kv_stride;  /* elements from one position to the next */
     ember_type kv_type; /* EMBER_TYPE_F32, EMBER_TYPE_F16 or EMBER_TYPE_BF16 */
     int64_t hd;
-    float scale; /* multiplies q . k */
+    float scale;   /* multiplies q . k */
+    float softcap; /* > 0: the scores are capped, s = softcap * tanh(s / softcap) (Gemma 2); 0: not */
 } ember_attn_rows;
 
-/* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale, m[r] = max s_j,
+/* s[i] = cap * tanh(s[i] / cap) for i < n, with libm's tanhf: the attention logit softcap every
+ * kernel set applies to its scores the same way (ref.c). */
+void ember_attn_softcap(float *s, int64_t n, float cap);
+
+/* For each row r, over its visible keys j in [k0, k1): s_j = (q_r . k_j) * scale (then capped
+ * when softcap > 0), m[r] = max s_j,
  * e_j = exp(s_j - m[r]), l[r] = sum e_j and acc[r*hd + d] = sum e_j v_j[d]. A row with no visible
  * key in the chunk gets m[r] = -INFINITY (its l and acc are then meaningless). A row whose scores
  * hold a NaN, or whose maximum is not finite (+inf, or every score -inf: softmax is undefined),
@@ -268,6 +274,7 @@ typedef struct {
     int64_t kv_head_stride; /* elements from one KV head to the next */
     int64_t n_head, n_head_kv, hd, pos0, n, window;
     float scale;
+    float softcap; /* > 0: scores capped to softcap * tanh(s / softcap) before the softmax (Gemma 2) */
 } ember_attention_args;
 /* Every row is the fold, in chunk order, of ops->attn_chunk's partials over its chunks (so the
  * result does not depend on the thread count). The work is split over the pool as (KV head, its
@@ -279,11 +286,12 @@ int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_h
 /* The attention_pattern stage's attention in two threaded passes with the whole pattern in memory
  * between them (compute.c; a->scratch is not used). The pattern is (n_head * n, pos0 + n): row
  * h*n + t holds query t of head h over every key of the sequence. attention_probs fills it with
- * softmax(scale * q.K^T) over each query's visible keys and exactly 0 elsewhere; attention_mix
- * computes a->out = pattern x V, taking the pattern as it is (no renormalisation). Both are plain
- * scalar C shared by every kernel set (K and V read through the cache's kv_type exactly), each
- * item's arithmetic fixed, so the result is identical for every set and thread count; it is not
- * the chunked path's order, so it agrees with ember_compute_attention within rounding only. */
+ * softmax(scale * q.K^T, capped as above when softcap > 0) over each query's visible keys and
+ * exactly 0 elsewhere; attention_mix computes a->out = pattern x V, taking the pattern as it is
+ * (no renormalisation). Both are plain scalar C shared by every kernel set (K and V read through
+ * the cache's kv_type exactly), each item's arithmetic fixed, so the result is identical for every
+ * set and thread count; it is not the chunked path's order, so it agrees with
+ * ember_compute_attention within rounding only. */
 void ember_compute_attention_probs(ember_compute *c, const ember_attention_args *a, float *pattern);
 void ember_compute_attention_mix(ember_compute *c, const ember_attention_args *a, const float *pattern);
 

@@ -140,8 +140,10 @@ static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, flo
             float dot = 0.0f;
             for (int64_t i = 0; i < a->hd; i++) dot += a->q[r][i] * kv_value(a->kv_type, kj, i);
             s[j - lo] = dot * a->scale;
-            if (s[j - lo] > mx) mx = s[j - lo];
         }
+        if (a->softcap > 0.0f) ember_attn_softcap(s, hi - lo, a->softcap);
+        for (int64_t j = lo; j < hi; j++)
+            if (s[j - lo] > mx) mx = s[j - lo];
         memset(out, 0, (size_t)a->hd * sizeof(float));
         for (int64_t j = lo; j < hi; j++) {
             const uint8_t *vj = (const uint8_t *)a->v + (size_t)j * stride;
@@ -152,6 +154,10 @@ static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, flo
         m[r] = ember_attn_partial_max(mx, sum);
         l[r] = sum;
     }
+}
+
+void ember_attn_softcap(float *s, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; i++) s[i] = cap * tanhf(s[i] / cap);
 }
 
 static void ref_silu_mul(float *g, const float *u, int64_t n) {

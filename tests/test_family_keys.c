@@ -1,0 +1,79 @@
+/* test_family_keys.c — the metadata of the gemma2, gemma3 and olmo2 families as llama.cpp reads it,
+ * on tiny-model-made files: each key llama.cpp requires or bounds, removed or contradicted, is
+ * refused at load naming the file and the key or tensor. */
+#include "ember.h"
+#include "test_models.h"
+#include "test_support.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef enum { EDIT_REMOVE_KEY, EDIT_SET_F32, EDIT_SET_U32, EDIT_SET_STRING, EDIT_ADD_MATRIX } edit_kind;
+
+typedef struct {
+    const char *family;
+    const char *what;
+    edit_kind kind;
+    const char *key; /* key or tensor edited */
+    double value;
+    const char *text;   /* EDIT_SET_STRING */
+    ember_status code;  /* the load's status */
+    const char *expect; /* in the message, besides the file's path */
+} key_case;
+
+/* Writes the family's tiny model with one edit and checks that loading it is refused as expected. */
+static void run_case(const key_case *c, int i) {
+    ember_gguf_writer *w = ember_test_tiny_writer(c->family, EMBER_TYPE_F32);
+    if (c->kind != EDIT_ADD_MATRIX) ember_gguf_writer_remove_key(w, c->key);
+    if (c->kind == EDIT_SET_F32) ember_gguf_writer_set_f32(w, c->key, (float)c->value);
+    if (c->kind == EDIT_SET_U32) ember_gguf_writer_set_u32(w, c->key, (uint32_t)c->value);
+    if (c->kind == EDIT_SET_STRING) ember_gguf_writer_set_string(w, c->key, c->text);
+    if (c->kind == EDIT_ADD_MATRIX) {
+        static float zeros[64 * 512];
+        const int64_t ne[2] = {64, 512};
+        ember_gguf_writer_add_tensor(w, c->key, EMBER_TYPE_F32, 2, ne, zeros);
+    }
+    char path[1100];
+    snprintf(path, sizeof path, "%s/family-keys-%d.gguf", ember_test_tmpdir(), i);
+    ember_test_write_model(w, path);
+    ember_model_params mp = {.path = path, .kernels = EMBER_KERNELS_REFERENCE, .n_threads = 1};
+    ember_model *m = NULL;
+    ember_error err = {0};
+    ember_status st = ember_model_load(&mp, &m, &err);
+    CHECK_MSG(st == c->code && m == NULL, "%s %s: status %d (expected %d): %.700s", c->family, c->what, st, c->code,
+              err.msg);
+    ember_model_free(m);
+    CHECK_MSG(strstr(err.msg, path) != NULL, "%s %s: the message does not name the file: %.700s", c->family, c->what,
+              err.msg);
+    CHECK_MSG(strstr(err.msg, c->expect) != NULL, "%s %s: the message lacks '%s': %.700s", c->family, c->what,
+              c->expect, err.msg);
+}
+
+int main(void) {
+    static const key_case cases[] = {
+        {"gemma2", "without its norm epsilon", EDIT_REMOVE_KEY, "gemma2.attention.layer_norm_rms_epsilon", 0, NULL,
+         EMBER_ERR_FORMAT, "'gemma2.attention.layer_norm_rms_epsilon'"},
+        {"gemma2", "without its context length", EDIT_REMOVE_KEY, "gemma2.context_length", 0, NULL, EMBER_ERR_FORMAT,
+         "'gemma2.context_length'"},
+        {"gemma2", "without its MLP width", EDIT_REMOVE_KEY, "gemma2.feed_forward_length", 0, NULL, EMBER_ERR_FORMAT,
+         "'gemma2.feed_forward_length'"},
+        {"gemma2", "with an attention softcap of 0", EDIT_SET_F32, "gemma2.attn_logit_softcapping", 0, NULL,
+         EMBER_ERR_FORMAT, "gemma2.attn_logit_softcapping"},
+        {"gemma2", "with a negative final softcap", EDIT_SET_F32, "gemma2.final_logit_softcapping", -30, NULL,
+         EMBER_ERR_FORMAT, "gemma2.final_logit_softcapping"},
+        {"gemma2", "with a window of 0", EDIT_SET_U32, "gemma2.attention.sliding_window", 0, NULL, EMBER_ERR_FORMAT,
+         "gemma2.attention.sliding_window"},
+        {"gemma2", "with YaRN RoPE scaling", EDIT_SET_STRING, "gemma2.rope.scaling.type", 0, "yarn",
+         EMBER_ERR_UNSUPPORTED, "'gemma2.rope.scaling.type' = 'yarn'"},
+        {"gemma2", "with a negative RoPE scaling factor", EDIT_SET_F32, "gemma2.rope.scaling.factor", -8, NULL,
+         EMBER_ERR_FORMAT, "gemma2.rope.scaling.factor"},
+        {"gemma2", "with rotated dims beyond the head", EDIT_SET_U32, "gemma2.rope.dimension_count", 18, NULL,
+         EMBER_ERR_FORMAT, "gemma2.rope.dimension_count"},
+        {"gemma2", "with a separate head", EDIT_ADD_MATRIX, "output.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "'output.weight'"},
+        {"gemma2", "with 3 KV heads for 4 heads", EDIT_SET_U32, "gemma2.attention.head_count_kv", 3, NULL,
+         EMBER_ERR_FORMAT, "3 KV heads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], (int)i);
+    return ember_test_finish();
+}

@@ -56,12 +56,19 @@ describe("ember flags", function()
       { { "control-vector", "--positives", "p.jsonl" }, "'--positives' (did you mean '--positive'?)" },
       { { "compare-models", "--max-tokns", "2" }, "'--max-tokns' (did you mean '--max-tokens'?)" },
       { { "probe", "train", "--layr", "1" }, "'--layr' (did you mean '--layer'?)" },
+      -- the subcommands that take directories only: a flag there is not taken for a directory
+      { { "sweep", "merge", "--out", "x", "s0" }, "'--out'" },
+      { { "sweep", "compare", "--json", "a", "b" }, "'--json'" },
+      { { "compare-models", "merge", "--out", "x", "s0" }, "'--out'" },
     }
     for _, c in ipairs(cases) do
       local code, out, err = ember(table.unpack(c[1]))
       assert.equal(2, code, c[2])
       assert.equal("", out)
       assert.matches("unknown flag " .. c[2], err, 1, true)
+      -- the hint names the command whose flags are listed
+      local cmd = c[1][1]:sub(1, 2) ~= "--" and (c[1][1] .. " ") or ""
+      assert.matches("\nTry 'ember " .. cmd .. "--help' for the list of flags.\n", err, 1, true)
     end
     -- a token the grammar refuses gets the flag it misspells too
     local code, _, err = ember("--capture_stages", "all")

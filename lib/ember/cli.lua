@@ -561,15 +561,17 @@ function M.main(arg, io_)
   local args = {}
   for i = 1, #(arg or {}) do args[i] = arg[i] end
   local argv = { "ember", table.unpack(args) }
+  local c = COMMAND[args[1]]
   local ok, code = pcall(function()
-    local c = COMMAND[args[1]]
     if not c then return run_generate(args, argv, io_) end
     if c.refuses_experiments then flags.refuse_experiment_args(c.name, args, 2) end
     return require(c.module).main(args, argv, io_)
   end)
   if ok then return code end
   if flags.is_usage_error(code) then
-    io_.stderr:write("ember: " .. code.msg .. "\nTry 'ember --help' for the list of flags.\n")
+    -- the list of the command's own flags
+    io_.stderr:write("ember: " .. code.msg .. "\nTry 'ember " .. (c and (c.name .. " ") or "") .. "--help' for the "
+      .. "list of flags.\n")
     return 2
   end
   io_.stderr:write("ember: " .. tostring(code) .. "\n")

@@ -115,12 +115,14 @@ end
 -- `ember compare-models merge OUT DIR...`: the shards' reports joined, with the plots
 function M.merge(args, io_)
   local fs, json = require("ember.store.fs"), require("ember.store.json")
-  local out = args[3]
-  if out == nil or #args < 4 then usage_error("compare-models merge needs OUT and at least one shard directory") end
+  local dirs = flags.operands("compare-models merge", args, M.usage, io_)
+  if not dirs then return 0 end
+  local out = table.remove(dirs, 1)
+  if out == nil or #dirs == 0 then usage_error("compare-models merge needs OUT and at least one shard directory") end
   if fs.exists(out) then usage_error("compare-models merge: '%s' already exists", out) end
   local reports = {}
-  for i = 4, #args do
-    local path = fs.join(args[i], "report.json")
+  for _, dir in ipairs(dirs) do
+    local path = fs.join(dir, "report.json")
     reports[#reports + 1] = json.decode(fs.read(path, "compare-models merge: " .. path), path)
   end
   local r = require("ember.analysis.compare_models").merge(reports)

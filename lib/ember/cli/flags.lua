@@ -266,6 +266,16 @@ function M.command(c, args, io_)
   return o, pos
 end
 
+-- operands(name, args, usage, io_) -> the arguments after args[2] (a subcommand such as `sweep merge`
+-- that takes directories only), or nil after printing usage() for --help. Any other flag there is
+-- an unknown flag (with its near miss), not taken for a directory's name.
+local HELP_ONLY
+function M.operands(name, args, usage, io_)
+  HELP_ONLY = HELP_ONLY or M.spec({ M.option("help") })
+  local _, pos = M.command({ name = name, spec = HELP_ONLY, usage = usage, positionals = true, first = 3 }, args, io_)
+  return pos
+end
+
 -- ---- experiments and the commands that refuse them ------------------------------------------
 
 -- The flags that make a run an experiment: each attaches hooks that change or record what the

@@ -68,10 +68,10 @@ local function draw(dir, io_)
 end
 
 local function run_merge(args, io_)
-  local out = args[3]
-  if out == nil or #args < 4 then usage_error("sweep merge needs OUT and at least one shard directory") end
-  local dirs = {}
-  for i = 4, #args do dirs[#dirs + 1] = args[i] end
+  local dirs = flags.operands("sweep merge", args, M.usage, io_)
+  if not dirs then return 0 end
+  local out = table.remove(dirs, 1)
+  if out == nil or #dirs == 0 then usage_error("sweep merge needs OUT and at least one shard directory") end
   local res = require("ember.sweep.merge").merge(out, dirs)
   io_.stderr:write(string.format("ember: sweep merge: %d shards, %d cells -> %s (%s)\n", #dirs, #res.cells, out,
     res.manifest.status))
@@ -80,9 +80,11 @@ local function run_merge(args, io_)
 end
 
 local function run_compare(args, io_)
-  if #args ~= 4 then usage_error("sweep compare needs two sweep directories, got %d", #args - 2) end
+  local dirs = flags.operands("sweep compare", args, M.usage, io_)
+  if not dirs then return 0 end
+  if #dirs ~= 2 then usage_error("sweep compare needs two sweep directories, got %d", #dirs) end
   local store, merge = require("ember.sweep.store"), require("ember.sweep.merge")
-  local a, b = store.read(args[3], { partial_ok = true }), store.read(args[4], { partial_ok = true })
+  local a, b = store.read(dirs[1], { partial_ok = true }), store.read(dirs[2], { partial_ok = true })
   local res = merge.compare(a, b)
   io_.stdout:write(merge.format(res, a, b))
   return res.equal and 0 or 1

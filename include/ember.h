@@ -246,6 +246,61 @@ const ember_model *ember_session_model(const ember_session *s);
  * runs only then). allow = true skips the check, for research runs that want the NaNs. */
 void ember_session_set_allow_nonfinite(ember_session *s, bool allow);
 
+/* ---- gradients (src/engine/gradients.c; docs/attribution.md) ----------------------------------
+ * The gradient of a scalar metric of the last position's logits with respect to the activations of
+ * one evaluation of a prompt: a forward pass that keeps what the backward needs (bit for bit the
+ * forward a prefill computes), then the backward through the LM head, the final norm, every layer
+ * and the embeddings, with the model's weights in their own types (the transposed products,
+ * kernels.h). No weight gradients. The metric is on the logits after the family's post-processing
+ * (Gemma 4's softcap). */
+typedef enum {
+    EMBER_METRIC_LOGIT = 0,  /* logit of a */
+    EMBER_METRIC_LOGIT_DIFF, /* logit of a - logit of b */
+    EMBER_METRIC_LOGPROB,    /* log softmax of a */
+    EMBER_METRIC_PROB,       /* softmax of a */
+    EMBER_METRIC_KL,         /* KL(reference || softmax(logits)) */
+} ember_metric_kind;
+
+typedef struct {
+    ember_metric_kind kind;
+    int32_t a, b;           /* the tokens it reads (b: logit-diff only) */
+    const float *reference; /* KL: the reference distribution, n_vocab probabilities summing to 1 */
+} ember_metric;
+
+typedef struct {
+    ember_metric metric;
+    /* The gradients to keep: at these stages (any but sae_features), of the embedding rows (the
+     * token embeddings as looked up, before any scaling or position), and with `values` the
+     * forward's own value at the same stages too (what a read-only hook would have seen). */
+    bool stages[EMBER_STAGE_COUNT];
+    bool embeddings;
+    bool values;
+    /* Frozen modes (docs/attribution.md): the attention probabilities, or every norm's scale
+     * (1 / rms, 1 / std), held at their forward values, so no gradient flows through them. */
+    bool freeze_attention, freeze_norm;
+} ember_grad_request;
+
+typedef struct ember_gradients ember_gradients;
+
+/* Resets s and evaluates ids (n tokens, from position 0) with a backward pass: *out holds the
+ * gradients asked for (ember_gradients_free). s keeps the prompt's cache and logits afterwards, as
+ * a prefill leaves them. Errors: a metric token outside the vocabulary, an unknown metric, a stage
+ * without gradients (sae_features), a family without a backward pass, memory. */
+ember_status ember_session_gradients(ember_session *s, const int32_t *ids, int64_t n, const ember_grad_request *req,
+                                     ember_gradients **out, ember_error *err);
+void ember_gradients_free(ember_gradients *g);
+/* The metric's value at the evaluated prompt. */
+double ember_gradients_metric(const ember_gradients *g);
+/* The gradient kept at (stage, layer) (layer -1 for before_logits and after_logits), rows x cols
+ * row-major with the stage's view shape (docs/hooks.md); NULL when not kept. */
+const float *ember_gradients_get(const ember_gradients *g, ember_stage stage, int64_t layer, int64_t *rows,
+                                 int64_t *cols);
+/* The forward's value at (stage, layer), when the request asked for values; else NULL. */
+const float *ember_gradients_value(const ember_gradients *g, ember_stage stage, int64_t layer, int64_t *rows,
+                                   int64_t *cols);
+/* The embedding rows' gradient (n, hidden_size), NULL when not asked for. */
+const float *ember_gradients_embeddings(const ember_gradients *g, int64_t *rows, int64_t *cols);
+
 /* ---- tracing (src/engine/trace.c; docs/inspection.md) ------------------------------------------
  * A trace writes one JSON line per executed step of every evaluation of the sessions it is set on:
  * eval_start, one "op" line per op of the forward pass (layer, op name, phase, output shape, the

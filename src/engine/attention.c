@@ -30,28 +30,33 @@ void ember_kv_store(ember_session *s, int64_t l, int64_t pos, int64_t n, const f
         }
 }
 
+ember_attention_args ember_attention_layer_args(const ember_session *s, const ember_layer *L, float scale,
+                                                int64_t window, const float *q, float *att, int64_t pos0, int64_t n) {
+    const ember_model *m = s->model;
+    return (ember_attention_args){.q = q,
+                                  .k = s->k_cache[L->kv_source],
+                                  .v = s->v_cache[L->kv_source],
+                                  .kv_type = m->kv_type,
+                                  .out = att,
+                                  .scratch = s->ws.scores,
+                                  .n_chunks_cap = (s->n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
+                                  .n_head = m->n_head,
+                                  .n_head_kv = L->n_head_kv,
+                                  .hd = L->head_dim,
+                                  .kv_stride = L->head_dim,
+                                  .kv_head_stride = s->n_ctx * L->head_dim,
+                                  .pos0 = pos0,
+                                  .n = n,
+                                  .window = window,
+                                  .scale = scale,
+                                  .softcap = m->attn_softcap};
+}
+
 /* The layer's shapes for the kernels' threaded attention (kernels/compute.c). */
 void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_t window, const float *q, float *att,
                      int64_t pos0, int64_t n) {
-    const ember_model *m = s->model;
-    const ember_attention_args a = {.q = q,
-                                    .k = s->k_cache[L->kv_source],
-                                    .v = s->v_cache[L->kv_source],
-                                    .kv_type = m->kv_type,
-                                    .out = att,
-                                    .scratch = s->ws.scores,
-                                    .n_chunks_cap = (s->n_ctx + EMBER_ATTN_CHUNK - 1) / EMBER_ATTN_CHUNK,
-                                    .n_head = m->n_head,
-                                    .n_head_kv = L->n_head_kv,
-                                    .hd = L->head_dim,
-                                    .kv_stride = L->head_dim,
-                                    .kv_head_stride = s->n_ctx * L->head_dim,
-                                    .pos0 = pos0,
-                                    .n = n,
-                                    .window = window,
-                                    .scale = scale,
-                                    .softcap = m->attn_softcap};
-    ember_compute_attention(m->compute, &a);
+    const ember_attention_args a = ember_attention_layer_args(s, L, scale, window, q, att, pos0, n);
+    ember_compute_attention(s->model->compute, &a);
 }
 
 /* The layer's attention with its attention_pattern and attention_heads stages (model.h). */
@@ -66,21 +71,7 @@ ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, 
         ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
     } else {
         /* The pattern of this layer only (ember_session_reserve_pattern sized it before the pass). */
-        const ember_attention_args a = {.q = w->q,
-                                        .k = s->k_cache[L->kv_source],
-                                        .v = s->v_cache[L->kv_source],
-                                        .kv_type = m->kv_type,
-                                        .out = w->att,
-                                        .n_head = m->n_head,
-                                        .n_head_kv = L->n_head_kv,
-                                        .hd = L->head_dim,
-                                        .kv_stride = L->head_dim,
-                                        .kv_head_stride = s->n_ctx * L->head_dim,
-                                        .pos0 = pos0,
-                                        .n = n,
-                                        .window = window,
-                                        .scale = scale,
-                                        .softcap = m->attn_softcap};
+        const ember_attention_args a = ember_attention_layer_args(s, L, scale, window, w->q, w->att, pos0, n);
         ember_compute_attention_probs(m->compute, &a, w->pattern);
         ember_view v = {.data = w->pattern, .rows = m->n_head * n, .cols = pos0 + n, .n_heads = m->n_head};
         if ((st = ember_hook_call_view(hooks, EMBER_STAGE_ATTENTION_PATTERN, ctx, l, &v, err))) return st;

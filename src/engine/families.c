@@ -1,5 +1,6 @@
 /* families.c — the family table: one row per model family (its name, the architectures it reads,
  * its bind and forward functions, its switches). Must not bind or compute anything itself. */
+#include "backward.h"
 #include "model_bind.h"
 
 #include <string.h>
@@ -11,11 +12,15 @@ static const ember_family families[] = {
         .info = {.name = "llama", .architectures = ARCHS("llama")},
         .bind = ember_llama_bind,
         .forward = ember_llama_forward,
+        .backward = ember_llama_backward,
+        .tape_slots = ember_llama_tape_slots,
     },
     {
         .info = {.name = "qwen3", .architectures = ARCHS("qwen3")},
         .bind = ember_llama_bind,
         .forward = ember_llama_forward,
+        .backward = ember_llama_backward,
+        .tape_slots = ember_llama_tape_slots,
         .rope_neox = true,
         .qk_norm = true,
     },
@@ -23,6 +28,8 @@ static const ember_family families[] = {
         .info = {.name = "qwen2", .architectures = ARCHS("qwen2"), .experimental = true},
         .bind = ember_llama_bind,
         .forward = ember_llama_forward,
+        .backward = ember_llama_backward,
+        .tape_slots = ember_llama_tape_slots,
         .rope_neox = true,
         .qkv_bias = true,
     },

@@ -1,5 +1,6 @@
 /* family_llama.c — the forward pass of the llama, qwen3 and qwen2 families on the kernel table.
  * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order), never hidden branches. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -32,6 +33,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         const ember_layer *L = &m->layers[l];
         const int64_t q_dim = m->n_head * L->head_dim;
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
+        ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
 
         /* attention block */
         ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
@@ -45,6 +47,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
         ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
         ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
+        ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
+        ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
         norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
         norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
         ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
@@ -56,6 +60,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+        ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
 
         /* SwiGLU MLP */
         ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, m->norm_eps);
@@ -64,6 +69,8 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
                            (float *const[]){w->gate, w->up}, n);
         ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_GATE, w->gate, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_UP, w->up, n, L->n_ff);
         ember_rows_silu_mul(m, w->gate, w->up, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
@@ -75,6 +82,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     /* Only the last position's logits are produced, unless the session asks for every row's:
      * then the other rows' final norm goes into xn, where the logits head reads it. */
     for (int64_t t = 0; s->all_logits && t + 1 < n; t++)

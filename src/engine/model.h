@@ -37,6 +37,8 @@ typedef struct {
 
 struct ember_session;
 struct binder;
+struct ember_backward;
+struct ember_tape;
 typedef ember_status (*ember_forward_fn)(struct ember_session *s, const int32_t *ids, int64_t n,
                                          const ember_hooks *hooks, ember_error *err);
 
@@ -57,6 +59,10 @@ typedef struct {
     /* The switch of the Gemma block (family_gemma4.c), which gemma2, gemma3 and gemma4 share: */
     bool v_norm; /* V heads RMS-normed without a weight, and V = the raw K projection where attn_v is
                   * absent (gemma4); else attn_v is required and V is used as projected */
+    /* The backward pass (backward.h, docs/attribution.md) and the tape slots it needs of the
+     * forward; NULL: the family has no gradients yet (ember_session_gradients says so). */
+    ember_status (*backward)(struct ember_backward *b, ember_error *err);
+    uint32_t (*tape_slots)(const struct ember_model *m);
 } ember_family;
 
 /* The family whose row accepts `architecture` (general.architecture), NULL when none does. */
@@ -136,12 +142,13 @@ struct ember_session {
     ember_workspace ws;
     ember_phase phase; /* of the evaluation in progress */
     bool has_logits;
-    bool allow_nonfinite; /* skip the check of the logits (ember_session_set_allow_nonfinite) */
-    int64_t head_bad;     /* the first non-finite logit the LM head computed this evaluation, -1 if none */
-    float head_bad_value; /* its value, before any softcap or hook */
-    bool all_logits;      /* the logits head also fills ws.all_logits for every evaluated row */
-    int64_t n_all;        /* rows of ws.all_logits from the last evaluation (0: not asked) */
-    ember_trace *trace;   /* the trace every evaluation writes to, NULL when off (trace.c) */
+    bool allow_nonfinite;    /* skip the check of the logits (ember_session_set_allow_nonfinite) */
+    int64_t head_bad;        /* the first non-finite logit the LM head computed this evaluation, -1 if none */
+    float head_bad_value;    /* its value, before any softcap or hook */
+    bool all_logits;         /* the logits head also fills ws.all_logits for every evaluated row */
+    int64_t n_all;           /* rows of ws.all_logits from the last evaluation (0: not asked) */
+    ember_trace *trace;      /* the trace every evaluation writes to, NULL when off (trace.c) */
+    struct ember_tape *tape; /* what the forward keeps for a backward pass (backward.h), NULL when none */
 };
 
 /* The hooks' context of a forward pass over n tokens from the session's position. */
@@ -161,6 +168,10 @@ ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_e
  * to the cache's type (round to nearest even). Row t of k and v starts at t * row_stride. */
 void ember_kv_store(struct ember_session *s, int64_t l, int64_t pos, int64_t n, const float *k, const float *v,
                     int64_t row_stride);
+/* The kernels' description of layer L's attention of n tokens from pos0 over the cache it reads
+ * (L->kv_source), q (n, n_head*hd) into att: the one place the cache's layout meets the kernels. */
+ember_attention_args ember_attention_layer_args(const struct ember_session *s, const ember_layer *L, float scale,
+                                                int64_t window, const float *q, float *att, int64_t pos0, int64_t n);
 /* Causal attention of n new tokens (positions pos0..pos0+n-1) over the cache layer L reads
  * (L->kv_source), threaded by the compute context. window > 0: a query at p sees keys
  * p-window+1..p only. q: (n, n_head*hd), att: (n, n_head*hd). */

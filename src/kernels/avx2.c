@@ -7,6 +7,7 @@
 #include "half_convert.h"
 #include "q8_groups.h"
 #include "quant_dots.h"
+#include "transposed_simd.h"
 
 #include <stdlib.h>
 
@@ -578,6 +579,7 @@ const ember_kernel_ops ember_kernels_avx2 = {
             QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
         },
     .dot_f32 = avx2_dot_f32,
+    .mm_t = {TS_MM_T_ENTRIES},
     .attn_chunk = avx2_attn_chunk,
     .rmsnorm = avx2_rmsnorm,
     .layernorm = ember_layernorm,

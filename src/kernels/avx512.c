@@ -7,6 +7,7 @@
 #include "half_convert.h"
 #include "q8_groups.h"
 #include "quant_dots.h"
+#include "transposed_simd.h"
 
 #include <stdlib.h>
 
@@ -580,6 +581,7 @@ const ember_kernel_ops ember_kernels_avx512 = {
             QD_MM_ENTRIES(q8_act_size, q8_act_prepare, q81_act_prepare),
         },
     .dot_f32 = avx512_dot_f32,
+    .mm_t = {TS_MM_T_ENTRIES},
     .attn_chunk = avx512_attn_chunk,
     .rmsnorm = avx512_rmsnorm,
     .layernorm = ember_layernorm,

@@ -524,18 +524,6 @@ typedef struct {
     const float *mixed; /* mix pass: the pattern it reads */
 } pattern_job;
 
-/* Element i of a cache row of type t as f32 (exact, as the reference set reads the cache). */
-static float pattern_kv_value(ember_type t, const uint8_t *row, int64_t i) {
-    uint16_t h;
-    if (t == EMBER_TYPE_F32) {
-        float f;
-        memcpy(&f, row + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, row + 2 * i, 2);
-    return t == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
-}
-
 /* Key or value j of KV head g in the head-major cache. */
 static const uint8_t *pattern_kv_row(const pattern_job *j, const void *base, int64_t g, int64_t key) {
     const ember_attention_args *a = j->a;
@@ -565,7 +553,7 @@ static void probs_items(void *arg, int64_t begin, int64_t end, int tid) {
         for (int64_t k = first; k <= p; k++) {
             const uint8_t *kr = pattern_kv_row(j, a->k, g, k);
             float dot = 0.0f;
-            for (int64_t i = 0; i < hd; i++) dot += q[i] * pattern_kv_value(a->kv_type, kr, i);
+            for (int64_t i = 0; i < hd; i++) dot += q[i] * ember_kv_element(a->kv_type, kr, i);
             row[k] = dot * a->scale;
         }
         if (a->softcap > 0.0f) ember_attn_softcap(row + first, p + 1 - first, a->softcap);
@@ -599,7 +587,7 @@ static void mix_items(void *arg, int64_t begin, int64_t end, int tid) {
         memset(out, 0, (size_t)hd * sizeof(float));
         for (int64_t k = lo; k <= hi; k++) {
             const uint8_t *vr = pattern_kv_row(j, a->v, g, k);
-            for (int64_t d = 0; d < hd; d++) out[d] += row[k] * pattern_kv_value(a->kv_type, vr, d);
+            for (int64_t d = 0; d < hd; d++) out[d] += row[k] * ember_kv_element(a->kv_type, vr, d);
         }
     }
 }

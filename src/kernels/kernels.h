@@ -63,6 +63,19 @@ void ember_quantize_act_q8_k(const float *x, void *y, int64_t n);
 typedef void (*ember_rows_fn)(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                               int64_t n_tok, int64_t o0, int64_t o1);
 
+/* ---- the transposed product: the activation gradients of y = x W^T, dx = g W ----
+ * The rows of W are cut into chunks of EMBER_MATMUL_T_CHUNK from row 0. For every token t and column
+ * i, chunk c's partial is s_c = sum over its rows o, in increasing o, of g[t,o] * w[o,i], starting
+ * at +0, each product rounded to f32 and then added (no fused multiply-add); then dx[t,i] = s_0 and
+ * dx[t,i] = dx[t,i] + s_c for c = 1, 2, ... in order. The weights are read as f32 exactly (the
+ * type's to_float). Every set computes this same sequence for every element, so reference, avx2
+ * and avx512 give bit-identical results for any thread count and tiling (docs/kernels.md). */
+#define EMBER_MATMUL_T_CHUNK 64
+/* Columns [i0, i1) of dx (n_tok, n_in) = g (n_tok, n_out) W, for n_tok tokens: i0 is a multiple of
+ * the type's block size and i1 is too (or n_in). Reads w->data (the file's layout), never w->packed. */
+typedef void (*ember_rows_t_fn)(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0,
+                                int64_t i1);
+
 /* One kernel set's matrix product for one weight type. A NULL `rows` means this set has no
  * product for the type: loading a model that needs one is an EMBER_ERR_UNSUPPORTED error
  * (ember_compute_reserve), never a fallback to another type's code. */
@@ -126,6 +139,8 @@ typedef struct {
     /* matrix products, indexed by weight type (types.h ids) */
     ember_type_kernels mm[EMBER_TYPE_COUNT];
     float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* transposed products (the backward pass), indexed by weight type; NULL: none for the type */
+    ember_rows_t_fn mm_t[EMBER_TYPE_COUNT];
 
     /* Attention partials of the query rows `a` over the keys [k0, k1) of one chunk (contract
      * below). */
@@ -165,6 +180,17 @@ void ember_rope_heads_fast(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
  * in increasing i. */
 void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa, size_t xa_stride, float *y,
                           int64_t n_tok, int64_t o0, int64_t o1);
+/* ref.c: the reference transposed product of any type with a to_float (the order above). */
+void ember_rows_t_reference(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1);
+/* Every type the reference set multiplies, with its transposed product (each set's table). */
+#define EMBER_MM_T_REFERENCE_PRODUCTS                                                                                  \
+    [EMBER_TYPE_F32] = ember_rows_t_reference, [EMBER_TYPE_F16] = ember_rows_t_reference,                              \
+    [EMBER_TYPE_BF16] = ember_rows_t_reference, [EMBER_TYPE_Q8_0] = ember_rows_t_reference,                            \
+    [EMBER_TYPE_Q4_0] = ember_rows_t_reference, [EMBER_TYPE_Q4_1] = ember_rows_t_reference,                            \
+    [EMBER_TYPE_Q5_0] = ember_rows_t_reference, [EMBER_TYPE_Q5_1] = ember_rows_t_reference,                            \
+    [EMBER_TYPE_Q2_K] = ember_rows_t_reference, [EMBER_TYPE_Q3_K] = ember_rows_t_reference,                            \
+    [EMBER_TYPE_Q4_K] = ember_rows_t_reference, [EMBER_TYPE_Q5_K] = ember_rows_t_reference,                            \
+    [EMBER_TYPE_Q6_K] = ember_rows_t_reference
 /* The explicit fallback list: weight types for which the SIMD sets have no kernels of their own and
  * run the reference product (dequantize exactly, f32 dot with the f32 activations; bit-identical
  * to the reference set). Only Q2_K and Q3_K are left: Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K have
@@ -260,6 +286,14 @@ void ember_matmul(ember_compute *c, const ember_matrix *w, const float *x, float
 void ember_matmul_multi(ember_compute *c, int n, const ember_matrix *const w[], const float *x, float *const y[],
                         int64_t n_tok);
 
+/* dx (n_tok, n_in) = g (n_tok, n_out) W with the set's transposed product (the order above), split
+ * over the pool by tiles of tokens and panels of columns: each element is computed whole by one
+ * thread, so the result is identical for every thread count. False when the set has none for W's
+ * type (nothing is written). */
+bool ember_matmul_t(ember_compute *c, const ember_matrix *w, const float *g, float *dx, int64_t n_tok);
+/* The columns one item of ember_matmul_t covers (a multiple of the type's block size). */
+int64_t ember_matmul_t_panel(ember_type t);
+
 /* Causal attention of n new tokens at positions pos0..pos0+n-1 over a cache of keys and values:
  * query head h of token t reads KV head h / (n_head / n_head_kv) at positions first..p, where
  * p = pos0 + t and first = max(0, p - window + 1) when window > 0 (else 0). */
@@ -294,6 +328,60 @@ int64_t ember_attention_scratch_floats(int n_threads, int64_t n_ctx, int64_t n_h
  * ember_compute_attention within rounding only. */
 void ember_compute_attention_probs(ember_compute *c, const ember_attention_args *a, float *pattern);
 void ember_compute_attention_mix(ember_compute *c, const ember_attention_args *a, const float *pattern);
+
+/* ---- the backward of attention (attention_backward.c): plain scalar C shared by every set ----
+ * For the rows of a forward described by fwd (its q, cache, shapes, window and scale; out and
+ * scratch unused) and d_out, the gradient of its output (n, n_head * hd): the probabilities are
+ * recomputed row by row as attention_probs computes them (scores key by key in f32, e = exp(s - m)
+ * in key order, p = e / sum), dp_j = d_out . v_j, D = sum_j p_j dp_j and ds_j = p_j (dp_j - D).
+ * Then dq = scale * sum_j ds_j k_j (keys in increasing order), and for each key j of the pass's own
+ * positions (pos0 .. pos0 + n - 1) dk_j = scale * sum ds q and dv_j = sum p d_out over the query
+ * heads of its KV head (increasing) and the queries that see it (increasing). Every element has
+ * one fixed order, so the result is identical for every thread count and set. Keys before pos0
+ * are constants (no gradient). frozen: the probabilities are held at their forward values, so
+ * nothing flows through the softmax (dq and dk are not written; dv is). d_pattern (or NULL):
+ * (n_head * n, pos0 + n), row h*n + t, the gradient of every pattern entry, d_out . v_j for every
+ * key j (masked ones too: what a pattern edited there would move). */
+typedef struct {
+    const ember_attention_args *fwd;
+    const float *d_out; /* (n, n_head * hd) */
+    float *dq;          /* (n, n_head * hd); unused when frozen */
+    float *dk, *dv;     /* (n, n_head_kv * hd); dk unused when frozen */
+    float *d_pattern;   /* (n_head * n, pos0 + n) or NULL */
+    float *stats;       /* (n_head * n * 3) scratch: each row's max, sum and D */
+    float *rows;        /* ember_attention_backward_scratch(threads, pos0 + n) floats */
+    bool frozen;
+} ember_attention_backward_args;
+void ember_compute_attention_backward(ember_compute *c, const ember_attention_backward_args *a);
+/* Floats of a->rows for n_keys keys. */
+int64_t ember_attention_backward_scratch(int n_threads, int64_t n_keys);
+/* Element i of a cache row of type t (EMBER_TYPE_F32, F16 or BF16) as f32, exactly. */
+static inline float ember_kv_element(ember_type t, const void *row, int64_t i) {
+    const uint8_t *p = row;
+    uint16_t h;
+    if (t == EMBER_TYPE_F32) {
+        float f;
+        __builtin_memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    __builtin_memcpy(&h, p + 2 * i, 2);
+    return t == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
+}
+
+/* ---- the backward of the small ops (backward_ops.c): scalar C with double sums, shared by every
+ * set. Each takes the forward's input as it was and the gradient of the op's output, and writes
+ * the gradient of its input (never in place). frozen: the norm's scale (1 / rms, 1 / std) is held
+ * at its forward value, a constant (the centring of LayerNorm stays: it is linear). */
+/* y = x / rms(x) * w (w may be NULL): dx from dy. */
+void ember_rmsnorm_backward(float *dx, const float *dy, const float *x, const float *w, int64_t n, float eps,
+                            bool frozen);
+/* y = (x - mean) / sqrt(var + eps) * w + b: dx from dy. */
+void ember_layernorm_backward(float *dx, const float *dy, const float *x, const float *w, int64_t n, float eps,
+                              bool frozen);
+/* h = silu(g) * u: dg and du from dh. */
+void ember_silu_mul_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int64_t n);
+/* h = gelu_tanh(g) * u (u NULL: h = gelu_tanh(g), du unused): dg and du from dh. */
+void ember_gelu_mul_backward(float *dg, float *du, const float *dh, const float *g, const float *u, int64_t n);
 
 /* ---- small ops: the reference definitions (the reference table points at these) ---- */
 /* y = x / rms(x) * w (w may be NULL: no weight) */

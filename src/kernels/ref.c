@@ -109,19 +109,38 @@ void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa,
     }
 }
 
-/* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
-/* Element i of a cache row of type t as f32 (exact). */
-static float kv_value(ember_type t, const uint8_t *row, int64_t i) {
-    uint16_t h;
-    if (t == EMBER_TYPE_F32) {
-        float f;
-        memcpy(&f, row + 4 * i, 4);
-        return f;
+/* Columns [i0, i1) of dx = g W in the order kernels.h gives: per chunk of EMBER_MATMUL_T_CHUNK
+ * rows a partial from +0 (product, then add, row by row), folded into dx chunk by chunk. The
+ * weights are dequantized a row piece at a time and shared by up to EMBER_MATMUL_MAX_TOKENS tokens. */
+void ember_rows_t_reference(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1) {
+    const ember_type_traits *tr = ember_type_traits_get(w->type);
+    float wv[REF_CHUNK], part[EMBER_MATMUL_MAX_TOKENS][REF_CHUNK];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += EMBER_MATMUL_MAX_TOKENS) {
+        const int64_t nt = n_tok - t0 < EMBER_MATMUL_MAX_TOKENS ? n_tok - t0 : EMBER_MATMUL_MAX_TOKENS;
+        for (int64_t c0 = i0; c0 < i1; c0 += REF_CHUNK) {
+            const int64_t len = i1 - c0 < REF_CHUNK ? i1 - c0 : REF_CHUNK;
+            for (int64_t o0 = 0; o0 < w->n_out; o0 += EMBER_MATMUL_T_CHUNK) {
+                const int64_t o1 = w->n_out - o0 < EMBER_MATMUL_T_CHUNK ? w->n_out : o0 + EMBER_MATMUL_T_CHUNK;
+                for (int64_t t = 0; t < nt; t++)
+                    for (int64_t i = 0; i < len; i++) part[t][i] = 0.0f;
+                for (int64_t o = o0; o < o1; o++) {
+                    const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+                    tr->to_float(row + (size_t)(c0 / tr->block_size) * tr->block_bytes, wv, len);
+                    for (int64_t t = 0; t < nt; t++) {
+                        const float gt = g[(t0 + t) * w->n_out + o];
+                        for (int64_t i = 0; i < len; i++) part[t][i] += gt * wv[i];
+                    }
+                }
+                for (int64_t t = 0; t < nt; t++) {
+                    float *d = dx + (t0 + t) * w->n_in + c0;
+                    for (int64_t i = 0; i < len; i++) d[i] = o0 == 0 ? part[t][i] : d[i] + part[t][i];
+                }
+            }
+        }
     }
-    memcpy(&h, row + 2 * i, 2);
-    return t == EMBER_TYPE_F16 ? ember_f16_to_f32(h) : ember_bf16_to_f32(h);
 }
 
+/* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
 /* The partial of each row over its visible keys of the chunk: scores, their maximum, exp(s - max),
  * the sum of those, and the values weighted by them, all in key order. */
 static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
@@ -138,7 +157,7 @@ static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, flo
         for (int64_t j = lo; j < hi; j++) {
             const uint8_t *kj = (const uint8_t *)a->k + (size_t)j * stride;
             float dot = 0.0f;
-            for (int64_t i = 0; i < a->hd; i++) dot += a->q[r][i] * kv_value(a->kv_type, kj, i);
+            for (int64_t i = 0; i < a->hd; i++) dot += a->q[r][i] * ember_kv_element(a->kv_type, kj, i);
             s[j - lo] = dot * a->scale;
         }
         if (a->softcap > 0.0f) ember_attn_softcap(s, hi - lo, a->softcap);
@@ -149,7 +168,7 @@ static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, flo
             const uint8_t *vj = (const uint8_t *)a->v + (size_t)j * stride;
             const float e = expf(s[j - lo] - mx);
             sum += e;
-            for (int64_t d = 0; d < a->hd; d++) out[d] += e * kv_value(a->kv_type, vj, d);
+            for (int64_t d = 0; d < a->hd; d++) out[d] += e * ember_kv_element(a->kv_type, vj, d);
         }
         m[r] = ember_attn_partial_max(mx, sum);
         l[r] = sum;
@@ -200,6 +219,7 @@ const ember_kernel_ops ember_kernels_reference = {
             EMBER_MM_REFERENCE_PRODUCTS, /* Q2_K, Q3_K */
         },
     .dot_f32 = ref_dot_f32,
+    .mm_t = {EMBER_MM_T_REFERENCE_PRODUCTS},
     .attn_chunk = ref_attn_chunk,
     .rmsnorm = ember_rmsnorm,
     .layernorm = ember_layernorm,

@@ -11,6 +11,7 @@
 #include "l_experiment.h"
 #include "l_fs.h"
 #include "l_model.h"
+#include "l_gradients.h"
 #include "l_model_lens.h"
 #include "l_sae.h"
 #include "l_sampler.h"
@@ -164,6 +165,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_experiment(L, module);
     ember_lua_open_model(L, module);
     ember_lua_open_model_lens(L, module);
+    ember_lua_open_gradients(L, module);
     ember_lua_open_session(L, module);
     ember_lua_open_tiny_model(L, module);
     ember_lua_open_sampler(L, module);

@@ -73,6 +73,8 @@ M.CLASSES = {
     unembed = "m:unembed(t) -> [rows, n_vocab]: the final norm and LM head on a residual (the logit lens)",
     weight = "m:weight(name) -> [n_out, n_in]: a stored weight, dequantized (e.g. 'blk.3.attn_output')",
     run_with_cache = "m:run_with_cache{ ids=|prompt=, stages=, layers=, ... } -> cache: one prefill, activations kept",
+    gradients = "m:gradients{ ids=|prompt=, metric=, stages=, freeze=, values= } -> g: d metric / d activations "
+      .. "(g:get(stage, layer))",
     info = "m.info: family, n_layers, hidden_size, n_vocab, kernels, threads, ...",
     tokenizer = "m.tokenizer: the Tokenizer, or nil",
     closed = "m.closed: true after close()",

@@ -3,6 +3,7 @@
 -- ordinary experiment hooks (a read-only experiment that clones the views it was asked for), so
 -- the pass computes exactly what an uninstrumented prefill computes. Keeps only what was asked for.
 
+local options = require("ember.model.options")
 local selectors = require("ember.run.selectors")
 
 local M = {}
@@ -11,27 +12,6 @@ local OPTIONS = { ids = true, prompt = true, bos = true, stages = true, layers =
 
 -- Level 0: the message names the function and the option; a library position would only mislead.
 local function fail(msg) error("run_with_cache: " .. msg, 0) end
-
-local function sorted_keys(set)
-  local out = {}
-  for k in pairs(set) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
-
--- The prompt ids: ids= as given, or prompt= through the model's tokenizer (bos= passed on).
-local function prompt_ids(model, opts)
-  if (opts.ids == nil) == (opts.prompt == nil) then fail("give exactly one of ids= (token ids) or prompt= (text)") end
-  if opts.ids ~= nil then
-    if type(opts.ids) ~= "table" or #opts.ids == 0 then fail("ids must be a non-empty table of token ids") end
-    return opts.ids
-  end
-  if type(opts.prompt) ~= "string" then fail("prompt must be a string, got " .. type(opts.prompt)) end
-  local tok_opts = opts.bos ~= nil and { bos = opts.bos } or nil
-  local ids = model:tokenize(opts.prompt, tok_opts)
-  if #ids == 0 then fail("the prompt gives no tokens") end
-  return ids
-end
 
 -- stages= a list of stage names from the engine's own list (core.stages, as ember.selectors
 -- exports it); absent: all a pass calls by itself (sae_features only when named).
@@ -71,19 +51,14 @@ end
 --   cache.after_logits (Tensors), cache.logits ([1, n_vocab] of the last position, or [P, n_vocab]
 --   with all_logits), cache.ids (the prompt ids), cache.stages, cache.layers (sorted lists).
 function M.run_with_cache(model, opts)
-  if type(opts) ~= "table" then fail("expected a table of options, got " .. type(opts)) end
-  for k in pairs(opts) do
-    if not OPTIONS[k] then
-      fail("unknown option '" .. tostring(k) .. "' (options: " .. table.concat(sorted_keys(OPTIONS), ", ") .. ")")
-    end
-  end
+  options.check(opts, OPTIONS, fail)
   local info = model.info
-  local ids = prompt_ids(model, opts)
+  local ids = options.prompt_ids(model, opts, fail)
   local stages = stage_list(opts)
   local layers = layer_set(opts, info.n_layers)
   local last_layer = info.n_layers - 1
 
-  local cache = { ids = ids, stages = stages, layers = sorted_keys(layers) }
+  local cache = { ids = ids, stages = stages, layers = options.sorted_keys(layers) }
   local exp = { name = "run_with_cache" }
   for _, stage in ipairs(stages) do
     if selectors.LAYER_STAGE_SET[stage] then

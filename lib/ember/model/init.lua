@@ -12,6 +12,9 @@ local M = {}
 core.classes.Model.__methods.generate = require("ember.model.generate").generate
 -- model:run_with_cache{ ids= | prompt=, stages=, layers=, all_logits= } -> cache (lib/ember/model/cache.lua)
 core.classes.Model.__methods.run_with_cache = require("ember.model.cache").run_with_cache
+-- model:gradients{ ids= | prompt=, metric=, stages=, freeze=, values= } -> gradients
+-- (lib/ember/model/gradients.lua)
+core.classes.Model.__methods.gradients = require("ember.model.gradients").gradients
 
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",

@@ -221,7 +221,7 @@ end
 
 -- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
 -- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
---   "logit-diff[:A,B]" | "prob[:A]", stages = {...}|"all" (default {"after_layer"}),
+--   "logit-diff[:A,B]" | "prob[:A]" | "logit[:A]" | "logprob[:A]", stages = {...}|"all" (default {"after_layer"}),
 --   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
 --   run on to #prompt + N - 1 and the metric is read after N greedy decodes), shard = "I/N"|{index,count},
 --   out = DIR (resumed when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),

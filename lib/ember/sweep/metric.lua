@@ -1,27 +1,32 @@
--- ember.sweep.metric — the scalar a causal sweep measures on a run's next-token logits: a logit
--- difference between two tokens, the probability of a token, or the KL divergence to the clean run.
--- Must not run the model: it reads logits tensors (f32, widened to double) and returns numbers.
+-- ember.sweep.metric — the scalar a causal sweep (and attribution) measures on a run's next-token
+-- logits: a logit difference between two tokens, the logit, probability or log-probability of a
+-- token, or the KL divergence to the clean run. Must not run the model: it reads logits tensors
+-- (f32, widened to double) and returns numbers.
 
 local distribution = require("ember.analysis.distribution")
 local selectors = require("ember.run.selectors")
 
 local M = {}
 
-M.KINDS = { "logit-diff", "prob", "kl" }
+M.KINDS = { "logit-diff", "prob", "kl", "logit", "logprob" }
+-- how many tokens each kind reads
+local TOKENS = { ["logit-diff"] = 2, prob = 1, kl = 0, logit = 1, logprob = 1 }
+local GRAMMAR = "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl"
 
 -- parse(text) -> { kind, tokens = {ids...} } or nil and a message. Grammar: `logit-diff[:A,B]`,
--- `prob[:A]`, `kl`; A and B are token ids. Missing ids are filled in by resolve() from the runs.
+-- `prob[:A]`, `logit[:A]`, `logprob[:A]`, `kl`; A and B are token ids. Missing ids are filled in
+-- by resolve() from the runs.
 function M.parse(text)
   if type(text) == "table" then return text end
-  if type(text) ~= "string" then return nil, "metric: expected logit-diff[:A,B] | prob[:A] | kl" end
+  if type(text) ~= "string" then return nil, "metric: expected " .. GRAMMAR end
   local kind, rest = text:match("^([%a%-]+):(.*)$")
   kind = kind or text
-  if kind ~= "logit-diff" and kind ~= "prob" and kind ~= "kl" then
-    return nil, "metric: unknown metric '" .. text .. "' (expected logit-diff[:A,B] | prob[:A] | kl)"
+  local want = TOKENS[kind]
+  if not want then
+    return nil, "metric: unknown metric '" .. text .. "' (expected " .. GRAMMAR .. ")"
   end
   local m = { kind = kind, tokens = {} }
   if rest then
-    local want = kind == "logit-diff" and 2 or kind == "prob" and 1 or 0
     if want == 0 then return nil, "metric: kl takes no tokens (got '" .. text .. "')" end
     -- order matters (A - B), so the ids are split here rather than read as a sorted list
     local ids = {}
@@ -43,7 +48,8 @@ local function values(t) return t:values() end
 local softmax, kl = distribution.softmax, distribution.kl
 
 -- resolve(m, clean_logits, corrupted_logits, n_vocab) -> m with its token ids decided: the default
--- logit difference is clean top-1 minus corrupted top-1, the default probability the clean top-1.
+-- logit difference is clean top-1 minus corrupted top-1; the default token of the others is the
+-- clean top-1.
 function M.resolve(m, clean, corrupted, n_vocab)
   local r = { kind = m.kind, tokens = { table.unpack(m.tokens) } }
   local top_c, top_x = clean:argmax() - 1, corrupted:argmax() - 1
@@ -53,7 +59,7 @@ function M.resolve(m, clean, corrupted, n_vocab)
         .. "give them as logit-diff:A,B", top_c), 0)
     end
     r.tokens = { top_c, top_x }
-  elseif r.kind == "prob" and #r.tokens == 0 then
+  elseif TOKENS[r.kind] == 1 and #r.tokens == 0 then
     r.tokens = { top_c }
   end
   for _, id in ipairs(r.tokens) do
@@ -72,6 +78,8 @@ function M.label(m, text)
   end
   if m.kind == "logit-diff" then return "logit difference " .. tok(m.tokens[1]) .. " - " .. tok(m.tokens[2]) end
   if m.kind == "prob" then return "probability of " .. tok(m.tokens[1]) end
+  if m.kind == "logit" then return "logit of " .. tok(m.tokens[1]) end
+  if m.kind == "logprob" then return "log-probability of " .. tok(m.tokens[1]) end
   return "KL(clean || patched)"
 end
 
@@ -83,6 +91,12 @@ function M.evaluator(m, clean)
   elseif m.kind == "prob" then
     local a = m.tokens[1] + 1
     return function(t) return softmax(values(t))[a] end
+  elseif m.kind == "logit" then
+    local a = m.tokens[1] + 1
+    return function(t) return t:get(1, a) end
+  elseif m.kind == "logprob" then
+    local a = m.tokens[1] + 1
+    return function(t) return math.log(softmax(values(t))[a]) end
   end
   local pc = softmax(values(clean))
   return function(t) return kl(pc, softmax(values(t))) end

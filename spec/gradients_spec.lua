@@ -1,0 +1,160 @@
+-- model:gradients against central finite differences of an exact float64 forward pass
+-- (spec/reference/grad_reference.py: its own GGUF reader and forward of each family, written from
+-- the file alone): every family's tiny model, every stage, each metric, the frozen modes (the
+-- forward with the probabilities or the norms' scales held), relative error <= 1e-4 on the
+-- reference path and within q8_0's tolerance on the fast path. The forward with gradients is bit
+-- for bit a prefill's; the gradients are identical for 1 and 3 threads; bad input is refused by name.
+
+local ember = require("ember")
+local cjson = require("cjson")
+local fx = require("helpers.fixtures")
+local H = require("helpers.artifacts")
+
+local PY = "/usr/bin/python3"
+local SCRIPT = "spec/reference/grad_reference.py"
+local missing_numpy = os.execute(PY .. " -c 'import numpy' >/dev/null 2>&1") ~= true
+  and (PY .. " with numpy (Debian python3-numpy) is not installed: the float64 reference cannot run") or nil
+
+-- A tiny model of the family (3 layers, f32 unless dtype says), or pending with the reason.
+local function tiny(family, dtype)
+  local path, why = fx.tiny_model("--family " .. family .. " --dtype " .. (dtype or "f32") .. " --layers 3 --seed 11")
+  if not path then pending(why) end
+  return path
+end
+
+-- Every gradient of g under its stage name ("after_layer.2", "before_logits", "embeddings").
+local function by_name(g)
+  local t = {}
+  for _, s in ipairs(g.stages) do
+    if s == "embeddings" or s == "before_logits" or s == "after_logits" then t[s] = g:get(s)
+    else for l = 0, g.n_layers - 1 do t[s .. "." .. l] = g:get(s, l) end end
+  end
+  return t
+end
+
+-- The finite differences of grad_reference.py for the gradients g of model `path` (ids, metric
+-- table, freeze list): its JSON report.
+local function reference(path, g, metric, freeze)
+  local dir = H.tmpdir()
+  ember.save_tensors(dir .. "/grads.safetensors", by_name(g))
+  ember.save_tensors(dir .. "/logits.safetensors", { logits = g:value("after_logits") })
+  local req = { model = path, ids = g.ids, metric = metric, freeze = freeze or {}, samples = 2, seed = 5,
+    gradients = dir .. "/grads.safetensors", logits = dir .. "/logits.safetensors" }
+  H.write(dir .. "/request.json", cjson.encode(req))
+  local p = io.popen(PY .. " " .. H.shell_quote(SCRIPT) .. " " .. H.shell_quote(dir .. "/request.json") .. " 2>&1")
+  local out = p:read("a")
+  assert(p:close(), "grad_reference.py failed: " .. out)
+  return cjson.decode(out)
+end
+
+-- Every check within tol (coordinates and a random direction), and the two forwards agreeing.
+local function assert_close(report, tol, what)
+  assert.is_true(report.logits_rel <= 1e-4,
+    string.format("%s: the float64 forward's logits differ from ember's by %.3g", what, report.logits_rel))
+  local worst, where = 0, ""
+  for _, c in ipairs(report.checks) do
+    local r = math.max(c.coord_rel, c.dir_rel)
+    if r > worst or r ~= r then worst, where = r, c.stage .. " " .. c.layer end
+  end
+  assert.is_true(#report.checks > 0, what .. ": nothing was checked")
+  assert.is_true(worst <= tol, string.format("%s: relative error %.3g at %s (tolerance %g)", what, worst, where, tol))
+end
+
+local IDS = { 1, 17, 40, 3, 99, 250 }
+
+describe("model:gradients against finite differences of a float64 forward", function()
+  before_each(function() if missing_numpy then pending(missing_numpy) end end)
+  after_each(H.cleanup)
+
+  local cases = {
+    { family = "llama", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "qwen3", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
+    { family = "qwen2", metric = "logit:5", ref = { kind = "logit", a = 5 } },
+  }
+  for _, c in ipairs(cases) do
+    it(c.family .. " (" .. c.metric .. "), every stage, reference path: relative error <= 1e-4", function()
+      local path = tiny(c.family)
+      local m = ember.load { model = path, kernels = "reference" }
+      local g = m:gradients { ids = IDS, metric = c.metric, values = true }
+      assert_close(reference(path, g, c.ref), 1e-4, c.family)
+    end)
+  end
+
+  for _, freeze in ipairs({ { "attention" }, { "norm" }, { "attention", "norm" } }) do
+    it("qwen3, frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
+      local path = tiny("qwen3")
+      local m = ember.load { model = path, kernels = "reference" }
+      local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true, freeze = freeze }
+      assert_close(reference(path, g, { kind = "logit-diff", a = 3, b = 7 }, freeze), 1e-4, "frozen")
+    end)
+  end
+
+  it("q8_0 on the default kernels: within the weight type's tolerance (5e-2, the parity bound)", function()
+    local path = tiny("llama", "q8_0")
+    local m = ember.load { model = path }
+    local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true }
+    local report = reference(path, g, { kind = "logit-diff", a = 3, b = 7 })
+    report.logits_rel = 0 -- the fast path's activation quantization moves the logits; the bound is on gradients
+    assert_close(report, 5e-2, "q8_0 fast path")
+  end)
+end)
+
+describe("model:gradients leaves the forward pass as it is", function()
+  after_each(H.cleanup)
+
+  it("the forward's logits and values are bit for bit a prefill's, on every set this CPU runs", function()
+    local path = tiny("qwen3", "q8_0")
+    for _, k in ipairs({ "reference", "auto" }) do
+      local m = ember.load { model = path, kernels = k }
+      local g = m:gradients { ids = IDS, metric = "logit:5", values = true, stages = { "after_layer", "after_logits" } }
+      local cache = m:run_with_cache { ids = IDS, stages = { "after_layer" } }
+      assert.are.equal(cache.logits:bytes(), g:value("after_logits"):bytes())
+      for l = 0, m.info.n_layers - 1 do
+        assert.are.equal(cache.after_layer[l]:bytes(), g:value("after_layer", l):bytes())
+      end
+    end
+  end)
+
+  it("the gradients are identical for 1 and 3 threads", function()
+    local path = tiny("llama", "q8_0")
+    local a = ember.load { model = path, threads = 1 }:gradients { ids = IDS, metric = "logprob:9" }
+    local b = ember.load { model = path, threads = 3 }:gradients { ids = IDS, metric = "logprob:9" }
+    for name, t in pairs(by_name(a)) do assert.are.equal(t:bytes(), by_name(b)[name]:bytes(), name) end
+  end)
+end)
+
+describe("model:gradients refuses bad input by name", function()
+  local path
+  local function model()
+    path = path or tiny("llama")
+    return ember.load { model = path }
+  end
+
+  local function refuses(opts, pattern)
+    local ok, err = pcall(function() return model():gradients(opts) end)
+    assert.is_false(ok)
+    assert.matches(pattern, tostring(err))
+  end
+
+  it("a metric token outside the vocabulary", function()
+    refuses({ ids = IDS, metric = "logit-diff:3,99999" }, "metric token 99999 is outside the vocabulary %(0%.%.511%)")
+  end)
+  it("an unknown metric, and one missing its tokens", function()
+    refuses({ ids = IDS, metric = "logits:3" }, "unknown metric 'logits:3'")
+    refuses({ ids = IDS, metric = "logit-diff:3" }, "logit%-diff needs 2 token ids")
+  end)
+  it("a stage with no gradient", function()
+    refuses({ ids = IDS, metric = "logit:3", stages = { "sae_features" } }, "no gradient at stage 'sae_features'")
+    refuses({ ids = IDS, metric = "logit:3", stages = { "after_layers" } }, "no gradient at stage 'after_layers'")
+  end)
+  it("an unknown frozen mode", function()
+    refuses({ ids = IDS, metric = "logit:3", freeze = { "mlp" } },
+      "unknown frozen mode 'mlp' %(modes: attention, norm%)")
+  end)
+  it("an experiment (gradients are of the model as it is)", function()
+    refuses({ ids = IDS, metric = "logit:3", experiment = { name = "x" } }, "experiments are refused")
+  end)
+  it("the kl metric without its reference", function()
+    refuses({ ids = IDS, metric = "kl" }, "the kl metric needs reference")
+  end)
+end)

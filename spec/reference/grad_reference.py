@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+# grad_reference.py — an exact float64 forward pass of ember's families, written here from the
+# GGUF file alone (its own reader: header, metadata, f32/f16/bf16/q8_0 tensors), and central finite
+# differences of a metric of the last position's logits with respect to every stage's activation.
+# ember's gradients (m:gradients, saved as safetensors) are checked against these
+# (spec/gradients_spec.lua). Frozen modes: the attention probabilities and/or the norms' scales of
+# the unperturbed pass are held while the finite differences move the activation.
+#
+#   grad_reference.py REQUEST.json    REQUEST: {model, ids, metric: {kind, a, b}, freeze: [...],
+#                                     gradients: FILE.safetensors, stages: [...], samples: N,
+#                                     seed: N, logits: FILE.safetensors (ember's last-row logits)}
+# prints JSON: {logits_rel, checks: [{stage, layer, coord_rel, dir_rel, scale}]}
+import json, struct, sys
+import numpy as np
+
+# ---- GGUF ------------------------------------------------------------------------------------
+SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class Reader:
+    def __init__(self, data):
+        self.d, self.o = data, 0
+
+    def take(self, fmt):
+        v = struct.unpack_from(fmt, self.d, self.o)[0]
+        self.o += struct.calcsize(fmt)
+        return v
+
+    def string(self):
+        n = self.take("<Q")
+        s = self.d[self.o:self.o + n].decode("utf-8", "replace")
+        self.o += n
+        return s
+
+    def value(self, t):
+        if t == 8:
+            return self.string()
+        if t == 9:
+            et, count = self.take("<I"), self.take("<Q")
+            return [self.value(et) for _ in range(count)]
+        return self.take(SCALAR[t])
+
+
+def f16(raw):
+    return np.frombuffer(raw, dtype="<f2").astype(np.float64)
+
+
+def dequantize(t, raw, count):
+    if t == 0:
+        return np.frombuffer(raw, dtype="<f4", count=count).astype(np.float64)
+    if t == 1:
+        return f16(raw[:2 * count])
+    if t == 30:
+        u = np.frombuffer(raw, dtype="<u2", count=count).astype(np.uint32) << 16
+        return u.view(np.float32).astype(np.float64)
+    if t == 8:  # q8_0: blocks of an f16 scale and 32 int8 quants
+        b = np.frombuffer(raw, dtype=np.uint8, count=count // 32 * 34).reshape(-1, 34)
+        d = f16(b[:, :2].tobytes())
+        q = b[:, 2:].view(np.int8).astype(np.float64)
+        return (q * d[:, None]).reshape(-1)
+    raise SystemExit("grad_reference.py: tensor type %d is not read here" % t)
+
+
+BYTES = {0: lambda n: 4 * n, 1: lambda n: 2 * n, 30: lambda n: 2 * n, 8: lambda n: n // 32 * 34}
+
+
+def read_gguf(path):
+    data = open(path, "rb").read()
+    r = Reader(data)
+    if data[:4] != b"GGUF":
+        raise SystemExit("grad_reference.py: %s is not a GGUF file" % path)
+    r.o = 4
+    r.take("<I")
+    n_tensors, n_kv = r.take("<Q"), r.take("<Q")
+    meta = {}
+    for _ in range(n_kv):
+        k = r.string()
+        meta[k] = r.value(r.take("<I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = r.string()
+        dims = [r.take("<Q") for _ in range(r.take("<I"))]
+        infos.append((name, dims, r.take("<I"), r.take("<Q")))
+    align = meta.get("general.alignment", 32)
+    base = (r.o + align - 1) // align * align
+    tensors = {}
+    for name, dims, t, off in infos:
+        count = int(np.prod(dims))
+        raw = data[base + off:base + off + BYTES[t](count)]
+        shape = list(reversed(dims)) if len(dims) > 1 else [dims[0]]
+        tensors[name] = dequantize(t, raw, count).reshape(shape)
+    return meta, tensors
+
+
+# ---- the forward pass, in float64 ------------------------------------------------------------
+class Model:
+    def __init__(self, path):
+        self.meta, self.t = read_gguf(path)
+        self.arch = self.meta["general.architecture"]
+        a = self.arch
+        g = lambda k, d=None: self.meta.get("%s.%s" % (a, k), d)
+        self.n_layer, self.d, self.n_head = g("block_count"), g("embedding_length"), g("attention.head_count")
+        self.n_head_kv = g("attention.head_count_kv", self.n_head)
+        self.hd = g("attention.key_length", self.d // self.n_head)
+        self.n_rot = g("rope.dimension_count", self.hd)
+        self.base = g("rope.freq_base", 10000.0)
+        self.eps = g("attention.layer_norm_rms_epsilon", g("attention.layer_norm_epsilon", 1e-5))
+        self.neox = a in ("qwen3", "qwen2")
+        self.embd = self.t["token_embd.weight"]
+        self.out = self.t.get("output.weight", self.embd)
+        self.freqs = self.t.get("rope_freqs.weight")
+
+
+def rmsnorm(x, w, eps, hold, key):
+    """x / rms(x) * w over the last axis; the scale comes from `hold` when frozen."""
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    r = hold(key, r)
+    return x * r * (w if w is not None else 1.0)
+
+
+def layernorm(x, w, b, eps, hold, key):
+    mu = x.mean(axis=-1, keepdims=True)
+    r = hold(key, 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps))
+    return (x - mu) * r * w + b
+
+
+def rope(x, n_rot, base, neox, freqs):
+    """x (n, heads, hd) at positions 0..n-1: pairs (i, i + n_rot/2) or (2i, 2i + 1)."""
+    n, half = x.shape[0], n_rot // 2
+    i = np.arange(half)
+    freq = base ** (-2.0 * i / n_rot)
+    if freqs is not None:
+        freq = freq / freqs
+    th = np.arange(n)[:, None] * freq[None, :]
+    c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+    a_idx, b_idx = (i, i + half) if neox else (2 * i, 2 * i + 1)
+    y = x.copy()
+    x0, x1 = x[:, :, a_idx], x[:, :, b_idx]
+    y[:, :, a_idx] = x0 * c - x1 * s
+    y[:, :, b_idx] = x0 * s + x1 * c
+    return y
+
+
+def attention(q, k, v, scale, window, hold, key, edit):
+    """q (n, H, hd), k/v (n, Hkv, hd): causal softmax(q k^T scale) v; the pattern (H, n, n) passes
+    through edit (the attention_pattern stage) and, when frozen, comes from `hold`."""
+    n, H, hd = q.shape
+    group = H // k.shape[1]
+    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = np.einsum("thd,jhd->htj", q, kk) * scale
+    t, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    mask = (j <= t) & ((j > t - window) if window > 0 else True)
+    s = np.where(mask[None], s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    p = edit(hold(key, p))
+    return np.einsum("htj,jhd->thd", p, vv).reshape(n, H * hd)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def forward_llama(M, ids, edit, hold):
+    t, n = M.t, len(ids)
+    x = edit("embeddings", -1, M.embd[ids].copy())
+    for l in range(M.n_layer):
+        p = "blk.%d." % l
+        x = edit("before_layer", l, x)
+        xn = rmsnorm(x, t[p + "attn_norm.weight"], M.eps, hold, ("attn_norm", l))
+        q, k, v = xn @ t[p + "attn_q.weight"].T, xn @ t[p + "attn_k.weight"].T, xn @ t[p + "attn_v.weight"].T
+        if p + "attn_q.bias" in t:
+            q, k, v = q + t[p + "attn_q.bias"], k + t[p + "attn_k.bias"], v + t[p + "attn_v.bias"]
+        q, k, v = q.reshape(n, M.n_head, M.hd), k.reshape(n, M.n_head_kv, M.hd), v.reshape(n, M.n_head_kv, M.hd)
+        if p + "attn_q_norm.weight" in t:
+            q = rmsnorm(q, t[p + "attn_q_norm.weight"], M.eps, hold, ("q_norm", l))
+            k = rmsnorm(k, t[p + "attn_k_norm.weight"], M.eps, hold, ("k_norm", l))
+        q, k = rope(q, M.n_rot, M.base, M.neox, M.freqs), rope(k, M.n_rot, M.base, M.neox, M.freqs)
+        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), 0, hold, ("attn", l), lambda a: edit("attention_pattern", l, a))
+        att = edit("attention_heads", l, att)
+        x = x + edit("after_attention", l, att @ t[p + "attn_output.weight"].T)
+        xn = rmsnorm(x, t[p + "ffn_norm.weight"], M.eps, hold, ("ffn_norm", l))
+        act = silu(xn @ t[p + "ffn_gate.weight"].T) * (xn @ t[p + "ffn_up.weight"].T)
+        act = edit("mlp_activation", l, act)
+        x = x + edit("after_mlp", l, act @ t[p + "ffn_down.weight"].T)
+        x = edit("after_layer", l, x)
+    last = edit("before_logits", -1, rmsnorm(x[-1:], t["output_norm.weight"], M.eps, hold, ("output_norm", -1)))
+    return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+def forward_gpt2(M, ids, edit, hold):
+    t, n, d = M.t, len(ids), M.d
+    x = edit("embeddings", -1, M.embd[ids].copy()) + t["position_embd.weight"][:n]
+    for l in range(M.n_layer):
+        p = "blk.%d." % l
+        x = edit("before_layer", l, x)
+        xn = layernorm(x, t[p + "attn_norm.weight"], t[p + "attn_norm.bias"], M.eps, hold, ("attn_norm", l))
+        qkv = xn @ t[p + "attn_qkv.weight"].T + t[p + "attn_qkv.bias"]
+        q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(n, M.n_head, M.hd) for i in range(3))
+        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), 0, hold, ("attn", l), lambda a: edit("attention_pattern", l, a))
+        att = edit("attention_heads", l, att)
+        x = x + edit("after_attention", l, att @ t[p + "attn_output.weight"].T + t[p + "attn_output.bias"])
+        xn = layernorm(x, t[p + "ffn_norm.weight"], t[p + "ffn_norm.bias"], M.eps, hold, ("ffn_norm", l))
+        act = edit("mlp_activation", l, gelu(xn @ t[p + "ffn_up.weight"].T + t[p + "ffn_up.bias"]))
+        x = x + edit("after_mlp", l, act @ t[p + "ffn_down.weight"].T + t[p + "ffn_down.bias"])
+        x = edit("after_layer", l, x)
+    last = layernorm(x[-1:], t["output_norm.weight"], t["output_norm.bias"], M.eps, hold, ("output_norm", -1))
+    last = edit("before_logits", -1, last)
+    return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2}
+
+
+# ---- metric, frozen values, finite differences -------------------------------------------------
+def metric(m, z):
+    kind = m["kind"]
+    if kind == "logit":
+        return z[m["a"]]
+    if kind == "logit-diff":
+        return z[m["a"]] - z[m["b"]]
+    lse = z.max() + np.log(np.exp(z - z.max()).sum())
+    if kind == "logprob":
+        return z[m["a"]] - lse
+    if kind == "prob":
+        return np.exp(z[m["a"]] - lse)
+    raise SystemExit("grad_reference.py: metric %s is not computed here" % kind)
+
+
+class Pass:
+    """One model and prompt: the base pass records what frozen modes hold."""
+
+    def __init__(self, M, ids, m, freeze):
+        self.M, self.ids, self.m, self.freeze, self.held = M, ids, m, set(freeze), {}
+        fwd = FORWARDS[M.arch]
+        self.fwd = fwd
+        self.recording = True
+        self.base_logits = fwd(M, ids, lambda s, l, a: a, self.hold)
+        self.recording = False
+
+    def hold(self, key, value):
+        kind = "attention" if key[0] == "attn" else "norm"
+        if kind not in self.freeze:
+            return value
+        if self.recording:
+            self.held[key] = value
+            return value
+        return self.held[key]
+
+    def run(self, stage, layer, delta):
+        """The metric with `delta` added to (stage, layer)'s activation."""
+
+        def edit(s, l, a):
+            if s == stage and l == layer:
+                return a + delta.reshape(a.shape)
+            return a
+
+        return metric(self.m, self.fwd(self.M, self.ids, edit, self.hold))
+
+    def fd(self, stage, layer, direction, h):
+        return (self.run(stage, layer, h * direction) - self.run(stage, layer, -h * direction)) / (2 * h)
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<Q", data, 0)[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype="<f4").astype(np.float64).reshape(info["shape"])
+    return out
+
+
+def main():
+    req = json.load(open(sys.argv[1]))
+    M = Model(req["model"])
+    P = Pass(M, req["ids"], req["metric"], req.get("freeze", []))
+    rng = np.random.default_rng(req.get("seed", 1))
+    ember_logits = read_safetensors(req["logits"])["logits"].reshape(-1)
+    out = {"logits_rel": float(np.abs(ember_logits - P.base_logits).max() / np.abs(P.base_logits).max()),
+           "checks": []}
+    grads = read_safetensors(req["gradients"])
+    h = req.get("step", 1e-4)
+    for name in sorted(grads):
+        g = grads[name]
+        stage, layer = (name.rsplit(".", 1) + ["-1"])[:2] if "." in name else (name, "-1")
+        layer = int(layer)
+        scale = float(np.abs(g).max())
+        flat = g.reshape(-1)
+        picks = [int(np.abs(flat).argmax())] + list(rng.choice(flat.size, size=min(req.get("samples", 3), flat.size),
+                                                               replace=False))
+        coord_rel = 0.0
+        for i in picks:
+            e = np.zeros(flat.size)
+            e[i] = 1.0
+            coord_rel = max(coord_rel, abs(P.fd(stage, layer, e, h) - flat[i]) / max(scale, 1e-30))
+        u = rng.standard_normal(flat.size)
+        dir_fd = P.fd(stage, layer, u, h)
+        dir_rel = abs(dir_fd - float(flat @ u)) / max(float(np.abs(flat * u).sum()), 1e-30)
+        out["checks"].append({"stage": stage, "layer": layer, "coord_rel": coord_rel, "dir_rel": dir_rel,
+                              "scale": scale})
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+/* backward.c — what every family's backward pass shares: the tape the forward keeps, the
+ * transposed products, norm derivatives over rows, RoPE transposed, the attention backward over a
+ * layer's cache. Must not know a family's block (the family's backward file does). */
+#include "backward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+ember_status ember_tape_new(const ember_model *m, int64_t n, uint32_t mask, ember_tape **out, ember_error *err) {
+    *out = NULL;
+    ember_tape *t = calloc(1, sizeof *t);
+    const size_t slots = (size_t)(m->n_layer + 1) * EMBER_TAPE_SLOTS;
+    if (t) t->buf = calloc(slots, sizeof *t->buf);
+    if (t && t->buf) t->width = calloc(slots, sizeof *t->width);
+    if (!t || !t->buf || !t->width) {
+        ember_tape_free(t);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "gradients: out of memory for the tape");
+    }
+    t->n_layer = m->n_layer;
+    t->n = n;
+    t->mask = mask;
+    *out = t;
+    return EMBER_OK;
+}
+
+void ember_tape_free(ember_tape *t) {
+    if (!t) return;
+    for (int64_t i = 0; t->buf && i < (t->n_layer + 1) * EMBER_TAPE_SLOTS; i++) free(t->buf[i]);
+    free(t->buf);
+    free(t->width);
+    free(t);
+}
+
+static int64_t tape_index(const ember_tape *t, int64_t layer, ember_tape_slot slot) {
+    return (layer < 0 ? t->n_layer : layer) * EMBER_TAPE_SLOTS + slot;
+}
+
+void ember_tape_put(ember_tape *t, int64_t pos, int64_t layer, ember_tape_slot slot, const float *data, int64_t rows,
+                    int64_t width) {
+    const int64_t i = tape_index(t, layer, slot);
+    if (t->failed || pos + rows > t->n) {
+        t->failed = true;
+        return;
+    }
+    if (!t->buf[i]) { /* the first slice of the prompt: room for all of it */
+        t->buf[i] = malloc((size_t)(t->n * width) * sizeof(float));
+        if (!t->buf[i]) {
+            t->failed = true;
+            return;
+        }
+        t->width[i] = width;
+        t->bytes += (size_t)(t->n * width) * sizeof(float);
+    }
+    if (t->width[i] != width) { /* a family keeping one slot at two widths: its bug */
+        t->failed = true;
+        return;
+    }
+    memcpy(t->buf[i] + pos * width, data, (size_t)(rows * width) * sizeof(float));
+}
+
+const float *ember_tape_get(const ember_tape *t, int64_t layer, ember_tape_slot slot) {
+    return t->buf[tape_index(t, layer, slot)];
+}
+
+void ember_backward_add(float *x, const float *d, int64_t count) {
+    for (int64_t i = 0; i < count; i++) x[i] += d[i];
+}
+
+void ember_backward_product(ember_backward *b, const ember_matrix *w, const float *g, float *dx, bool add) {
+    float *into = add ? b->prod : dx;
+    if (!ember_matmul_t(b->m->compute, w, g, into, b->n)) {
+        b->missing = w->type; /* reported by the driver; every set has them all today */
+        memset(into, 0, (size_t)(b->n * w->n_in) * sizeof(float));
+    }
+    if (add) ember_backward_add(dx, into, b->n * w->n_in);
+}
+
+typedef struct {
+    const ember_backward *b;
+    bool layer, add;
+    float *dx;
+    const float *dy, *x, *w;
+    int64_t width;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    const norm_job *j = arg;
+    const bool frozen = j->b->freeze_norm;
+    for (int64_t r = begin; r < end; r++) {
+        float *dx = j->dx + r * j->width, *tmp = j->b->prod + r * j->width;
+        const float *dy = j->dy + r * j->width, *x = j->x + r * j->width;
+        float *into = j->add ? tmp : dx;
+        if (j->layer) ember_layernorm_backward(into, dy, x, j->w, j->width, j->eps, frozen);
+        else ember_rmsnorm_backward(into, dy, x, j->w, j->width, j->eps, frozen);
+        if (j->add) ember_backward_add(dx, tmp, j->width);
+    }
+}
+
+void ember_backward_norm(ember_backward *b, bool layer, float *dx, const float *dy, const float *x, const float *w,
+                         int64_t rows, int64_t width, float eps, bool add) {
+    norm_job j = {.b = b, .layer = layer, .add = add, .dx = dx, .dy = dy, .x = x, .w = w, .width = width, .eps = eps};
+    ember_compute_for(b->m->compute, rows, 8, norm_rows, &j);
+}
+
+/* RoPE rotates each pair by theta = position * frequency; its transpose rotates by -theta, which
+ * the same kernel computes at the negated position (cos is even, sin odd, in libm exactly). */
+void ember_backward_rope(ember_backward *b, float *x, int64_t n_heads, int64_t hd, int64_t n_rot, float base, bool neox,
+                         const float *freq_factors) {
+    if (n_rot <= 0) return;
+    for (int64_t t = 0; t < b->n; t++)
+        b->m->ops->rope_heads(x + t * n_heads * hd, n_heads, hd, n_rot, -t, base, neox, freq_factors);
+}
+
+void ember_backward_attention(ember_backward *b, int64_t l, const ember_layer *L, float scale, int64_t window,
+                              const float *q, const float *d_att, float *dq, float *dk, float *dv) {
+    const ember_model *m = b->m;
+    const ember_attention_args fwd = ember_attention_layer_args(b->s, L, scale, window, q, NULL, 0, b->n);
+    const bool pattern = ember_backward_wants(b, EMBER_STAGE_ATTENTION_PATTERN, l);
+    const ember_attention_backward_args a = {.fwd = &fwd,
+                                             .d_out = d_att,
+                                             .dq = dq,
+                                             .dk = dk,
+                                             .dv = dv,
+                                             .d_pattern = pattern ? b->pattern : NULL,
+                                             .stats = b->stats,
+                                             .rows = b->rows,
+                                             .frozen = b->freeze_attention};
+    if (b->freeze_attention) { /* nothing flows through the softmax */
+        memset(dq, 0, (size_t)(b->n * m->n_head * L->head_dim) * sizeof(float));
+        memset(dk, 0, (size_t)(b->n * L->kv_dim) * sizeof(float));
+    }
+    ember_compute_attention_backward(m->compute, &a);
+    if (pattern) ember_backward_keep(b, EMBER_STAGE_ATTENTION_PATTERN, l, b->pattern, m->n_head * b->n, b->n);
+}

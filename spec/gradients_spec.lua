@@ -70,6 +70,7 @@ describe("model:gradients against finite differences of a float64 forward", func
     { family = "llama", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
     { family = "qwen3", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
     { family = "qwen2", metric = "logit:5", ref = { kind = "logit", a = 5 } },
+    { family = "gpt2", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
   }
   for _, c in ipairs(cases) do
     it(c.family .. " (" .. c.metric .. "), every stage, reference path: relative error <= 1e-4", function()
@@ -79,6 +80,14 @@ describe("model:gradients against finite differences of a float64 forward", func
       assert_close(reference(path, g, c.ref), 1e-4, c.family)
     end)
   end
+
+  it("gpt2, frozen attention and norm (LayerNorm's scale held): against the forward with those values held",
+    function()
+      local path = tiny("gpt2")
+      local m = ember.load { model = path, kernels = "reference" }
+      local g = m:gradients { ids = IDS, metric = "logprob:11", values = true, freeze = { "attention", "norm" } }
+      assert_close(reference(path, g, { kind = "logprob", a = 11 }, { "attention", "norm" }), 1e-4, "gpt2 frozen")
+    end)
 
   for _, freeze in ipairs({ { "attention" }, { "norm" }, { "attention", "norm" } }) do
     it("qwen3, frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
@@ -103,14 +112,17 @@ describe("model:gradients leaves the forward pass as it is", function()
   after_each(H.cleanup)
 
   it("the forward's logits and values are bit for bit a prefill's, on every set this CPU runs", function()
-    local path = tiny("qwen3", "q8_0")
-    for _, k in ipairs({ "reference", "auto" }) do
-      local m = ember.load { model = path, kernels = k }
-      local g = m:gradients { ids = IDS, metric = "logit:5", values = true, stages = { "after_layer", "after_logits" } }
-      local cache = m:run_with_cache { ids = IDS, stages = { "after_layer" } }
-      assert.are.equal(cache.logits:bytes(), g:value("after_logits"):bytes())
-      for l = 0, m.info.n_layers - 1 do
-        assert.are.equal(cache.after_layer[l]:bytes(), g:value("after_layer", l):bytes())
+    for _, family in ipairs({ "qwen3", "gpt2" }) do
+      local path = tiny(family, "q8_0")
+      for _, k in ipairs({ "reference", "auto" }) do
+        local m = ember.load { model = path, kernels = k }
+        local g = m:gradients { ids = IDS, metric = "logit:5", values = true,
+          stages = { "after_layer", "after_logits" } }
+        local cache = m:run_with_cache { ids = IDS, stages = { "after_layer" } }
+        assert.are.equal(cache.logits:bytes(), g:value("after_logits"):bytes())
+        for l = 0, m.info.n_layers - 1 do
+          assert.are.equal(cache.after_layer[l]:bytes(), g:value("after_layer", l):bytes())
+        end
       end
     end
   end)

@@ -134,3 +134,27 @@ void ember_backward_attention(ember_backward *b, int64_t l, const ember_layer *L
     ember_compute_attention_backward(m->compute, &a);
     if (pattern) ember_backward_keep(b, EMBER_STAGE_ATTENTION_PATTERN, l, b->pattern, m->n_head * b->n, b->n);
 }
+
+void ember_backward_mlp_output(ember_backward *b, int64_t l) {
+    const ember_layer *L = &b->m->layers[l];
+    const int64_t d = b->m->n_embd, n = b->n;
+    ember_backward_keep(b, EMBER_STAGE_AFTER_LAYER, l, b->gx, n, d);
+    ember_backward_keep(b, EMBER_STAGE_AFTER_MLP, l, b->gx, n, d);
+    ember_backward_product(b, &L->w_down, b->gx, b->f0, false);
+    ember_backward_keep(b, EMBER_STAGE_MLP_ACTIVATION, l, b->f0, n, L->n_ff);
+}
+
+void ember_backward_block_input(ember_backward *b, int64_t l, bool layer, ember_tape_slot slot, const float *w) {
+    const int64_t d = b->m->n_embd;
+    ember_backward_norm(b, layer, b->gx, b->t1, ember_tape_get(b->tape, l, slot), w, b->n, d, b->m->norm_eps, true);
+    if (slot == EMBER_TAPE_X) ember_backward_keep(b, EMBER_STAGE_BEFORE_LAYER, l, b->gx, b->n, d);
+}
+
+ember_status ember_backward_layers(ember_backward *b, ember_backward_block mlp, ember_backward_block attention) {
+    for (int64_t l = b->m->n_layer - 1; l >= 0; l--) {
+        mlp(b, l);
+        attention(b, l);
+    }
+    ember_backward_keep_embeddings(b, b->gx);
+    return EMBER_OK;
+}

@@ -79,6 +79,7 @@ typedef struct ember_backward {
     float *pattern;       /* (n_head * n, n) the pattern's gradient, when asked */
     float *stats, *rows;  /* the attention backward's scratch */
     float *ple_a, *ple_b; /* (n, n_layer * ple) gemma4 */
+    float *fused;         /* (n, the fused QKV width) gpt2 */
     float *prod;          /* (n, the widest row above) what a product or norm adds, before it is added */
     int missing;          /* a weight type the kernel set has no transposed product for, or -1 */
 } ember_backward;
@@ -107,8 +108,23 @@ void ember_backward_attention(ember_backward *b, int64_t l, const ember_layer *L
 /* x[i] += d[i] */
 void ember_backward_add(float *x, const float *d, int64_t count);
 
+/* What every family's block backward shares. A block's backward moves b->gx from its output
+ * residual to its input residual. */
+typedef void (*ember_backward_block)(ember_backward *b, int64_t l);
+/* Layer l's MLP output: keeps after_layer and after_mlp (both b->gx), f0 = gx W_down (kept as
+ * mlp_activation). */
+void ember_backward_mlp_output(ember_backward *b, int64_t l);
+/* b->gx += the norm's backward (RMSNorm, or LayerNorm with layer) of b->t1 at the residual the
+ * tape keeps in slot (EMBER_TAPE_X: entering layer l, then kept as before_layer; EMBER_TAPE_X_MID:
+ * after its attention), weight w. */
+void ember_backward_block_input(ember_backward *b, int64_t l, bool layer, ember_tape_slot slot, const float *w);
+/* From the last layer to the first: mlp(l), then attention(l); then keeps the embeddings' gradient. */
+ember_status ember_backward_layers(ember_backward *b, ember_backward_block mlp, ember_backward_block attention);
+
 /* The families' backward passes (ember_family.backward) and the tape slots each needs. */
 ember_status ember_llama_backward(ember_backward *b, ember_error *err);
 uint32_t ember_llama_tape_slots(const ember_model *m);
+ember_status ember_gpt2_backward(ember_backward *b, ember_error *err);
+uint32_t ember_gpt2_tape_slots(const ember_model *m);
 
 #endif

@@ -15,19 +15,13 @@ uint32_t ember_llama_tape_slots(const ember_model *m) {
 
 /* gx: the gradient after layer l's MLP residual -> after its attention residual. */
 static void mlp_backward(ember_backward *b, int64_t l) {
-    const ember_model *m = b->m;
-    const ember_layer *L = &m->layers[l];
-    const int64_t d = m->n_embd, n = b->n, n_ff = L->n_ff;
-    ember_backward_keep(b, EMBER_STAGE_AFTER_LAYER, l, b->gx, n, d);
-    ember_backward_keep(b, EMBER_STAGE_AFTER_MLP, l, b->gx, n, d);
-    ember_backward_product(b, &L->w_down, b->gx, b->f0, false);
-    ember_backward_keep(b, EMBER_STAGE_MLP_ACTIVATION, l, b->f0, n, n_ff);
+    const ember_layer *L = &b->m->layers[l];
+    ember_backward_mlp_output(b, l);
     ember_silu_mul_backward(b->f1, b->f2, b->f0, ember_tape_get(b->tape, l, EMBER_TAPE_GATE),
-                            ember_tape_get(b->tape, l, EMBER_TAPE_UP), n * n_ff);
+                            ember_tape_get(b->tape, l, EMBER_TAPE_UP), b->n * L->n_ff);
     ember_backward_product(b, &L->w_gate, b->f1, b->t1, false);
     ember_backward_product(b, &L->w_up, b->f2, b->t1, true);
-    ember_backward_norm(b, false, b->gx, b->t1, ember_tape_get(b->tape, l, EMBER_TAPE_X_MID), L->ffn_norm, n, d,
-                        m->norm_eps, true);
+    ember_backward_block_input(b, l, false, EMBER_TAPE_X_MID, L->ffn_norm);
 }
 
 /* gx: the gradient after layer l's attention residual -> entering the layer. */
@@ -59,17 +53,10 @@ static void attention_backward(ember_backward *b, int64_t l) {
         ember_backward_product(b, &L->wq, dq, b->t1, true);
         ember_backward_product(b, &L->wk, dk, b->t1, true);
     }
-    ember_backward_norm(b, false, b->gx, b->t1, ember_tape_get(b->tape, l, EMBER_TAPE_X), L->attn_norm, n, d,
-                        m->norm_eps, true);
-    ember_backward_keep(b, EMBER_STAGE_BEFORE_LAYER, l, b->gx, n, d);
+    ember_backward_block_input(b, l, false, EMBER_TAPE_X, L->attn_norm);
 }
 
 ember_status ember_llama_backward(ember_backward *b, ember_error *err) {
     (void)err;
-    for (int64_t l = b->m->n_layer - 1; l >= 0; l--) {
-        mlp_backward(b, l);
-        attention_backward(b, l);
-    }
-    ember_backward_keep_embeddings(b, b->gx);
-    return EMBER_OK;
+    return ember_backward_layers(b, mlp_backward, attention_backward);
 }

@@ -49,6 +49,8 @@ static const ember_family families[] = {
         .info = {.name = "gpt2", .architectures = ARCHS("gpt2")},
         .bind = ember_gpt2_bind,
         .forward = ember_gpt2_forward,
+        .backward = ember_gpt2_backward,
+        .tape_slots = ember_gpt2_tape_slots,
         .final_norm = EMBER_NORM_LAYER,
     },
 };

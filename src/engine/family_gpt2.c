@@ -1,5 +1,6 @@
 /* family_gpt2.c — GPT-2: learned positions, LayerNorm with bias, fused QKV with bias, GELU MLP,
  * tied head. Its hook boundaries follow SPEC §4.6: projections include their biases. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -31,6 +32,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
+        ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
 
         ember_rows_layernorm(m, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
         ember_trace_step(tr, "attn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
@@ -39,6 +41,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         ember_trace_step(tr, "attn_qkv", l, EMBER_KOP_PRODUCT, &L->wqkv, w->qkv, n, 3 * d);
         for (int64_t t = 0; t < n; t++) /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
+        ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, d);
         ember_kv_store(s, l, pos0, n, w->qkv + d, w->qkv + 2 * d, 3 * d);
         if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
@@ -47,12 +50,14 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+        ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
 
         ember_rows_layernorm(m, w->xn, w->x, L->ffn_norm, L->ffn_norm_b, n, d, m->norm_eps);
         ember_trace_step(tr, "ffn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
         ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
         ember_add_bias(w->up, L->b_up, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_UP, w->up, n, L->n_ff);
         ember_rows_gelu_mul(m, w->up, NULL, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->up, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->up, n, L->n_ff, err))) return st;
@@ -65,6 +70,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     /* all_logits: the other rows' final norm into xn, for the logits head */
     for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
         ops->layernorm(w->xn + t * d, w->x + t * d, m->output_norm, m->output_norm_b, d, m->norm_eps);

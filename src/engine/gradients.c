@@ -202,9 +202,10 @@ typedef struct {
 
 static ember_status backward_alloc(ember_backward *b, bool pattern, ember_error *err) {
     const ember_model *m = b->m;
-    int64_t q_dim = 1, kv_dim = 1, n_ff = 1;
+    int64_t q_dim = 1, kv_dim = 1, n_ff = 1, fused = 1;
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
+        if (L->wqkv.n_out > fused) fused = L->wqkv.n_out;
         if (m->n_head * L->head_dim > q_dim) q_dim = m->n_head * L->head_dim;
         if (L->kv_dim > kv_dim) kv_dim = L->kv_dim;
         if (L->n_ff > n_ff) n_ff = L->n_ff;
@@ -214,25 +215,10 @@ static ember_status backward_alloc(ember_backward *b, bool pattern, ember_error 
     if (q_dim > widest) widest = q_dim;
     if (ple > widest) widest = ple;
     const scratch_buffer bufs[] = {
-        {&b->gx, d},
-        {&b->t0, d},
-        {&b->t1, d},
-        {&b->t2, d},
-        {&b->f0, n_ff},
-        {&b->f1, n_ff},
-        {&b->f2, n_ff},
-        {&b->qa, q_dim},
-        {&b->qb, q_dim},
-        {&b->qc, q_dim},
-        {&b->ka, kv_dim},
-        {&b->kb, kv_dim},
-        {&b->kc, kv_dim},
-        {&b->va, kv_dim},
-        {&b->vb, kv_dim},
-        {&b->ple_a, ple},
-        {&b->ple_b, ple},
-        {&b->prod, widest},
-        {&b->stats, 3 * m->n_head},
+        {&b->gx, d},      {&b->t0, d},      {&b->t1, d},        {&b->t2, d},        {&b->f0, n_ff},
+        {&b->f1, n_ff},   {&b->f2, n_ff},   {&b->qa, q_dim},    {&b->qb, q_dim},    {&b->qc, q_dim},
+        {&b->ka, kv_dim}, {&b->kb, kv_dim}, {&b->kc, kv_dim},   {&b->va, kv_dim},   {&b->vb, kv_dim},
+        {&b->ple_a, ple}, {&b->ple_b, ple}, {&b->fused, fused}, {&b->prod, widest}, {&b->stats, 3 * m->n_head},
     };
     bool ok = true;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -256,9 +242,9 @@ static ember_status backward_alloc(ember_backward *b, bool pattern, ember_error 
 }
 
 static void backward_free(ember_backward *b) {
-    float **all[] = {&b->gx, &b->t0,    &b->t1,    &b->t2,   &b->f0,    &b->f1,   &b->f2,
-                     &b->qa, &b->qb,    &b->qc,    &b->ka,   &b->kb,    &b->kc,   &b->va,
-                     &b->vb, &b->ple_a, &b->ple_b, &b->prod, &b->stats, &b->rows, &b->pattern};
+    float **all[] = {&b->gx,    &b->t0,   &b->t1,    &b->t2,   &b->f0,      &b->f1,   &b->f2, &b->qa,
+                     &b->qb,    &b->qc,   &b->ka,    &b->kb,   &b->kc,      &b->va,   &b->vb, &b->ple_a,
+                     &b->ple_b, &b->prod, &b->stats, &b->rows, &b->pattern, &b->fused};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
     for (int64_t l = 0; l < b->m->n_layer; l++) {
         if (b->dk_acc) free(b->dk_acc[l]);

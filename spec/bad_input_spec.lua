@@ -480,7 +480,7 @@ describe("late failures and killed writers", function()
     assert.is_false(fs.exists(dead_file))
     assert.is_false(fs.exists(dead_dir))
     assert.is_true(fs.exists(live))
-    assert.equal("{}", fs.read(dir .. "/new.json"))
+    assert.equal("{}", require("helpers.files").read(dir .. "/new.json"))
     -- scratch directories are meant to outlive their process: never named like a temporary
     assert.is_nil(fs.basename(dir):find(".tmp-", 1, true))
     fs.remove_tree(dir)

@@ -9,6 +9,7 @@
 local checkout = require("helpers.checkout")
 local docblocks = require("helpers.docblocks")
 local fs = require("ember.store.fs")
+local read_file = require("helpers.files").read
 
 local q = fs.shell_quote
 
@@ -48,7 +49,7 @@ describe("documented code", function()
   for _, entry in ipairs(PAGES) do
     local page, expected = entry[1], entry[2]
     it(page .. ": every runnable block runs, and the checkout stays clean", function()
-      local blocks = docblocks.blocks(fs.read(root .. "/" .. page))
+      local blocks = docblocks.blocks(read_file(root .. "/" .. page))
       assert.is_true(#blocks > 0, page .. " has no runnable block")
       local script = docblocks.script(blocks, page)
       local ok, out = checkout.sh("cd " .. q(root) .. " && XDG_CACHE_HOME=" .. q(cache) .. " bash -c " .. q(script))

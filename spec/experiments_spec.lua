@@ -219,6 +219,18 @@ describe("example interventions", function()
     local ok, err = pcall(gen, factory("steering_vector.lua")("layer=2 scale=4 vector=" .. path))
     assert.is_false(ok)
     assert.matches("holds 12 bytes, expected " .. (hidden * 4), tostring(err), 1, true)
+    -- longer than a vector, or endless: refused by the bounded reader, naming the file
+    v[#v + 1] = 0.0
+    H.write(path, H.f32(v))
+    ok, err = pcall(gen, factory("steering_vector.lua")("layer=2 scale=4 vector=" .. path))
+    assert.is_false(ok)
+    assert.matches(path .. ": file is " .. (hidden * 4 + 4) .. " bytes, more than the limit of " .. (hidden * 4),
+      tostring(err), 1, true)
+    os.remove(path)
+    assert(os.execute("ln -s /dev/zero " .. require("ember.store.fs").shell_quote(path)))
+    ok, err = pcall(gen, factory("steering_vector.lua")("layer=2 scale=4 vector=" .. path))
+    assert.is_false(ok)
+    assert.matches("is a character device", tostring(err), 1, true)
     H.cleanup()
   end)
 

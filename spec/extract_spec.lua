@@ -6,6 +6,7 @@
 local C = require("helpers.cli")
 local ember_cli, need_model = C.ember, C.need_model
 local fs = require("ember.store.fs")
+local read_file = require("helpers.files").read
 local json = require("ember.store.json")
 
 local write = require("helpers.artifacts").write
@@ -103,13 +104,13 @@ describe("ember --extract-hidden", function()
     assert.equal(3 * 3, n) -- 3 prompts x layers 0, 2, 3: nothing more, nothing less
 
     -- the sidecar: provenance and the prompts with their labels, bound to the tensor file
-    local doc = json.decode(fs.read(fs.join(dir, "hidden.json")))
+    local doc = json.decode(read_file(fs.join(dir, "hidden.json")))
     assert.equal("ember.hidden_states", doc.schema)
     assert.equal("after_layer", doc.stage)
     assert.same({ 0, 2, 3 }, doc.layers)
     assert.equal(sha, doc.model.sha256)
-    assert.equal(ember.sha256(fs.read(out)), doc.tensor_file.sha256)
-    assert.equal(ember.sha256(fs.read(jsonl)), doc.data.sha256)
+    assert.equal(ember.sha256(read_file(out)), doc.tensor_file.sha256)
+    assert.equal(ember.sha256(read_file(jsonl)), doc.data.sha256)
     assert.equal("x", doc.prompts[1].label)
     assert.equal(json.null, doc.prompts[2].label)
     assert.equal(3, doc.prompts[3].label)
@@ -189,12 +190,12 @@ describe("ember --extract-hidden", function()
     end
     -- the files differ only in the sidecar name they carry: the tensors are byte-identical
     local st = require("ember.store.safetensors")
-    local ta, tb = st.decode(fs.read(a)), st.decode(fs.read(b))
+    local ta, tb = st.decode(read_file(a)), st.decode(read_file(b))
     assert.same(ta.names, tb.names)
     for _, name in ipairs(ta.names) do
       assert.equal(require("ember").sha256(ta.tensors[name].data), require("ember").sha256(tb.tensors[name].data), name)
     end
-    local doc = json.decode(fs.read(fs.join(dir, "a.json")))
+    local doc = json.decode(read_file(fs.join(dir, "a.json")))
     assert.equal("prompt", doc.data.source)
     assert.equal(#doc.layers, doc.model.n_layers)
   end)
@@ -213,7 +214,7 @@ describe("ember --extract-hidden", function()
       { { "--prompts", noprompts, "--extract-hidden", "1", "--extract-out", out }, "holds no prompts" },
       { { "--prompts", junk, "--extract-hidden", "1", "--extract-out", out }, "line 1: unknown field \"lable\"" },
       { { "--prompts", fs.join(dir, "missing.jsonl"), "--extract-hidden", "1", "--extract-out", out },
-        "--prompts: cannot open" },
+        "--prompts: " .. fs.join(dir, "missing.jsonl") .. ": cannot open: No such file" },
       { { "--prompt", "x", "--extract-hidden", "1" }, "--extract-hidden LAYERS and --extract-out FILE go together" },
       { { "--prompt", "x", "--extract-hidden", "1,x", "--extract-out", out },
         "--extract-hidden: expected 'all' or a list of layer numbers" },
@@ -271,7 +272,7 @@ describe("ember --extract-hidden", function()
     local out = fs.join(dir, "h.safetensors")
     assert.equal(0, (ember_cli("--model", model_path, "--prompt", "abc", "--extract-hidden", "1", "--extract-out",
       out)))
-    local data = fs.read(out)
+    local data = read_file(out)
     write(out, data:sub(1, -2) .. string.char((data:byte(-1) + 1) % 256))
     local ok, err = pcall(require("ember.analysis.extract").read, out)
     assert.is_false(ok)

@@ -33,26 +33,9 @@ local function touch(path, text)
   f:close()
 end
 
--- lua_child(cwd, code [, unprivileged]) -> { the values the child passed to report(...) }, or nil
--- and why it could not run. The child is lua5.4 in `cwd` with this tree's library and core.so; with
--- `unprivileged` it runs as nobody when this process is root (setpriv), so permission bits apply.
+-- lua_child(cwd, code [, unprivileged]): helpers.child's lua (as nobody when root and unprivileged).
 local function lua_child(cwd, code, unprivileged)
-  local prefix = ""
-  if unprivileged and UID == 0 then
-    if not os.execute("command -v setpriv >/dev/null 2>&1") then
-      return nil, "running as root (id -u = 0), where permission bits do not apply, and setpriv(1) is missing"
-    end
-    prefix = "setpriv --reuid=65534 --regid=65534 --clear-groups "
-  end
-  local prelude = "local fs = require('ember.store.fs') local function report(...) local t = table.pack(...) "
-    .. "local out = {} for i = 1, t.n do out[i] = string.format('%q', t[i]) end "
-    .. "io.write('return ', table.concat(out, ', ')) end "
-  local cmd = string.format("cd %s && %senv LUA_PATH=%s LUA_CPATH=%s timeout 60 lua5.4 -e %s 2>&1", q(cwd), prefix,
-    q(ROOT .. "/lib/?.lua;" .. ROOT .. "/lib/?/init.lua"), q(ROOT .. "/build/lua/?.so"), q(prelude .. code))
-  local out = run(cmd)
-  local chunk = out:sub(1, 7) == "return " and load(out)
-  if not chunk then return nil, "the child did not report: " .. out end
-  return { chunk() }
+  return require("helpers.child").lua(cwd, code, { unprivileged = unprivileged })
 end
 
 describe("ember.fs directory changes", function()

@@ -6,6 +6,7 @@
 local C = require("helpers.cli")
 local ember_cli, need_model = C.ember, C.need_model
 local fs = require("ember.store.fs")
+local read_file = require("helpers.files").read
 local json = require("ember.store.json")
 local probe = require("ember.analysis.probe")
 
@@ -124,7 +125,7 @@ describe("ember probe on the tiny model", function()
     assert.equal(0, code, err)
     assert.matches("held out   accuracy", stdout, 1, true)
     assert.matches("probe: extract: done, 400/400 prompts", err, 1, true) -- the summary (stderr is no terminal)
-    local doc = json.decode(fs.read(out))
+    local doc = json.decode(read_file(out))
     local t = doc.training
     assert.equal(HELD, t.n_heldout)
     assert.equal(N - HELD, t.n_train)
@@ -134,7 +135,7 @@ describe("ember probe on the tiny model", function()
     assert.equal(0.5, t.heldout_majority) -- balanced classes: chance is one half
     -- provenance
     local ember = require("ember")
-    assert.equal(ember.sha256(fs.read(data)), doc.data.sha256)
+    assert.equal(ember.sha256(read_file(data)), doc.data.sha256)
     assert.equal(3, doc.layer)
     assert.equal(1, t.seed)
     assert.same({ "A", "B" }, doc.classes)
@@ -155,7 +156,7 @@ describe("ember probe on the tiny model", function()
     local out_b = fs.join(dir, "b.probe.json")
     assert.equal(0, (ember_cli("probe", "train", "--model", model_path, "--data", data, "--layer", "3", "--out", out_b,
       "--control", "--seed", "1")))
-    assert.same(doc.weights, json.decode(fs.read(out_b)).weights)
+    assert.same(doc.weights, json.decode(read_file(out_b)).weights)
   end)
 
   it("trains from an extraction file as from the prompts themselves", function()
@@ -183,7 +184,7 @@ describe("ember probe on the tiny model", function()
     local data = fs.join(dir, "ab.jsonl")
     dataset(data, 60)
     local prompts = {}
-    for line in fs.read(data):gmatch("[^\n]+") do prompts[#prompts + 1] = json.decode(line) end
+    for line in read_file(data):gmatch("[^\n]+") do prompts[#prompts + 1] = json.decode(line) end
     local model = ember.load { model = model_path }
     local runs = ember.extract_hidden { model = model, prompts = prompts, layers = { 3 } }
     local list, labels = {}, {}
@@ -210,7 +211,7 @@ describe("ember probe on the tiny model", function()
     -- saved, it is the command's file in every number
     local mine = fs.join(dir, "lua.probe.json")
     assert.is_true(pr:save(mine, { layer = 3, model = model }))
-    local a, b = json.decode(fs.read(mine)), json.decode(fs.read(out))
+    local a, b = json.decode(read_file(mine)), json.decode(read_file(out))
     for _, k in ipairs({ "kind", "layer", "pool", "hidden_size", "classes", "standardize", "weights", "bias" }) do
       assert.same(b[k], a[k], k)
     end

@@ -8,6 +8,7 @@ local checkout = require("helpers.checkout")
 local docblocks = require("helpers.docblocks")
 local fx = require("helpers.fixtures")
 local fs = require("ember.store.fs")
+local read_file = require("helpers.files").read
 
 local q = fs.shell_quote
 
@@ -26,7 +27,7 @@ describe("README commands", function()
   local abs_fixture = fixture:sub(1, 1) == "/" and fixture or (os.getenv("PWD") .. "/" .. fixture)
   local cache = fs.make_temp_dir("ember-readme-cache")
 
-  local text = fs.read(root .. "/README.md")
+  local text = read_file(root .. "/README.md")
   local blocks = docblocks.blocks(text)
 
   it("marks the two ./run.sh main commands runnable", function()

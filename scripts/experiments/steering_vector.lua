@@ -37,7 +37,8 @@ return function(args)
       return ember.tensor(1, hidden, v)
     end
     if not kv.vector:match("%.f32$") then return kv.vector end -- a --steer source (ember.store.vector_file)
-    local bytes = require("ember.store.fs").read(kv.vector, "steering-vector: vector file '" .. kv.vector .. "'")
+    -- bounded by what it must hold: a larger file (or /dev/zero) is refused by the reader, naming it
+    local bytes = require("ember.store.fs").read(kv.vector, "steering-vector: vector file", hidden * 4)
     if #bytes ~= hidden * 4 then
       error(string.format("steering-vector: %s holds %d bytes, expected %d (hidden size %d as f32)",
         kv.vector, #bytes, hidden * 4, hidden), 0)

@@ -21,6 +21,10 @@ M.SCHEMA_MAJOR = 1
 M.STAGE = "after_layer"
 -- a JSONL line longer than this is refused rather than decoded (a prompt is text, not a corpus)
 M.MAX_LINE = 1 << 20
+-- fs.read's bounds: a prompts file (--prompts, probe --data), an extraction's sidecar and its tensors
+M.MAX_PROMPTS_BYTES = 1 << 30
+M.MAX_SIDECAR_BYTES = 1 << 30
+M.MAX_TENSOR_BYTES = 1 << 36
 
 local sha256 = core.sha256
 
@@ -40,7 +44,7 @@ end
 -- the file's sha256. One JSON object per line: {"prompt": "...", "label": ...} (label optional
 -- unless need_label; a string or an integer). Blank lines are skipped. Errors name what:line.
 function M.read_prompts(path, what, need_label)
-  local data = fs.read(path, what)
+  local data = fs.read(path, what, M.MAX_PROMPTS_BYTES)
   local list = {}
   local n = 0
   for line in (data .. "\n"):gmatch("([^\n]*)\n") do
@@ -225,7 +229,7 @@ function M.read(path)
   if not fs.exists(sidecar) then
     error(string.format("'%s': its sidecar '%s' is missing (an extraction is written as both)", path, sidecar), 0)
   end
-  local doc = json.decode(fs.read(sidecar, "extraction sidecar"), "'" .. sidecar .. "'")
+  local doc = json.decode(fs.read(sidecar, "extraction sidecar", M.MAX_SIDECAR_BYTES), "'" .. sidecar .. "'")
   if type(doc) ~= "table" or doc.schema ~= M.SCHEMA then
     error(string.format("'%s' is not an ember hidden-state sidecar (schema %s)", sidecar,
       tostring(type(doc) == "table" and doc.schema)), 0)
@@ -235,7 +239,7 @@ function M.read(path)
     error(string.format("'%s': schema_version %s is not readable here (major %d)", sidecar,
       tostring(doc.schema_version), M.SCHEMA_MAJOR), 0)
   end
-  local blob = fs.read(path, "extraction")
+  local blob = fs.read(path, "extraction", M.MAX_TENSOR_BYTES)
   if type(doc.tensor_file) ~= "table" or sha256(blob) ~= doc.tensor_file.sha256 then
     error(string.format("'%s' does not match its sidecar '%s' (tensor file sha256 differs)", path, sidecar), 0)
   end

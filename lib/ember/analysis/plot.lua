@@ -89,7 +89,7 @@ local function render(dir, base, setup, plot_cmd, data, size)
   write_file(fs.join(tmp, "plot.gp"), table.concat(script, "\n") .. "\n")
   local ok = os.execute("cd " .. fs.shell_quote(tmp) .. " && " .. fs.shell_quote(gp) .. " plot.gp >gnuplot.log 2>&1")
   if not ok then
-    local msg = fs.read(fs.join(tmp, "gnuplot.log"), "gnuplot log")
+    local msg = fs.read(fs.join(tmp, "gnuplot.log"), "gnuplot log", 1 << 20)
     fs.remove_tree(tmp)
     fail("gnuplot failed: %s", msg)
   end

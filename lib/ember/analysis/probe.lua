@@ -16,6 +16,8 @@ local M = {}
 M.SCHEMA = "ember.probe"
 M.SCHEMA_VERSION = "1.0.0"
 M.SCHEMA_MAJOR = 1
+-- The largest probe file read (fs.read's bound): a JSON of classes x hidden_size weights.
+M.MAX_PROBE_BYTES = 1 << 28
 M.POOLS = { "last", "mean" }
 M.DEFAULTS = { holdout = 0.2, seed = 0, iterations = 500, l2 = 1e-3, pool = "last" }
 
@@ -445,7 +447,7 @@ end
 -- load(path) -> Probe from a probe file (as `ember probe train --out` writes it)
 function M.load_probe(path)
   local fs = require("ember.store.fs")
-  local p = M.decode(fs.read(path, "probe"), "probe '" .. tostring(path) .. "'")
+  local p = M.decode(fs.read(path, "probe", M.MAX_PROBE_BYTES), "probe '" .. tostring(path) .. "'")
   return setmetatable({ kind = p.kind, classes = p.classes, pool = p.doc.pool, hidden_size = #p.mean,
     training = p.doc.training, layer = p.doc.layer, _p = p }, Probe)
 end

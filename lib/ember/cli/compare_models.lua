@@ -7,6 +7,9 @@ local selectors = require("ember.run.selectors")
 
 local M = {}
 
+-- The largest shard report.json compare-models merge reads (fs.read's bound).
+local MAX_REPORT_BYTES = 1 << 30
+
 local usage_error = flags.usage_error
 local function stage_list(s) return selectors.parse_stage_list(s) end
 
@@ -123,7 +126,7 @@ function M.merge(args, io_)
   local reports = {}
   for _, dir in ipairs(dirs) do
     local path = fs.join(dir, "report.json")
-    reports[#reports + 1] = json.decode(fs.read(path, "compare-models merge: " .. path), path)
+    reports[#reports + 1] = json.decode(fs.read(path, "compare-models merge", MAX_REPORT_BYTES), path)
   end
   local r = require("ember.analysis.compare_models").merge(reports)
   M.write({ out = out }, r, io_)

@@ -228,7 +228,8 @@ local function eval(args, io_)
   if o.probe == nil then usage_error("probe eval: --probe PROBE.json is required") end
   if o.data == nil then usage_error("probe eval: --data FILE is required") end
   if not fs.exists(o.probe) then usage_error("--probe: cannot open '%s'", o.probe) end
-  local okd, p = pcall(function() return probe.decode(fs.read(o.probe, "--probe"), "--probe '" .. o.probe .. "'") end)
+  local okd, p = pcall(function() return probe.decode(fs.read(o.probe, "--probe", probe.MAX_PROBE_BYTES),
+    "--probe '" .. o.probe .. "'") end)
   if not okd then usage_error("%s", p) end
   local doc = p.doc
   local ex = examples(o, doc.layer, doc.pool, false, doc.model.sha256, doc.model.path)

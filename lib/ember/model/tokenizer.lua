@@ -11,6 +11,7 @@
 
 local core = require("ember.core")
 local cjson = require("cjson")
+local fs = require("ember.store.fs")
 
 local null = cjson.null
 local SPACE_MARK = "\u{2581}" -- SentencePiece's visible space
@@ -37,11 +38,11 @@ end
 -- The largest tokenizer.json or tokenizer_config.json read (real ones are under 40 MB).
 local MAX_JSON_BYTES = 256 * 1024 * 1024
 
--- Returns the decoded value and the raw text. Only regular files are read (core.read_file: a FIFO
--- or a directory is an error naming it, never a hang).
+-- Returns the decoded value and the raw text. Only regular files are read (fs.read: a FIFO or a
+-- directory is an error naming it, never a hang).
 local function read_json(path, what)
-  local text, why = core.read_file(path, MAX_JSON_BYTES)
-  if not text then fail("cannot open %s: %s", what, why) end
+  local read, text = pcall(fs.read, path, "cannot open " .. what, MAX_JSON_BYTES)
+  if not read then fail("%s", text) end
   local ok, value = pcall(cjson.decode, text)
   if not ok then fail("%s: invalid JSON (%s)", path, esc(tostring(value):gsub("^.-:%d+: ", ""))) end
   if type(value) ~= "table" then fail("%s: expected a JSON object at the top level", path) end
@@ -204,12 +205,8 @@ local function dirname(path)
   return path:match("^(.*)/[^/]*$") or "."
 end
 
--- Whether something sits at path (without opening it: a FIFO must not block the probe).
-local function file_exists(path)
-  local text, why = core.read_file(path, 0)
-  if text then return true end
-  return not why:find("No such file or directory", 1, true)
-end
+-- Whether something sits at path (a stat, never an open: a FIFO must not block the probe).
+local function file_exists(path) return fs.exists(path) end
 
 -- check_bpe(j, text, path) -> the model and the added tokens of a parsed tokenizer.json j (text: its
 -- bytes, for telling arrays from objects), every field ember reads checked

@@ -34,7 +34,8 @@ end
 
 -- peak_rss_kib() -> the process's peak resident size (VmHWM of /proc/self/status) in KiB, or nil.
 function M.peak_rss_kib()
-  local ok, text = pcall(fs.read, "/proc/self/status")
+  local text = fs.read_system("/proc/self/status", 1 << 16)
+  local ok = text ~= nil
   local kib = ok and text:match("VmHWM:%s*(%d+)%s*kB")
   return kib and tonumber(kib) or nil
 end

@@ -13,7 +13,6 @@
 --   hook_layer_out, model_name, cfg, tensors = { name = { data, offset, dtype, shape } },
 --   enc_by_feature, dec_by_output, threshold_all, sparsity = { data, offset, dtype, shape } | nil }
 
-local core = require("ember.core")
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local safetensors = require("ember.store.safetensors")
@@ -32,11 +31,7 @@ M.NORMALIZATIONS = { "none", "expected_average_only_in", "constant_norm_rescale"
 
 local function fail(what, msg, ...) error(string.format("%s: " .. msg, what, ...), 0) end
 
-local function read(path, max)
-  local data, why = core.read_file(path, max)
-  if not data then error("sae: " .. tostring(why), 0) end
-  return data
-end
+local function read(path, max) return fs.read(path, "sae", max) end
 
 local function read_json(path)
   local v = json.decode(read(path, M.MAX_CONFIG_BYTES), path)

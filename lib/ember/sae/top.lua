@@ -18,6 +18,8 @@ M.FORMAT = "ember-sae-top"
 M.VERSION = 1
 M.JSON = "top.json"
 M.TENSORS = "top.safetensors"
+-- The largest top.json read (fs.read's bound): a feature's examples, each with its context.
+M.MAX_JSON_BYTES = 1 << 30
 
 local function fail(msg, ...) error("sae top: " .. string.format(msg, ...), 0) end
 
@@ -152,7 +154,7 @@ end
 function M.read(dir)
   local path = fs.join(dir, M.JSON)
   if not fs.exists(path) then return nil end
-  local doc = json.decode(fs.read(path, "sae top"), path)
+  local doc = json.decode(fs.read(path, "sae top", M.MAX_JSON_BYTES), path)
   if type(doc) ~= "table" or doc.format ~= M.FORMAT then fail("%s is not an ember sae top result", path) end
   if doc.version ~= M.VERSION then
     fail("%s has version %s, this ember reads %d", path, tostring(doc.version), M.VERSION)

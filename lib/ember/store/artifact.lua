@@ -190,13 +190,9 @@ function M.write(dir, sections, records)
   return manifest, sha256(text)
 end
 
--- read_input(path, max, what) -> the bytes of a regular file of at most max bytes (a FIFO, a
--- device or a directory is an error naming it, never a hang or an endless read).
-local function read_input(path, max, what)
-  local data, why = require("ember.core").read_file(path, max)
-  if data == nil then error(what .. ": " .. tostring(why), 0) end
-  return data
-end
+-- read_input(path, max, what) -> the bytes of a regular file of at most max bytes (fs.read: a FIFO,
+-- a device or a directory is an error naming it, never a hang or an endless read).
+local function read_input(path, max, what) return fs.read(path, what, max) end
 
 local function major_of(version)
   return type(version) == "string" and tonumber(version:match("^(%d+)%.%d+%.%d+$")) or nil

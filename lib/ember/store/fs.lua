@@ -23,6 +23,17 @@ function M.exists(path)
   return internal.stat(path) ~= nil
 end
 
+-- list_dir(path) -> the names in a directory (unsorted, no "." or ".."), {} when it cannot be read.
+function M.list_dir(path)
+  return internal.list_dir(path) or {}
+end
+
+-- size(path) -> the size in bytes of what is at path (links followed), or nil when nothing is.
+function M.size(path)
+  local info = internal.stat(path)
+  return info and info.size
+end
+
 function M.is_dir(path)
   local info = internal.stat(path)
   return info ~= nil and info.type == "dir"
@@ -44,25 +55,32 @@ function M.join(a, b)
   return a .. "/" .. b
 end
 
--- read(path, what) -> whole file as a string; raises "<what> 'path': reason" when unreadable.
-function M.read(path, what)
-  local f, err = io.open(path, "rb")
-  if not f then error(string.format("%s: cannot open: %s", what or path, err), 0) end
-  local data = f:read("a")
-  f:close()
-  if data == nil then error(string.format("%s: cannot read '%s'", what or path, path), 0) end
+-- read(path, what, max_bytes) -> the whole file as a string: the one way lib/ember reads a file.
+-- Through the regular-file gate (core.read_file, src/engine/file.c): a FIFO, a device or a
+-- directory is refused naming it (opened without blocking: no hang on a FIFO), and so is a file
+-- larger than max_bytes, the bound of its kind that every caller gives (no endless read of
+-- /dev/zero). Raises "<what>: PATH: reason".
+function M.read(path, what, max_bytes)
+  assert(math.type(max_bytes) == "integer" and max_bytes >= 0, "fs.read: a size bound is required")
+  local data, why = require("ember.core").read_file(path, max_bytes)
+  if data == nil then error(string.format("%s: %s", what or path, why), 0) end
   return data
+end
+
+-- read_system(path, max_bytes) -> text of a kernel file (/proc, /sys: their size reads as 0, so the
+-- gate above would return nothing), at most max_bytes, or nil. Only for the system's own files
+-- named here, never for a path a user gives.
+function M.read_system(path, max_bytes)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local text = f:read(max_bytes)
+  f:close()
+  return text
 end
 
 -- This process's id (from /proc/self/stat), or 0 where there is none: temporary names carry it,
 -- so a later run can tell a killed writer's leftovers from a live writer's file.
-local function own_pid()
-  local f = io.open("/proc/self/stat", "r")
-  local pid = f and f:read("n")
-  if f then f:close() end
-  return math.tointeger(pid) or 0
-end
-local PID = own_pid()
+local PID = math.tointeger(tonumber((M.read_system("/proc/self/stat", 64) or ""):match("^(%d+)"))) or 0
 
 -- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
 -- NAME.tmp-PID-RANDOM (sweep_temps relies on the form).

@@ -21,13 +21,7 @@ M.SCHEMA_VERSION = "1.0.0"
 -- file's identity, computed in the background; docs/artifacts.md).
 local digest_cache = {}
 
-local function file_size(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local n = f:seek("end")
-  f:close()
-  return n
-end
+local function file_size(path) return require("ember.store.fs").size(path) end
 
 function M.file_sha256(path)
   local size = file_size(path)

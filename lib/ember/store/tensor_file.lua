@@ -8,6 +8,9 @@ local fs = require("ember.store.fs")
 
 local M = {}
 
+-- The largest file load_tensors reads (as an artifact's tensors.safetensors).
+M.MAX_BYTES = 1 << 36
+
 local function core() return require("ember.core") end
 
 local function is_tensor(v)
@@ -62,7 +65,7 @@ function M.load(path)
     error("bad argument #1 to 'load_tensors' (file path expected, got " .. type(path) .. ")", 2)
   end
   local what = "load_tensors: " .. path
-  local st = safetensors.decode(fs.read(path, what), what)
+  local st = safetensors.decode(fs.read(path, what, M.MAX_BYTES), what)
   local out = {}
   for _, name in ipairs(st.names) do
     local e = st.tensors[name]

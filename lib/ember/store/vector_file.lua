@@ -161,16 +161,12 @@ function M.read(source)
   elseif path:match("%.npy$") then
     kind = "npy"
     if name then error(what .. ": a .npy file holds one array; '#" .. name .. "' does not apply", 0) end
-    local bytes, err = core().read_file(path, M.MAX_NPY_BYTES)
-    if not bytes then error(what .. ": " .. tostring(err), 0) end
-    t = M.npy_tensor(bytes, what)
+    t = M.npy_tensor(fs.read(path, what, M.MAX_NPY_BYTES), what)
   elseif path:match("%.safetensors$") then
     kind = "safetensors"
     -- through the regular-file gate (a FIFO or /dev/zero is an error, not a hang), then the
     -- container decoder every safetensors reader of ember uses
-    local bytes, rerr = core().read_file(path, M.MAX_SAFETENSORS_BYTES)
-    if not bytes then error(what .. ": " .. tostring(rerr), 0) end
-    local st = require("ember.store.safetensors").decode(bytes, what)
+    local st = require("ember.store.safetensors").decode(fs.read(path, what, M.MAX_SAFETENSORS_BYTES), what)
     local tensors, names = {}, {}
     for _, n in ipairs(st.names) do
       local e = st.tensors[n]

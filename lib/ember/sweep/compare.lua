@@ -15,7 +15,7 @@ local M = {}
 function M.is_sweep(dir)
   local path = fs.join(dir, store.MANIFEST)
   if not fs.is_dir(dir) or not fs.exists(path) then return false end
-  local ok, doc = pcall(function() return json.decode(fs.read(path, path), path) end)
+  local ok, doc = pcall(function() return json.decode(fs.read(path, path, store.MAX_MANIFEST_BYTES), path) end)
   return ok and type(doc) == "table" and doc.schema == store.SCHEMA
 end
 

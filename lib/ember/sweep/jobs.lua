@@ -9,6 +9,9 @@ local is_interrupt = require("ember.model.generate").is_interrupt
 
 local M = {}
 
+-- The largest shard log quoted when a shard fails.
+local MAX_LOG_BYTES = 16 * 1024 * 1024
+
 local function fail(msg, ...) error("sweep --jobs: " .. string.format(msg, ...), 0) end
 
 -- command() -> the shell words that start `ember`: $EMBER_COMMAND; else this very interpreter as
@@ -30,10 +33,8 @@ end
 local function sleep(s) os.execute("sleep " .. s) end
 
 local function cells_in(dir)
-  local f = io.open(fs.join(dir, store.MANIFEST), "rb")
-  if not f then return 0, nil end
-  local text = f:read("a")
-  f:close()
+  local read, text = pcall(fs.read, fs.join(dir, store.MANIFEST), dir, store.MAX_MANIFEST_BYTES)
+  if not read then return 0, nil end
   local ok, doc = pcall(json.decode, text)
   if not ok or type(doc) ~= "table" or type(doc.cells) ~= "table" then return 0, nil end
   local counted, total = pcall(store.grid_cells, type(doc.grid) == "table" and doc.grid or {}, dir)
@@ -102,12 +103,12 @@ function M.run(o)
   local failed, interrupted = {}, 0
   for i = 0, n - 1 do
     local st = fs.join(base, i .. ".status")
-    local f = io.open(st, "r")
-    local code = f and f:read("n")
-    if f then f:close() end
+    local read, status = pcall(fs.read, st, st, 64)
+    local code = read and math.tointeger(tonumber(status:match("^%s*(%-?%d+)"))) or nil
     if code ~= 0 then
       local log = fs.join(base, i .. ".log")
-      local text = fs.exists(log) and fs.read(log, log) or ""
+      local logged, text = pcall(fs.read, log, log, MAX_LOG_BYTES)
+      text = logged and text or ("(" .. tostring(text) .. ")")
       failed[#failed + 1] = { i = i, code = code, log = log, text = text:gsub("%s+$", "") }
       if text:find("interrupted: %d+ cells saved") then interrupted = interrupted + 1 end
     end

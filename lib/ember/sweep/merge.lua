@@ -122,7 +122,7 @@ function M.merge(out, dirs)
     local s = by_index[k]
     doc.merged_from[#doc.merged_from + 1] = json.ordered({ "dir", "shard", "cells", "threads", "manifest_sha256" }, {
       dir = s.dir, shard = string.format("%d/%d", k, count), cells = #s.cells, threads = s.manifest.execution.threads,
-      manifest_sha256 = core.sha256(fs.read(fs.join(s.dir, store.MANIFEST))) })
+      manifest_sha256 = core.sha256(fs.read(fs.join(s.dir, store.MANIFEST), "sweep merge", store.MAX_MANIFEST_BYTES)) })
   end
   doc.status = #cells == store.grid_cells(doc.grid, "sweep merge") and "complete" or "partial"
   doc.plot = nil

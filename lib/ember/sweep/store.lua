@@ -21,6 +21,9 @@ M.SCHEMA = "ember.sweep"
 M.SCHEMA_VERSION = "1.0.0"
 M.MANIFEST = "manifest.json"
 M.GRID = "grid.safetensors"
+-- The largest manifest.json and grid.safetensors read (fs.read's bound for a sweep's files).
+M.MAX_MANIFEST_BYTES = 1 << 30
+M.MAX_GRID_BYTES = 1 << 30
 -- The most cells a grid may hold (stages x layers x positions): each cell is a run of the model.
 M.MAX_CELLS = 1 << 24
 
@@ -29,13 +32,7 @@ local function fail(msg, ...) error(string.format(msg, ...), 0) end
 
 -- Wall-clock seconds with centisecond resolution where Linux offers it (progress and checkpoints).
 function M.now()
-  local f = io.open("/proc/uptime", "r")
-  if f then
-    local t = f:read("n")
-    f:close()
-    if t then return t end
-  end
-  return os.time()
+  return tonumber(((fs.read_system("/proc/uptime", 64) or ""):match("^(%S+)"))) or os.time()
 end
 
 local ORDER = { "schema", "schema_version", "status", "created_at_unix", "tool", "model", "tokenizer", "clean",
@@ -338,7 +335,7 @@ function M.read(dir, opts)
   if not fs.is_dir(dir) then fail("%s: not a directory", where) end
   local path = fs.join(dir, M.MANIFEST)
   if not fs.exists(path) then fail("%s: %s is missing (not a sweep output)", where, M.MANIFEST) end
-  local doc = json.decode(fs.read(path, where), where .. ": " .. M.MANIFEST)
+  local doc = json.decode(fs.read(path, where, M.MAX_MANIFEST_BYTES), where .. ": " .. M.MANIFEST)
   if type(doc) ~= "table" or doc.schema ~= M.SCHEMA then
     fail("%s: %s is not an ember sweep (schema '%s')", where, M.MANIFEST, tostring(type(doc) == "table" and doc.schema))
   end
@@ -366,7 +363,7 @@ function M.read(dir, opts)
   if not (opts and opts.partial_ok) then
     if doc.status ~= "complete" then fail("%s: status is '%s' (an interrupted run; rerun it to resume)", where,
       tostring(doc.status)) end
-    local blob = fs.read(fs.join(dir, M.GRID), where .. ": " .. M.GRID)
+    local blob = fs.read(fs.join(dir, M.GRID), where .. ": " .. M.GRID, M.MAX_GRID_BYTES)
     if type(doc.grid_file) ~= "table" or sha256(blob) ~= doc.grid_file.sha256 then
       fail("%s: sha256 of %s does not match the manifest", where, M.GRID)
     end

@@ -465,26 +465,6 @@ describe("late failures and killed writers", function()
     assert.is_true(fs.is_dir(dir .. "/cap"))
     fs.remove_tree(dir)
   end)
-  it("stale temporaries of a killed run are swept on the next write to that directory", function()
-    local dir = fs.make_temp_dir("ember-sweep")
-    -- pid 2^22+1 is above Linux's pid_max limit: no such process can be running
-    local dead_file = dir .. "/out.json.tmp-4194305-0123456789abcdef"
-    local dead_dir = dir .. "/cap.tmp-4194305-00000000000000ff"
-    local live = dir .. "/other.json.tmp-1-0123456789abcdef" -- pid 1 runs: a live writer's
-    local f = assert(io.open(dead_file, "wb")); f:write("partial"); f:close()
-    assert(fs.mkdir(dead_dir))
-    f = assert(io.open(live, "wb")); f:write("in progress"); f:close()
-    local swept = fs.write_atomic(dir .. "/new.json", "{}", "test")
-    table.sort(swept)
-    assert.same({ dead_dir, dead_file }, swept)
-    assert.is_false(fs.exists(dead_file))
-    assert.is_false(fs.exists(dead_dir))
-    assert.is_true(fs.exists(live))
-    assert.equal("{}", require("helpers.files").read(dir .. "/new.json"))
-    -- scratch directories are meant to outlive their process: never named like a temporary
-    assert.is_nil(fs.basename(dir):find(".tmp-", 1, true))
-    fs.remove_tree(dir)
-  end)
 end)
 
 describe("tampered and special artifact files", function()

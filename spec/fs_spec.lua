@@ -49,14 +49,16 @@ describe("ember.fs file tests", function()
     assert.truthy(msg:find(dir .. "/missing", 1, true))
   end)
 
-  it("sweeps an old-form temporary only once it is an hour old", function()
+  it("never sweeps the forms earlier versions wrote, however old (no writer can be proven dead)", function()
     touch(dir .. "/old.json.tmp-0123456789abcdef")
-    touch(dir .. "/new.json.tmp-fedcba9876543210")
+    touch(dir .. "/older.json.tmp-4194305-0123456789abcdef")
     touch(dir .. "/keep.json")
-    assert(os.execute("touch -d '2 hours ago' " .. fs.shell_quote(dir .. "/old.json.tmp-0123456789abcdef")))
-    assert.same({ dir .. "/old.json.tmp-0123456789abcdef" }, fs.sweep_temps(dir))
-    assert.is_true(fs.exists(dir .. "/new.json.tmp-fedcba9876543210"))
-    assert.is_true(fs.exists(dir .. "/keep.json"))
+    assert(os.execute("touch -d '2 days ago' " .. fs.shell_quote(dir .. "/old.json.tmp-0123456789abcdef") .. " "
+      .. fs.shell_quote(dir .. "/older.json.tmp-4194305-0123456789abcdef")))
+    assert.same({}, fs.sweep_temps(dir))
+    for _, n in ipairs({ "old.json.tmp-0123456789abcdef", "older.json.tmp-4194305-0123456789abcdef", "keep.json" }) do
+      assert.is_true(fs.exists(dir .. "/" .. n), n)
+    end
   end)
 
   it("answers a file test without starting a process", function()

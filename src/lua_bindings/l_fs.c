@@ -39,20 +39,22 @@ static const char *type_name(mode_t mode) {
 }
 
 /* core.internal.stat(path [, nofollow]) -> { type = "file"|"dir"|"link"|"fifo"|"other", size,
- * mtime } | nil, message. Follows symbolic links (as `test -d` does) unless nofollow is true;
+ * mtime, ino } | nil, message. Follows symbolic links (as `test -d` does) unless nofollow is true;
  * a path that does not exist is the nil answer, not an error. */
 static int l_stat(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int nofollow = lua_toboolean(L, 2);
     struct stat st;
     if ((nofollow ? lstat(path, &st) : stat(path, &st)) != 0) return push_failure(L, "", path, errno);
-    lua_createtable(L, 0, 3); /* [.., info] */
+    lua_createtable(L, 0, 4); /* [.., info] */
     lua_pushstring(L, type_name(st.st_mode));
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, (lua_Integer)st.st_size);
     lua_setfield(L, -2, "size");
     lua_pushinteger(L, (lua_Integer)st.st_mtime);
     lua_setfield(L, -2, "mtime");
+    lua_pushinteger(L, (lua_Integer)st.st_ino); /* /proc/self/ns/pid: the PID namespace (fs.lua) */
+    lua_setfield(L, -2, "ino");
     return 1;
 }
 

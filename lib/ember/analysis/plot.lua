@@ -68,9 +68,7 @@ local function render(dir, base, setup, plot_cmd, data, size)
   if not gp then fail("%s", why) end
   -- the scratch directory sits inside the output directory, so the final rename never crosses
   -- file systems
-  local tmp = fs.temp_sibling(fs.join(dir, "." .. base))
-  local mok, merr = fs.mkdir(tmp)
-  if not mok then fail("%s", merr) end
+  local tmp = fs.temp_dir_beside(fs.join(dir, "." .. base), "plot")
   write_file(fs.join(tmp, "data.txt"), data)
   local terms = {
     svg = string.format("set terminal svg size %d,%d dynamic noenhanced font 'sans,11' background rgb 'white'", size[1],

@@ -55,11 +55,9 @@ function M.observer(cfg)
     function exp:after_layer(ctx, view)
       local e = eval_of(self, ctx)
       local l = ctx.layer_index
-      if not self.layer_dir then -- the directory that becomes DIR, made on the first view
-        local tmp = fs.temp_sibling(dir)
-        local ok, err = fs.mkdir(tmp)
-        if not ok then error("--dump-layers: " .. err, 0) end
-        self.layer_dir = tmp
+      if not self.layer_dir then -- the directory that becomes DIR, made on the first view (a killed
+        -- dump's leftovers beside it are swept first)
+        self.layer_dir = fs.temp_dir_beside(dir, "--dump-layers")
       end
       if not self.layers[l] then
         local path = fs.join(self.layer_dir, string.format(".layer_%02d.spill", l))
@@ -73,6 +71,7 @@ function M.observer(cfg)
     function exp:after_logits(ctx, view)
       local e = eval_of(self, ctx)
       if not self.logits.spill then
+        fs.sweep_temps(fs.dirname(cfg.logits)) -- a killed dump's spill goes first
         local path = fs.temp_sibling(cfg.logits)
         self.logits.spill = { path = path, file = spill_open(path, "--dump-logits") }
         self.spills[#self.spills + 1] = self.logits.spill
@@ -193,9 +192,7 @@ function M.write_layers(dir, exp, prov, n_layers)
   end
   local tmp = exp.layer_dir
   if not tmp then -- no evaluation reached a layer: the dump is empty but still whole
-    tmp = fs.temp_sibling((dir:gsub("(.)/+$", "%1")))
-    local ok, err = fs.mkdir(tmp)
-    if not ok then error("--dump-layers: " .. err, 0) end
+    tmp = fs.temp_dir_beside((dir:gsub("(.)/+$", "%1")), "--dump-layers")
     exp.layer_dir = tmp
   end
   local files = json.array()

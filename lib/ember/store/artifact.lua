@@ -173,10 +173,9 @@ function M.write(dir, sections, records)
 
   local parent = fs.dirname(dir)
   if not fs.is_dir(parent) then error(where .. ": parent directory '" .. parent .. "' does not exist", 0) end
-  fs.sweep_temps(parent) -- a killed run's half-written artifact directory goes first
-  local tmp = fs.temp_sibling(dir)
-  local ok, err = fs.mkdir(tmp)
-  if not ok then error(where .. ": " .. err, 0) end -- err names the temporary directory and why
+  -- a killed run's half-written artifact directory goes first; the error names the temporary
+  -- directory and why
+  local tmp = fs.temp_dir_beside(dir, where)
   local wok, werr = pcall(function()
     fs.write_atomic(fs.join(tmp, M.TENSORS), blob, where)
     fs.write_atomic(fs.join(tmp, M.MANIFEST), text, where)

@@ -78,41 +78,65 @@ function M.read_system(path, max_bytes)
   return text
 end
 
--- This process's id (from /proc/self/stat), or 0 where there is none: temporary names carry it,
--- so a later run can tell a killed writer's leftovers from a live writer's file.
+-- This process's id (from /proc/self/stat), or 0 where there is none.
 local PID = math.tointeger(tonumber((M.read_system("/proc/self/stat", 64) or ""):match("^(%d+)"))) or 0
+-- Who wrote a temporary: the first 16 hex digits of this boot's id (another machine, or this one
+-- after a reboot, has another) and the inode of this process's PID namespace (a container has
+-- another, where the same PID is someone else). "0" where they cannot be read: such temporaries
+-- are never swept, since nothing can prove their writer dead.
+local BOOT = ((M.read_system("/proc/sys/kernel/random/boot_id", 64) or ""):gsub("[^%x]", ""):sub(1, 16))
+if #BOOT ~= 16 then BOOT = "0" end
+local PIDNS = (internal.stat("/proc/self/ns/pid") or {}).ino or 0
+
+-- Temporary names: NAME.ember-tmp-BOOT-PIDNS-PID-RANDOM. The mark is ember's alone, so a user's
+-- own "keep.tmp-99999-cafe/" never looks like one.
+M.TEMP_MARK = ".ember-tmp-"
+local TEMP_FORM = "%.ember%-tmp%-(%x+)%-(%d+)%-(%d+)%-%x+$"
 
 -- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
--- NAME.tmp-PID-RANDOM (sweep_temps relies on the form).
 function M.temp_sibling(path)
-  return string.format("%s.tmp-%d-%08x%08x", path, PID, math.random(0, 0x7fffffff), os.time() & 0x7fffffff)
+  return string.format("%s%s%s-%d-%d-%08x%08x", path, M.TEMP_MARK, BOOT, PIDNS, PID, math.random(0, 0x7fffffff),
+    os.time() & 0x7fffffff)
+end
+
+-- temp_writer_dead(name) -> whether `name` is an ember temporary whose writer provably no longer
+-- runs: written on this boot of this machine, in this PID namespace, by a process that is gone.
+-- Anything else (another node of a shared file system, another container, a live writer, a name
+-- of another form) is not.
+function M.temp_writer_dead(name)
+  local boot, ns, pid = name:match(TEMP_FORM)
+  if not boot or BOOT == "0" or PIDNS == 0 or boot ~= BOOT or math.tointeger(tonumber(ns)) ~= PIDNS then
+    return false
+  end
+  pid = math.tointeger(tonumber(pid))
+  return pid ~= nil and pid > 0 and pid ~= PID and not M.exists("/proc/" .. pid)
 end
 
 -- sweep_temps(dir) -> list of the paths removed: the temporary files and directories that an
--- atomic write in `dir` left behind when its process was killed (NAME.tmp-PID-RANDOM whose PID no
--- longer runs; the older NAME.tmp-RANDOM form once it is an hour old). A live writer's are kept.
+-- atomic write in `dir` left behind when its process was killed (temp_writer_dead). Only ember's
+-- own temporaries, and only provably dead ones, are touched.
 function M.sweep_temps(dir)
   local removed = {}
   local names = internal.list_dir(dir)
   if not names then return removed end
-  local hour_ago = os.time() - 3600
   for _, name in ipairs(names) do
-    if name:find(".tmp-", 1, true) then
+    if name:find(M.TEMP_MARK, 1, true) and M.temp_writer_dead(name) then
       local path = M.join(dir, name)
-      local pid = name:match("%.tmp%-(%d+)%-%x+$")
-      local dead
-      if pid then
-        pid = tonumber(pid)
-        dead = pid ~= PID and pid > 0 and not M.exists("/proc/" .. pid)
-      elseif name:match("%.tmp%-%x+$") then
-        -- the older form carries no writer: only an hour without a change marks it abandoned
-        local info = internal.stat(path, true)
-        dead = info ~= nil and info.mtime < hour_ago
-      end
-      if dead and M.remove_tree(path) then removed[#removed + 1] = path end
+      if M.remove_tree(path) then removed[#removed + 1] = path end
     end
   end
   return removed
+end
+
+-- temp_dir_beside(path, what) -> a new empty directory beside `path` (temp_sibling) that becomes
+-- `path` by a rename, after the stale temporaries of its directory are swept; raises
+-- "<what>: cannot create directory ..." when it cannot be made.
+function M.temp_dir_beside(path, what)
+  M.sweep_temps(M.dirname(path))
+  local tmp = M.temp_sibling(path)
+  local ok, err = M.mkdir(tmp)
+  if not ok then error(string.format("%s: %s", what or "output", err), 0) end
+  return tmp
 end
 
 -- write_atomic(path, data [, what]) -> the stale temporaries swept from path's directory (see
@@ -175,8 +199,8 @@ function M.make_temp_dir(prefix)
   local base = os.getenv("TMPDIR") or "/tmp"
   local last
   for _ = 1, 16 do
-    -- not the NAME.tmp-PID-RANDOM form: these directories outlive their process on purpose, and
-    -- sweep_temps must never take them for a killed writer's leftovers
+    -- without TEMP_MARK: these directories outlive their process on purpose, and sweep_temps
+    -- must never take them for a killed writer's leftovers
     local path = M.join(base, string.format("%s-%08x%08x", M.basename(prefix or "ember"), math.random(0, 0x7fffffff),
       os.time() & 0x7fffffff))
     local ok, err = M.mkdir(path, 448) -- 0700: private, as the name promises

@@ -106,13 +106,15 @@ run "$P/bin/ember" --model "$work/cache/ember/tiny-llama-q8_0.gguf" --prompt "He
 grep -q "MODIFIED by experiment 'zero-layer-output'" "$work/err" || fail "the experiment file did not run"
 
 # The installed job-array launcher runs as a program and, with EMBER unset, has its tasks run the
-# prefix's own bin/ember (an sbatch stand-in records the submission instead of a cluster).
+# prefix's own bin/ember (an sbatch stand-in records the submission instead of a cluster: the
+# command reaches the job scripts as an argument, after the script's path).
 mkdir -p "$work/fakebin"
-printf '#!/bin/sh\necho 4242\n' >"$work/fakebin/sbatch" && chmod +x "$work/fakebin/sbatch" || fail "fake sbatch"
+printf '#!/bin/sh\nprintf "%%s\\n" "$@" >>"%s"\necho 4242\n' "$work/sbatch-args" >"$work/fakebin/sbatch" &&
+  chmod +x "$work/fakebin/sbatch" || fail "fake sbatch"
 run env -u EMBER PATH="$work/fakebin:$PATH" "$P/share/ember/scripts/slurm/sweep_array.sh" --shards 2 \
   --out "$work/tmp/sw" -- --model m.gguf >/dev/null 2>"$work/err" || { cat "$work/err" >&2; fail "installed sweep_array.sh"; }
-grep -q "^exec $P/bin/ember sweep " "$work/tmp/sw.shards/task.sh" ||
-  fail "the installed sweep_array.sh does not run the prefix's bin/ember: $(cat "$work/tmp/sw.shards/task.sh")"
+grep -A1 -x "$work/tmp/sw.shards/task.sh" "$work/sbatch-args" | grep -qx "$P/bin/ember" ||
+  fail "the installed sweep_array.sh does not run the prefix's bin/ember: $(cat "$work/sbatch-args")"
 
 # Stock lua5.4 with the installed core module and library files (an ASan core.so cannot be loaded
 # into an uninstrumented interpreter).

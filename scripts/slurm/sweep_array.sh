@@ -6,9 +6,9 @@
 #   Task i runs `ember sweep FLAGS --shard i/N --out DIR.shards/i`; the merge job (started only when
 #   every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1` (--command: ember sae top).
 #   A rerun resumes: each shard keeps the cells it already has. --wait blocks until the merge job
-#   ends and exits with its status. EMBER names the ember command (default: this tree's
-#   build/ember, or when installed the prefix's bin/ember, else `ember` on PATH); it must be
-#   reachable from the compute nodes.
+#   ends and exits with its status. EMBER is the path of the ember command (one executable; default:
+#   this tree's build/ember, or when installed the prefix's bin/ember, else `ember` on PATH); it
+#   must be reachable from the compute nodes. No path or value is written into the job scripts.
 set -eu
 
 usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -47,31 +47,48 @@ case $out in /*) ;; *) out=$(pwd)/$out ;; esac
 base=$out.shards
 mkdir -p "$base"
 
-# The task script: its arguments are the sweep flags, the shard comes from the array index.
+# The job scripts hold no value of ours: EMBER, the command, the shard count and every path reach
+# them as arguments of sbatch (argv, never text a shell parses), so a path with spaces, quotes, `$`,
+# backticks or newlines passes as it is and nothing in it runs.
 task=$base/task.sh
-cat >"$task" <<TASK
+cat >"$task" <<'TASK'
 #!/bin/sh
-exec $EMBER $command "\$@" --shard "\${SLURM_ARRAY_TASK_ID}/$shards" --out "$base/\${SLURM_ARRAY_TASK_ID}" --progress summary
+# task.sh EMBER COMMAND SHARDS BASE FLAGS...: shard $SLURM_ARRAY_TASK_ID of SHARDS into BASE/ID.
+# COMMAND is "sweep" or "sae top" (checked by the launcher): its words are split on purpose.
+ember=$1 command=$2 shards=$3 base=$4
+shift 4
+# shellcheck disable=SC2086
+exec "$ember" $command "$@" --shard "$SLURM_ARRAY_TASK_ID/$shards" --out "$base/$SLURM_ARRAY_TASK_ID" \
+  --progress summary
 TASK
 merge=$base/merge.sh
-{
-  echo "#!/bin/sh"
-  printf 'exec %s %s merge "%s"' "$EMBER" "$command" "$out"
-  i=0
-  while [ $i -lt "$shards" ]; do printf ' "%s/%d"' "$base" $i; i=$((i + 1)); done
-  echo
-} >"$merge"
+cat >"$merge" <<'MERGE'
+#!/bin/sh
+# merge.sh EMBER COMMAND OUT SHARD_DIRS...: merges the shards into OUT
+ember=$1 command=$2
+shift 2
+# shellcheck disable=SC2086
+exec "$ember" $command merge "$@"
+MERGE
 chmod +x "$task" "$merge"
+# sbatch reads %A, %a, %j ... in --output: a % of the path is written %%
+logs=$(printf '%s' "$base" | sed 's/%/%%/g')
 
 # shellcheck disable=SC2086 # --sbatch-args is a list of words on purpose
 array=$(sbatch --parsable $extra --job-name=ember-sweep --array=0-$((shards - 1)) \
-  --output="$base/slurm-%A_%a.log" "$task" "$@")
+  --output="$logs/slurm-%A_%a.log" "$task" "$EMBER" "$command" "$shards" "$base" "$@")
 array=${array%%;*}
 echo "sweep_array.sh: submitted array job $array ($shards tasks), shards in $base"
 # the merge runs only if every task succeeded; otherwise Slurm cancels it instead of leaving it pending
-# shellcheck disable=SC2086
-merge_id=$(sbatch --parsable $extra ${wait:+--wait} --job-name=ember-sweep-merge \
-  --dependency=afterok:"$array" --kill-on-invalid-dep=yes --output="$base/slurm-merge-%j.log" "$merge") || {
+submit_merge() {
+  set -- "$EMBER" "$command" "$out"
+  i=0
+  while [ $i -lt "$shards" ]; do set -- "$@" "$base/$i"; i=$((i + 1)); done
+  # shellcheck disable=SC2086
+  sbatch --parsable $extra ${wait:+--wait} --job-name=ember-sweep-merge --dependency=afterok:"$array" \
+    --kill-on-invalid-dep=yes --output="$logs/slurm-merge-%j.log" "$merge" "$@"
+}
+merge_id=$(submit_merge) || {
   echo "sweep_array.sh: the merge job did not succeed; see $base/slurm-*.log" >&2
   exit 1
 }

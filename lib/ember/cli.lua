@@ -300,7 +300,8 @@ local function combinations(r) check_combinations(r.o) end
 local function outputs(r)
   local o, fs = r.o, require("ember.store.fs")
   r.run_manifest = M.run_manifest_path(o)
-  local clash = require("ember.run.outputs").check {
+  local outs = require("ember.run.outputs")
+  local list = {
     { flag = "--activation-stats", path = o["activation-stats"], kind = "file" },
     { flag = "--capture-activations", path = o["capture-activations"], kind = "dir" },
     { flag = "--run-manifest", path = r.run_manifest, kind = "file",
@@ -312,6 +313,7 @@ local function outputs(r)
     { flag = "--dump-logits", path = o["dump-logits"] and require("ember.run.dump").logits_sidecar(o["dump-logits"]),
       kind = "file", default = true },
   }
+  local clash = outs.check(list)
   if clash then usage_error("%s", clash) end
   for _, k in ipairs({ "trace", "dump-logits" }) do
     if o[k] and fs.is_dir(o[k]) then usage_error("--%s: '%s' is a directory (a file path is expected)", k, o[k]) end
@@ -328,6 +330,8 @@ local function outputs(r)
       usage_error("--%s: directory '%s' does not exist (so '%s' cannot be created)", k, parent, path)
     end
   end
+  local unwritable = outs.writable(list)
+  if unwritable then usage_error("%s", unwritable) end
   if o["activation-patch"] and not fs.is_dir(o["activation-patch"]) then
     usage_error("--%s: '%s' is not a directory", "activation-patch", o["activation-patch"])
   end

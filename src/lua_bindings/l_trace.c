@@ -6,13 +6,16 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "l_session.h"
 
 typedef struct {
     ember_trace *t; /* NULL once closed */
     FILE *f;
+    char *path;   /* the file's path (owned), to remove it when a write failed */
     int attached; /* sessions tracing into it right now: it cannot close under them */
 } lua_trace;
 
@@ -22,14 +25,20 @@ static lua_trace *check_trace(lua_State *L, int i) {
     return lt;
 }
 
-/* Closes the file; true when every write reached it. */
+/* Closes the file; true when every write reached it. A trace that lost a write (a full disk) is
+ * partial: the file is removed rather than left to pass for a whole trace (only a regular file:
+ * a trace written to a device or a pipe is not ours to remove). */
 static bool trace_close(lua_trace *lt) {
     if (!lt->t) return true;
-    bool ok = ember_trace_status(lt->t, NULL) == EMBER_OK;
+    bool ok = ember_trace_status(lt->t, NULL) == EMBER_OK && !ferror(lt->f);
     ember_trace_free(lt->t);
     lt->t = NULL;
     if (fclose(lt->f) != 0) ok = false;
     lt->f = NULL;
+    struct stat st;
+    if (!ok && lt->path && lstat(lt->path, &st) == 0 && S_ISREG(st.st_mode)) remove(lt->path);
+    free(lt->path);
+    lt->path = NULL;
     return ok;
 }
 
@@ -39,6 +48,7 @@ static int l_trace_open(lua_State *L) {
     lua_trace *lt = lua_newuserdatauv(L, sizeof *lt, 0); /* [path, trace] */
     lt->t = NULL;
     lt->f = NULL;
+    lt->path = NULL;
     lt->attached = 0;
     luaL_setmetatable(L, EMBER_LUA_TRACE);
     FILE *f = fopen(path, "w");
@@ -47,11 +57,18 @@ static int l_trace_open(lua_State *L) {
         return lua_error(L);
     }
     ember_error err = {0};
+    char *copy = strdup(path);
+    if (!copy) {
+        fclose(f);
+        return luaL_error(L, "trace: out of memory");
+    }
     if (ember_trace_new(f, &lt->t, &err) != EMBER_OK) {
+        free(copy);
         fclose(f);
         return luaL_error(L, "%s", err.msg);
     }
     lt->f = f;
+    lt->path = copy;
     return 1;
 }
 
@@ -61,7 +78,10 @@ static int l_trace_write(lua_State *L) {
     lua_trace *lt = check_trace(L, 1);
     size_t n;
     const char *s = luaL_checklstring(L, 2, &n);
-    if (fwrite(s, 1, n, lt->f) != n || fputc('\n', lt->f) == EOF) return luaL_error(L, "trace: write failed");
+    if (fwrite(s, 1, n, lt->f) != n || fputc('\n', lt->f) == EOF) {
+        lua_pushfstring(L, "trace: writing '%s' failed (disk full?)", lt->path ? lt->path : "?");
+        return lua_error(L);
+    }
     return 0;
 }
 
@@ -137,7 +157,11 @@ static int l_set_trace(lua_State *L) {
 static int t_close(lua_State *L) {
     lua_trace *lt = luaL_checkudata(L, 1, EMBER_LUA_TRACE);
     if (lt->attached > 0) return luaL_error(L, "trace: cannot close a trace a running session writes into");
-    if (!trace_close(lt)) return luaL_error(L, "trace: writing the trace file failed (disk full?)");
+    const char *path = lua_pushstring(L, lt->path ? lt->path : "?"); /* [trace, path]: kept past the close */
+    if (!trace_close(lt)) { /* no position: the message names the file, which is what the caller needs */
+        lua_pushfstring(L, "trace: writing '%s' failed (disk full?); the partial trace was removed", path);
+        return lua_error(L);
+    }
     lua_pushboolean(L, 1);
     return 1;
 }

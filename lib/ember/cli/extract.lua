@@ -41,16 +41,20 @@ function M.run(o, argv, io_)
   if o.model == nil then usage_error("--model FILE.gguf is required") end
   local out = o["extract-out"]
   local sidecar = extract.sidecar_path(out)
-  local clash = require("ember.run.outputs").check {
+  local outs = require("ember.run.outputs")
+  local list = {
     { flag = "--extract-out", path = out, kind = "file" },
     { flag = "--extract-out (its sidecar)", path = sidecar, kind = "file" },
   }
+  local clash = outs.check(list)
   if clash then usage_error("%s", clash) end
   local parent = fs.dirname(out)
   if not fs.is_dir(parent) then
     usage_error("--extract-out: directory '%s' does not exist (so '%s' cannot be created)", parent, out)
   end
   if fs.is_dir(out) then usage_error("--extract-out: '%s' is a directory; give a file name", out) end
+  local unwritable = outs.writable(list)
+  if unwritable then usage_error("%s", unwritable) end
   local prompts, data
   if o.prompts then
     local okp, list, digest = pcall(extract.read_prompts, o.prompts, "--prompts")

@@ -120,6 +120,8 @@ function M.main(args, argv, io_)
   if o.jobs and o.shard then usage_error("sweep: --jobs and --shard cannot be combined (--jobs makes the shards)") end
   local fs = require("ember.store.fs")
   if not fs.is_dir(fs.dirname(o.out)) then usage_error("--out: directory '%s' does not exist", fs.dirname(o.out)) end
+  local unwritable = require("ember.run.outputs").writable { { flag = "--out", path = o.out, kind = "dir" } }
+  if unwritable then usage_error("%s", unwritable) end
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
 
   if o.jobs then

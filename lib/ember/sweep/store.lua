@@ -372,9 +372,23 @@ function M.read(dir, opts)
 end
 
 -- read_for_resume(dir, doc) -> previous { cells } when `dir` holds part of the same sweep, nil when
--- `dir` does not exist; raises naming the field when it holds another sweep.
+-- `dir` does not exist or holds nothing of a sweep yet: empty (made beforehand, or left by a run that
+-- failed at its first write: disk full, killed), or with only ember's own leftovers (a grid file
+-- whose manifest was never written, temporaries). Raises naming the field when it holds another
+-- sweep, and naming the entries when it holds files that are not a sweep's.
 function M.read_for_resume(dir, doc)
   if not fs.exists(dir) then return nil end
+  if not fs.is_dir(dir) then fail("sweep: --out '%s' is not a directory", dir) end
+  if not fs.exists(fs.join(dir, M.MANIFEST)) then
+    local others = {}
+    for _, name in ipairs(fs.list_dir(dir)) do
+      if name ~= M.GRID and not name:find(fs.TEMP_MARK, 1, true) then others[#others + 1] = name end
+    end
+    if #others == 0 then return nil end -- the manifest is the truth: no manifest, no cells yet
+    table.sort(others)
+    fail("sweep: --out '%s' holds no sweep (no %s) but other files (%s); choose an empty or a new directory",
+      dir, M.MANIFEST, table.concat(others, ", "))
+  end
   local prev = M.read(dir, { partial_ok = true })
   local diffs = M.differences(doc, prev.manifest, { "shard.index", "shard.count" })
   if #diffs > 0 then

@@ -105,7 +105,14 @@ describe("compare-models", function()
     local want = a:session {}:prefill(ids)
     local plain = b:session {}:prefill(ids)
     assert.are_not.equal(want:sha256(), plain:sha256())
-    local p = patch.experiment { source = artifact.read(dir), target = { stage = "after_logits" }, model = b }
+    -- A's artifact into B: another model's source, which must be asked for
+    local refused, why = pcall(patch.experiment, { source = artifact.read(dir), target = { stage = "after_logits" },
+      model = b })
+    assert.is_false(refused)
+    assert.matches("captured from another model", why, 1, true)
+    local p = patch.experiment { source = artifact.read(dir), target = { stage = "after_logits" }, model = b,
+      allow_foreign_source = true }
+    assert.is_true(p.details.foreign_source)
     local got = b:session {}:prefill(ids, { experiment = p })
     assert.equal(want:sha256(), got:sha256())
     fs.remove_tree(work)

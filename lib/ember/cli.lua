@@ -59,6 +59,8 @@ M.FLAGS = {
   { "patch-target", patch_value, "L:STAGE", "the layer and stage to patch (e.g. 4:after_mlp)" },
   { "patch-positions", selectors.parse_index_list, "LIST",
     "patch only these positions: all | 0,3-5 (prefill rows, decode positions)" },
+  { "allow-foreign-source", "bool", nil,
+    "patch from an artifact captured with another model of the same family and width (recorded, announced)" },
   { "extract-hidden", function(v) return selectors.parse_index_list(v, "layer") end, "LAYERS",
     "extract the residual stream after these layers (all | 0,2,4-6) for every prompt token (docs/extraction.md)" },
   { "extract-out", "path", "FILE.safetensors", "where --extract-hidden writes (a JSON sidecar FILE.json beside it)" },
@@ -164,8 +166,8 @@ local function check_combinations(o)
   if (o["activation-patch"] == nil) ~= (o["patch-target"] == nil) then
     usage_error("--activation-patch DIR and --patch-target L:STAGE go together")
   end
-  if o["patch-positions"] ~= nil and o["activation-patch"] == nil then
-    usage_error("--patch-positions needs --activation-patch DIR")
+  for _, k in ipairs({ "patch-positions", "allow-foreign-source" }) do
+    if o[k] ~= nil and o["activation-patch"] == nil then usage_error("--%s needs --activation-patch DIR", k) end
   end
   for _, k in ipairs({ "trace-layers", "trace-ops" }) do
     if o[k] ~= nil and o.trace == nil then usage_error("--%s needs --trace FILE.jsonl", k) end
@@ -426,6 +428,7 @@ local function intervention(r)
     local exp = require("ember.run.patch").experiment {
       source = o["activation-patch"], target = o["patch-target"], model = r.model,
       positions = o["patch-positions"] ~= "all" and o["patch-positions"] or nil,
+      allow_foreign_source = o["allow-foreign-source"] == true, notice = r.notice,
     }
     local text = string.format("%s %d:%s", o["activation-patch"], o["patch-target"].layer, o["patch-target"].stage)
     if exp.positions then text = text .. " positions=" .. table.concat(exp.positions, ",") end

@@ -56,7 +56,8 @@ local function resolve_source(src)
       .. "capture (ember.run.capture.experiment), got a %s", type(src))
   end
   if type(src.manifest) == "table" and type(src.records) == "table" then
-    return { where = "'" .. tostring(src.dir) .. "'", family = src.manifest.model.family, records = src.records }
+    return { where = "'" .. tostring(src.dir) .. "'", family = src.manifest.model.family, records = src.records,
+      model_sha256 = src.manifest.model.sha256, artifact = src.dir, artifact_sha256 = src.manifest_sha256 }
   end
   if type(src.records) ~= "table" then
     fail("source is a table with neither an artifact's manifest nor a capture's records")
@@ -233,8 +234,32 @@ local function hook(t, source, by_phase, stats, rows)
   end
 end
 
+-- provenance(source, opts) -> what the run manifest records of the source (the experiment's
+-- `details`): the artifact and the sha256 of its manifest, the sha256 of the model it was captured
+-- from and of this model, and whether they differ. A source from another model of the same family
+-- and width patches activations that model computed: refused unless opts.allow_foreign_source, and
+-- then said on stderr (opts.notice) and recorded.
+local function provenance(source, opts)
+  local here = require("ember.store.manifest").model_sha256(opts.model)
+  -- an in-memory capture does not know its model's file: nothing to compare (recorded as unknown)
+  local foreign = source.model_sha256 ~= nil and source.model_sha256 ~= here
+  if foreign and not opts.allow_foreign_source then
+    fail("source %s was captured from another model (sha256 %s; this model is %s): patching across models needs "
+      .. "--allow-foreign-source (allow_foreign_source = true)", source.where, tostring(source.model_sha256), here)
+  end
+  if foreign and opts.notice then
+    opts.notice(string.format("ember: activation-patch: the source %s comes from another model (sha256 %s, this "
+      .. "model %s)", source.where, tostring(source.model_sha256), here))
+  end
+  local details = { source = source.artifact or "in-memory capture", source_manifest_sha256 = source.artifact_sha256,
+    source_model_sha256 = source.model_sha256, model_sha256 = here }
+  if source.model_sha256 ~= nil then details.foreign_source = foreign end -- unknown: left out
+  return details
+end
+
 -- experiment{ source = artifact directory, artifact table or in-memory capture, target = { layer,
---             stage }, model = model [, positions = { p, ... }] [, certify = bool] }
+--             stage }, model = model [, positions = { p, ... }] [, certify = bool]
+--             [, allow_foreign_source = bool, notice = function(text)] }
 -- -> the patch experiment (name "activation-patch"). Raises on every setup problem: missing or
 -- ambiguous source, family / layer / width / dtype mismatch, a targeted position no record holds.
 -- The source may come from another prompt of the same length (clean -> corrupted): records are
@@ -250,11 +275,12 @@ function M.experiment(opts)
     fail("family mismatch: source %s was captured from a %s model, this model is %s", source.where,
       tostring(source.family), info.family)
   end
+  local details = provenance(source, opts)
   t.targets, t.certify = position_set(opts.positions), opts.certify == true
   local by_phase, entries = entries_of(source, t)
 
   local exp = { name = "activation-patch", source = src, target = opts.target, entries = entries,
-    positions = opts.positions,
+    positions = opts.positions, details = details,
     stats = { applied = 0, prefill = 0, decode = 0, source_records = #entries } }
   local stats, rows = exp.stats, { patched = 0, identical = 0 }
   if t.targets ~= nil or t.certify then stats.rows_patched = 0 end

@@ -24,7 +24,9 @@ local sections = {
   model = { path = "m.gguf", sha256 = string.rep("a", 64), family = "llama", n_layers = 2, hidden_size = 3,
     n_vocab = 4 },
   tokenizer = { source = "gguf", sha256 = string.rep("b", 64) },
-  prompt = { sha256 = string.rep("c", 64), source = "text", text = "hi", withheld = false, token_count = 2 },
+  -- the reader binds a kept text to its digest
+  prompt = { sha256 = require("ember.core").sha256("hi"), source = "text", text = "hi", withheld = false,
+    token_count = 2 },
   input_ids = { 1, 2 }, generated_ids = { 3 },
   settings = { max_tokens = 1, temperature = 0.0, top_k = 0, top_p = 1.0, seed = 0 },
   execution = { kernels = "reference", threads = 1 },

@@ -135,6 +135,21 @@ describe("artifact.read", function()
     assert.equal("integer", math.type(a.manifest.input_ids[1]))
   end)
 
+  it("binds the kept prompt text to prompt.sha256: an edited text is refused", function()
+    local dir = H.tmpdir() .. "/art"
+    write_sample(dir) -- prompt "hi" with its sha256 (helpers.artifacts, from sha256sum)
+    assert.equal("hi", artifact.read(dir).manifest.prompt.text)
+    local path = dir .. "/manifest.json"
+    local text = H.read(path)
+    local edited, n = text:gsub('"text": "hi"', '"text": "ho"')
+    assert.equal(1, n)
+    H.write(path, edited)
+    local ok, err = pcall(artifact.read, dir)
+    assert.is_false(ok)
+    assert.matches("artifact '" .. dir .. "': prompt.text does not match prompt.sha256: the manifest was edited",
+      err, 1, true)
+  end)
+
   it("detects a flipped byte in a tensor and names the record", function()
     local dir = H.tmpdir() .. "/art"
     write_sample(dir)

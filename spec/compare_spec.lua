@@ -66,7 +66,9 @@ describe("compare classes", function()
     for _, patch in ipairs({
       function(s) s.model.sha256 = string.rep("b", 64) end,
       function(s) s.tokenizer.sha256 = string.rep("b", 64) end,
-      function(s) s.prompt.sha256 = string.rep("b", 64) end,
+      function(s) -- another prompt: "ho" and its sha256 (sha256sum)
+        s.prompt.text, s.prompt.sha256 = "ho", "a821c62e8104f8519d639b4c0948aece641b143f6601fa145993bb2e2c7299d4"
+      end,
       function(s) s.settings.seed = 1 end,
     }) do
       local res = compare.compare(a, make(patch))

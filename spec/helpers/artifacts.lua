@@ -72,7 +72,9 @@ function M.sections(patch)
     model = { path = "/models/m.gguf", sha256 = string.rep("a", 64), family = "llama", n_layers = 2,
       hidden_size = 3, n_vocab = 4 },
     tokenizer = { source = "gguf", sha256 = string.rep("a", 64) },
-    prompt = { sha256 = string.rep("c", 64), source = "text", text = "hi", withheld = false, token_count = 2 },
+    -- sha256 of "hi" (sha256sum): the reader checks that a kept text is the one its digest names
+    prompt = { sha256 = "8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4", source = "text",
+      text = "hi", withheld = false, token_count = 2 },
     input_ids = { 1, 2 },
     generated_ids = { 3, 1 },
     settings = { max_tokens = 2, temperature = 0.0, top_k = 0, top_p = 1.0, seed = 0 },

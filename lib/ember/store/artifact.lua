@@ -214,6 +214,12 @@ function M.read(dir)
       tostring(m.schema_version), M.SCHEMA_MAJOR), 0)
   end
   check_sections(m, where)
+  -- the prompt's text, when kept, is the text its sha256 names (manifest.prompt_section hashes it):
+  -- an edited text no longer passes for the prompt the tensors were computed from
+  if m.prompt.text ~= json.null and m.prompt.text ~= nil and
+    (type(m.prompt.text) ~= "string" or sha256(m.prompt.text) ~= m.prompt.sha256) then
+    error(where .. ": prompt.text does not match prompt.sha256: the manifest was edited", 0)
+  end
   if type(m.records) ~= "table" or type(m.tensor_file) ~= "table" then
     error(where .. ": manifest has no records or tensor_file", 0)
   end

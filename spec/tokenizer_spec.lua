@@ -460,6 +460,21 @@ describe("errors", function()
     assert.matches("model type 'Unigram' is not supported", msg, 1, true)
   end)
 
+  it("model.type null or not a string: a readable message, not a userdata's address", function()
+    for text, want in pairs({
+      ['{"model": {"type": null, "vocab": {}}}'] = "model.type is null or missing (ember implements BPE)",
+      ['{"model": {"vocab": {}}}'] = "model.type is null or missing (ember implements BPE)",
+      ['{"model": {"type": {"x": 1}, "vocab": {}}}'] = "model.type is a table, not a model name",
+    }) do
+      local path = write_temp(text)
+      local msg = err_of(tokenizer, { file = path, config = false })
+      os.remove(path)
+      assert.matches(path, msg, 1, true)
+      assert.matches(want, msg, 1, true)
+      assert.is_nil(msg:find("userdata", 1, true), msg)
+    end
+  end)
+
   it("a merge naming a missing token", function()
     local path = write_temp('{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", "a c"]}}')
     local msg = err_of(tokenizer, { file = path, config = false })

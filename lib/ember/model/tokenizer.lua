@@ -214,6 +214,11 @@ local function check_bpe(j, text, path)
   local model = j.model
   if type(model) ~= "table" then fail("%s: has no \"model\" object", path) end
   if model.type ~= "BPE" then
+    -- null (cjson's light userdata) or a table must not print as "userdata: 0x..."
+    if is_null(model.type) then fail("%s: model.type is null or missing (ember implements BPE)", path) end
+    if type(model.type) ~= "string" then
+      fail("%s: model.type is a %s, not a model name (ember implements BPE)", path, type(model.type))
+    end
     fail("%s: model type '%s' is not supported (ember implements BPE)", path, esc(model.type))
   end
   if not is_null(model.dropout) and model.dropout ~= 0 then fail("%s: BPE dropout is not supported", path) end

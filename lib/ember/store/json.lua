@@ -42,7 +42,7 @@ local function key_order(t)
   local rest = {}
   for k in pairs(t) do
     if type(k) ~= "string" then
-      error("json: object key must be a string, got " .. type(k) .. " (" .. tostring(k) .. ")")
+      error("json: object key must be a string, got " .. type(k) .. " (" .. tostring(k) .. ")", 0)
     end
     if not seen[k] then rest[#rest + 1] = k end
   end
@@ -75,7 +75,7 @@ function M.format_float(x)
       return s
     end
   end
-  error("unreachable: %.17g always round-trips")
+  error("json: unreachable: %.17g always round-trips", 0)
 end
 
 -- A JSON string literal. cjson escapes '/' as '\/' (legal, but paths become unreadable); undo
@@ -107,7 +107,7 @@ local function encode_value(v, indent, level, out)
   elseif tv == "table" then
     encode(v, indent, level, out)
   else
-    error("json: cannot encode a " .. tv)
+    error("json: cannot encode a " .. tv, 0)
   end
 end
 

@@ -75,9 +75,11 @@ describe("compare-models", function()
       assert.is_nil(text:find("note:", 1, true))
     else
       assert.equal(1, #notes)
-      for _, w in ipairs(want) do assert.truthy(notes[1]:find(w, 1, true), w) end
+      local shown = math.min(#want, cm.NOTE_ROWS)
+      for i = 1, shown do assert.truthy(notes[1]:find(want[i], 1, true), want[i]) end
       local _, named = notes[1]:gsub(" %l+: %-%d", "")
-      assert.equal(#want, named)
+      assert.equal(shown, named)
+      if #want > shown then assert.truthy(notes[1]:find(string.format("; and %d more)", #want - shown), 1, true)) end
       assert.truthy(text:find("\nnote: a negative recovered share", 1, true))
     end
     assert.same(notes, report.notes)
@@ -91,6 +93,44 @@ describe("compare-models", function()
       .. "partly cancels the rounding above it, so giving B's upper layers A's exact input removes an error that was "
       .. "offsetting theirs. Shares are ratios of small KLs: read them with the KL columns (docs/sweeps.md, "
       .. "compare-models)." }, cm.notes(hand))
+  end)
+
+  it("measures the recovered share of a logit difference when given --metric (prefill, by hand)", function()
+    local pa, pb = pair("llama")
+    local a, b = ember.load { model = pa, threads = 1 }, ember.load { model = pb, threads = 1 }
+    local ids = a:tokenize(PROMPT)
+    local top = a:session {}:prefill(ids):token_argmax()
+    local other = top == 0 and 1 or 0
+    local r = cm.run { a = a, b = b, ids = ids, max_tokens = 0,
+      metric = { kind = "logit-diff", tokens = { top, other } } }
+    assert.same({ top, other }, r.metric.tokens)
+    -- the metric of a prefill, and the same with A's after_layer of layer 1 written into B by a hook here
+    local function ld(t) return t:get(1, top + 1) - t:get(1, other + 1) end
+    local keep = { name = "keep" }
+    function keep:after_layer(ctx, v) if ctx.layer_index == 1 then self.row = v:clone() end end
+    local va = ld(a:session {}:prefill(ids, { experiment = keep }))
+    local vb = ld(b:session {}:prefill(ids))
+    local put = { name = "put" }
+    function put:after_layer(ctx, v)
+      if ctx.layer_index == 1 then
+        for rr = 1, v:shape()[1] do for c = 1, v:shape()[2] do v:set(rr, c, keep.row:get(rr, c)) end end
+      end
+    end
+    local vp = ld(b:session {}:prefill(ids, { experiment = put }))
+    assert.equal(va, r.output.metric_a.prefill)
+    assert.equal(vb, r.output.metric_b.prefill)
+    local row
+    for _, l in ipairs(r.localisation) do if l.stage == "after_layer" and l.layer == 1 then row = l end end
+    assert.equal(vp, row.metric_prefill)
+    assert.is_true(math.abs(row.recovered_prefill - (vp - vb) / (va - vb)) < 1e-12)
+    local last = r.localisation[#r.localisation]
+    assert.equal(1.0, last.recovered_prefill) -- A's logits in B: A's value exactly
+    local text = cm.format(r)
+    assert.truthy(text:find("metric: " .. r.metric.label, 1, true))
+    assert.truthy(text:find("share of the gap from B's logit-diff to A's recovered", 1, true))
+    local doc = cjson.decode(cm.to_json(r))
+    assert.equal("logit-diff", doc.metric.kind)
+    assert.equal(vp, doc.localisation[2].metric_prefill) -- cells in order: after_layer 0, 1, ...
   end)
 
   it("agrees with an independent after_logits patch from a captured artifact", function()

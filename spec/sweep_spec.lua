@@ -378,9 +378,19 @@ describe("ember.sweep", function()
 
   it("refuses prompts of different lengths and stages it cannot patch", function()
     need_model()
+    -- the message lists both prompts' tokens (position, piece with spaces as U+2423, <id> for none)
+    local function pieces(text)
+      local out = {}
+      for i, id in ipairs(model:tokenize(text)) do
+        local p = model:detokenize({ id }):gsub(" ", "\u{2423}")
+        out[i] = string.format("%d %s", i - 1, p == "" and ("<" .. id .. ">") or p)
+      end
+      return table.concat(out, " | ")
+    end
     assert.has_error(function() ember.sweep { model = model, clean = CLEAN, corrupted = "The fox" } end,
       "sweep: the clean prompt has 12 tokens and the corrupted prompt " .. #model:tokenize("The fox")
-      .. ": patching by position needs equal lengths")
+      .. ": patching by position needs equal lengths\n  clean:     " .. pieces(CLEAN) .. "\n  corrupted: "
+      .. pieces("The fox"))
     assert.has_error(function()
       ember.sweep { model = model, clean = CLEAN, corrupted = CORRUPTED, stages = { "after_logits" } }
     end,
@@ -466,6 +476,16 @@ describe("ember sweep (command)", function()
     assert.matches("24 compared, 0 differing", out, 1, true)
     local m = cjson.decode(read(two .. "/manifest.json"))
     assert.equal(2, #m.merged_from)
+  end)
+
+  it("refuses a logit difference of a token with itself (0 whatever the patch)", function()
+    need_model()
+    local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out",
+      work .. "/m-same", "--metric", "logit-diff:7,7", "--layers", "1", "--threads", "1", "--progress", "none",
+      "--no-plot")
+    assert.equal(1, code)
+    assert.matches("metric: logit-diff of token 7 with itself is always 0", err, 1, true)
+    assert.is_false(require("ember.store.fs").exists(work .. "/m-same"))
   end)
 
   it("gives usage errors for missing or malformed flags", function()

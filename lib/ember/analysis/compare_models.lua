@@ -14,6 +14,7 @@ local json = require("ember.store.json")
 local manifest = require("ember.store.manifest")
 local patch = require("ember.run.patch")
 local selectors = require("ember.run.selectors")
+local metric_mod = require("ember.sweep.metric")
 local token_label = require("ember.analysis.token_label")
 local core = require("ember.core")
 
@@ -76,6 +77,21 @@ local function recovered(base, now)
   return (base - now) / base
 end
 
+-- With --metric M (a logit difference or a probability): M of each evaluation's logits, as
+-- { prefill, decode (mean over the decode steps), mean (over every evaluation) }.
+local function metric_values(measure, logits)
+  local pre, sum = measure(logits[1]), 0.0
+  for i = 2, #logits do sum = sum + measure(logits[i]) end
+  local nd = #logits - 1
+  return { prefill = pre, decode = nd > 0 and sum / nd or json.null, mean = (pre + sum) / #logits }
+end
+
+-- The share of the gap between B's value and A's that the patched run closes (0 = B, 1 = A).
+local function gap_closed(va, vb, vp)
+  if va == json.null or vb == json.null or vp == json.null or va == vb then return json.null end
+  return (vp - vb) / (va - vb)
+end
+
 -- divergence(cap_a, cap_b) -> rows: per (stage, layer), the prefill tensor's divergence of B from
 -- A, and the decode steps' mean / worst
 local function divergence(cap_a, cap_b)
@@ -115,7 +131,8 @@ end
 
 -- localisation(p, cells) -> the cells of the localisation grid this shard computes: A's activation
 -- at (stage, layer) patched into B, and how much of B's output divergence that recovers.
--- p: { a, b, ids, n, gen, la (A's logits), base (B's output divergence), src (A's records), step, shard }
+-- p: { a, b, ids, n, gen, la (A's logits), base (B's output divergence), src (A's records), step, shard,
+-- measure (the --metric's evaluator, nil for kl) }
 local function localisation(p, cells)
   local function localise(stage, layer)
     local e = patch.experiment { source = p.src, target = { layer = layer, stage = stage }, model = p.b }
@@ -123,11 +140,19 @@ local function localisation(p, cells)
     e:on_generation_complete()
     p.step()
     local o, base = output_divergence(p.la, lp), p.base
-    return { stage = stage, layer = layer == nil and json.null or layer, kl_prefill = o.kl_prefill,
+    local row = { stage = stage, layer = layer == nil and json.null or layer, kl_prefill = o.kl_prefill,
       kl_decode = o.kl_decode, top1_agreement = o.top1_agreement, logits_exact = o.exact,
       recovered_prefill = recovered(base.kl_prefill, o.kl_prefill),
       recovered_decode = recovered(base.kl_decode, o.kl_decode),
       recovered = recovered(base.kl_mean, o.kl_mean) }
+    if p.measure then -- the shares are of the metric's gap between B and A instead
+      local v, va, vb = metric_values(p.measure, lp), base.metric_a, base.metric_b
+      row.metric_prefill, row.metric_decode = v.prefill, v.decode
+      row.recovered_prefill = gap_closed(va.prefill, vb.prefill, v.prefill)
+      row.recovered_decode = gap_closed(va.decode, vb.decode, v.decode)
+      row.recovered = gap_closed(va.mean, vb.mean, v.mean)
+    end
+    return row
   end
   local shard, list = p.shard, {}
   for i, c in ipairs(cells) do
@@ -147,7 +172,9 @@ end
 
 -- run(opts) -> report. opts: { a = ember.Model, b = ember.Model, prompt = text | ids = {...},
 --   max_tokens = 4, stages = {...} (localisation stages, default {"after_layer"}), on_step = fn,
---   shard = { index, count } (only the localisation cells with index mod count = index) }
+--   shard = { index, count } (only the localisation cells with index mod count = index),
+--   metric = a parsed metric with token ids (ember.sweep.metric; default kl): with a logit
+--   difference or a probability the recovered shares are of that metric's gap between B and A }
 function M.run(opts)
   local a, b = opts.a, opts.b
   check_pair(a, b)
@@ -171,6 +198,10 @@ function M.run(opts)
     records = cap_a.records }
   local rows = divergence(cap_a, cap_b)
   local base = output_divergence(la, lb)
+  local metric = metric_mod.resolve(opts.metric or { kind = "kl", tokens = {} }, la[1], lb[1], a.info.n_vocab,
+    { "A", "B" })
+  local measure = metric.kind ~= "kl" and metric_mod.evaluator(metric) or nil
+  if measure then base.metric_a, base.metric_b = metric_values(measure, la), metric_values(measure, lb) end
   -- the localisation grid: each stage x layer, then the end of the network (A's logits in B must
   -- make B's outputs A's, bit for bit); a shard computes every count-th cell
   local cells = {}
@@ -179,15 +210,17 @@ function M.run(opts)
   end
   cells[#cells + 1] = { "after_logits", nil }
   local list = localisation({ a = a, b = b, ids = ids, n = n, gen = gen, la = la, base = base, src = src,
-    step = step, shard = opts.shard }, cells)
+    step = step, shard = opts.shard, measure = measure }, cells)
   return { tool_version = core.version, a = model_info(a), b = model_info(b), family = a.info.family,
     n_layers = a.info.n_layers, prompt_ids = ids, generated_ids = gen, evaluations = #la, output = base,
-    divergence = rows, localisation = list, stages = stages, cells = #cells, shard = opts.shard }
+    divergence = rows, localisation = list, stages = stages, cells = #cells, shard = opts.shard,
+    metric = { kind = metric.kind, tokens = metric.tokens,
+      label = metric_mod.label(metric, function(id) return token_label.token(a, id) end) } }
 end
 
 -- What must agree for two reports to be parts of one comparison (the shard itself aside).
 M.SEMANTIC = { "tool_version", "a.sha256", "b.sha256", "a.kernels", "b.kernels", "prompt_ids", "generated_ids",
-  "stages", "cells", "output_divergence" }
+  "stages", "cells", "output_divergence", "metric.kind", "metric.tokens" }
 
 -- What a shard's report carries into the plots' titles and series names is checked where it is
 -- read: dtypes printable (no control byte, valid UTF-8), stages among the per-layer stages.
@@ -264,13 +297,17 @@ function M.to_json(r)
   end
   local loc = json.array()
   for i, l in ipairs(r.localisation) do
-    loc[i] = ordered({ "index", "stage", "layer", "kl_prefill", "kl_decode", "top1_agreement", "recovered_prefill",
-      "recovered_decode", "recovered", "logits_exact" }, l)
+    loc[i] = ordered({ "index", "stage", "layer", "kl_prefill", "kl_decode", "metric_prefill", "metric_decode",
+      "top1_agreement", "recovered_prefill", "recovered_decode", "recovered", "logits_exact" }, l)
   end
   local o = r.output
+  for _, k in ipairs({ "metric_a", "metric_b" }) do
+    if type(o[k]) == "table" then ordered({ "prefill", "decode", "mean" }, o[k]) end
+  end
+  local m = r.metric or { kind = "kl", tokens = {}, label = metric_mod.label({ kind = "kl" }) }
   return json.encode(ordered({ "schema", "schema_version", "tool_version", "a", "b", "family", "n_layers",
-    "prompt_ids", "generated_ids", "evaluations", "stages", "cells", "shard", "output_divergence", "divergence",
-    "localisation", "notes", "plot" }, {
+    "prompt_ids", "generated_ids", "evaluations", "stages", "cells", "shard", "metric", "output_divergence",
+    "divergence", "localisation", "notes", "plot" }, {
     schema = "ember.compare-models", schema_version = "1.0.0", tool_version = r.tool_version,
     stages = json.array({ table.unpack(r.stages) }), cells = r.cells,
     shard = r.shard and ordered({ "index", "count" }, r.shard) or json.null,
@@ -278,32 +315,48 @@ function M.to_json(r)
     prompt_ids = json.array({ table.unpack(r.prompt_ids) }),
     generated_ids = json.array({ table.unpack(r.generated_ids) }),
     evaluations = r.evaluations,
+    metric = ordered({ "kind", "tokens", "label" }, { kind = m.kind, tokens = json.array({ table.unpack(m.tokens) }),
+      label = m.label }),
     output_divergence = ordered({ "kl_prefill", "kl_decode", "kl_mean", "top1_prefill", "top1_decode",
-      "top1_agreement", "exact" }, o),
+      "top1_agreement", "exact", "metric_a", "metric_b" }, o),
     divergence = div, localisation = loc, notes = json.array(M.notes(r)), plot = r.plot,
   }), { indent = "  " })
 end
 
 local function g(v) return v == json.null and "-" or string.format("%.4g", v) end
 
+M.NOTE_ROWS = 4 -- rows a note names before "and N more"
+
 -- notes(report) -> the report's explanations, one string each: today, of negative recovered shares
+-- (the first NOTE_ROWS rows named)
 function M.notes(r)
+  local by_metric = r.metric and r.metric.kind ~= "kl"
   local neg = {}
   for _, l in ipairs(r.localisation) do
     for _, ph in ipairs({ "prefill", "decode" }) do
       local v = l["recovered_" .. ph]
-      if v ~= json.null and v < 0 then
-        neg[#neg + 1] = string.format("%s %s %s: %s (KL %s against B's own %s)", l.stage,
-          l.layer == json.null and "-" or tostring(l.layer), ph, g(v), g(l["kl_" .. ph]), g(r.output["kl_" .. ph]))
+      if v ~= json.null and v ~= nil and v < 0 then
+        local where = string.format("%s %s %s: %s", l.stage, l.layer == json.null and "-" or tostring(l.layer), ph,
+          g(v))
+        if by_metric then
+          neg[#neg + 1] = string.format("%s (%s %s; B alone %s, A %s)", where, r.metric.kind, g(l["metric_" .. ph]),
+            g(r.output.metric_b[ph]), g(r.output.metric_a[ph]))
+        else
+          neg[#neg + 1] = string.format("%s (KL %s against B's own %s)", where, g(l["kl_" .. ph]),
+            g(r.output["kl_" .. ph]))
+        end
       end
     end
   end
   if #neg == 0 then return {} end
-  return { "a negative recovered share (" .. table.concat(neg, "; ") .. ") means that B with A's activation "
+  local shown = { table.unpack(neg, 1, math.min(#neg, M.NOTE_ROWS)) }
+  if #neg > M.NOTE_ROWS then shown[#shown + 1] = string.format("and %d more", #neg - M.NOTE_ROWS) end
+  return { "a negative recovered share (" .. table.concat(shown, "; ") .. ") means that B with A's activation "
     .. "patched in is further from A than B alone. B's error is not a sum of independent errors, one per layer: "
     .. "the rounding below the patched point (the embedding, the lower layers) partly cancels the rounding above "
     .. "it, so giving B's upper layers A's exact input removes an error that was offsetting theirs. Shares are "
-    .. "ratios of small KLs: read them with the KL columns (docs/sweeps.md, compare-models)." }
+    .. "ratios of small " .. (by_metric and "differences" or "KLs") .. ": read them with the "
+    .. (by_metric and "values" or "KL columns") .. " (docs/sweeps.md, compare-models)." }
 end
 
 -- format(report) -> the text table `ember compare-models` prints
@@ -327,13 +380,26 @@ function M.format(r)
       g(d.cosine or json.null), g(d.max_abs or json.null))
   end
   line("")
-  line("causal localisation: A's activation patched into B; share of B's KL from A recovered")
-  line("%-16s %5s   %10s %10s %10s %10s %8s", "stage", "layer", "KL prefill", "KL decode", "rec. pre", "rec. dec",
-    "top-1")
+  local by_metric = r.metric and r.metric.kind ~= "kl"
+  if by_metric then
+    local va, vb = o.metric_a, o.metric_b
+    line("metric: %s; A prefill %s, decode %s; B prefill %s, decode %s", r.metric.label, g(va.prefill), g(va.decode),
+      g(vb.prefill), g(vb.decode))
+    line("causal localisation: A's activation patched into B; share of the gap from B's %s to A's recovered",
+      r.metric.kind)
+  else
+    line("causal localisation: A's activation patched into B; share of B's KL from A recovered")
+  end
+  -- the columns: stage, layer, KL prefill and decode, (the metric's prefill and decode), the shares, top-1
+  local head = { "stage", "layer", "KL prefill", "KL decode", "rec. pre", "rec. dec", "top-1" }
+  if by_metric then table.insert(head, 5, "M prefill"); table.insert(head, 6, "M decode") end
+  local cols = "%-16s %5s   " .. string.rep("%10s ", #head - 3)
+  line(cols .. "%8s", table.unpack(head))
   for _, l in ipairs(r.localisation) do
-    line("%-16s %5s   %10s %10s %10s %10s %7.0f%%%s", l.stage, l.layer == json.null and "-" or tostring(l.layer),
-      g(l.kl_prefill), g(l.kl_decode), g(l.recovered_prefill), g(l.recovered_decode), 100 * l.top1_agreement,
-      l.logits_exact and "  logits exact" or "")
+    local row = { l.stage, l.layer == json.null and "-" or tostring(l.layer), g(l.kl_prefill), g(l.kl_decode),
+      g(l.recovered_prefill), g(l.recovered_decode), 100 * l.top1_agreement, l.logits_exact and "  logits exact" or "" }
+    if by_metric then table.insert(row, 5, g(l.metric_prefill)); table.insert(row, 6, g(l.metric_decode)) end
+    line(cols .. "%7.0f%%%s", table.unpack(row))
   end
   for _, n in ipairs(M.notes(r)) do -- wrapped at 100 columns
     line("")

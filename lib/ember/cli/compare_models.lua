@@ -16,6 +16,8 @@ local function stage_list(s) return selectors.parse_stage_list(s) end
 M.FLAGS_LIST = {
   { "prompt", "string", "TEXT", "the prompt (required)" },
   { "max-tokens", "uint", "N", "tokens A generates greedily; B is fed the same (default 4)" },
+  { "metric", function(s) return require("ember.sweep.metric").parse(s) end, "M",
+    require("ember.sweep.metric").GRAMMAR .. ", A and B token ids; the shares recovered are of it (default kl)" },
   { "stages", stage_list, "LIST", "stages to localise (default after_layer; all = the four per-layer stages)" },
   { "out", "path", "DIR", "write report.json, divergence.{svg,png} and recovery.{svg,png} into DIR" },
   { "json", "bool", nil, "print the JSON report instead of the table" },
@@ -63,14 +65,17 @@ local function plots(dir, r)
     rec[#rec + 1] = { name = stage .. " prefill", values = pre }
     rec[#rec + 1] = { name = stage .. " decode", values = dec }
   end
-  local rtitle = "share of B's KL from A recovered by patching A's activation"
+  local kind = r.metric and r.metric.kind or "kl"
+  local rtitle = kind == "kl" and "share of B's KL from A recovered by patching A's activation"
+    or string.format("share of the gap from B's %s to A's recovered by patching A's activation", kind)
+  local ylabel = kind == "kl" and "recovered share of KL" or ("recovered share of " .. kind)
   local c = plot.lines { dir = dir, base = "recovery", title = rtitle, xlabel = "layer patched",
-    ylabel = "recovered share of KL", xtics = xt, series = rec }
+    ylabel = ylabel, xtics = xt, series = rec }
   local fs = require("ember.store.fs")
   return json.ordered({ "tool", "files", "titles", "xlabels", "ylabels" }, { tool = "gnuplot",
     files = json.array({ fs.basename(d.svg), fs.basename(d.png), fs.basename(c.svg), fs.basename(c.png) }),
     titles = json.array({ title, rtitle }), xlabels = json.array({ "layer", "layer patched" }),
-    ylabels = json.array({ "relative L2", "recovered share of KL" }) })
+    ylabels = json.array({ "relative L2", ylabel }) })
 end
 
 -- main(args, argv, io_) -> exit code; args[1] is "compare-models". Usage errors are raised (ember.cli.flags)
@@ -94,7 +99,8 @@ function M.main(args, _, io_)
   local stages = o.stages
   if stages == "all" then stages = { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } end
   local cm = require("ember.analysis.compare_models")
-  local r = cm.run { a = a, b = b, prompt = o.prompt, max_tokens = o["max-tokens"], stages = stages, shard = o.shard }
+  local r = cm.run { a = a, b = b, prompt = o.prompt, max_tokens = o["max-tokens"], stages = stages, shard = o.shard,
+    metric = o.metric }
   M.write(o, r, io_)
   io_.stdout:write(o.json and cm.to_json(r) or cm.format(r))
   return 0

@@ -10,7 +10,8 @@ local M = {}
 local usage_error = flags.usage_error
 local positive = flags.positive
 local function shard_value(s) return require("ember.sweep").parse_shard(s) end
-local function metric_value(s) return require("ember.sweep.metric").parse(s) end
+local metric_mod = require("ember.sweep.metric")
+local function metric_value(s) return metric_mod.parse(s) end
 local function progress_value(s)
   return selectors.parse_choice(s, { "auto", "tty", "summary", "none" }, "progress mode")
 end
@@ -26,7 +27,7 @@ M.FLAGS_LIST = {
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, same token count (required)" },
   { "metric", metric_value, "M",
-    "kl | logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] (default kl; ids default to the top-1s)" },
+    metric_mod.GRAMMAR .. " (default kl; A, B: token ids, default the top-1s)" },
   { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
   { "layers", selectors.parse_index_list, "LIST", "layers: all | 0,2,4-6 (default all)" },
   { "positions", selectors.parse_index_list, "LIST",

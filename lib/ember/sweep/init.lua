@@ -77,8 +77,11 @@ local function config(model, opts)
   local clean_ids, clean_text = prompt_ids(model, opts.clean, "clean")
   local corr_ids, corr_text = prompt_ids(model, opts.corrupted, "corrupted")
   if #clean_ids ~= #corr_ids then
-    fail("the clean prompt has %d tokens and the corrupted prompt %d: patching by position needs equal lengths",
-      #clean_ids, #corr_ids)
+    -- both prompts' pieces, so the token that splits differently is in sight
+    fail("the clean prompt has %d tokens and the corrupted prompt %d: patching by position needs equal lengths\n"
+      .. "  clean:     %s\n  corrupted: %s", #clean_ids, #corr_ids,
+      table.concat(token_label.positions(model, clean_ids), " | "),
+      table.concat(token_label.positions(model, corr_ids), " | "))
   end
   local m, err = metric_mod.parse(opts.metric or "kl")
   if not m then fail("%s", err) end

@@ -12,6 +12,7 @@ M.KINDS = { "logit-diff", "prob", "kl", "logit", "logprob" }
 -- how many tokens each kind reads
 local TOKENS = { ["logit-diff"] = 2, prob = 1, kl = 0, logit = 1, logprob = 1 }
 local GRAMMAR = "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl"
+M.GRAMMAR = GRAMMAR -- the commands' help shows it
 
 -- parse(text) -> { kind, tokens = {ids...} } or nil and a message. Grammar: `logit-diff[:A,B]`,
 -- `prob[:A]`, `logit[:A]`, `logprob[:A]`, `kl`; A and B are token ids. Missing ids are filled in
@@ -47,20 +48,24 @@ local function values(t) return t:values() end
 -- Probabilities of one logits row, in double (ember.analysis.distribution says why).
 local softmax, kl = distribution.softmax, distribution.kl
 
--- resolve(m, clean_logits, corrupted_logits, n_vocab) -> m with its token ids decided: the default
--- logit difference is clean top-1 minus corrupted top-1; the default token of the others is the
--- clean top-1.
-function M.resolve(m, clean, corrupted, n_vocab)
+-- resolve(m, clean_logits, corrupted_logits, n_vocab [, names]) -> m with its token ids decided: the
+-- default logit difference is clean top-1 minus corrupted top-1; the default token of the others is
+-- the clean top-1. names: what the two runs are called in messages (default { "clean", "corrupted" }).
+function M.resolve(m, clean, corrupted, n_vocab, names)
   local r = { kind = m.kind, tokens = { table.unpack(m.tokens) } }
   local top_c, top_x = clean:argmax() - 1, corrupted:argmax() - 1
   if r.kind == "logit-diff" and #r.tokens == 0 then
     if top_c == top_x then
-      error(string.format("metric: logit-diff needs two tokens: the clean and corrupted runs both predict token %d; "
-        .. "give them as logit-diff:A,B", top_c), 0)
+      error(string.format("metric: logit-diff needs two tokens: the %s and %s runs both predict token %d; "
+        .. "give them as logit-diff:A,B", names and names[1] or "clean", names and names[2] or "corrupted", top_c), 0)
     end
     r.tokens = { top_c, top_x }
   elseif TOKENS[r.kind] == 1 and #r.tokens == 0 then
     r.tokens = { top_c }
+  end
+  if r.kind == "logit-diff" and r.tokens[1] == r.tokens[2] then -- 0 whatever the patch does
+    error(string.format("metric: logit-diff of token %d with itself is always 0; give two different tokens",
+      r.tokens[1]), 0)
   end
   for _, id in ipairs(r.tokens) do
     if id >= n_vocab then

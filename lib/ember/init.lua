@@ -73,6 +73,10 @@ M.probe = {
 -- ember.sweep{ model =, clean =, corrupted =, metric =, stages =, layers =, positions =, out =, ... }
 -- -> the causal sweep's result (lib/ember/sweep/init.lua, docs/sweeps.md)
 function M.sweep(opts) return require("ember.sweep").run(opts) end
+-- ember.attribute{ model =, clean =, corrupted =, metric =, components =, verify = K, ... } -> AtP
+-- scores ranked, with exact patching of the top K when asked (lib/ember/analysis/attribute.lua,
+-- docs/attribution.md)
+function M.attribute(opts) return require("ember.analysis.attribute").run(opts) end
 
 -- ember.extract_hidden{ model =, prompts =, layers = } -> per prompt { prompt, label, ids, hidden =
 -- { [layer] = Tensor } }: the residual stream after layers, every prompt token (docs/extraction.md)

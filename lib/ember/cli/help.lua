@@ -53,6 +53,8 @@ M.MODULE = {
     .. "st:result() (internal to ember.sae.eval/compare)",
   sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
+  attribute = "ember.attribute{ model=, clean=, corrupted=, metric=, components=, verify=K } -> AtP scores ranked "
+    .. "(r.ranked, r.scores, r.verify) (docs/attribution.md)",
   probe = "ember.probe.train{ x = T | { T, ... }, y = { labels }, seed=, control=, ... } -> probe "
     .. "(probe:predict(t) -> labels, probs; probe:save(path, { layer = })); ember.probe.load(path) (docs/probes.md)",
   plot = "ember.plot.heatmap(t, { out = 'DIR/name', xtokens=, ytokens=, ... }) -> { svg, png }; "

@@ -100,3 +100,49 @@ describe("ember.attribute", function()
     refuses({ clean = CLEAN, corrupted = CORRUPTED, metric = "logit:3", verify = 0 }, "verify must be a positive")
   end)
 end)
+
+describe("ember attribute (the CLI)", function()
+  local C = require("helpers.cli")
+  local H = require("helpers.artifacts")
+  local plot = require("ember.analysis.plot")
+  after_each(H.cleanup)
+
+  it("writes the report, every score and the heatmaps; --verify reports rho and the exact patches", function()
+    if not plot.gnuplot() then pending("gnuplot is not installed (Debian: gnuplot-nox)") end
+    local path = tiny("llama")
+    local dir = H.tmpdir() .. "/atp"
+    local code, out, err = C.ember("attribute", "--model", path, "--clean", "the cat sat", "--corrupted",
+      "the dog sat", "--metric", "logprob:5", "--verify", "3", "--top", "4", "--out", dir)
+    assert.are.equal(0, code, err)
+    local _, lines = out:gsub("\n", "")
+    assert.are.equal(4, lines)
+    assert.matches("verified 6 components: Spearman rho", err)
+    local doc = require("cjson").decode(require("ember.store.fs").read(dir .. "/attribute.json", "report", 1 << 24))
+    local m = ember.load { model = path }
+    local r = ember.attribute { model = m, clean = "the cat sat", corrupted = "the dog sat", metric = "logprob:5",
+      verify = 3 }
+    assert.are.equal(r.corrupted_value, doc.corrupted_value)
+    assert.are.equal(4, #doc.top)
+    assert.are.equal(r.ranked[1].score, doc.top[1].score)
+    assert.are.equal(6, #doc.verify.checked)
+    assert.are.equal(r.verify.checked[1].exact, doc.verify.checked[1].exact)
+    local t = ember.load_tensors(dir .. "/scores.safetensors")
+    for _, c in ipairs({ "heads", "neurons", "resid" }) do assert.are.equal(r.scores[c]:bytes(), t[c]:bytes(), c) end
+    for _, f in ipairs(doc.plots) do assert.is_true(require("ember.store.fs").exists(dir .. "/" .. f.png), f.png) end
+    assert.are.equal(2, #doc.plots) -- heads and resid; neurons only in the safetensors
+  end)
+
+  it("refuses bad input: a missing prompt (usage, exit 2), unequal lengths (exit 1)", function()
+    local path = tiny("llama")
+    local code, _, err = C.ember("attribute", "--model", path, "--clean", "the cat sat")
+    assert.are.equal(2, code)
+    assert.matches("%-%-corrupted is required", err)
+    code, _, err = C.ember("attribute", "--model", path, "--clean", "the cat sat", "--corrupted", "a")
+    assert.are.equal(1, code)
+    assert.matches("patching by position needs equal lengths", err)
+    code, _, err = C.ember("attribute", "--model", path, "--clean", "a", "--corrupted", "b", "--out",
+      "/proc/ember-attribute")
+    assert.are.equal(2, code)
+    assert.matches("%-%-out", err)
+  end)
+end)

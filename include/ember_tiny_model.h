@@ -35,8 +35,9 @@
  * Gemma 2 and 3 layouts (llama.cpp's gemma2 / gemma3), with the defaults below: one head size, KV
  * width and MLP width for all layers, window 8; gemma2: every other layer sliding (0, 2, 4, ...),
  * attention softcap 50 and final softcap 30; gemma3: five sliding layers to one global, per-head
- * Q/K norms. Their heads are untied by default (with the input embedding scaled by sqrt(hidden), a
- * tied random head makes every token predict itself); --tied gives the real models' tied head.
+ * Q/K norms, no final softcap unless given. Tied heads as the real models (gemma2 can have no other);
+ * so that a token does not simply predict itself through the embedding scaled by sqrt(hidden),
+ * their embedding has std 0.08 and the post-norms weights around 2.
  */
 #ifndef EMBER_TINY_MODEL_PUBLIC_H
 #define EMBER_TINY_MODEL_PUBLIC_H
@@ -51,8 +52,7 @@ typedef struct {
     int64_t n_head_kv; /* 0: the family's usual (2; gpt2 has no GQA: n_head); gemma4: sliding layers' */
     int64_t head_dim;  /* 0: n_embd / n_head (gemma4: the full layers' head size, 0: 2 * n_embd / n_head) */
     float rope_base;   /* 0: the family's usual (llama 10000, qwen 1000000, gemma4 full layers 1000000) */
-    int tied;          /* -1: the family's usual (llama, gemma2, gemma3 separate head, others tied); 0 separate;
-                        * 1 tied */
+    int tied;          /* -1: the family's usual (llama separate head, others tied); 0 separate; 1 tied */
     int rope_freqs;    /* -1: the family's usual (gemma4 yes, others no); 0 no; 1 yes (llama, gemma4 only) */
     bool tokenizer;    /* embed the tiny tokenizer (n_vocab >= 258) */
 
@@ -64,7 +64,7 @@ typedef struct {
     const char *swa_pattern;  /* one 'S' (sliding) or 'F' (full) per layer; NULL: every 4th and the last full */
     int64_t shared_kv_layers; /* -1: 2 when the pattern allows it, else 0 */
     int64_t ple_dim;          /* per-layer input width; -1: 32; 0: no per-layer inputs */
-    float softcap;            /* final logit softcap; < 0: 30; 0: none (also gemma2, which needs one) */
+    float softcap;            /* final logit softcap; < 0: 30 (gemma3: none); 0: none (gemma2 needs one) */
 
     /* gemma2 / gemma3 (with sliding_window, rope_base_swa (gemma3) and softcap above) */
     float attn_softcap; /* gemma2: attention logit softcap; < 0: 50 */
@@ -85,7 +85,7 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p);
 ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err);
 
 /* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
- * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b" or "gemma2-2b" (random weights, seed 1, Q8_0, no
+ * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b" or "gemma3-1b" (random weights, seed 1, Q8_0, no
  * tokenizer, context 4096 unless the model's own is longer). Returns false for another name.
  * ember_tiny_model_shapes lists the names, NULL-terminated. */
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);

@@ -8,7 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum { EDIT_REMOVE_KEY, EDIT_SET_F32, EDIT_SET_U32, EDIT_SET_STRING, EDIT_ADD_MATRIX } edit_kind;
+typedef enum {
+    EDIT_REMOVE_KEY,
+    EDIT_SET_F32,
+    EDIT_SET_U32,
+    EDIT_SET_I32,
+    EDIT_SET_STRING,
+    EDIT_ADD_MATRIX,
+    EDIT_REMOVE_TENSOR
+} edit_kind;
 
 typedef struct {
     const char *family;
@@ -24,9 +32,11 @@ typedef struct {
 /* Writes the family's tiny model with one edit and checks that loading it is refused as expected. */
 static void run_case(const key_case *c, int i) {
     ember_gguf_writer *w = ember_test_tiny_writer(c->family, EMBER_TYPE_F32);
-    if (c->kind != EDIT_ADD_MATRIX) ember_gguf_writer_remove_key(w, c->key);
+    if (c->kind == EDIT_REMOVE_TENSOR) ember_gguf_writer_remove_tensor(w, c->key);
+    else if (c->kind != EDIT_ADD_MATRIX) ember_gguf_writer_remove_key(w, c->key);
     if (c->kind == EDIT_SET_F32) ember_gguf_writer_set_f32(w, c->key, (float)c->value);
     if (c->kind == EDIT_SET_U32) ember_gguf_writer_set_u32(w, c->key, (uint32_t)c->value);
+    if (c->kind == EDIT_SET_I32) ember_gguf_writer_set_i32(w, c->key, (int32_t)c->value);
     if (c->kind == EDIT_SET_STRING) ember_gguf_writer_set_string(w, c->key, c->text);
     if (c->kind == EDIT_ADD_MATRIX) {
         static float zeros[64 * 512];
@@ -73,6 +83,21 @@ int main(void) {
          "'output.weight'"},
         {"gemma2", "with 3 KV heads for 4 heads", EDIT_SET_U32, "gemma2.attention.head_count_kv", 3, NULL,
          EMBER_ERR_FORMAT, "3 KV heads"},
+        {"gemma3", "without its norm epsilon", EDIT_REMOVE_KEY, "gemma3.attention.layer_norm_rms_epsilon", 0, NULL,
+         EMBER_ERR_FORMAT, "'gemma3.attention.layer_norm_rms_epsilon'"},
+        {"gemma3", "with a negative final softcap", EDIT_SET_F32, "gemma3.final_logit_softcapping", -1, NULL,
+         EMBER_ERR_FORMAT, "gemma3.final_logit_softcapping"},
+        {"gemma3", "with a negative sliding RoPE base", EDIT_SET_F32, "gemma3.rope.freq_base_swa", -1, NULL,
+         EMBER_ERR_FORMAT, "gemma3.rope.freq_base_swa"},
+        {"gemma3", "with a sliding-window pattern that is not a period", EDIT_SET_STRING,
+         "gemma3.attention.sliding_window_pattern", 0, "SSSSSF", EMBER_ERR_FORMAT,
+         "'gemma3.attention.sliding_window_pattern' is not an integer"},
+        {"gemma3", "with a negative sliding-window period", EDIT_SET_I32, "gemma3.attention.sliding_window_pattern", -6,
+         NULL, EMBER_ERR_FORMAT, "'gemma3.attention.sliding_window_pattern' has an absurd value -6"},
+        {"gemma3", "without a K norm", EDIT_REMOVE_TENSOR, "blk.2.attn_k_norm.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "'blk.2.attn_k_norm.weight'"},
+        {"gemma3", "with longrope scaling", EDIT_SET_STRING, "gemma3.rope.scaling.type", 0, "longrope",
+         EMBER_ERR_UNSUPPORTED, "'gemma3.rope.scaling.type' = 'longrope'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], (int)i);
     return ember_test_finish();

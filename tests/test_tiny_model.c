@@ -735,14 +735,14 @@ static void test_cli(void) {
 }
 
 /* The real-shape presets: their hyper-parameters (the published shapes of Qwen3-0.6B, LLaMA-3.2-1B,
- * Gemma-4-E2B and Gemma-2-2B) checked on the resolved settings (the full files are 0.6-4.9 GB), and a reduced
- * qwen3-0.6b written through the command with its metadata checked. */
+ * Gemma-4-E2B, Gemma-2-2B and Gemma-3-1B) checked on the resolved settings (the full files are
+ * 0.6-4.9 GB), and a reduced qwen3-0.6b written through the command with its metadata checked. */
 static void test_shapes(void) {
     ember_tiny_model_params p;
     CHECK(!ember_tiny_model_shape("qwen3-7b", &p) && !ember_tiny_model_shape(NULL, &p));
     int n = 0;
     for (; ember_tiny_model_shapes[n]; n++) CHECK(ember_tiny_model_shape(ember_tiny_model_shapes[n], &p));
-    CHECK(n == 4);
+    CHECK(n == 5);
 
     CHECK(ember_tiny_model_shape("qwen3-0.6b", &p));
     CHECK(strcmp(p.family, "qwen3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && p.seed == 1 && !p.tokenizer);
@@ -767,6 +767,11 @@ static void test_shapes(void) {
     CHECK(strcmp(p.family, "gemma2") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
     CHECK(p.n_layer == 26 && p.n_embd == 2304 && p.n_head == 8 && p.n_head_kv == 4 && p.head_dim == 256 &&
           p.n_ff == 9216 && p.n_vocab == 256000 && p.n_ctx == 8192 && p.sliding_window == 4096 && p.tied == 1);
+
+    CHECK(ember_tiny_model_shape("gemma3-1b", &p)); /* google/gemma-3-1b-pt's config.json */
+    CHECK(strcmp(p.family, "gemma3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
+    CHECK(p.n_layer == 26 && p.n_embd == 1152 && p.n_head == 4 && p.n_head_kv == 1 && p.head_dim == 256 &&
+          p.n_ff == 6912 && p.n_vocab == 262144 && p.n_ctx == 32768 && p.sliding_window == 512 && p.tied == 1);
 
     char tool[1024], cmd[4096];
     snprintf(tool, sizeof tool, "%s/make-tiny-model", EMBER_BUILD_DIR);

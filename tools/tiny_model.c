@@ -42,7 +42,8 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     };
 }
 
-const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", NULL};
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b",
+                                               "gemma2-2b",  "gemma3-1b",   NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -67,6 +68,10 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
         s.family = "gemma2";
         s.n_layer = 26, s.n_embd = 2304, s.n_head = 8, s.n_head_kv = 4, s.head_dim = 256, s.n_ff = 9216;
         s.n_vocab = 256000, s.n_ctx = 8192, s.sliding_window = 4096, s.tied = 1;
+    } else if (name && strcmp(name, "gemma3-1b") == 0) {
+        s.family = "gemma3";
+        s.n_layer = 26, s.n_embd = 1152, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256, s.n_ff = 6912;
+        s.n_vocab = 262144, s.n_ctx = 32768, s.sliding_window = 512, s.tied = 1;
     } else {
         return false;
     }
@@ -264,6 +269,19 @@ static const tiny_family tiny_families[] = {
      .resolve = resolve_gemma23,
      .metadata = metadata_gemma23,
      .tensors = tensors_gemma23},
+    {.name = "gemma3",
+     .pre = "gpt-2",
+     .add_bos = true,
+     .tied = true,
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .head_size_key = true,
+     .qk_norm = true,
+     .swa_period = 6,
+     .swa_rope_own = true,
+     .resolve = resolve_gemma23,
+     .metadata = metadata_gemma23,
+     .tensors = tensors_gemma23},
     {.name = "gpt2",
      .pre = "gpt-2",
      .tied = true,
@@ -329,8 +347,8 @@ static ember_status check_sizes(const ember_tiny_model_params *p, ember_error *e
 static ember_status check_family_settings(const ember_tiny_model_params *p, const tiny_family *fam, ember_error *err) {
     const bool gemma23 = fam->swa_period > 0;
     if (!fam->gemma_layout && (p->head_dim_swa || p->n_head_kv_full || p->swa_pattern || p->shared_kv_layers != -1 ||
-                               p->ple_dim != -1 || (!gemma23 && p->sliding_window) ||
-                               (!fam->softcaps && p->softcap >= 0) || (!fam->swa_rope_own && p->rope_base_swa != 0)))
+                               p->ple_dim != -1 || (!gemma23 && p->sliding_window) || (!gemma23 && p->softcap >= 0) ||
+                               (!fam->swa_rope_own && p->rope_base_swa != 0)))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
                                "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones "
@@ -742,6 +760,7 @@ static ember_status resolve_gemma23(const ember_tiny_model_params *p, shape *s, 
     for (int64_t l = 0; l < p->n_layer; l++) s->sliding[l] = l % period < period - 1;
     s->base_swa = p->rope_base_swa > 0 ? p->rope_base_swa : 10000.0f;
     s->rope_scale = p->rope_scale;
+    s->softcap = p->softcap < 0 ? 0.0f : p->softcap; /* gemma3: a final softcap only when asked for */
     if (s->fam->softcaps) {
         s->softcap = p->softcap < 0 ? 30.0f : p->softcap;
         s->attn_softcap = p->attn_softcap < 0 ? 50.0f : p->attn_softcap;
@@ -766,10 +785,8 @@ static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params
     ember_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->fam->norm_eps);
     ember_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s->hd);
     ember_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s->hd);
-    if (s->fam->softcaps) {
-        ember_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
-        ember_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->softcap);
-    }
+    if (s->fam->softcaps) ember_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->attn_softcap);
+    if (s->softcap > 0) ember_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->softcap);
     if (s->base != 10000.0f || s->fam->swa_rope_own) ember_gguf_writer_set_f32(w, KEY("rope.freq_base"), s->base);
     if (s->fam->swa_rope_own && s->base_swa != 10000.0f)
         ember_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), s->base_swa);
@@ -786,7 +803,7 @@ static void tensors_gemma23(builder *b, const shape *s) {
     const ember_tiny_model_params *p = b->p;
     const int64_t d = p->n_embd, hd = s->hd, q_dim = p->n_head * hd, kv_dim = s->n_head_kv * hd;
     const float s_embd = 1.0f / sqrtf((float)d);
-    const bool qk_norm = s->fam->swa_rope_own; /* gemma3 */
+    const bool qk_norm = s->fam->qk_norm; /* gemma3 */
     char name[96];
     /* The head is the embedding, and the input is it times sqrt(hidden): a smaller embedding and
      * post-norms of about 2 keep a token's own logit from dominating (each block adds std ~2). */

@@ -51,7 +51,9 @@ function M.generate(model, request, experiment)
 end
 
 -- family_cases() -> list of { family, case, model, tokenizer, prompt, missing } — the first
--- available dtype per family (q8_0 preferred: the dtype the README's main command uses).
+-- available dtype per family (q8_0 preferred: the dtype the README's main command uses); a family
+-- without a shared fixture uses its case of the project's tests/fixtures/parity-new (the model made
+-- again from the case's arguments, with its embedded tokenizer, and M.PROMPT).
 function M.family_cases()
   local families = {}
   for i, row in ipairs(require("ember.core").FAMILIES) do families[i] = row.name end -- the engine's table
@@ -67,6 +69,15 @@ function M.family_cases()
         found = { family = family, case = case, model = dir .. "/model.gguf", tokenizer = dir .. "/tokenizer.json",
           prompt = meta.prompt_text }
         break
+      end
+    end
+    for _, dtype in ipairs(dtypes) do
+      local case = family .. "-tiny-" .. dtype
+      local dir = fx.families_dir .. "/" .. case
+      if not found and fx.exists(dir .. "/case.json") then
+        local path, why = fx.case_model(dir)
+        found = path and { family = family, case = case, model = path, prompt = M.PROMPT }
+          or { family = family, case = case, missing = why }
       end
     end
     out[#out + 1] = found or { family = family, case = family .. "-tiny-*",

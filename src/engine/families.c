@@ -46,6 +46,12 @@ static const ember_family families[] = {
         .forward = ember_gemma4_forward,
     },
     {
+        .info = {.name = "gemma3", .architectures = ARCHS("gemma3")},
+        .bind = ember_gemma3_bind,
+        .forward = ember_gemma4_forward,
+        .qk_norm = true,
+    },
+    {
         .info = {.name = "gpt2", .architectures = ARCHS("gpt2")},
         .bind = ember_gpt2_bind,
         .forward = ember_gpt2_forward,

@@ -289,6 +289,7 @@ typedef struct {
     bool period_key;        /* attention.sliding_window_pattern may set another period (gemma3) */
     int64_t window_default; /* attention.sliding_window when absent; 0: no sliding layers */
     bool softcaps;          /* attention and final logit softcaps, 50 and 30 unless the file says */
+    bool final_cap_key;     /* a final softcap only where the file gives final_logit_softcapping */
     bool swa_rope_own;      /* sliding layers: rope.freq_base_swa (10000), unscaled; else as global */
     int64_t layers_27b;     /* the 27B model's layer count (queries scaled by 1/sqrt(hidden / heads)) */
     bool tied_only;         /* the head is always the embedding: llama.cpp refuses an output.weight */
@@ -296,7 +297,8 @@ typedef struct {
 
 static const gemma_generation GEMMA2 = {
     .swa_period = 2, .window_default = 4096, .softcaps = true, .layers_27b = 46, .tied_only = true};
-static const gemma_generation GEMMA3 = {.swa_period = 6, .period_key = true, .swa_rope_own = true, .layers_27b = 62};
+static const gemma_generation GEMMA3 = {
+    .swa_period = 6, .period_key = true, .final_cap_key = true, .swa_rope_own = true, .layers_27b = 62};
 
 /* The sizes, norms, RoPE and attention settings of a Gemma 2/3 file, checked. */
 static ember_status gemma23_hparams(binder *b, const gemma_generation *g, float *base_swa, float *rope_factor,
@@ -336,6 +338,12 @@ static ember_status gemma23_hparams(binder *b, const gemma_generation *g, float 
     if (g->softcaps) {
         TRY(hp_float_positive(b, "attn_logit_softcapping", &m->attn_softcap, 50.0f));
         TRY(hp_float_positive(b, "final_logit_softcapping", &m->softcap, 30.0f));
+    } else if (g->final_cap_key) {
+        TRY(hp_float(b, "final_logit_softcapping", &m->softcap, 0.0f));
+        if (!isfinite(m->softcap) || m->softcap < 0.0f)
+            return bind_fail(b, EMBER_ERR_FORMAT,
+                             "metadata key '%s.final_logit_softcapping' = %g must be finite and >= 0", b->arch,
+                             (double)m->softcap);
     }
     /* llama.cpp's query scale: 1/sqrt(hidden / heads) for the 27B models, else 1/sqrt(head size) */
     m->attn_scale = 1.0f / sqrtf((float)(m->n_layer == g->layers_27b ? m->n_embd / m->n_head : m->head_dim));

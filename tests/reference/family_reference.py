@@ -109,7 +109,7 @@ class Config:
         self.base_swa = g("rope.freq_base_swa", 10000.0) if arch == "gemma3" else self.base
         self.scale_swa = arch == "gemma2"
         self.attn_cap = g("attn_logit_softcapping", 50.0) if arch == "gemma2" else 0.0
-        self.final_cap = g("final_logit_softcapping", 30.0) if arch == "gemma2" else 0.0
+        self.final_cap = g("final_logit_softcapping", {"gemma2": 30.0}.get(arch, 0.0))
         big = {"gemma2": 46, "gemma3": 62}.get(arch)
         self.scale = 1.0 / np.sqrt(self.d // self.n_head if self.n_layer == big else self.hd)
 

@@ -96,7 +96,7 @@ case "${1:-}" in
     build build-asan -DEMBER_SANITIZE=ON
     (cd build-asan && ctest --output-on-failure -j2) 2>&1 | tee "$logs/asan" || status=1
     echo "== fuzz harnesses, 15 s each on their corpora (fuzz/run.sh; long runs: docs/robustness.md)"
-    for h in gguf tokenizer artifact selectors flags; do
+    for h in gguf tokenizer artifact selectors flags formats; do
       rc=0
       fuzz/run.sh "$h" 15 2>&1 || rc=$?
       case $rc in 0) echo passed ;; 77) echo skipped ;; *) echo failed; status=1 ;; esac >>"$logs/fuzz"

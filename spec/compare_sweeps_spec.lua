@@ -153,6 +153,32 @@ describe("ember compare-artifacts on sweeps", function()
     assert.equal(1, code)
     assert.matches("sweep '" .. bad .. "': sha256 of grid.safetensors does not match the manifest", err, 1, true)
   end)
+
+  it("names the sweep and the cell when a manifest's cell has fields of the wrong kind", function()
+    need_model()
+    local a = sweep("a", "--threads", "1")
+    local text = require("helpers.files").read(a .. "/manifest.json")
+    for _, case in ipairs({
+      { function(d) d.cells[1] = 3 end, "cell 0: not an object" },
+      { function(d) d.cells[2].value = "high" end, "cell 1: value is not a number" },
+      { function(d) d.cells[1].layer = "0" end, "cell 0: layer is not an integer" },
+      { function(d) d.cells[1].source = 7 end, "cell 0: source is not an object" },
+      { function(d) d.metric.tokens = "12" end, "metric.tokens is not a list" },
+    }) do
+      local doc = cjson.decode(text)
+      case[1](doc)
+      local out = work .. "/edited"
+      fs.remove_tree(out)
+      assert(fs.mkdir(out))
+      local f = assert(io.open(out .. "/manifest.json", "wb"))
+      f:write(cjson.encode(doc))
+      f:close()
+      local ok, err = pcall(store.read, out, { partial_ok = true })
+      assert.is_false(ok)
+      assert.matches("sweep '" .. out .. "': ", tostring(err), 1, true)
+      assert.matches(case[2], tostring(err), 1, true)
+    end
+  end)
 end)
 
 teardown(function() fx.cleanup() end)

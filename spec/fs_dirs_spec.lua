@@ -7,12 +7,7 @@ local outputs = require("ember.run.outputs")
 
 local q = fs.shell_quote
 
-local function run(cmd)
-  local p = assert(io.popen(cmd))
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local run = require("helpers.child").run
 
 local ROOT = run("pwd"):gsub("\n$", "")
 local UID = tonumber(run("id -u"))

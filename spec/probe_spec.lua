@@ -80,6 +80,14 @@ describe("ember.probe numerics", function()
     local ok, err = pcall(probe.decode, json.encode(doc), "p.json")
     assert.is_false(ok)
     assert.matches("p.json: weights[1][2] is not a number", err, 1, true)
+    -- standardize of another kind (found by fuzz_formats): a message naming the file, not a Lua error
+    for _, v in ipairs({ 3, "s", true }) do
+      doc = json.decode(text)
+      doc.standardize = v
+      ok, err = pcall(probe.decode, json.encode(doc), "p.json")
+      assert.is_false(ok)
+      assert.matches("p.json: standardize.mean must hold 2 numbers", err, 1, true)
+    end
   end)
 end)
 

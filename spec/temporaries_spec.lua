@@ -27,11 +27,7 @@ local function name(base, boot, ns, pid)
   return string.format("%s.ember-tmp-%s-%s-%s-0123456789abcdef", base, boot, ns, pid)
 end
 
-local function touch(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text or "partial")
-  f:close()
-end
+local function touch(path) H.write(path, "partial") end
 
 describe("temporaries", function()
   if #BOOT ~= 16 or PIDNS == "" then

@@ -8,15 +8,16 @@ local M = {}
 
 local function q(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
 
-local function run(cmd)
+-- run(cmd) -> what the shell command printed (stdout; stderr as the command redirects it).
+function M.run(cmd)
   local p = assert(io.popen(cmd))
   local out = p:read("a")
   p:close()
   return out
 end
 
-M.ROOT = run("pwd"):gsub("\n$", "")
-M.UID = tonumber(run("id -u"))
+M.ROOT = M.run("pwd"):gsub("\n$", "")
+M.UID = tonumber(M.run("id -u"))
 
 -- lua(cwd, code [, opts]) -> { the values the child passed to report(...) }, or nil and why it
 -- did not report (its output, or that it was stopped). opts: unprivileged = true (as nobody when
@@ -37,7 +38,7 @@ function M.lua(cwd, code, opts)
   local cmd = string.format("cd %s && ulimit -v %d && %senv LUA_PATH=%s LUA_CPATH=%s timeout %d lua5.4 -e %s 2>&1",
     q(cwd), opts.memory_kb or 4 * 1024 * 1024, prefix, q(M.ROOT .. "/lib/?.lua;" .. M.ROOT .. "/lib/?/init.lua;;"),
     q(M.ROOT .. "/build/lua/?.so;;"), opts.seconds or 60, q(prelude .. code))
-  local out = run(cmd .. "; echo \"<exit $?>\"")
+  local out = M.run(cmd .. "; echo \"<exit $?>\"")
   local status = out:match("<exit (%d+)>\n?$")
   out = out:gsub("<exit %d+>\n?$", "")
   if status == "124" then return nil, "stopped after " .. (opts.seconds or 60) .. " s (it hung): " .. out end

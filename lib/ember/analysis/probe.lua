@@ -349,7 +349,7 @@ function M.decode(text, what)
     end
     return out
   end
-  local st = doc.standardize or {}
+  local st = type(doc.standardize) == "table" and doc.standardize or {}
   local p = { kind = doc.kind, classes = doc.classes, mean = vec(st.mean, d, "standardize.mean"),
     std = vec(st.std, d, "standardize.std"), weights = {}, bias = vec(doc.bias, rows, "bias"), doc = doc }
   if type(doc.weights) ~= "table" or #doc.weights ~= rows then bad("weights must hold %d rows", rows) end

@@ -304,6 +304,12 @@ local function check_text(doc, where)
         i - 1, token_label.printable(st), table.concat(selectors.RESIDUAL_LAYER_STAGES, ", "))
     end
   end
+  if doc.metric.tokens ~= nil and type(doc.metric.tokens) ~= "table" then
+    fail("%s: metric.tokens is not a list; the manifest was not written by ember", where)
+  end
+  for i, t in ipairs(type(doc.metric.tokens) == "table" and doc.metric.tokens or {}) do
+    if math.type(t) ~= "integer" then fail("%s: metric.tokens[%d] is not a token id", where, i - 1) end
+  end
   local kinds = sweep_metric.KINDS
   local known = false
   for _, k in ipairs(kinds) do known = known or doc.metric.kind == k end
@@ -328,6 +334,28 @@ function M.grid_cells(grid, where)
   return n
 end
 
+-- check_cell(c, cw, doc, n, seen): a cell of a manifest read from disk is an object whose fields
+-- have the kinds M.cell and the comparisons use; raises naming the cell (cw) otherwise.
+local function check_cell(c, cw, doc, n, seen)
+  if type(c) ~= "table" then fail("%s: not an object", cw) end
+  if math.type(c.index) ~= "integer" or c.index < 0 or c.index >= n then fail("%s: index outside the grid", cw) end
+  if seen[c.index] then fail("%s: cell index %d appears twice", cw, c.index) end
+  seen[c.index] = true
+  if c.settings_sha256 ~= doc.settings_sha256 then fail("%s: settings_sha256 differs from the sweep's", cw) end
+  for _, k in ipairs({ "value", "recovered" }) do -- a value always; recovered may be null (no gap to close)
+    local v = c[k]
+    local absent = k == "recovered" and (v == nil or v == json.null)
+    if not (absent or type(v) == "number" or v == "NaN" or v == "Infinity" or v == "-Infinity") then
+      fail("%s: %s is not a number", cw, k)
+    end
+  end
+  if c.source ~= nil and type(c.source) ~= "table" then fail("%s: source is not an object", cw) end
+  if c.generated_ids ~= nil and type(c.generated_ids) ~= "table" then fail("%s: generated_ids is not a list", cw) end
+  for _, k in ipairs({ "layer", "position" }) do
+    if math.type(c[k]) ~= "integer" then fail("%s: %s is not an integer", cw, k) end
+  end
+end
+
 -- read(dir [, opts]) -> { dir, manifest, cells }. Verifies the schema, the cells (fields, indices
 -- inside the grid, no duplicates) and, for a complete sweep, the grid file's sha256.
 function M.read(dir, opts)
@@ -349,11 +377,7 @@ function M.read(dir, opts)
   local n = M.grid_cells(doc.grid, where)
   local cells, seen = {}, {}
   for i, c in ipairs(doc.cells) do
-    local cw = string.format("%s: cell %d", where, i - 1)
-    if math.type(c.index) ~= "integer" or c.index < 0 or c.index >= n then fail("%s: index outside the grid", cw) end
-    if seen[c.index] then fail("%s: cell index %d appears twice", cw, c.index) end
-    seen[c.index] = true
-    if c.settings_sha256 ~= doc.settings_sha256 then fail("%s: settings_sha256 differs from the sweep's", cw) end
+    check_cell(c, string.format("%s: cell %d", where, i - 1), doc, n, seen)
     c.value = float(c.value)
     c.recovered = float(c.recovered)
     cells[#cells + 1] = M.cell(c)

@@ -79,6 +79,25 @@ describe("ember.attribute", function()
     assert.is_true(rho > 0.5, "rho " .. rho)
   end)
 
+  it("top = N keeps the N largest of the full ranking, in its order; the grids hold every score", function()
+    local m = ember.load { model = tiny("llama") }
+    local opts = { model = m, clean = CLEAN, corrupted = CORRUPTED, metric = "logit-diff:3,7", top = "all" }
+    local all = ember.attribute(opts)
+    opts.top = 7
+    local few = ember.attribute(opts)
+    assert.are.equal(7, #few.ranked)
+    assert.are.equal(#all.ranked, few.total)
+    for i = 1, 7 do
+      for _, k in ipairs({ "component", "layer", "index", "position", "score" }) do
+        assert.are.equal(all.ranked[i][k], few.ranked[i][k])
+      end
+    end
+    for i = 2, #all.ranked do assert.is_true(math.abs(all.ranked[i - 1].score) >= math.abs(all.ranked[i].score)) end
+    local e = all.ranked[#all.ranked]
+    assert.are.equal(e.score, all.scores[e.component]:get(e.layer * all.units[e.component] + e.index + 1,
+      e.position + 1))
+  end)
+
   it("spearman: average ranks for ties (a hand-computed value)", function()
     -- ranks 1..5 against 1, 2, 3.5, 5, 3.5: sum dx dy = 8, sum dx^2 = 10, sum dy^2 = 9.5
     assert.is_true(math.abs(attribute.spearman({ 1, 2, 3, 4, 5 }, { 5, 6, 7, 8, 7 }) - 8 / math.sqrt(95)) < 1e-12)

@@ -87,6 +87,68 @@ local function resolve_metric(model, opts, clean_logits, corrupted_ids)
   return metric_mod.resolve(m, clean_logits, corr_logits, model.info.n_vocab)
 end
 
+-- How many ranked entries a run keeps: opts.top (default 10000; "all" or math.huge: every one).
+local function top_count(v)
+  if v == nil then return 10000 end
+  if v == "all" or v == math.huge then return math.huge end
+  if math.type(v) ~= "integer" or v < 1 then fail("top must be a positive integer or \"all\", got %s", tostring(v)) end
+  return v
+end
+
+-- A bounded min-heap of (|score|, seq) keeping the n best: a larger |score| is better, on a tie the
+-- smaller seq. Most offers compare with the root only, so every component costs a few operations.
+local function worse(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] > b[2]) end
+local Heap = {}
+Heap.__index = Heap
+local function new_heap(n) return setmetatable({ n = n, size = 0 }, Heap) end
+function Heap:offer(abs, seq)
+  if self.size >= self.n then
+    local root = self[1]
+    if not (root[1] < abs or (root[1] == abs and root[2] > seq)) then return end -- the root is no worse
+    self[1] = { abs, seq }
+    local i = 1
+    while true do -- sift down
+      local l, rr, m = 2 * i, 2 * i + 1, i
+      if l <= self.size and worse(self[l], self[m]) then m = l end
+      if rr <= self.size and worse(self[rr], self[m]) then m = rr end
+      if m == i then break end
+      self[i], self[m] = self[m], self[i]
+      i = m
+    end
+    return
+  end
+  self.size = self.size + 1
+  local i = self.size
+  self[i] = { abs, seq }
+  while i > 1 and worse(self[i], self[i // 2]) do -- sift up
+    self[i], self[i // 2] = self[i // 2], self[i]
+    i = i // 2
+  end
+end
+function Heap:sorted()
+  local out = {}
+  for i = 1, self.size do out[i] = self[i] end
+  table.sort(out, function(a, b) return worse(b, a) end)
+  for i, k in ipairs(out) do out[i] = k[2] end
+  return out
+end
+
+-- entry(r, seq) -> { component, layer, index, position, score, estimate, seq } of component seq
+-- (1-based, in the order (component, layer, unit, position)) of a result.
+function M.entry(r, seq)
+  for i = #r.components, 1, -1 do
+    local c = r.components[i]
+    if seq > r.base[c] then
+      local k, P, units = seq - r.base[c] - 1, r.positions, r.units[c]
+      local row, p = k // P, k % P
+      local score = r.scores[c]:get(row + 1, p + 1)
+      return { component = c, layer = row // units, index = row % units, position = p, score = score,
+        estimate = r.corrupted_value + score, seq = seq }
+    end
+  end
+  fail("component %s is outside 1..%d", tostring(seq), r.total)
+end
+
 -- scores(opts) -> result (see M.run); no verification.
 local function scores(opts)
   local model = opts.model
@@ -111,10 +173,12 @@ local function scores(opts)
   local r = { metric = m, clean_ids = clean_ids, corrupted_ids = corr_ids, clean_value = measure(clean.logits),
     corrupted_value = corr_value, components = comps, scores = {}, ranked = {}, n_layers = L, positions = P,
     clean = clean, units = {} }
-  local sums = {}
+  local sums, heap, seq = {}, new_heap(top_count(opts.top)), 0
+  r.base = {}
   for _, c in ipairs(comps) do
     local stage, grid = M.STAGE[c], {}
     local units
+    r.base[c] = seq
     for l = 0, L - 1 do
       local prod = (clean[stage][l] - g:value(stage, l)) * g:get(stage, l)
       local s
@@ -124,25 +188,21 @@ local function scores(opts)
         for p = 0, P - 1 do
           local score = v[p * units + u + 1]
           grid[(l * units + u) * P + p + 1] = score
-          r.ranked[#r.ranked + 1] = { component = c, layer = l, index = u, position = p, score = score,
-            estimate = corr_value + score }
+          seq = seq + 1 -- the fixed order (component, layer, unit, position) that breaks ties
+          heap:offer(math.abs(score), seq)
         end
       end
     end
     r.units[c] = units
     r.scores[c] = core.tensor(L * units, P, grid) -- row l * units + u: layer l's unit u, by position
   end
-  -- largest |score| first; ties in a fixed order (component, layer, unit, position)
-  local order = { heads = 1, neurons = 2, resid = 3 }
-  table.sort(r.ranked, function(a, b)
-    local x, y = math.abs(a.score), math.abs(b.score)
-    if x ~= y then return x > y end
-    if a.component ~= b.component then return order[a.component] < order[b.component] end
-    if a.layer ~= b.layer then return a.layer < b.layer end
-    if a.index ~= b.index then return a.index < b.index end
-    return a.position < b.position
-  end)
-  for i, e in ipairs(r.ranked) do e.rank = i end
+  r.total = seq
+  -- largest |score| first; ties in the fixed order
+  for i, key in ipairs(heap:sorted()) do
+    local e = M.entry(r, key)
+    e.rank = i
+    r.ranked[i] = e
+  end
   return r
 end
 
@@ -208,17 +268,31 @@ end
 -- is a sampled component whose exact |effect| reaches the smallest exact |effect| of the top k.
 function M.verify(model, r, k, seed)
   if math.type(k) ~= "integer" or k < 1 then fail("verify must be a positive integer, got %s", tostring(k)) end
-  local top, rest = {}, {}
-  for i, e in ipairs(r.ranked) do
-    if i <= k then top[#top + 1] = e else rest[#rest + 1] = e end
+  if k > #r.ranked then fail("verify %d is more than the %d ranked components kept (top =)", k, #r.ranked) end
+  local top, taken = {}, {}
+  for i = 1, k do
+    top[i] = r.ranked[i]
+    taken[r.ranked[i].seq] = true
   end
-  local rng = { state = seed or 1 }
+  local state = seed or 1
   local function next_index(n) -- a 64-bit LCG (Knuth's MMIX constants): the same picks everywhere
-    rng.state = (rng.state * 6364136223846793005 + 1442695040888963407)
-    return ((rng.state >> 33) % n) + 1
+    state = state * 6364136223846793005 + 1442695040888963407
+    return ((state >> 33) % n) + 1
   end
-  local sampled = {}
-  for _ = 1, math.min(k, #rest) do sampled[#sampled + 1] = table.remove(rest, next_index(#rest)) end
+  local sampled, n_rest = {}, r.total - k
+  if n_rest <= 2 * k then -- few left: draw from the list of them
+    local rest = {}
+    for q = 1, r.total do if not taken[q] then rest[#rest + 1] = q end end
+    for _ = 1, math.min(k, #rest) do sampled[#sampled + 1] = M.entry(r, table.remove(rest, next_index(#rest))) end
+  else -- many: draw until k new ones
+    while #sampled < k do
+      local q = next_index(r.total)
+      if not taken[q] then
+        taken[q] = true
+        sampled[#sampled + 1] = M.entry(r, q)
+      end
+    end
+  end
   local checked, xs, ys = {}, {}, {}
   local bar = math.huge
   for _, group in ipairs({ { "top", top }, { "sampled", sampled } }) do
@@ -241,7 +315,8 @@ end
 -- { component, layer, index, position, score, estimate, rank }, ... } (largest |score| first),
 -- verify = (when opts.verify = K) }. opts: model, clean, corrupted (text or ids, equal lengths),
 -- metric (the sweep's grammar, default kl), components ("heads,neurons,resid" or a list), freeze,
--- verify = K, seed.
+-- verify = K, seed, top = N (ranked keeps the N largest, default 10000; "all": every one; the
+-- score grids always hold every one, and r.total counts them).
 function M.run(opts)
   if type(opts) ~= "table" then fail("expected a table of options") end
   local r = scores(opts)

@@ -151,6 +151,22 @@ describe("ember attribute (the CLI)", function()
     assert.are.equal(2, #doc.plots) -- heads and resid; neurons only in the safetensors
   end)
 
+  it("--freeze passes the frozen modes on (the scores of ember.attribute with freeze)", function()
+    local path = tiny("llama")
+    local code, out, err = C.ember("attribute", "--model", path, "--clean", "the cat sat", "--corrupted",
+      "the dog sat", "--metric", "logit:5", "--freeze", "attention,norm", "--top", "1")
+    assert.are.equal(0, code, err)
+    local m = ember.load { model = path }
+    local r = ember.attribute { model = m, clean = "the cat sat", corrupted = "the dog sat", metric = "logit:5",
+      freeze = { "attention", "norm" } }
+    local plain = ember.attribute { model = m, clean = "the cat sat", corrupted = "the dog sat", metric = "logit:5" }
+    assert.are_not.equal(plain.ranked[1].score, r.ranked[1].score)
+    assert.matches(string.format("%.6g", r.ranked[1].score), out, 1, true)
+    code, _, err = C.ember("attribute", "--model", path, "--clean", "a", "--corrupted", "b", "--freeze", "mlp")
+    assert.are.equal(1, code)
+    assert.matches("unknown frozen mode 'mlp'", err)
+  end)
+
   it("refuses bad input: a missing prompt (usage, exit 2), unequal lengths (exit 1)", function()
     local path = tiny("llama")
     local code, _, err = C.ember("attribute", "--model", path, "--clean", "the cat sat")

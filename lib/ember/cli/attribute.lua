@@ -15,6 +15,7 @@ M.FLAGS_LIST = {
   { "corrupted", "string", "TEXT", "the corrupted prompt, as many tokens as the clean one (required)" },
   { "metric", "string", "M", "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl (default kl)" },
   { "components", "string", "LIST", "heads,neurons,resid (default: all three)" },
+  { "freeze", "string", "LIST", "attention,norm: the gradients' frozen modes (docs/attribution.md)" },
   { "verify", "uint", "K", "patch the top K and K sampled from the rest exactly: Spearman rho, false negatives" },
   { "seed", "uint", "N", "the seed of verify's sample (default 1)" },
   { "top", "uint", "N", "components listed in the report and on stdout (default 20)" },
@@ -91,6 +92,13 @@ local function report(o, r, model)
   return doc
 end
 
+local function freeze_list(v)
+  if v == nil then return nil end
+  local list = {}
+  for item in v:gmatch("[^,]+") do list[#list + 1] = item end
+  return list
+end
+
 -- main(args, argv, io_) -> exit code; args[1] is "attribute".
 function M.main(args, _, io_)
   local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage }, args, io_)
@@ -104,7 +112,7 @@ function M.main(args, _, io_)
   if unwritable then usage_error("%s", unwritable) end
   local model = flags.load_model(o)
   local r = require("ember.analysis.attribute").run { model = model, clean = o.clean, corrupted = o.corrupted,
-    metric = o.metric, components = o.components, verify = o.verify, seed = o.seed }
+    metric = o.metric, components = o.components, verify = o.verify, seed = o.seed, freeze = freeze_list(o.freeze) }
   report(o, r, model)
   for i = 1, math.min(o.top or 20, #r.ranked) do
     local e = r.ranked[i]

@@ -122,7 +122,7 @@ static int greedy_distinct(ember_model *m, const int32_t *prompt, int steps) {
 }
 
 /* prefill logits of the f32 model of each family: the other dtypes are compared with them */
-static float f32_logits[2][N_VOCAB];
+static float f32_logits[3][N_VOCAB];
 
 static void test_family_dtype(int fam, const char *family, ember_type dtype, const char *dtype_name) {
     const bool gemma4 = strcmp(family, "gemma4") == 0;
@@ -439,6 +439,25 @@ static void test_refusals(void) {
     w = build("gpt2");
     ember_gguf_writer_remove_tensor(w, "position_embd.weight");
     expect_refused("gpt2 without positions", finish(w, "nopos.gguf"), EMBER_ERR_FORMAT, "'position_embd.weight'", NULL);
+
+    /* GPT-NeoX: the keys llama.cpp requires, a rotary part larger than the head, no tied head */
+    w = build("gptneox");
+    ember_gguf_writer_remove_key(w, "gptneox.use_parallel_residual");
+    expect_refused("gptneox without use_parallel_residual", finish(w, "neox-nopar.gguf"), EMBER_ERR_FORMAT,
+                   "'gptneox.use_parallel_residual'", "missing");
+    w = build("gptneox");
+    ember_gguf_writer_remove_key(w, "gptneox.attention.layer_norm_epsilon");
+    expect_refused("gptneox without its epsilon", finish(w, "neox-noeps.gguf"), EMBER_ERR_FORMAT,
+                   "'gptneox.attention.layer_norm_epsilon'", "missing");
+    w = build("gptneox");
+    ember_gguf_writer_remove_key(w, "gptneox.rope.dimension_count");
+    ember_gguf_writer_set_u32(w, "gptneox.rope.dimension_count", 32);
+    expect_refused("gptneox rotary larger than the head", finish(w, "neox-rot.gguf"), EMBER_ERR_FORMAT,
+                   "gptneox.rope.dimension_count 32", "head size 16");
+    w = build("gptneox");
+    ember_gguf_writer_remove_tensor(w, "output.weight");
+    expect_refused("gptneox without its head", finish(w, "neox-nohead.gguf"), EMBER_ERR_FORMAT, "'output.weight'",
+                   NULL);
 }
 
 /* GPT-2 has as many positions as it learnt: one more is a clear error. */
@@ -492,9 +511,9 @@ static void test_auto_kernels(void) {
 }
 
 int main(void) {
-    static const char *families[] = {"gemma4", "gpt2"};
+    static const char *families[] = {"gemma4", "gpt2", "gptneox"};
     static const ember_type dtypes[] = {EMBER_TYPE_F32, EMBER_TYPE_F16, EMBER_TYPE_BF16, EMBER_TYPE_Q8_0};
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < 3; f++)
         for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
             test_family_dtype(f, families[f], dtypes[d], ember_type_name(dtypes[d]));
     test_gemma4_window();

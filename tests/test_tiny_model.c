@@ -1,5 +1,5 @@
 /* test_tiny_model.c — the tiny-model tool: determinism, llama.cpp's layout per family (llama, qwen3,
- * qwen2, gemma4, gpt2), weight scales, settings it refuses,
+ * qwen2, gemma4, gpt2, gptneox), weight scales, settings it refuses,
  * a valid embedded tokenizer (its byte symbols checked against GPT-2's real vocabulary), the CLI and
  * the real-shape presets (--shape). */
 #include "ember.h"
@@ -495,6 +495,34 @@ static void test_layout_gpt2(void) {
     ember_gguf_close(g);
 }
 
+/* GPT-NeoX: GPT-2's tensors without position_embd and with output.weight, Pythia's partial RoPE
+ * (a quarter of the 16-wide heads) and the parallel residual; no tied head. */
+static void test_layout_gptneox(void) {
+    ember_tiny_model_params p;
+    ember_tiny_model_defaults(&p);
+    p.family = "gptneox";
+    ember_gguf *g = write_and_open(&p, "layout-gptneox.gguf");
+    if (!g) return;
+    CHECK(meta_int(g, "gptneox.block_count") == 6 && meta_int(g, "gptneox.embedding_length") == 64 &&
+          meta_int(g, "gptneox.feed_forward_length") == 128 && meta_int(g, "gptneox.attention.head_count") == 4 &&
+          meta_int(g, "gptneox.context_length") == 256 && meta_int(g, "gptneox.rope.dimension_count") == 4);
+    bool par = false;
+    CHECK(ember_gguf_get_bool(g, "gptneox.use_parallel_residual", &par) && par);
+    double eps = 0, base = 0;
+    CHECK(ember_gguf_get_float(g, "gptneox.attention.layer_norm_epsilon", &eps) && fabs(eps - 1e-5) < 1e-12);
+    CHECK(ember_gguf_get_float(g, "gptneox.rope.freq_base", &base) && base == 10000.0);
+    CHECK(ember_gguf_find_tensor(g, "position_embd.weight") == NULL);
+    check_tensor(g, "output.weight", EMBER_TYPE_F32, 64, 512);
+    check_tensor(g, "output_norm.bias", EMBER_TYPE_F32, 64, 1);
+    check_tensor(g, "blk.5.attn_qkv.weight", EMBER_TYPE_F32, 64, 192);
+    check_tensor(g, "blk.5.ffn_down.bias", EMBER_TYPE_F32, 64, 1);
+    CHECK(g->n_tensors == 1 + 6 * 12 + 3);
+    ember_gguf_close(g);
+    ember_error err = {0};
+    p.tied = 1;
+    CHECK(ember_tiny_model_write(&p, tmp_path("x.gguf"), &err) != EMBER_OK && strstr(err.msg, "own output head"));
+}
+
 /* Settings the writer refuses, each with a reason; and the defaults adapting to short models. */
 static void test_param_errors(void) {
     struct {
@@ -742,7 +770,7 @@ static void test_shapes(void) {
     CHECK(!ember_tiny_model_shape("qwen3-7b", &p) && !ember_tiny_model_shape(NULL, &p));
     int n = 0;
     for (; ember_tiny_model_shapes[n]; n++) CHECK(ember_tiny_model_shape(ember_tiny_model_shapes[n], &p));
-    CHECK(n == 5);
+    CHECK(n == 7);
 
     CHECK(ember_tiny_model_shape("qwen3-0.6b", &p));
     CHECK(strcmp(p.family, "qwen3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && p.seed == 1 && !p.tokenizer);
@@ -772,6 +800,14 @@ static void test_shapes(void) {
     CHECK(strcmp(p.family, "gemma3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
     CHECK(p.n_layer == 26 && p.n_embd == 1152 && p.n_head == 4 && p.n_head_kv == 1 && p.head_dim == 256 &&
           p.n_ff == 6912 && p.n_vocab == 262144 && p.n_ctx == 32768 && p.sliding_window == 512 && p.tied == 1);
+
+    /* Pythia-160M and -1B (EleutherAI's configs: rotary_pct 0.25, parallel residual, untied head) */
+    CHECK(ember_tiny_model_shape("pythia-160m", &p));
+    CHECK(strcmp(p.family, "gptneox") == 0 && p.n_layer == 12 && p.n_embd == 768 && p.n_head == 12 && p.n_ff == 3072 &&
+          p.n_vocab == 50304 && p.n_ctx == 2048 && p.tied == -1);
+    CHECK(ember_tiny_model_shape("pythia-1b", &p));
+    CHECK(strcmp(p.family, "gptneox") == 0 && p.n_layer == 16 && p.n_embd == 2048 && p.n_head == 8 && p.n_ff == 8192 &&
+          p.n_vocab == 50304 && p.n_ctx == 2048);
 
     char tool[1024], cmd[4096];
     snprintf(tool, sizeof tool, "%s/make-tiny-model", EMBER_BUILD_DIR);
@@ -844,6 +880,7 @@ int main(void) {
     test_values();
     test_layout_gemma4();
     test_layout_gpt2();
+    test_layout_gptneox();
     test_param_errors();
     test_tokenizer();
     test_tokenizer_in_engine("llama");

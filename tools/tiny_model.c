@@ -42,8 +42,8 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     };
 }
 
-const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b",
-                                               "gemma2-2b",  "gemma3-1b",   NULL};
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b",
+                                               "gemma3-1b",  "pythia-160m", "pythia-1b",  NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -72,6 +72,12 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
         s.family = "gemma3";
         s.n_layer = 26, s.n_embd = 1152, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256, s.n_ff = 6912;
         s.n_vocab = 262144, s.n_ctx = 32768, s.sliding_window = 512, s.tied = 1;
+    } else if (name && strcmp(name, "pythia-160m") == 0) { /* EleutherAI/pythia-160m's config */
+        s.family = "gptneox";
+        s.n_layer = 12, s.n_embd = 768, s.n_head = 12, s.n_ff = 3072, s.n_vocab = 50304, s.n_ctx = 2048;
+    } else if (name && strcmp(name, "pythia-1b") == 0) {
+        s.family = "gptneox";
+        s.n_layer = 16, s.n_embd = 2048, s.n_head = 8, s.n_ff = 8192, s.n_vocab = 50304, s.n_ctx = 2048;
     } else {
         return false;
     }
@@ -208,9 +214,11 @@ static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, emb
 static ember_status resolve_gemma23(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void tensors_gemma23(builder *b, const shape *s);
+static ember_status resolve_gptneox(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void metadata_gptneox(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void tensors_llama(builder *b, const shape *s);
 static void tensors_gemma4(builder *b, const shape *s);
 static void tensors_gpt2(builder *b, const shape *s);
@@ -288,6 +296,15 @@ static const tiny_family tiny_families[] = {
      .mha = true,
      .resolve = resolve_gpt2,
      .metadata = metadata_gpt2,
+     .tensors = tensors_gpt2},
+    /* Pythia: the GPT-2 block's tensors without learned positions, RoPE on a quarter of each head,
+     * its own output head, the parallel residual */
+    {.name = "gptneox",
+     .pre = "gpt-2",
+     .rope_base = 10000.0f,
+     .mha = true,
+     .resolve = resolve_gptneox,
+     .metadata = metadata_gptneox,
      .tensors = tensors_gpt2},
 };
 #define N_TINY_FAMILIES ((int)(sizeof tiny_families / sizeof tiny_families[0]))
@@ -404,16 +421,25 @@ static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, em
     return EMBER_OK;
 }
 
-/* GPT-2: one head size, hidden / heads, and as many KV heads as heads. */
+/* GPT-2 (and GPT-NeoX): one head size, hidden / heads, and as many KV heads as heads. */
 static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, ember_error *err) {
     ember_status st = resolve_plain(p, s, err);
     if (st != EMBER_OK) return st;
     if (s->n_head_kv != p->n_head)
         return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny model: gpt2 has no grouped-query attention (KV heads %lld != heads %lld)",
-                               (long long)s->n_head_kv, (long long)p->n_head);
+                               "tiny model: %s has no grouped-query attention (KV heads %lld != heads %lld)",
+                               s->fam->name, (long long)s->n_head_kv, (long long)p->n_head);
     if (p->n_embd % p->n_head != 0 || s->hd != p->n_embd / p->n_head)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gpt2's head size is hidden / heads");
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s's head size is hidden / heads", s->fam->name);
+    return EMBER_OK;
+}
+
+/* GPT-NeoX: as GPT-2, and always its own output head (llama.cpp requires output.weight). */
+static ember_status resolve_gptneox(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    ember_status st = resolve_gpt2(p, s, err);
+    if (st != EMBER_OK) return st;
+    if (s->tied) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gptneox files have their own output head");
+    if (s->hd < 8) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: gptneox needs a head size of at least 8");
     return EMBER_OK;
 }
 
@@ -847,7 +873,7 @@ static void tensors_gpt2(builder *b, const shape *s) {
     const double gelu_mean = 0.28209479177387814; /* 1 / (2 sqrt(pi)) */
     char name[96];
     add_random(b, "token_embd.weight", d, p->n_vocab, 0.0f, 0.35f);
-    add_random(b, "position_embd.weight", d, p->n_ctx, 0.0f, 0.1f);
+    if (s->fam->rope_base == 0) add_random(b, "position_embd.weight", d, p->n_ctx, 0.0f, 0.1f); /* gpt2 */
     for (int64_t l = 0; l < p->n_layer; l++) {
 #define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
         add_random(b, T("attn_norm.weight"), d, 1, 1.0f, 0.1f);
@@ -881,6 +907,18 @@ static void tensors_gpt2(builder *b, const shape *s) {
     add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);
     add_random(b, "output_norm.bias", d, 1, 0.0f, 0.1f);
     if (!s->tied) add_random(b, "output.weight", d, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- gptneox (the tensors are gpt2's, above) ---- */
+
+/* Pythia's: RoPE on a quarter of each head (rotary_pct 0.25, even), the parallel residual. */
+static void metadata_gptneox(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    ember_gguf_writer_set_u32(w, "gptneox.feed_forward_length", (uint32_t)p->n_ff);
+    ember_gguf_writer_set_u32(w, "gptneox.attention.head_count", (uint32_t)p->n_head);
+    ember_gguf_writer_set_u32(w, "gptneox.rope.dimension_count", (uint32_t)(s->hd / 4 / 2 * 2));
+    ember_gguf_writer_set_f32(w, "gptneox.rope.freq_base", s->base);
+    ember_gguf_writer_set_f32(w, "gptneox.attention.layer_norm_epsilon", 1e-5f);
+    ember_gguf_writer_set_bool(w, "gptneox.use_parallel_residual", true);
 }
 
 /* ---- all families ---- */

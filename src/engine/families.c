@@ -59,6 +59,12 @@ static const ember_family families[] = {
         .tape_slots = ember_gpt2_tape_slots,
         .final_norm = EMBER_NORM_LAYER,
     },
+    {
+        .info = {.name = "gptneox", .architectures = ARCHS("gptneox")},
+        .bind = ember_gptneox_bind,
+        .forward = ember_gptneox_forward,
+        .final_norm = EMBER_NORM_LAYER,
+    },
 };
 
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))

@@ -79,7 +79,8 @@ struct ember_model {
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int64_t n_rot; /* rotated dims per head */
     float rope_base;
-    bool rope_neox; /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
+    bool rope_neox;         /* split-half pairs (i, i+n_rot/2) instead of adjacent pairs */
+    bool parallel_residual; /* gptneox: x + attn(ln1(x)) + mlp(ln2(x)) instead of one after the other */
     float norm_eps;
     float attn_scale;   /* multiplies q.k */
     float attn_softcap; /* > 0: attention scores capped to attn_softcap * tanh(s / attn_softcap) (gemma2) */
@@ -205,5 +206,7 @@ ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err);
+ember_status ember_gptneox_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                   ember_error *err);
 
 #endif

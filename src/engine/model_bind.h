@@ -53,5 +53,6 @@ ember_status ember_gpt2_bind(binder *b);
 ember_status ember_gemma2_bind(binder *b);
 ember_status ember_gemma3_bind(binder *b);
 ember_status ember_gemma4_bind(binder *b);
+ember_status ember_gptneox_bind(binder *b);
 
 #endif

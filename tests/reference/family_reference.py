@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# family_reference.py — the exact float64 forward pass of the gemma2, gemma3 and olmo2 blocks over an
+# family_reference.py — the exact float64 forward pass of the gemma2, gemma3, olmo2 and gptneox blocks over an
 # F32 GGUF (a tiny model dequantized by llama-quantize), read with its own small GGUF reader, for the
 # parity fixtures under tests/fixtures/parity-new (tests/reference/make_parity_new.sh runs it).
 # It follows llama.cpp's graphs of those architectures (exact tanh-GELU, unquantized activations).
@@ -176,30 +176,92 @@ def head(cfg, w, x):
     return cfg.final_cap * np.tanh(z / cfg.final_cap) if cfg.final_cap > 0 else z
 
 
+# ---- gptneox (Pythia): LayerNorm with bias, fused QKV, partial NEOX RoPE, parallel residual ----
+class NeoxConfig:
+    def __init__(self, meta):
+        g = lambda k, d=None: meta.get("gptneox." + k, d)
+        self.n_layer, self.d, self.n_head = g("block_count"), g("embedding_length"), g("attention.head_count")
+        self.n_kv = self.n_head
+        self.hd = self.d // self.n_head
+        self.n_rot = g("rope.dimension_count", self.hd)
+        self.base = g("rope.freq_base", 10000.0)
+        self.eps = g("attention.layer_norm_epsilon")
+        self.parallel = g("use_parallel_residual")
+        self.scale, self.attn_cap, self.sliding, self.window = 1.0 / np.sqrt(self.hd), 0.0, [False] * self.n_layer, 0
+
+
+def layernorm(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps) * w + b
+
+
+def forward_neox(cfg, w, ids):
+    T, H, hd, d = len(ids), cfg.n_head, cfg.hd, cfg.d
+    pos = np.arange(T, dtype=np.float64)
+    x = w["token_embd.weight"][ids]
+    rec = {}
+    for l in range(cfg.n_layer):
+        W = lambda s: w["blk.%d.%s" % (l, s)]
+        rec["before_layer.%d" % l] = x.copy()
+        h = layernorm(x, W("attn_norm.weight"), W("attn_norm.bias"), cfg.eps)
+        qkv = h @ W("attn_qkv.weight").T + W("attn_qkv.bias")
+        q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(T, H, hd) for i in range(3))
+        q, k = rope_neox(q, pos, cfg.n_rot, cfg.base, 1.0), rope_neox(k, pos, cfg.n_rot, cfg.base, 1.0)
+        p, mixed = attention(cfg, l, q, k, v)
+        rec["attention_pattern.%d" % l] = p.reshape(H * T, T)
+        rec["attention_heads.%d" % l] = mixed
+        a = mixed @ W("attn_output.weight").T + W("attn_output.bias")
+        rec["after_attention.%d" % l] = a
+        if not cfg.parallel:
+            x = x + a
+        u = gelu_tanh(layernorm(x, W("ffn_norm.weight"), W("ffn_norm.bias"), cfg.eps) @ W("ffn_up.weight").T
+                      + W("ffn_up.bias"))
+        rec["mlp_activation.%d" % l] = u
+        m = u @ W("ffn_down.weight").T + W("ffn_down.bias")
+        rec["after_mlp.%d" % l] = m
+        x = x + m + (a if cfg.parallel else 0.0)
+        rec["after_layer.%d" % l] = x.copy()
+    return rec
+
+
+def norm_neox(cfg, w, x):
+    return layernorm(x, w["output_norm.weight"], w["output_norm.bias"], cfg.eps)
+
+
+def head_neox(cfg, w, x):
+    return norm_neox(cfg, w, x) @ w["output.weight"].T
+
+
+# per architecture: its config, forward pass, final norm and head (the others: the blocks above)
+BLOCKS = {"gptneox": (NeoxConfig, forward_neox, norm_neox, head_neox)}
+
+
 def main():
     model, ids, greedy, out_dir = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     meta, w = read_gguf(model)
-    cfg = Config(meta)
+    final_norm = lambda cfg, w, x: rmsnorm(x, w["output_norm.weight"], cfg.eps)
+    block = BLOCKS.get(meta["general.architecture"], (Config, forward, final_norm, head))
+    cfg, run, final_norm, logits = block[0](meta), block[1], block[2], block[3]
     prompt = [int(t) for t in ids.split(",")]
     gen = [int(t) for t in greedy.split(",")]
-    rec = forward(cfg, w, prompt + gen)
-    np.save(out_dir + "/exact_logits.npy", head(cfg, w, rec["after_layer.%d" % (cfg.n_layer - 1)]).astype("<f4"))
+    rec = run(cfg, w, prompt + gen)
+    np.save(out_dir + "/exact_logits.npy", logits(cfg, w, rec["after_layer.%d" % (cfg.n_layer - 1)]).astype("<f4"))
     if "--inside" not in sys.argv:
         return
     P, L = len(prompt), cfg.n_layer
-    pre = forward(cfg, w, prompt)  # the prefill alone: its patterns cover the prompt's keys only
+    pre = run(cfg, w, prompt)  # the prefill alone: its patterns cover the prompt's keys only
     last = pre["after_layer.%d" % (L - 1)][P - 1:P]
     b = {k: v for k, v in pre.items() if k.split(".")[0] in ("before_layer", "after_attention", "after_mlp",
                                                              "after_layer")}
-    b["before_logits"] = rmsnorm(last, w["output_norm.weight"], cfg.eps)
-    b["after_logits"] = head(cfg, w, last)
+    b["before_logits"] = final_norm(cfg, w, last)
+    b["after_logits"] = logits(cfg, w, last)
     np.savez_compressed(out_dir + "/boundaries.npz", **{k: v.astype("<f4") for k, v in b.items()})
-    one = forward(cfg, w, prompt + gen[:1])  # the first decode step is the last row over P + 1 tokens
+    one = run(cfg, w, prompt + gen[:1])  # the first decode step is the last row over P + 1 tokens
     heads = {}
     for l in range(L):
         for st in ("attention_pattern", "attention_heads", "mlp_activation"):
             heads["%s.%d" % (st, l)] = pre["%s.%d" % (st, l)]
-        heads["logit_lens.%d" % l] = head(cfg, w, pre["after_layer.%d" % l][P - 1:P])
+        heads["logit_lens.%d" % l] = logits(cfg, w, pre["after_layer.%d" % l][P - 1:P])
         pat = one["attention_pattern.%d" % l].reshape(cfg.n_head, P + 1, P + 1)
         heads["decode.attention_pattern.%d" % l] = pat[:, P, :]
         heads["decode.attention_heads.%d" % l] = one["attention_heads.%d" % l][P:P + 1]

@@ -21,6 +21,9 @@ CASES=(
   "gemma3-tiny-q8_0|--family gemma3 --dtype q8_0 --seed 12 --rope-scale 8 --rope-base-swa 20000 --softcap 10|2,31,8,444,96,150,7,3,222,64,51,9|8|"
   "gemma3-small-q4_k|--family gemma3 --dtype q4_k --seed 6 --layers 6 --hidden 256 --heads 4 --kv-heads 1 --head-dim 128 --ff 512 --window 5|2,13,91,260,7,48,180,310,2,99,140,17|8|"
   "gemma2-small-q4_k|--family gemma2 --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --window 6|2,44,61,77,19,250,333,401,17,90,6,211|8|"
+  "gptneox-tiny-f32|--family gptneox --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
+  "gptneox-tiny-q8_0|--family gptneox --dtype q8_0 --seed 11|2,17,250,31,402,77,5,19,333,64,8,120|8|"
+  "gptneox-small-q4_k|--family gptneox --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --ff 512|2,44,61,77,19,250,333,401,17,90,6,211|8|"
 )
 
 tmp=$(mktemp -d)

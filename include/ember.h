@@ -73,9 +73,11 @@ typedef struct {
     int n_threads;
     bool threads_default; /* n_threads is the default (the physical cores), not asked for */
     bool experimental;
-    size_t repacked_bytes; /* weights copied into the kernel set's layout at load (0: all read
+    size_t repacked_bytes;  /* weights copied into the kernel set's layout at load (0: all read
                                   in place from the file mapping) */
-    const char *kv_cache;  /* the sessions' KV cache type: "f32", "f16" or "bf16" */
+    const char *kv_cache;   /* the sessions' KV cache type: "f32", "f16" or "bf16" */
+    const char *final_norm; /* the final norm's kind: "rms" (RMSNorm) or "layer" (LayerNorm with bias) */
+    float norm_eps;         /* the epsilon of the model's norms, as read from the file */
 } ember_model_info;
 
 ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);
@@ -100,6 +102,30 @@ ember_status ember_model_unembed(const ember_model *model, const float *x, int64
 ember_status ember_model_weight_shape(const ember_model *model, const char *name, int64_t *n_out, int64_t *n_in,
                                       ember_error *err);
 ember_status ember_model_weight_f32(const ember_model *model, const char *name, float *out, ember_error *err);
+/* Rows rows[0..n-1] (0-based) of the stored tensor `name`, dequantized into out (n * n_in floats):
+ * a few rows of a large table (the LM head's rows of some tokens). A row out of range is
+ * EMBER_ERR_ARG naming it; nothing is written then. */
+ember_status ember_model_weight_rows_f32(const ember_model *model, const char *name, const int64_t *rows, int64_t n,
+                                         float *out, ember_error *err);
+/* The tensors stored in the model's file, in the file's order (src/engine/weights.c): the name, the
+ * GGUF type's name ("q8_0", "f32", ...) and the dims, ne[0] the fastest (a row's width). */
+typedef struct {
+    const char *name; /* owned by the model */
+    const char *type;
+    int n_dims;    /* 1 .. 4 */
+    int64_t ne[4]; /* unused dims are 1 */
+} ember_tensor_desc;
+int64_t ember_model_tensor_count(const ember_model *model);
+/* Fills *out with tensor i (0 .. count-1) and returns true; false outside the range. */
+bool ember_model_tensor_desc(const ember_model *model, int64_t i, ember_tensor_desc *out);
+/* Components of the residual stream through the final norm with the scale of a reference frozen
+ * (src/engine/unembed.c): x (rows, hidden_size) -> out (rows, hidden_size), row r normalised as
+ * its reference row ref[r] (ref_rows == rows) or ref[0] (ref_rows == 1) is, times the norm's weight
+ * and without its bias: RMSNorm x / rms(ref), LayerNorm (x - mean(x)) / std(ref). Components that
+ * sum to ref give rows that sum to norm(ref) minus the bias (the norm is linear once its scale is
+ * fixed), what a direct logit attribution takes apart. */
+ember_status ember_model_final_norm_frozen(const ember_model *model, const float *x, int64_t rows, const float *ref,
+                                           int64_t ref_rows, float *out, ember_error *err);
 
 /* ---- hooks ----------------------------------------------------------------------------------- */
 

@@ -10,11 +10,7 @@ local models = require("helpers.models")
 
 local need_model = models.lazy_default()
 
-local function error_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert(not ok, "expected an error")
-  return tostring(err)
-end
+local error_of = require("helpers.errors").error_of
 
 local function title_case(s)
   return (s:gsub("^%l", string.upper):gsub("_(%l)", function(c) return "_" .. c:upper() end))

@@ -12,6 +12,10 @@ M.core = core
 
 -- model:generate and model:run_with_cache are Lua, added to the core's class by ember.model
 local model = require("ember.model")
+-- ember.act_name("resid_post", 3) -> "blocks.3.hook_resid_post" (TransformerLens's utils.get_act_name);
+-- ember.stage_of(name) -> ember stage, layer (lib/ember/run/act_names.lua, the one table of both)
+M.act_name = require("ember.run.act_names").act_name
+M.stage_of = require("ember.run.act_names").stage_of
 
 -- ember.tokenizer{ file = "tokenizer.json" } / { gguf = "vocab.gguf" } -> ember.Tokenizer
 M.tokenizer = require("ember.model.tokenizer")

@@ -336,6 +336,8 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .experimental = m->family->info.experimental,
         .repacked_bytes = ember_compute_packed_bytes(m->compute),
         .kv_cache = ember_kv_type_name(p->kv_cache),
+        .final_norm = m->family->final_norm == EMBER_NORM_LAYER ? "layer" : "rms",
+        .norm_eps = m->norm_eps,
     };
     *out = m;
     return EMBER_OK;

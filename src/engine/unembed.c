@@ -1,5 +1,6 @@
 /* unembed.c — the logit lens: a residual-stream row through the family's final norm, the LM head
- * and its post-processing, outside any forward pass. Calls no hook and touches no session. */
+ * and its post-processing, outside any forward pass; and the final norm of residual components
+ * with a frozen scale (direct logit attribution). Calls no hook and touches no session. */
 #include "model.h"
 
 #include <math.h>
@@ -32,5 +33,31 @@ ember_status ember_model_unembed(const ember_model *m, const float *x, int64_t r
     free(xn);
     if (m->softcap > 0.0f) /* cap * tanh(logits / cap), as in ember_logits_head */
         for (int64_t i = 0, n = rows * m->n_vocab; i < n; i++) out[i] = m->softcap * tanhf(out[i] / m->softcap);
+    return EMBER_OK;
+}
+
+ember_status ember_model_final_norm_frozen(const ember_model *m, const float *x, int64_t rows, const float *ref,
+                                           int64_t ref_rows, float *out, ember_error *err) {
+    if (!m || !x || !ref || !out || rows < 1 || (ref_rows != rows && ref_rows != 1))
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "final_norm_frozen: need a model, rows >= 1 (got %lld) and 1 or as many reference "
+                               "rows (got %lld)",
+                               (long long)rows, (long long)ref_rows);
+    const int64_t d = m->n_embd;
+    const bool layer = m->family->final_norm == EMBER_NORM_LAYER;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *rr = ref + (ref_rows == 1 ? 0 : r) * d;
+        float ref_mean, scale = layer ? ember_layernorm_scale(rr, d, m->norm_eps, &ref_mean)
+                                      : ember_rmsnorm_scale(rr, d, m->norm_eps);
+        /* LayerNorm centres each component on its own mean: the mean is linear, so the centred
+         * components sum to the centred residual. */
+        float mean = 0.0f;
+        if (layer) {
+            for (int64_t i = 0; i < d; i++) mean += xr[i];
+            mean /= (float)d;
+        }
+        float *y = out + r * d;
+        for (int64_t i = 0; i < d; i++) y[i] = (xr[i] - mean) * scale * m->output_norm[i];
+    }
     return EMBER_OK;
 }

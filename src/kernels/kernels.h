@@ -388,6 +388,10 @@ void ember_gelu_mul_backward(float *dg, float *du, const float *dh, const float 
 void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 /* y = (x - mean) / sqrt(var + eps) * w + b */
 void ember_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* The factors the two norms multiply by, 1 / sqrt(mean(x^2) + eps) and 1 / sqrt(var(x) + eps) (and
+ * the mean), computed as the reference norms above compute them. */
+float ember_rmsnorm_scale(const float *x, int64_t n, float eps);
+float ember_layernorm_scale(const float *x, int64_t n, float eps, float *mean);
 /* Rotates one head of head_dim values at position pos. n_rot: rotated dims (<= head_dim).
  * neox: pairs (i, i + n_rot/2); else adjacent pairs (2i, 2i+1). freq_factors (n_rot/2) may be NULL. */
 void ember_rope(float *x, int64_t n_rot, int64_t pos, float base, bool neox, const float *freq_factors);

@@ -303,21 +303,31 @@ void ember_quantize_act_q8_k(const float *x, void *y, int64_t n) {
     }
 }
 
-void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+float ember_rmsnorm_scale(const float *x, int64_t n, float eps) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
+void ember_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    float scale = ember_rmsnorm_scale(x, n, eps);
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
-void ember_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
+float ember_layernorm_scale(const float *x, int64_t n, float eps, float *mean_out) {
     float mean = 0.0f;
     for (int64_t i = 0; i < n; i++) mean += x[i];
     mean /= (float)n;
     float var = 0.0f;
     for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
     var /= (float)n;
-    float scale = 1.0f / sqrtf(var + eps);
+    *mean_out = mean;
+    return 1.0f / sqrtf(var + eps);
+}
+
+void ember_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n, float eps) {
+    float mean;
+    float scale = ember_layernorm_scale(x, n, eps, &mean);
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * scale * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
 }
 

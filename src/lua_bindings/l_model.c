@@ -78,6 +78,9 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     lua_setfield(L, -2, "threads_default");
     set_int(L, "repacked_bytes", (lua_Integer)in->repacked_bytes);
     set_str(L, "kv_cache", in->kv_cache);
+    set_str(L, "final_norm", in->final_norm);
+    lua_pushnumber(L, (lua_Number)in->norm_eps);
+    lua_setfield(L, -2, "norm_eps");
     lua_pushboolean(L, in->experimental);
     lua_setfield(L, -2, "experimental");
     set_str(L, "path", path);

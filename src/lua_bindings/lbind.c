@@ -10,15 +10,44 @@ lua_State *volatile ember_lua_running = NULL;
 
 /* ---- classes ----------------------------------------------------------------------------------- */
 
-/* __index of every ember class: methods first (the common case), then property getters.
- * upvalue 1: methods table, upvalue 2: getters table. [self, key] */
+static bool nearer(const char *word, const char *name, size_t *best_d, size_t *best_raw);
+
+/* A key this close to a method or property (case and '_' aside) is a misspelling of it. */
+#define CLASS_NEAR_MISS 2
+
+/* Raises when the string key at 2 misspells one of the class's methods or properties (m:sesion{}
+ * would only say "attempt to call a nil value"); returns quietly for any other key, which reads
+ * as nil. upvalues 1, 2: the methods and getters tables. [self, key, nil] */
+static void refuse_near_miss(lua_State *L) {
+    if (lua_type(L, 2) != LUA_TSTRING || lua_rawlen(L, 2) < 3) return;
+    const char *key = lua_tostring(L, 2), *best = NULL;
+    size_t best_d = (size_t)-1, best_raw = (size_t)-1;
+    for (int t = 1; t <= 2; t++) {
+        lua_pushnil(L);
+        while (lua_next(L, lua_upvalueindex(t))) { /* [.., k, v]: keys stay alive in the tables */
+            lua_pop(L, 1);
+            if (lua_type(L, -1) == LUA_TSTRING && nearer(key, lua_tostring(L, -1), &best_d, &best_raw))
+                best = lua_tostring(L, -1);
+        }
+    }
+    if (!best || best_d > CLASS_NEAR_MISS) return;
+    const char *cls = luaL_getmetafield(L, 1, "__name") == LUA_TSTRING ? lua_tostring(L, -1) : "this object";
+    luaL_error(L, "%s has no method or property '%s' (did you mean '%s'?)", cls, key, best);
+}
+
+/* __index of every ember class: methods first (the common case), then property getters; a near
+ * miss of either raises with the one meant. upvalue 1: methods table, upvalue 2: getters table.
+ * [self, key] */
 static int class_index(lua_State *L) {
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1; /* [self, key, method] */
     lua_pop(L, 1);
     lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TNIL) return 1; /* [self, key, nil] */
-    lua_pushvalue(L, 1);                                          /* [self, key, getter, self] */
+    if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TNIL) { /* [self, key, nil] */
+        refuse_near_miss(L);
+        return 1;
+    }
+    lua_pushvalue(L, 1); /* [self, key, getter, self] */
     lua_call(L, 1, 1);
     return 1;
 }
@@ -85,18 +114,21 @@ size_t ember_lua_fold_distance(const char *word, const char *name) {
     return edit_distance(a, b);
 }
 
-/* Nearest once case and '_' are ignored; ties go to the nearer spelling as written. */
+/* Whether name is nearer to word than the best so far (case and '_' aside, ties to the nearer
+ * spelling as written); if so it becomes the best. */
+static bool nearer(const char *word, const char *name, size_t *best_d, size_t *best_raw) {
+    size_t d = ember_lua_fold_distance(word, name), raw = edit_distance(word, name);
+    if (d > *best_d || (d == *best_d && raw >= *best_raw)) return false;
+    *best_d = d;
+    *best_raw = raw;
+    return true;
+}
+
 const char *ember_lua_closest(const char *word, const char *const *valid) {
     const char *best = NULL;
     size_t best_d = (size_t)-1, best_raw = (size_t)-1;
-    for (size_t i = 0; valid[i]; i++) {
-        size_t d = ember_lua_fold_distance(word, valid[i]), raw = edit_distance(word, valid[i]);
-        if (d < best_d || (d == best_d && raw < best_raw)) {
-            best_d = d;
-            best_raw = raw;
-            best = valid[i];
-        }
-    }
+    for (size_t i = 0; valid[i]; i++)
+        if (nearer(word, valid[i], &best_d, &best_raw)) best = valid[i];
     return best;
 }
 

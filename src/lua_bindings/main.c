@@ -484,8 +484,9 @@ static int l_set_completer(lua_State *L) {
 static void setup_readline(void) {
     rl_readline_name = "ember";
     rl_catch_signals = 0; /* Ctrl-C is ours (see l_readline) */
-    /* '.' and ':' are not word breaks, so completion sees whole paths like "ember.tens" or "m:ge". */
-    rl_basic_word_break_characters = " \t\n\"\\'><=;+-*/%^~#{}()[],&|";
+    /* '.', ':', '[' and ']' are not word breaks, so completion sees whole paths like "ember.tens",
+     * "m:ge" or "c.after_layer[3]:l2" (the completer takes an unclosed '[' apart itself). */
+    rl_basic_word_break_characters = " \t\n\"\\'><=;+-*/%^~#{}(),&|";
 }
 
 static const luaL_Reg rl_funcs[] = {{"readline", l_readline},
@@ -549,16 +550,21 @@ static void print_usage(const char *badoption) {
 }
 
 /* One rule for every mode (script, -e, -l, -m, stdin, the REPL): the library is the global
- * `ember`, as `local ember = require("ember")` gives it. It is required on first use (an __index
- * on _G), so a run that never names it pays nothing and a library that cannot load fails where
- * it is used. [_G, key] */
+ * `ember`, as `local ember = require("ember")` gives it, and `help` is the REPL's help(). Each is
+ * required on first use (an __index on _G), so a run that never names it pays nothing and a
+ * library that cannot load fails where it is used. [_G, key] */
 static int global_index(lua_State *L) {
-    if (lua_type(L, 2) != LUA_TSTRING || strcmp(lua_tostring(L, 2), "ember") != 0) return 0;
+    if (lua_type(L, 2) != LUA_TSTRING) return 0;
+    const char *key = lua_tostring(L, 2);
+    bool is_help = strcmp(key, "help") == 0;
+    if (!is_help && strcmp(key, "ember") != 0) return 0;
     lua_getglobal(L, "require");
-    lua_pushliteral(L, "ember");
-    lua_call(L, 1, 1); /* [_G, key, ember] */
+    if (is_help) lua_pushliteral(L, "ember.cli.repl");
+    else lua_pushliteral(L, "ember");
+    lua_call(L, 1, 1);                        /* [_G, key, module] */
+    if (is_help) lua_getfield(L, -1, "help"); /* [_G, key, repl, help] */
     lua_pushvalue(L, -1);
-    lua_setfield(L, 1, "ember"); /* rawset: _G has no __newindex */
+    lua_setfield(L, 1, key); /* rawset: _G has no __newindex */
     return 1;
 }
 

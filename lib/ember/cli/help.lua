@@ -57,6 +57,9 @@ M.MODULE = {
     .. "(r.ranked, r.scores, r.verify) (docs/attribution.md)",
   probe = "ember.probe.train{ x = T | { T, ... }, y = { labels }, seed=, control=, ... } -> probe "
     .. "(probe:predict(t) -> labels, probs; probe:save(path, { layer = })); ember.probe.load(path) (docs/probes.md)",
+  act_name = "ember.act_name(name [, layer]) -> the TransformerLens hook name: act_name('resid_post', 3) is "
+    .. "'blocks.3.hook_resid_post' (ember stage names too)",
+  stage_of = "ember.stage_of(name) -> ember stage, layer: stage_of('blocks.3.hook_resid_post') is after_layer, 3",
   plot = "ember.plot.heatmap(t, { out = 'DIR/name', xtokens=, ytokens=, ... }) -> { svg, png }; "
     .. "ember.plot.attention{ model=, prompt=, layer=, heads=, out= } (docs/lua-api.md)",
 }
@@ -73,7 +76,14 @@ M.CLASSES = {
     sha256 = "m:sha256() -> hex, \"cached\"|\"fresh\": the model file's digest (waits for the background hash)",
     sha256_start = "m:sha256_start(): start hashing the model file in the background (idempotent)",
     unembed = "m:unembed(t) -> [rows, n_vocab]: the final norm and LM head on a residual (the logit lens)",
-    weight = "m:weight(name) -> [n_out, n_in]: a stored weight, dequantized (e.g. 'blk.3.attn_output')",
+    weight = "m:weight(name [, rows]) -> [n_out, n_in]: a stored weight, dequantized (e.g. 'blk.3.attn_output'); "
+      .. "rows: only those (0-based)",
+    tensors = "m:tensors() -> { { name, type, shape }, ... }: every tensor of the file (shape outermost first)",
+    final_norm_frozen = "m:final_norm_frozen(x, ref) -> [rows, hidden]: residual components through the final "
+      .. "norm with ref's scale frozen (no bias)",
+    to_tokens = "m:to_tokens(text [, { bos= }]) -> { ids } (as m:tokenize)",
+    to_str_tokens = "m:to_str_tokens(text | ids) -> { pieces }: each token's text",
+    to_single_token = "m:to_single_token(text) -> id; an error unless text is exactly one token",
     run_with_cache = "m:run_with_cache{ ids=|prompt=, stages=, layers=, ... } -> cache: one prefill, activations kept",
     gradients = "m:gradients{ ids=|prompt=, metric=, stages=, freeze=, values= } -> g: d metric / d activations "
       .. "(g:get(stage, layer))",
@@ -81,6 +91,17 @@ M.CLASSES = {
     tokenizer = "m.tokenizer: the Tokenizer, or nil",
     closed = "m.closed: true after close()",
     trace = "m.trace: the Trace of ember.load{ trace= }, or nil",
+  },
+  ["ember.ActivationCache"] = {
+    get = "c:get(stage [, layer]) -> Tensor (ember or TransformerLens names; c['blocks.3.hook_resid_post'] too)",
+    keys = "c:keys() -> the TransformerLens names of the cached tensors, in execution order",
+    stack = "c:stack(stage) -> [n * rows, width], layers: the stage's tensors of every cached layer, one block each",
+    accumulated_resid = "c:accumulated_resid([layer]) -> stack, labels: the residual entering layers 0 .. layer",
+    decompose_resid = "c:decompose_resid([layer]) -> stack, labels: embedding, each attention and MLP output",
+    stack_head_results = "c:stack_head_results([layer]) -> stack, labels: each head through its slice of W_O",
+    apply_ln_to_stack = "c:apply_ln_to_stack(stack [, pos]) -> the final norm with the final residual's scale frozen",
+    logit_attrs = "c:logit_attrs(t, tokens [, incorrect]) -> [k, #tokens]: direct logit attribution",
+    layers = "c:layers() iterates l, { stage = Tensor } over the cached layers from 0; c.layers lists them",
   },
   ["ember.sae.SAE"] = {
     encode = "sae:encode(t) -> [rows, d_sae]: the feature activations of [rows, d_in] activations (in C)",
@@ -195,6 +216,26 @@ local function class_name(obj)
   return type(mt) == "table" and rawget(mt, "__name") or nil
 end
 
+-- tensor_lines(model) -> the model's tensors for help(m): those outside the blocks, and block 0's
+-- as the pattern of every block (m:tensors() lists each one).
+function M.tensor_lines(model)
+  local list = model:tensors()
+  local out = { string.format("tensors (m:tensors(): %d; name, type, shape outermost first):", #list) }
+  local blocks = 0
+  for _, d in ipairs(list) do
+    local b, rest = d.name:match("^blk%.(%d+)%.(.+)$")
+    if b then blocks = math.max(blocks, tonumber(b) + 1) end
+    if not b or b == "0" then
+      local name = b and ("blk.N." .. rest) or d.name
+      out[#out + 1] = string.format("  %-36s %-6s [%s]", name, d.type, table.concat(d.shape, ", "))
+    end
+  end
+  if blocks > 0 then
+    out[#out + 1] = string.format("  (blk.N: block 0's shown; the model has blocks 0-%d)", blocks - 1)
+  end
+  return out
+end
+
 -- text([obj]) -> the help text: without obj the ember module; for an ember object its class's
 -- methods; for a function of the module its line.
 function M.text(obj)
@@ -220,6 +261,9 @@ function M.text(obj)
   if not descr then return "a " .. type(obj) .. " (help() lists the ember module)\n" end
   lines[1] = cname .. ":"
   for _, k in ipairs(M.members(obj)) do lines[#lines + 1] = "  " .. (descr[k] or k) end
+  if cname == "ember.Model" and not obj.closed then
+    for _, l in ipairs(M.tensor_lines(obj)) do lines[#lines + 1] = l end
+  end
   return table.concat(lines, "\n") .. "\n"
 end
 

@@ -101,6 +101,11 @@ local function members(obj, methods_only)
   end
   if type(obj) == "table" then
     add_table(obj, 0)
+    local mt = getmetatable(obj)
+    local methods = type(mt) == "table" and rawget(mt, "__methods")
+    if type(methods) == "table" then -- a class written in Lua (an ActivationCache)
+      for k, v in pairs(methods) do add(k, type(v) == "function") end
+    end
   else
     local mt = getmetatable(obj)
     if type(mt) == "table" then
@@ -120,10 +125,34 @@ local function members(obj, methods_only)
   return names
 end
 
--- Completions of `text` (the word before the cursor, e.g. "ember.ten" or "m:gen"): full
--- replacement strings, sorted.
+-- The object a path names in env: identifiers joined by '.', and [N] integer indexes
+-- ("c.after_layer[3]"); nil when the path is not one or names nothing.
+local function resolve(path, env)
+  local first, rest = path:match("^([%a_][%w_]*)(.*)$")
+  if not first then return nil end
+  local obj = safe_index(env, first)
+  while obj ~= nil and rest ~= "" do
+    local name, after = rest:match("^%.([%a_][%w_]*)(.*)$")
+    local index
+    if not name then index, after = rest:match("^%[%s*(%-?%d+)%s*%](.*)$") end
+    if not (name or index) then return nil end
+    obj = safe_index(obj, name or math.tointeger(tonumber(index)))
+    rest = after
+  end
+  return obj
+end
+
+-- Completions of `text` (the word before the cursor, e.g. "ember.ten", "m:gen" or
+-- "c.after_layer[3]:l2"): full replacement strings, sorted. After a '[' not closed yet
+-- ("t[i"), the word after it is completed as a word of its own.
 function M.complete(text, env)
   env = env or _G
+  local open = text:match("^.*()%[[^%]]*$")
+  if open then
+    local out = {}
+    for _, c in ipairs(M.complete(text:sub(open + 1), env)) do out[#out + 1] = text:sub(1, open) .. c end
+    return out
+  end
   local path, sep, partial = text:match("^(.-)([%.:]?)([%w_]*)$")
   if not path then return {} end
   local out = {}
@@ -136,13 +165,8 @@ function M.complete(text, env)
       if kw:sub(1, #partial) == partial then out[#out + 1] = kw end
     end
   else
-    if not path:match("^[%a_][%w_]*$") and not path:match("^[%a_][%w_]*[%.%w_]*[%w_]$") then return {} end
-    if path:find("..", 1, true) then return {} end
-    local obj = env
-    for name in path:gmatch("[^%.]+") do
-      obj = safe_index(obj, name)
-      if obj == nil then return {} end
-    end
+    local obj = resolve(path, env)
+    if obj == nil then return {} end
     for _, name in ipairs(members(obj, sep == ":")) do
       if name:sub(1, #partial) == partial then out[#out + 1] = path .. sep .. name end
     end

@@ -52,10 +52,9 @@ return function(args)
     if not parsed then error("activation-stats: stages: " .. err, 0) end
     stages = parsed == "all" and selectors.STAGES or parsed
   end
-  for _, stage in ipairs(stages) do
-    if not selectors.STAGE_SET[stage] then
-      error("activation-stats: stages: unknown stage '" .. tostring(stage) .. "'", 0)
-    end
+  for _, name in ipairs(stages) do
+    local stage, why = selectors.stage_name(name)
+    if not stage then error("activation-stats: stages: " .. why, 0) end
     local per_layer = selectors.LAYER_STAGE_SET[stage]
     exp[stage] = function(self, ctx, view)
       local shape = view:shape()

@@ -77,7 +77,7 @@ end
 -- stage_of(s, where) -> the full stage name (short names attention|mlp|layer are accepted)
 local function stage_of(s, where)
   s = s or "after_layer"
-  s = selectors.ZERO_STAGES[s] or s
+  s = selectors.ZERO_STAGES[s] or selectors.stage_name(s) or s
   if s == "attention_pattern" then
     error(where .. ": attention_pattern cannot be steered: its rows are [n_heads * rows, sequence_length], a width "
       .. "that grows with every token (add to attention_heads instead, or knock keys out with "

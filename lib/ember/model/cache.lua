@@ -1,9 +1,12 @@
 -- ember.model.cache — model:run_with_cache{...}: one prefill pass on a fresh session that returns the
--- chosen activations as owned Tensors keyed by stage and layer, plus the logits. Built on the
--- ordinary experiment hooks (a read-only experiment that clones the views it was asked for), so
--- the pass computes exactly what an uninstrumented prefill computes. Keeps only what was asked for.
+-- chosen activations as an ActivationCache (ember.model.activation_cache) of owned Tensors, plus
+-- the logits. Built on the ordinary experiment hooks (a read-only experiment that clones the views
+-- it was asked for), so the pass computes exactly what an uninstrumented prefill computes. Keeps
+-- only what was asked for.
 
 local options = require("ember.model.options")
+local act_names = require("ember.run.act_names")
+local activation_cache = require("ember.model.activation_cache")
 local selectors = require("ember.run.selectors")
 
 local M = {}
@@ -13,17 +16,22 @@ local OPTIONS = { ids = true, prompt = true, bos = true, stages = true, layers =
 -- Level 0: the message names the function and the option; a library position would only mislead.
 local function fail(msg) error("run_with_cache: " .. msg, 0) end
 
--- stages= a list of stage names from the engine's own list (core.stages, as ember.selectors
--- exports it); absent: all a pass calls by itself (sae_features only when named).
+-- stages= a list of stage names: the engine's own (core.stages, as ember.selectors exports it) or
+-- TransformerLens's (resid_post, attn.hook_z, ...; ember.run.act_names); absent: all a pass calls
+-- by itself (sae_features only when named). Returns the ember names, each once, in the engine's
+-- order.
 local function stage_list(opts)
   if opts.stages == nil then return { table.unpack(selectors.PASS_STAGES) } end
   if type(opts.stages) ~= "table" then fail("stages must be a list of stage names, got " .. type(opts.stages)) end
+  local chosen = {}
   for _, s in ipairs(opts.stages) do
-    if not selectors.STAGE_SET[s] then
-      fail("unknown stage '" .. tostring(s) .. "' (stages: " .. table.concat(selectors.STAGES, ", ") .. ")")
-    end
+    local stage, err = act_names.stage(s)
+    if not stage then fail(err) end
+    chosen[stage] = true
   end
-  return opts.stages
+  local out = {}
+  for _, s in ipairs(selectors.STAGES) do if chosen[s] then out[#out + 1] = s end end
+  return out
 end
 
 -- layers= a list of 0-based layer indices; absent: every layer. Returns a set.
@@ -45,11 +53,12 @@ local function layer_set(opts, n_layers)
   return set
 end
 
--- run_with_cache(model, opts) -> cache
+-- run_with_cache(model, opts) -> an ActivationCache (docs/lua-api.md)
 --   opts: { ids = {...} | prompt = "text", bos = bool, stages = {...}, layers = {...}, all_logits = bool }
---   cache[stage][layer] for per-layer stages (0-based layer keys), cache.before_logits and
---   cache.after_logits (Tensors), cache.logits ([1, n_vocab] of the last position, or [P, n_vocab]
---   with all_logits), cache.ids (the prompt ids), cache.stages, cache.layers (sorted lists).
+--   cache:get(stage, layer), cache[stage][layer] for per-layer stages (0-based layer keys),
+--   cache.before_logits and cache.after_logits (Tensors), cache.logits ([1, n_vocab] of the last
+--   position, or [P, n_vocab] with all_logits), cache.ids (the prompt ids), cache.stages,
+--   cache.layers (sorted lists; cache:layers() iterates).
 function M.run_with_cache(model, opts)
   options.check(opts, OPTIONS, fail)
   local info = model.info
@@ -58,17 +67,16 @@ function M.run_with_cache(model, opts)
   local layers = layer_set(opts, info.n_layers)
   local last_layer = info.n_layers - 1
 
-  local cache = { ids = ids, stages = stages, layers = options.sorted_keys(layers) }
+  local cache = activation_cache.new { ids = ids, stages = stages, layers = options.sorted_keys(layers), model = model }
+  local hold = activation_cache.hold
   local exp = { name = "run_with_cache" }
   for _, stage in ipairs(stages) do
     if selectors.LAYER_STAGE_SET[stage] then
-      local by_layer = {}
-      cache[stage] = by_layer
       exp[stage] = function(_, ctx, view)
-        if layers[ctx.layer_index] then by_layer[ctx.layer_index] = view:clone() end
+        if layers[ctx.layer_index] then hold(cache, stage, ctx.layer_index, view:clone()) end
       end
     else
-      exp[stage] = function(_, _, view) cache[stage] = view:clone() end
+      exp[stage] = function(_, _, view) hold(cache, stage, nil, view:clone()) end
     end
   end
   -- Every position's logits: the last layer's residual through the unembedding, read in place
@@ -84,7 +92,7 @@ function M.run_with_cache(model, opts)
 
   local s <close> = model:session { context = #ids }
   local logits = s:prefill(ids, { experiment = exp })
-  cache.logits = all_logits or logits
+  rawset(cache, "logits", all_logits or logits)
   return cache
 end
 

@@ -1,5 +1,6 @@
--- ember.model — the Lua side of ember.Model: model:generate and model:run_with_cache added to the
--- core's class, and load{} (ember.load: the core's loader plus tokenizer files and trace=).
+-- ember.model — the Lua side of ember.Model: model:generate, model:run_with_cache and the token
+-- helpers added to the core's class, and load{} (ember.load: the core's loader plus tokenizer
+-- files and trace=).
 -- Must not hide core errors: they already name the function and the argument.
 
 local core = require("ember.core")
@@ -15,6 +16,13 @@ core.classes.Model.__methods.run_with_cache = require("ember.model.cache").run_w
 -- model:gradients{ ids= | prompt=, metric=, stages=, freeze=, values= } -> gradients
 -- (lib/ember/model/gradients.lua)
 core.classes.Model.__methods.gradients = require("ember.model.gradients").gradients
+-- m:to_tokens(text), m:to_str_tokens(text | ids), m:to_single_token(text) (lib/ember/model/tokens.lua)
+do
+  local tokens = require("ember.model.tokens")
+  for _, k in ipairs({ "to_tokens", "to_str_tokens", "to_single_token" }) do
+    core.classes.Model.__methods[k] = tokens[k]
+  end
+end
 
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",

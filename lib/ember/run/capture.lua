@@ -39,9 +39,13 @@ function M.config(opts)
     if not cfg.stages then return nil, err end
   end
   if cfg.stages == "all" then cfg.stages = { table.unpack(selectors.PASS_STAGES) } end
-  for _, s in ipairs(cfg.stages) do
-    if not selectors.STAGE_SET[s] then return nil, "capture stages: unknown stage '" .. tostring(s) .. "'" end
+  local named = {}
+  for i, s in ipairs(cfg.stages) do -- ember's names, or TransformerLens's (resid_post)
+    local stage, why = selectors.stage_name(s)
+    if not stage then return nil, "capture stages: " .. why end
+    named[i] = stage
   end
+  cfg.stages = named
   cfg.phase = opts.phase or "all"
   if not selectors.parse_phase(cfg.phase) then
     return nil, "capture phase: " .. select(2, selectors.parse_phase(cfg.phase))

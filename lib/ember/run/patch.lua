@@ -81,7 +81,7 @@ end
 -- target(opts, info) -> L, stage, what (its label), width, logits_stage: the target checked against
 -- the model. The logits stages (before_logits, after_logits) have no layer and one row per evaluation.
 local function target(opts, info)
-  local L, stage = opts.target.layer, opts.target.stage
+  local L, stage = opts.target.layer, selectors.stage_name(opts.target.stage) or opts.target.stage
   local logits_stage = selectors.STAGE_SET[stage] and not selectors.LAYER_STAGE_SET[stage]
   if logits_stage then
     if L ~= nil then fail("target stage '%s' has no layer (got layer %s)", stage, tostring(L)) end

@@ -8,6 +8,7 @@
 
 local lpeg = require("lpeg")
 local core = require("ember.core")
+local act_names = require("ember.run.act_names")
 local P, R, S, C, Ct = lpeg.P, lpeg.R, lpeg.S, lpeg.C, lpeg.Ct
 
 local M = {}
@@ -63,6 +64,14 @@ function M.check_residual_layer_stage(s)
     return nil, string.format("stage '%s' is inside a layer's blocks, not on the residual stream (%s)", s, list)
   end
   return nil, string.format("stage '%s' is not a per-layer stage (%s)", tostring(s), list)
+end
+
+-- stage_name(s) -> the ember stage s names, or nil and why: an ember stage, or a TransformerLens
+-- name without a layer (resid_post, hook_resid_post, attn.hook_z; ember.run.act_names), so a
+-- TransformerLens user's names work wherever a stage is named.
+function M.stage_name(s)
+  if M.STAGE_SET[s] then return s end
+  return act_names.stage(s)
 end
 
 local digit = R("09")
@@ -131,7 +140,9 @@ end
 
 -- ---- layer:stage ---------------------------------------------------------------------------------
 
-local layer_stage_patt = whole(C(uint_text) * P(":") * C(ident))
+-- a stage name: ember's, or TransformerLens's with dots (attn.hook_z)
+local stage_ident = ident * (P(".") * ident) ^ 0
+local layer_stage_patt = whole(C(uint_text) * P(":") * C(stage_ident))
 
 -- parse_layer_stage(s, "zero" | "patch") -> { layer = n, stage = "after_mlp", short = "mlp" }
 --   zero:  STAGE is attention | mlp | layer (zero-layer-output, SPEC §5)
@@ -145,7 +156,10 @@ function M.parse_layer_stage(s, kind)
   local layer = to_integer(layer_s)
   if not layer then return nil, "layer '" .. layer_s .. "' is out of range" end
   local full = M.ZERO_STAGES[stage]
-  if kind ~= "zero" and not full and M.LAYER_STAGE_SET[stage] then full = stage end
+  if kind ~= "zero" and not full then
+    local named = M.stage_name(stage)
+    if M.LAYER_STAGE_SET[named] then full = named end
+  end
   if not full then
     return nil, "unknown stage '" .. stage .. "' in '" .. s .. "' (expected " .. form .. ")"
   end
@@ -239,7 +253,7 @@ function M.parse_index_list(s, what)
   return out
 end
 
-local name_list = whole(space * Ct(C(ident) * (space * P(",") * space * C(ident)) ^ 0) * space)
+local name_list = whole(space * Ct(C(stage_ident) * (space * P(",") * space * C(stage_ident)) ^ 0) * space)
 
 -- parse_stage_list(s) -> "all" | list of stage names in execution order
 function M.parse_stage_list(s)
@@ -250,8 +264,9 @@ function M.parse_stage_list(s)
   if #names == 1 and names[1] == "all" then return "all" end
   local chosen = {}
   for _, n in ipairs(names) do
-    if not M.STAGE_SET[n] then return nil, "unknown stage '" .. n .. "' (" .. form .. ")" end
-    chosen[n] = true
+    local stage, why = M.stage_name(n)
+    if not stage then return nil, why end
+    chosen[stage] = true
   end
   local out = {}
   for _, n in ipairs(M.STAGES) do if chosen[n] then out[#out + 1] = n end end

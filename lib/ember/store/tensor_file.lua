@@ -19,10 +19,33 @@ local function is_tensor(v)
   return name == "ember.Tensor" or name == "ember.TensorView"
 end
 
--- save_tensors(path, { name = tensor, ... } [, metadata]) -> true
+local function is_cache(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "ember.ActivationCache"
+end
+
+-- A whole ActivationCache as named tensors: each under its TransformerLens name (cache:keys():
+-- blocks.3.hook_resid_post, ...; a stage TransformerLens has no hook for under its own name), the
+-- logits as "logits", and the token ids in the metadata ("ids", comma-separated) unless given.
+local function cache_tensors(cache, metadata)
+  local named = { logits = cache.logits }
+  for _, name in ipairs(cache:keys()) do named[name] = cache:get(name) end
+  local meta = {}
+  for k, v in pairs(metadata or {}) do meta[k] = v end
+  if meta.ids == nil then
+    local ids = {}
+    for i, id in ipairs(cache.ids) do ids[i] = tostring(id) end
+    meta.ids = table.concat(ids, ",")
+  end
+  return named, meta
+end
+
+-- save_tensors(path, { name = tensor, ... } | cache [, metadata]) -> true
 -- Tensors are written as F32 [rows, cols] under their names, sorted (the same input gives the
 -- same bytes); metadata is an optional table of string -> string (safetensors' __metadata__).
+-- An ActivationCache is written whole, under TransformerLens names (cache_tensors above).
 function M.save(path, tensors, metadata)
+  if is_cache(tensors) then tensors, metadata = cache_tensors(tensors, metadata) end
   if type(path) ~= "string" or path == "" then
     error("bad argument #1 to 'save_tensors' (file path expected, got " .. type(path) .. ")", 2)
   end

@@ -178,6 +178,11 @@ typedef struct {
     const char *const *families; /* the families that have the stage, NULL-terminated; NULL: all */
     bool sae_only;               /* called only where an SAE is spliced in, right after the stage it reads (with
                       that stage's layer index: -1 at before_logits) */
+    /* TransformerLens's names for the stage (HookedTransformer's cache keys, utils.get_act_name), read
+     * by ember.act_name and the experiment checks; all NULL for a stage it has no hook for. */
+    const char *tl_hook;           /* the hook: "hook_resid_post" (after "blocks.L." when in_layer) */
+    const char *tl_short;          /* get_act_name's short name: "resid_post" */
+    const char *const *tl_aliases; /* the other short names get_act_name takes, NULL-terminated; NULL: none */
 } ember_stage_info;
 
 /* The row of stage s, NULL outside 0..EMBER_STAGE_COUNT-1. */

@@ -11,6 +11,9 @@ local models = require("helpers.models")
 local need_model = models.lazy_default()
 
 local error_of = require("helpers.errors").error_of
+local H = require("helpers.artifacts")
+
+teardown(function() H.cleanup() end)
 
 describe("ember.act_name", function()
   it("gives TransformerLens's names (utils.get_act_name) for its short names and for ember's stages", function()
@@ -95,5 +98,20 @@ describe("TransformerLens names where a stage is named", function()
     local stats = ember.experiments.activation_stats { stages = { "resid_post" } }
     logits(stats)
     assert.are.equal("after_layer", stats.records[1].stage)
+  end)
+  it("work in --steer and in a sweep's stages, which then act exactly as with ember's names", function()
+    assert.are.equal("after_layer", selectors.parse_steer("3:resid_post:v.npy").stage)
+    assert.are.equal("attention_heads", selectors.parse_steer("1-2:z:v.npy:2").stage)
+    local model = need_model()
+    if not model then return end
+    local function sweep(stage, name)
+      return ember.sweep { model = model, clean = { 1, 2, 3 }, corrupted = { 4, 5, 6 }, metric = "kl",
+        stages = { stage }, layers = { 0 }, positions = { 1 }, out = H.tmpdir() .. "/" .. name, checkpoint_seconds = 0 }
+    end
+    local a, b = sweep("resid_post", "tl"), sweep("after_layer", "ember")
+    assert.are.equal("after_layer", a.cells[1].stage)
+    assert.are.equal(b.cells[1].value, a.cells[1].value)
+    assert.is_true(a.cells[1].value > 0)
+    assert.matches("sweep: stages: unknown stage 'resid_psot'", error_of(sweep, "resid_psot", "bad"), 1, true)
   end)
 end)

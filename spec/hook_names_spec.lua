@@ -90,3 +90,51 @@ describe("misspelt hook names", function()
     assert.has_no.errors(function() ember.check_experiment({ name = "t", after_everything = 3 }) end)
   end)
 end)
+
+-- TransformerLens users name hooks as TransformerLens does (hook_resid_post, resid_post); a
+-- method so named would attach silently and never run. The names are the engine's stage table's
+-- (ember.STAGES), so every stage with a TransformerLens hook is covered; the expected stage of the
+-- report's cases is written out by hand.
+describe("TransformerLens names as hook methods", function()
+  it("are refused for every stage that has one, naming the ember hook to define", function()
+    local missed, n = {}, 0
+    for _, row in ipairs(ember.STAGES) do
+      if row.tl_hook then
+        local names = { row.tl_short, row.tl_hook, table.unpack(row.tl_aliases) }
+        if row.in_layer then names[#names + 1] = "blocks.3." .. row.tl_hook end
+        for _, tl in ipairs(names) do
+          n = n + 1
+          local ok, msg = pcall(ember.check_experiment, { name = "t", [tl] = fn })
+          msg = ok and "accepted" or tostring(msg)
+          local want = "defines '" .. tl .. "', TransformerLens's name for "
+          if not (msg:find(want, 1, true) and msg:find("define " .. row.name, 1, true)) then
+            missed[#missed + 1] = tl .. " -> " .. tostring(msg)
+          end
+        end
+      end
+    end
+    assert.are.same({}, missed)
+    assert.is_true(n >= 20, "only " .. n .. " names tried")
+  end)
+
+  it("stop a generation before it starts, and leave data fields of those names alone", function()
+    assert.are.equal("check_experiment: experiment 't' defines 'blocks.3.hook_resid_post', TransformerLens's name "
+      .. "for layer 3's 'after_layer': hooks take ember's stage names (define after_layer and test "
+      .. "ctx.layer_index == 3); a helper's name starts with '_'",
+      error_of(ember.check_experiment, { name = "t", ["blocks.3.hook_resid_post"] = fn }))
+    assert.matches("'z', TransformerLens's name for the hook 'attention_heads'",
+      error_of(ember.check_experiment, { name = "t", z = fn }))
+    assert.has_no.errors(function()
+      ember.check_experiment { name = "t", z = 3, pattern = "%d+", post = { 1 }, _resid_post = fn }
+    end)
+    local model = need_model()
+    if not model then return end
+    local ran = false
+    local exp = { name = "tl", resid_post = function() ran = true end }
+    assert.matches("generate: experiment 'tl' defines 'resid_post', TransformerLens's name for the hook "
+      .. "'after_layer'", error_of(model.generate, model, { prompt = models.PROMPT, max_tokens = 1, experiment = exp }))
+    local s <close> = model:session { context = 8 }
+    assert.matches("define after_layer", error_of(s.prefill, s, { 1, 2 }, { experiment = exp }))
+    assert.is_false(ran)
+  end)
+end)

@@ -7,6 +7,7 @@
 #include "l_experiment.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "l_model.h"
@@ -604,8 +605,49 @@ static const char *misspelt_hook(const char *k, bool callable, const char *const
     return callable && looks_like_hook(k) ? near : NULL;
 }
 
-/* A callable named like a hook but not one (after_mpl) would silently never run: refuse it.
- * Looks at the table and at the tables its metatables' __index chain leads to (class style). */
+/* The stage k is TransformerLens's name of (a short name, an alias or a hook, bare or as
+ * blocks.L.<hook>), or -1; *layer is L when k carries one, else -1. */
+static int tl_stage(const char *k, long *layer) {
+    *layer = -1;
+    if (strncmp(k, "blocks.", 7) == 0) {
+        char *end;
+        long l = strtol(k + 7, &end, 10);
+        if (end > k + 7 && *end == '.' && l >= 0) {
+            *layer = l;
+            k = end + 1;
+        }
+    }
+    for (int s = 0; s < EMBER_STAGE_COUNT; s++) {
+        const ember_stage_info *d = ember_stage_get((ember_stage)s);
+        if (!d->tl_hook || (*layer >= 0 && !d->in_layer)) continue;
+        if (strcmp(k, d->tl_hook) == 0 || strcmp(k, d->tl_short) == 0) return s;
+        for (const char *const *a = d->tl_aliases; a && *a; a++)
+            if (strcmp(k, *a) == 0) return s;
+    }
+    return -1;
+}
+
+/* A method named as TransformerLens names a hook (resid_post, blocks.3.hook_resid_post) would
+ * silently never run: experiment methods take ember's stage names. Raises naming the one to use. */
+static void refuse_tl_name(lua_State *L, const char *k, const char *name, const char *fname) {
+    long layer;
+    int s = tl_stage(k, &layer);
+    if (s < 0) return;
+    const char *stage = ember_stage_name((ember_stage)s);
+    if (layer >= 0)
+        luaL_error(L,
+                   "%s: experiment '%s' defines '%s', TransformerLens's name for layer %I's '%s': hooks take "
+                   "ember's stage names (define %s and test ctx.layer_index == %I); a helper's name starts with '_'",
+                   fname, name, k, (lua_Integer)layer, stage, stage, (lua_Integer)layer);
+    luaL_error(L,
+               "%s: experiment '%s' defines '%s', TransformerLens's name for the hook '%s': hooks take ember's "
+               "stage names (define %s); a helper's name starts with '_'",
+               fname, name, k, stage, stage);
+}
+
+/* A callable named like a hook but not one (after_mpl), or named as TransformerLens names one
+ * (resid_post), would silently never run: refuse it. Looks at the table and at the tables its
+ * metatables' __index chain leads to (class style). */
 static void check_typos(lua_State *L, int exp, const char *name, const char *fname) {
     const char *names[EMBER_HOOK_COUNT + 1];
     hook_name_list(names);
@@ -615,7 +657,11 @@ static void check_typos(lua_State *L, int exp, const char *name, const char *fna
         lua_pushnil(L);
         while (lua_next(L, t)) { /* [t, k, v] */
             const char *hook = NULL;
-            if (lua_type(L, -2) == LUA_TSTRING) hook = misspelt_hook(lua_tostring(L, -2), is_callable(L, -1), names);
+            if (lua_type(L, -2) == LUA_TSTRING) {
+                bool callable = is_callable(L, -1);
+                if (callable) refuse_tl_name(L, lua_tostring(L, -2), name, fname);
+                hook = misspelt_hook(lua_tostring(L, -2), callable, names);
+            }
             if (hook)
                 luaL_error(L,
                            "%s: experiment '%s' defines '%s', which is not a hook (did you mean '%s'?); a helper's "
@@ -749,9 +795,28 @@ static void push_name_list(lua_State *L, const char *const *names, int n) {
     }
 }
 
+/* The row's TransformerLens names, into the row at the top: tl_hook, tl_short, tl_aliases (a
+ * list); none for a stage without a TransformerLens hook. */
+static void push_tl_names(lua_State *L, const ember_stage_info *d) {
+    if (!d->tl_hook) return;
+    lua_pushstring(L, d->tl_hook);
+    lua_setfield(L, -2, "tl_hook");
+    lua_pushstring(L, d->tl_short);
+    lua_setfield(L, -2, "tl_short");
+    int n = 0;
+    while (d->tl_aliases && d->tl_aliases[n]) n++;
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, d->tl_aliases[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "tl_aliases");
+}
+
 /* core.STAGES: the engine's stage table in its order, each row { name =, order =, in_layer =,
- * inside_block =, rows =, width =, heads =, sae_only =, families = } (families: a list that is also
- * a set, or nil for every family), and each row also under its name (STAGES.after_mlp). */
+ * inside_block =, rows =, width =, heads =, sae_only =, families =, tl_hook =, tl_short =,
+ * tl_aliases = } (families: a list that is also a set, or nil for every family; the tl_ names
+ * TransformerLens's, nil without one), and each row also under its name (STAGES.after_mlp). */
 static void push_stage_table(lua_State *L) {
     lua_createtable(L, EMBER_STAGE_COUNT, EMBER_STAGE_COUNT); /* [stages] */
     for (int s = 0; s < EMBER_STAGE_COUNT; s++) {
@@ -773,6 +838,7 @@ static void push_stage_table(lua_State *L) {
         lua_setfield(L, -2, "heads");
         lua_pushboolean(L, d->sae_only);
         lua_setfield(L, -2, "sae_only");
+        push_tl_names(L, d);
         if (d->families) {
             int n = 0;
             while (d->families[n]) n++;

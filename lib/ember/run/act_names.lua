@@ -1,26 +1,22 @@
--- ember.run.act_names — the one table between ember's stage names and TransformerLens's hook names
--- (HookedTransformer's cache keys, utils.get_act_name): ember.act_name, the names a cache answers
--- to, and the stage lists that accept TransformerLens names. Must not know about models or tensors.
+-- ember.run.act_names — the one mapping between ember's stage names and TransformerLens's hook
+-- names (HookedTransformer's cache keys, utils.get_act_name; the names themselves are columns of
+-- the engine's stage table): ember.act_name, the names a cache answers to, and the stage lists
+-- that accept TransformerLens names. Must not know about models or tensors.
 
 local core = require("ember.core")
 
 local M = {}
 
--- One row per ember stage, in the engine's order. tl: TransformerLens's hook name, after
--- "blocks.L." for a per-layer stage; short: get_act_name's name for it (aliases: the others it
--- takes). A stage without tl has no TransformerLens hook.
-M.TABLE = {
-  { stage = "before_layer", tl = "hook_resid_pre", short = "resid_pre" },
-  { stage = "attention_pattern", tl = "attn.hook_pattern", short = "pattern", aliases = { "attn" } },
-  { stage = "attention_heads", tl = "attn.hook_z", short = "z" },
-  { stage = "after_attention", tl = "hook_attn_out", short = "attn_out" },
-  { stage = "mlp_activation", tl = "mlp.hook_post", short = "post", aliases = { "mlp_post" } },
-  { stage = "after_mlp", tl = "hook_mlp_out", short = "mlp_out" },
-  { stage = "after_layer", tl = "hook_resid_post", short = "resid_post" },
-  { stage = "sae_features" }, -- an attached SAE's features (SAELens: <its hook>.hook_sae_acts_post)
-  { stage = "before_logits", tl = "ln_final.hook_normalized", short = "normalized" },
-  { stage = "after_logits" }, -- the model's output logits: TransformerLens has no hook there
-}
+-- One row per ember stage, in the engine's order, read from the engine's stage table (core.STAGES,
+-- src/engine/stages.c, where a stage's TransformerLens names live with its other facts). tl:
+-- TransformerLens's hook name, after "blocks.L." for a per-layer stage; short: get_act_name's name
+-- for it (aliases: the others it takes). A stage without tl has no TransformerLens hook
+-- (sae_features: SAELens names it <the hook it reads>.hook_sae_acts_post; after_logits: the
+-- model's output logits).
+M.TABLE = {}
+for i, row in ipairs(core.STAGES) do
+  M.TABLE[i] = { stage = row.name, tl = row.tl_hook, short = row.tl_short, aliases = row.tl_aliases }
+end
 
 -- TransformerLens names with no ember stage, and what ember offers instead.
 M.NO_STAGE = {

@@ -183,7 +183,8 @@ end
 
 -- parse_steer(s) -> { layers = "all" | {n...}, stage = full name, source = "FILE", scale = x } from
 -- --steer's L:STAGE:FILE[:SCALE]. L is a layer list (3, 2-4, 0,5, all); STAGE a per-layer stage
--- name or attention|mlp|layer; attention_pattern is refused (its width changes every token).
+-- name (TransformerLens's too: resid_post) or attention|mlp|layer; attention_pattern is refused
+-- (its width changes every token).
 function M.parse_steer(s)
   local form = "L:STAGE:FILE[:SCALE] (e.g. 3:after_layer:v.npy:4)"
   if type(s) ~= "string" then return nil, "expected " .. form end
@@ -191,7 +192,7 @@ function M.parse_steer(s)
   if not layers_s then return nil, "expected " .. form .. ", got '" .. s .. "'" end
   local layers, lerr = M.parse_index_list(layers_s, "layer")
   if not layers then return nil, "layers: " .. lerr end
-  local full = M.ZERO_STAGES[stage] or stage
+  local full = M.ZERO_STAGES[stage] or M.stage_name(stage) or stage
   if full == "attention_pattern" then
     return nil, "attention_pattern cannot be steered (its width is the sequence length, which grows with every "
       .. "token); steer attention_heads, or knock keys out with scripts/experiments/attention_knockout.lua"

@@ -92,10 +92,15 @@ local function config(model, opts)
     if not parsed then fail("stages: %s", serr) end
     stages = parsed == "all" and { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } or parsed
   end
-  for _, s in ipairs(stages) do
-    local ok, why = selectors.check_residual_layer_stage(s)
+  local named = {}
+  for i, s in ipairs(stages) do
+    local stage, serr = selectors.stage_name(s)
+    if not stage then fail("stages: %s", serr) end
+    local ok, why = selectors.check_residual_layer_stage(stage)
     if not ok then fail("%s", why) end
+    named[i] = stage
   end
+  stages = named
   local steps = opts.decode_steps or 0
   if math.type(steps) ~= "integer" or steps < 0 then
     fail("decode_steps must be a non-negative integer, got %s", tostring(opts.decode_steps))

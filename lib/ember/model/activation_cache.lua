@@ -304,8 +304,8 @@ end
 -- TransformerLens's logit_attrs: each row of t (normed components, e.g. apply_ln_to_stack(stack,
 -- pos)) dotted with the LM head's row of each token — or, with incorrect tokens (as many), with the
 -- difference of the two rows (a logit difference). tokens: ids (0-based) or one-token strings, a
--- list or one. The head's bias (none in these families) and the final softcap (Gemma 2 and 4) are
--- left out.
+-- list or one. The head's bias (none in these families) and the final logit softcap (Gemma 2 and 4;
+-- Gemma 3 when its file sets one) are left out.
 function Cache:logit_attrs(t, tokens, incorrect)
   local model = self.model
   if not model or model.closed then fail("logit_attrs: the model this cache came from is closed") end

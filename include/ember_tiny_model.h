@@ -91,9 +91,11 @@ ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);
 extern const char *const ember_tiny_model_shapes[];
 
-/* "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" |
- * "q6_k" */
+/* The dtypes the tool writes: every weight type of the traits table (one with a to_float), spelled
+ * as its traits name in lower case: "f32", "f16", "bf16", "q8_0", "q4_0", ..., "q4_k", ..., "q6_k".
+ * parse_dtype reads one spelling; dtype_list joins them all as "a, b, c" into buf (cut at cap). */
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out);
+void ember_tiny_model_dtype_list(char *buf, size_t cap);
 
 /* ---- control vectors (tools/control_vector_write.c) ---- */
 

@@ -233,10 +233,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
-        fprintf(stderr,
-                "make-tiny-model: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, "
-                "q5_k or q6_k (got '%s')\n",
-                dtype);
+        char list[128];
+        ember_tiny_model_dtype_list(list, sizeof list);
+        fprintf(stderr, "make-tiny-model: --dtype must be one of %s (got '%s')\n", list, dtype);
         return 2;
     }
     if (!make_parent_dirs(out)) return 1;

@@ -5,6 +5,7 @@
 
 #include "tiny_tokenizer.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,53 +86,42 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     return true;
 }
 
-/* Values per block of a weight dtype the tool writes (1 for f32/f16/bf16), 0 for any other type. */
+/* The weight types the tool writes are the traits table's weight types (those with a to_float;
+ * tools/gguf_writer.c encodes each): their values per block, 0 for any other type. */
 static int64_t dtype_block(ember_type t) {
-    switch (t) {
-    case EMBER_TYPE_F32:
-    case EMBER_TYPE_F16:
-    case EMBER_TYPE_BF16: return 1;
-    case EMBER_TYPE_Q8_0:
-    case EMBER_TYPE_Q4_0:
-    case EMBER_TYPE_Q4_1:
-    case EMBER_TYPE_Q5_0:
-    case EMBER_TYPE_Q5_1: return 32;
-    case EMBER_TYPE_Q2_K:
-    case EMBER_TYPE_Q3_K:
-    case EMBER_TYPE_Q4_K:
-    case EMBER_TYPE_Q5_K:
-    case EMBER_TYPE_Q6_K: return 256;
-    default: return 0;
-    }
+    const ember_type_traits *tr = ember_type_traits_get((uint32_t)t);
+    return tr && tr->to_float ? tr->block_size : 0;
 }
 
-/* The --dtype spelling (lower case, as the command line takes it). */
-static const char *dtype_name(ember_type t) {
-    switch (t) {
-    case EMBER_TYPE_Q2_K: return "q2_k";
-    case EMBER_TYPE_Q3_K: return "q3_k";
-    case EMBER_TYPE_Q4_K: return "q4_k";
-    case EMBER_TYPE_Q5_K: return "q5_k";
-    case EMBER_TYPE_Q6_K: return "q6_k";
-    default: return ember_type_name(t);
-    }
+/* The --dtype spelling of a weight type: its traits name in lower case ("q4_k" for q4_K), into buf. */
+static const char *dtype_spelling(ember_type t, char *buf, size_t cap) {
+    const char *name = ember_type_name((uint32_t)t);
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++) buf[i] = (char)tolower((unsigned char)name[i]);
+    buf[i] = '\0';
+    return buf;
 }
+#define DTYPE_CHARS 16
 
 bool ember_tiny_model_parse_dtype(const char *s, ember_type *out) {
-    static const struct {
-        const char *name;
-        ember_type t;
-    } all[] = {{"f32", EMBER_TYPE_F32},   {"f16", EMBER_TYPE_F16},   {"bf16", EMBER_TYPE_BF16},
-               {"q8_0", EMBER_TYPE_Q8_0}, {"q4_0", EMBER_TYPE_Q4_0}, {"q4_1", EMBER_TYPE_Q4_1},
-               {"q5_0", EMBER_TYPE_Q5_0}, {"q5_1", EMBER_TYPE_Q5_1}, {"q2_k", EMBER_TYPE_Q2_K},
-               {"q3_k", EMBER_TYPE_Q3_K}, {"q4_k", EMBER_TYPE_Q4_K}, {"q5_k", EMBER_TYPE_Q5_K},
-               {"q6_k", EMBER_TYPE_Q6_K}};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (s && strcmp(s, all[i].name) == 0) {
-            *out = all[i].t;
+    char spelled[DTYPE_CHARS];
+    for (uint32_t t = 0; s && t < EMBER_TYPE_COUNT; t++)
+        if (dtype_block((ember_type)t) && strcmp(s, dtype_spelling((ember_type)t, spelled, sizeof spelled)) == 0) {
+            *out = (ember_type)t;
             return true;
         }
     return false;
+}
+
+void ember_tiny_model_dtype_list(char *buf, size_t cap) {
+    char spelled[DTYPE_CHARS];
+    if (cap) buf[0] = '\0';
+    for (uint32_t t = 0; cap && t < EMBER_TYPE_COUNT; t++) {
+        if (!dtype_block((ember_type)t)) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap - used, "%s%s", used ? ", " : "",
+                 dtype_spelling((ember_type)t, spelled, sizeof spelled));
+    }
 }
 
 /* ---- deterministic values -------------------------------------------------------------------- */
@@ -396,11 +386,11 @@ static ember_status resolve(const ember_tiny_model_params *p, shape *s, ember_er
     }
     s->fam = fam;
     s->arch = fam->name;
-    if (dtype_block(p->dtype) == 0)
-        return ember_error_set(err, EMBER_ERR_ARG,
-                               "tiny model: dtype %d is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                               "q2_k, q3_k, q4_k, q5_k, q6_k",
-                               (int)p->dtype);
+    if (dtype_block(p->dtype) == 0) {
+        char list[128];
+        ember_tiny_model_dtype_list(list, sizeof list);
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: dtype %d is not one of %s", (int)p->dtype, list);
+    }
     ember_status st = check_sizes(p, err);
     if (st == EMBER_OK) st = check_family_settings(p, fam, err);
     if (st != EMBER_OK) return st;
@@ -530,6 +520,7 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
         if ((st = check_head_size(s->hd_swa, "sliding layers' ", err))) return st;
     }
     const int64_t blk = dtype_block(p->dtype);
+    char spelled[DTYPE_CHARS];
     if (blk > 1) {
         bool ok = p->n_embd % blk == 0 && p->n_ff % blk == 0 && (p->n_head * s->hd) % blk == 0;
         if (gemma) ok = ok && (p->n_head * s->hd_swa) % blk == 0 && s->ple % blk == 0;
@@ -539,7 +530,7 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
                                        ? "tiny model: %s needs hidden, ff, heads*head_size (both kinds) and the "
                                          "per-layer input width to be multiples of %lld"
                                        : "tiny model: %s needs hidden, ff and heads*head_size to be multiples of %lld",
-                                   dtype_name(p->dtype), (long long)blk);
+                                   dtype_spelling(p->dtype, spelled, sizeof spelled), (long long)blk);
     }
     if (p->tokenizer && p->n_vocab < EMBER_TINY_TOKENIZER_MIN_VOCAB)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the embedded tokenizer needs a vocabulary of >= %d",
@@ -619,9 +610,10 @@ static uint32_t file_type(ember_type t) {
 
 /* general.* and the size keys every family has, in llama.cpp's order. */
 static void add_common_metadata(const ember_tiny_model_params *p, const shape *s, ember_gguf_writer *w) {
-    char key[160], name[96];
+    char key[160], name[96], spelled[DTYPE_CHARS];
     ember_gguf_writer_set_string(w, "general.architecture", s->arch);
-    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_name(p->dtype), (unsigned long long)p->seed);
+    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_spelling(p->dtype, spelled, sizeof spelled),
+             (unsigned long long)p->seed);
     ember_gguf_writer_set_string(w, "general.name", name);
     ember_gguf_writer_set_u32(w, "general.alignment", 32);
     ember_gguf_writer_set_u32(w, "general.file_type", file_type(p->dtype));

@@ -138,6 +138,9 @@ typedef struct {
     const char *name;
     /* matrix products, indexed by weight type (types.h ids) */
     ember_type_kernels mm[EMBER_TYPE_COUNT];
+    /* true: a type with no entry in mm whose traits have a to_float is multiplied by
+     * ember_product_reference (the reference set: its products are read off the traits table). */
+    bool mm_by_traits;
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* transposed products (the backward pass), indexed by weight type; NULL: none for the type */
     ember_rows_t_fn mm_t[EMBER_TYPE_COUNT];
@@ -205,9 +208,15 @@ void ember_f32_to_bf16_row(uint16_t *y, const float *x, int64_t n);
 /* ref.c: the gelu_mul_ref every set uses. */
 void ember_gelu_mul_ref(float *g, const float *u, int64_t n);
 
+/* ref.c: { .rows = ember_rows_reference }, the product of every type of the reference set. */
+extern const ember_type_kernels ember_product_reference;
+
 /* The product of set `ops` for weights of type t, or NULL when it has none. */
 static inline const ember_type_kernels *ember_kernels_mm(const ember_kernel_ops *ops, ember_type t) {
-    return (unsigned)t < EMBER_TYPE_COUNT && ops->mm[t].rows ? &ops->mm[t] : NULL;
+    if ((unsigned)t >= EMBER_TYPE_COUNT) return NULL;
+    if (ops->mm[t].rows) return &ops->mm[t];
+    const ember_type_traits *tr = ops->mm_by_traits ? ember_type_traits_get((uint32_t)t) : NULL;
+    return tr && tr->to_float ? &ember_product_reference : NULL;
 }
 
 /* ---- kernel variants: what a trace records for each op (variant.c) ---- */

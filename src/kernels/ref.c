@@ -200,24 +200,12 @@ static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
     for (int64_t h = 0; h < n_heads; h++) ember_rope(x + h * hd, n_rot, pos, base, neox, freq_factors);
 }
 
-/* Every type with a to_float gets the same reference product (add a line per new type). */
+const ember_type_kernels ember_product_reference = {.rows = ember_rows_reference};
+
+/* The products: no table of its own (mm_by_traits), every type whose traits have a to_float. */
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
-    .mm =
-        {
-            [EMBER_TYPE_F32] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_F16] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_BF16] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q8_0] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q4_0] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q4_1] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q5_0] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q5_1] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q4_K] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q5_K] = {.rows = ember_rows_reference},
-            [EMBER_TYPE_Q6_K] = {.rows = ember_rows_reference},
-            EMBER_MM_REFERENCE_PRODUCTS, /* Q2_K, Q3_K */
-        },
+    .mm_by_traits = true,
     .dot_f32 = ref_dot_f32,
     .mm_t = {EMBER_MM_T_REFERENCE_PRODUCTS},
     .attn_chunk = ref_attn_chunk,

@@ -167,15 +167,14 @@ typedef struct {
     int64_t block_size; /* values per block (1 for f32/f16/bf16) */
     size_t block_bytes; /* bytes per block */
     /* Row of n values (n a multiple of block_size) as f32, exactly as stored. NULL: ember cannot
-     * read this type yet (a file holding it is refused). */
+     * read this type yet (a file holding it is refused). With it, the type is a weight type: the
+     * reference set multiplies it (ember_rows_reference reads only this). */
     void (*to_float)(const void *row, float *out, int64_t n);
     /* The activation type a dot product with these weights wants, and how to quantize f32
      * activations into it (the oracle form; the SIMD sets may lay the result out their own way).
      * vec_dot_type F32 with from_float NULL: products use the f32 activations as they are. */
     ember_type vec_dot_type;
     void (*from_float)(const float *x, void *y, int64_t n);
-    /* Whether matrix products with weights of this type exist (on every kernel set). */
-    bool matmul;
 } ember_type_traits;
 
 /* The traits of a type id as read from a file, or NULL when ember knows nothing of it. */

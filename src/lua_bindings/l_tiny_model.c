@@ -34,11 +34,12 @@ static int l_make_tiny_model(lua_State *L) {
     }
     p.family = family;
     const char *dtype = ember_lua_opt_str_field(L, 2, "make_tiny_model", "dtype", "f32");
-    if (!ember_tiny_model_parse_dtype(dtype, &p.dtype))
-        return luaL_error(L,
-                          "bad argument to 'make_tiny_model' (option 'dtype' must be f32, f16, bf16 or q8_0, "
-                          "got '%s')",
+    if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
+        char list[128];
+        ember_tiny_model_dtype_list(list, sizeof list);
+        return luaL_error(L, "bad argument to 'make_tiny_model' (option 'dtype' must be one of %s, got '%s')", list,
                           dtype);
+    }
     lua_Integer seed = ember_lua_opt_int_field(L, 2, "make_tiny_model", "seed", 1);
     if (seed < 0) return luaL_error(L, "bad argument to 'make_tiny_model' (option 'seed' must be >= 0)");
     p.seed = (uint64_t)seed;

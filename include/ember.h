@@ -500,6 +500,8 @@ int64_t ember_argmax(const float *x, int64_t n);
 /* SHA-256 (mbedTLS) as 64 lowercase hex chars + NUL. */
 void ember_sha256_hex(const void *data, size_t len, char out[65]);
 ember_status ember_sha256_file_hex(const char *path, char out[65], ember_error *err);
+/* A SHA-256 digest's 32 bytes as 64 lowercase hex chars + NUL: the one spelling of every digest. */
+void ember_sha256_digest_hex(const unsigned char digest[32], char out[65]);
 
 /* The model file's digest for provenance (model_digest.c). A cache directory holds one entry per
  * file, keyed by device, inode, size and modification time in nanoseconds: an entry is used only

@@ -60,15 +60,8 @@ struct ember_gguf_writer {
 static void buf_put(wbuf *b, const void *src, size_t n) {
     if (b->oom) return;
     if (n > b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap - b->len < n) {
-            if (cap > SIZE_MAX / 2) {
-                b->oom = true;
-                return;
-            }
-            cap *= 2;
-        }
-        uint8_t *p = realloc(b->p, cap);
+        const size_t cap = n <= SIZE_MAX - b->len ? ember_grow_cap(b->cap, 64, b->len + n) : 0;
+        uint8_t *p = cap ? realloc(b->p, cap) : NULL;
         if (!p) {
             b->oom = true;
             return;

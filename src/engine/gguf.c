@@ -283,9 +283,8 @@ static uint64_t name_hash(const char *s, size_t len) {
 }
 
 static bool index_init(gguf_index *ix, uint64_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2; /* n is bounded by the file size, so this cannot run away */
-    ix->slots = calloc(cap, sizeof *ix->slots);
+    const size_t cap = ember_grow_cap(16, 16, 2 * (size_t)n); /* n is bounded by the file size */
+    ix->slots = cap ? calloc(cap, sizeof *ix->slots) : NULL;
     ix->cap = ix->slots ? cap : 0;
     return ix->slots != NULL;
 }

@@ -72,15 +72,6 @@ struct ember_digest {
 
 const char *ember_digest_source_name(ember_digest_source s) { return s == EMBER_DIGEST_CACHED ? "cached" : "fresh"; }
 
-static void to_hex(const unsigned char digest[32], char out[65]) {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[digest[i] >> 4];
-        out[2 * i + 1] = hex[digest[i] & 15];
-    }
-    out[64] = 0;
-}
-
 static digest_key key_of(const struct stat *st) {
     digest_key k = {.dev = (uint64_t)st->st_dev,
                     .ino = (uint64_t)st->st_ino,
@@ -224,7 +215,7 @@ static bool hash_step(ember_digest *d) {
     } else {
         unsigned char digest[32];
         mbedtls_sha256_finish_ret(&d->ctx, digest);
-        to_hex(digest, d->hex);
+        ember_sha256_digest_hex(digest, d->hex);
         d->status = EMBER_OK;
         if (d->entry_path && d->key.mtime_ns < d->started_ns - DIGEST_RACY_NS)
             cache_store(d->entry_path, &d->key, d->hex, d->path);

@@ -8,7 +8,7 @@
 
 #include <mbedtls/sha256.h>
 
-static void to_hex(const unsigned char digest[32], char out[65]) {
+void ember_sha256_digest_hex(const unsigned char digest[32], char out[65]) {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
         out[2 * i] = hex[digest[i] >> 4];
@@ -20,7 +20,7 @@ static void to_hex(const unsigned char digest[32], char out[65]) {
 void ember_sha256_hex(const void *data, size_t len, char out[65]) {
     unsigned char digest[32];
     mbedtls_sha256_ret(data, len, digest, 0);
-    to_hex(digest, out);
+    ember_sha256_digest_hex(digest, out);
 }
 
 ember_status ember_sha256_file_hex(const char *path, char out[65], ember_error *err) {
@@ -38,6 +38,6 @@ ember_status ember_sha256_file_hex(const char *path, char out[65], ember_error *
     mbedtls_sha256_finish_ret(&ctx, digest);
     mbedtls_sha256_free(&ctx);
     if (bad) return ember_error_set(err, EMBER_ERR_IO, "%s: read error", path);
-    to_hex(digest, out);
+    ember_sha256_digest_hex(digest, out);
     return EMBER_OK;
 }

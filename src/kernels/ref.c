@@ -140,9 +140,9 @@ void ember_rows_t_reference(const ember_matrix *w, const float *g, float *dx, in
     }
 }
 
-/* Scaled dot-product attention of one query head, as written: scores, softmax, weighted sum. */
-/* The partial of each row over its visible keys of the chunk: scores, their maximum, exp(s - max),
- * the sum of those, and the values weighted by them, all in key order. */
+/* Scaled dot-product attention, as written: the partial of each row over its visible keys of the
+ * chunk: scores, their maximum, exp(s - max), the sum of those, and the values weighted by them, all
+ * in key order. */
 static void ref_attn_chunk(const ember_attn_rows *a, int64_t k0, int64_t k1, float *scores, float *m, float *l,
                            float *acc) {
     const size_t stride = (size_t)a->kv_stride * (a->kv_type == EMBER_TYPE_F32 ? 4 : 2);

@@ -193,6 +193,18 @@ bool ember_shape_count(const int64_t *dims, int n, int64_t max_count, int64_t *o
 /* Bytes of one row of n values; 0 when ember_type_nbytes fails. */
 size_t ember_type_row_size(ember_type t, int64_t n);
 
+/* The capacity a doubling buffer grows to for `need` items: cap (`first` when cap is 0) doubled
+ * until it is at least need; 0 when that would pass SIZE_MAX. The one growth rule of ember's
+ * buffers (the GGUF reader's and writer's, the tokenizer's). */
+static inline size_t ember_grow_cap(size_t cap, size_t first, size_t need) {
+    size_t c = cap ? cap : first;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return 0;
+        c *= 2;
+    }
+    return c;
+}
+
 /* ---- the value fingerprint (fingerprint.c) -----------------------------------------------------
  * FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over the little-endian bytes of
  * n f32 values in order; the shape is not included. The one fingerprint of traces, dumps and

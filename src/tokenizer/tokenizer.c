@@ -94,9 +94,8 @@ static bool tok_table_resize(tok_table *tab, int64_t cap) {
 /* Room for entries 0..n (grown by doubling, while building). */
 static bool tok_table_reserve(tok_table *tab, int64_t n) {
     if (n < tab->cap) return true;
-    int64_t cap = tab->cap ? tab->cap : 1024;
-    while (cap <= n) cap *= 2;
-    return tok_table_resize(tab, cap);
+    const size_t cap = ember_grow_cap((size_t)tab->cap, 1024, (size_t)n + 1);
+    return cap && cap <= INT64_MAX && tok_table_resize(tab, (int64_t)cap);
 }
 
 /* Room for len more bytes of text (grown by doubling); false when out of memory or when the
@@ -104,9 +103,8 @@ static bool tok_table_reserve(tok_table *tab, int64_t n) {
 static bool tok_table_reserve_text(tok_table *tab, size_t len) {
     if (len > TOK_MAX_TEXT_BYTES - 1 - tab->text_used) return false;
     if (tab->text_used + len + 1 <= tab->text_cap) return true;
-    size_t cap = tab->text_cap ? tab->text_cap : 65536;
-    while (cap < tab->text_used + len + 1) cap *= 2;
-    char *text = realloc(tab->text, cap);
+    const size_t cap = ember_grow_cap(tab->text_cap, 65536, tab->text_used + len + 1);
+    char *text = cap ? realloc(tab->text, cap) : NULL;
     if (!text) return false;
     tab->text = text;
     tab->text_cap = cap;
@@ -140,8 +138,8 @@ int32_t tok_map_find(const tok_str_map *m, const tok_table *tab, const char *s, 
 }
 
 static bool tok_map_grow(tok_str_map *m, const tok_table *tab) {
-    size_t cap = m->cap ? m->cap * 2 : 4096;
-    int32_t *slots = malloc(cap * sizeof *slots);
+    const size_t cap = ember_grow_cap(m->cap, 4096, m->cap + 1);
+    int32_t *slots = cap ? malloc(cap * sizeof *slots) : NULL;
     if (!slots) return false;
     memset(slots, 0xFF, cap * sizeof *slots); /* all -1 */
     for (size_t i = 0; i < m->cap; i++) {
@@ -201,8 +199,8 @@ bool tok_merge_find(const tok_merge_map *m, int32_t left, int32_t right, int32_t
 }
 
 static bool tok_merge_grow(tok_merge_map *m) {
-    size_t cap = m->cap ? m->cap * 2 : 4096;
-    tok_merge_slot *slots = calloc(cap, sizeof *slots);
+    const size_t cap = ember_grow_cap(m->cap, 4096, m->cap + 1);
+    tok_merge_slot *slots = cap ? calloc(cap, sizeof *slots) : NULL;
     if (!slots) return false;
     for (size_t i = 0; i < m->cap; i++) {
         if (!m->slots[i].key) continue;
@@ -247,8 +245,8 @@ static int32_t tok_id_find(const tok_id_map *m, int64_t id) {
 
 static bool tok_id_put(tok_id_map *m, int32_t id, int32_t entry) {
     if ((m->count + 1) * 2 > m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 4096;
-        int32_t *keys = malloc(cap * sizeof *keys), *vals = malloc(cap * sizeof *vals);
+        const size_t cap = ember_grow_cap(m->cap, 4096, m->cap + 1);
+        int32_t *keys = cap ? malloc(cap * sizeof *keys) : NULL, *vals = cap ? malloc(cap * sizeof *vals) : NULL;
         if (!keys || !vals) {
             free(keys);
             free(vals);
@@ -725,8 +723,8 @@ int32_t ember_tokenizer_find(const ember_tokenizer *t, const char *text, size_t 
 
 ember_status tok_ids_push(tok_ids *a, int32_t id, ember_error *err) {
     if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
+        const size_t cap = ember_grow_cap(a->cap, 64, a->cap + 1);
+        int32_t *v = cap ? realloc(a->v, cap * sizeof *v) : NULL;
         if (!v) return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory for token ids");
         a->v = v;
         a->cap = cap;

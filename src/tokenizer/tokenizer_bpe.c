@@ -29,9 +29,8 @@ static ember_status work_nomem(ember_error *err) {
 
 static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_sym) return EMBER_OK;
-    size_t cap = w->cap_sym ? w->cap_sym : 256;
-    while (cap < n) cap *= 2;
-    tok_symbol *sym = realloc(w->sym, cap * sizeof *sym);
+    const size_t cap = ember_grow_cap(w->cap_sym, 256, n);
+    tok_symbol *sym = cap ? realloc(w->sym, cap * sizeof *sym) : NULL;
     if (!sym) return work_nomem(err);
     w->sym = sym;
     w->cap_sym = cap;
@@ -40,9 +39,8 @@ static ember_status reserve_symbols(tok_work *w, size_t n, ember_error *err) {
 
 static ember_status reserve_heap(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_heap) return EMBER_OK;
-    size_t cap = w->cap_heap ? w->cap_heap : 256;
-    while (cap < n) cap *= 2;
-    tok_pair *heap = realloc(w->heap, cap * sizeof *heap);
+    const size_t cap = ember_grow_cap(w->cap_heap, 256, n);
+    tok_pair *heap = cap ? realloc(w->heap, cap * sizeof *heap) : NULL;
     if (!heap) return work_nomem(err);
     w->heap = heap;
     w->cap_heap = cap;

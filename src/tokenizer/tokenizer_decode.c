@@ -120,9 +120,8 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
 
 static bool grow(char **buf, size_t *cap, size_t n) {
     if (n <= *cap) return true;
-    size_t c = *cap ? *cap : 256;
-    while (c < n) c *= 2;
-    char *b = realloc(*buf, c);
+    const size_t c = ember_grow_cap(*cap, 256, n);
+    char *b = c ? realloc(*buf, c) : NULL;
     if (!b) return false;
     *buf = b;
     *cap = c;

@@ -22,9 +22,8 @@ void tok_work_free(tok_work *w) {
 
 static bool grow_bytes(char **p, size_t *cap, size_t n) {
     if (n <= *cap) return true;
-    size_t c = *cap ? *cap : 4096;
-    while (c < n) c *= 2;
-    char *q = realloc(*p, c);
+    const size_t c = ember_grow_cap(*cap, 4096, n);
+    char *q = c ? realloc(*p, c) : NULL;
     if (!q) return false;
     *p = q;
     *cap = c;
@@ -39,8 +38,8 @@ ember_status tok_work_reserve_buf(tok_work *w, size_t n, ember_error *err) {
 
 static ember_status reserve_cps(tok_work *w, size_t n, ember_error *err) {
     if (n <= w->cap_cp) return EMBER_OK;
-    size_t cap = w->cap_cp ? w->cap_cp : 1024;
-    while (cap < n) cap *= 2;
+    const size_t cap = ember_grow_cap(w->cap_cp, 1024, n);
+    if (!cap) return ember_error_set(err, EMBER_ERR_NOMEM, "tokenizer: out of memory while encoding");
     int32_t *cp = realloc(w->cp, cap * sizeof *cp);
     if (cp) w->cp = cp;
     uint8_t *fl = realloc(w->fl, cap * sizeof *fl);

@@ -186,43 +186,77 @@ local function fresh_state(n)
   return st
 end
 
+-- The options' defaults and checks: top/before/after, the features (default: every feature, each
+-- one of the SAE's), the shard.
+local function check_options(o)
+  o.top, o.before, o.after = o.top or 10, o.before or 8, o.after or 4
+  if o.features == nil then
+    o.features = {}
+    for i = 0, o.sae.d_sae - 1 do o.features[#o.features + 1] = i end
+  end
+  for _, f in ipairs(o.features) do
+    if math.type(f) ~= "integer" or f < 0 or f >= o.sae.d_sae then
+      fail("feature %s is not one of the SAE's (0-%d)", tostring(f), o.sae.d_sae - 1)
+    end
+  end
+  if o.shard == nil then return nil end
+  local shard, err = sweep.parse_shard(o.shard)
+  if not shard then fail("shard: %s", err) end
+  return shard
+end
+
+-- The state to start from: fresh, or what o.out holds of the same run (another run is refused).
+local function start_state(o, shard)
+  local st = fresh_state(#o.features)
+  st.settings = settings(o)
+  st.settings_sha256 = sha256(json.encode(st.settings))
+  st.shard = shard
+  local prev = o.out and M.read(o.out)
+  if not prev then return st end
+  if prev.settings_sha256 ~= st.settings_sha256 then
+    fail("%s holds a different run (its settings: %s); choose another --out", o.out, json.encode(prev.settings))
+  end
+  local keep = st.settings
+  st = state_of(prev, #o.features)
+  st.settings, st.settings_sha256, st.shard = keep, sha256(json.encode(keep)), shard
+  return st
+end
+
+-- Prompt i (0-based) run and counted into st: the features' firing counts and maxima, its examples.
+local function run_prompt(st, o, i)
+  local ids = o.prompts[i + 1].ids
+  local f = features_of(o.model, o.sae, ids)
+  local stats = core.sae_stats(o.sae.d_sae)
+  stats:add(f)
+  local r = stats:result()
+  for k, feat in ipairs(o.features) do
+    st.fired[k] = st.fired[k] + r.count[feat + 1]
+    if r.max[feat + 1] > st.max[k] then st.max[k] = r.max[feat + 1] end
+  end
+  add_prompt(st, o, i, ids, f)
+  st.tokens = st.tokens + #ids
+  st.done[i] = true
+end
+
+-- The token pieces of every kept example (once, at the end: evicted ones never need them).
+local function label_tokens(st, model)
+  for _, list in ipairs(st.lists) do
+    for _, ex in ipairs(list) do
+      if not ex.tokens then
+        ex.tokens = {}
+        for j, id in ipairs(ex.ids) do ex.tokens[j] = token_label.printable(model:detokenize({ id })) end
+      end
+    end
+  end
+end
+
 -- run{ model, sae, prompts = { { ids, text } }, features = { 0-based ids } (default: every
 --   feature), top = 10, before = 8, after = 4, shard = "I/N", out = DIR (resumed when it holds part
 --   of the same run), progress = reporter, checkpoint_seconds = 2, model_sha256, sae_sha256,
 --   prompts_sha256 } -> { features = { { feature, fired, max, examples } }, status, stats }
 function M.run(o)
-  local model, sae = o.model, o.sae
-  o.top, o.before, o.after = o.top or 10, o.before or 8, o.after or 4
-  if o.features == nil then
-    o.features = {}
-    for i = 0, sae.d_sae - 1 do o.features[#o.features + 1] = i end
-  end
-  for _, f in ipairs(o.features) do
-    if math.type(f) ~= "integer" or f < 0 or f >= sae.d_sae then
-      fail("feature %s is not one of the SAE's (0-%d)", tostring(f), sae.d_sae - 1)
-    end
-  end
-  local shard
-  if o.shard ~= nil then
-    local err
-    shard, err = sweep.parse_shard(o.shard)
-    if not shard then fail("shard: %s", err) end
-  end
-  local st = fresh_state(#o.features)
-  st.settings = settings(o)
-  st.settings_sha256 = sha256(json.encode(st.settings))
-  st.shard = shard
-  if o.out then
-    local prev = M.read(o.out)
-    if prev then
-      if prev.settings_sha256 ~= st.settings_sha256 then
-        fail("%s holds a different run (its settings: %s); choose another --out", o.out, json.encode(prev.settings))
-      end
-      local keep = st.settings
-      st = state_of(prev, #o.features)
-      st.settings, st.settings_sha256, st.shard = keep, sha256(json.encode(keep)), shard
-    end
-  end
+  local shard = check_options(o)
+  local st = start_state(o, shard)
   local mine, resumed = {}, 0
   for i = 0, #o.prompts - 1 do
     if sweep.in_shard(i, shard) then
@@ -233,40 +267,18 @@ function M.run(o)
   if o.progress then o.progress:start(#mine, resumed) end
   local store_now = require("ember.sweep.store").now
   local last, every = store_now(), o.checkpoint_seconds or 2
-  local function status()
-    for _, i in ipairs(mine) do if not st.done[i] then return "partial" end end
-    return "complete"
-  end
   local ok, err = pcall(function()
     for _, i in ipairs(mine) do
       if not st.done[i] then
-        local ids = o.prompts[i + 1].ids
-        local f = features_of(model, sae, ids)
-        local stats = core.sae_stats(sae.d_sae)
-        stats:add(f)
-        local r = stats:result()
-        for k, feat in ipairs(o.features) do
-          st.fired[k] = st.fired[k] + r.count[feat + 1]
-          if r.max[feat + 1] > st.max[k] then st.max[k] = r.max[feat + 1] end
-        end
-        add_prompt(st, o, i, ids, f)
-        st.tokens = st.tokens + #ids
-        st.done[i] = true
+        run_prompt(st, o, i)
         if o.progress then o.progress:step() end
         if o.out and store_now() - last >= every then M.write(o.out, st, o, "partial"); last = store_now() end
       end
     end
   end)
-  -- the token pieces of every kept example (once, at the end: evicted ones never need them)
-  for _, list in ipairs(st.lists) do
-    for _, ex in ipairs(list) do
-      if not ex.tokens then
-        ex.tokens = {}
-        for j, id in ipairs(ex.ids) do ex.tokens[j] = token_label.printable(model:detokenize({ id })) end
-      end
-    end
-  end
-  local final = status()
+  label_tokens(st, o.model)
+  local final = "complete"
+  for _, i in ipairs(mine) do if not st.done[i] then final = "partial" end end
   if o.out then M.write(o.out, st, o, final) end
   if o.progress then o.progress:finish(ok) end
   if not ok then error(err, 0) end

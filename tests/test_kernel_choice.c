@@ -148,6 +148,14 @@ static void test_sizes(void) {
     CHECK(weight_types == 13);
 }
 
+/* The doubling rule of buffers, against hand-computed capacities. */
+static void test_grow_cap(void) {
+    CHECK(ember_grow_cap(0, 16, 0) == 16 && ember_grow_cap(0, 16, 16) == 16 && ember_grow_cap(0, 16, 17) == 32);
+    CHECK(ember_grow_cap(64, 16, 65) == 128 && ember_grow_cap(64, 16, 1000) == 1024 && ember_grow_cap(64, 16, 3) == 64);
+    CHECK(ember_grow_cap((size_t)1 << 40, 1, ((size_t)1 << 41) + 1) == (size_t)1 << 42);
+    CHECK(ember_grow_cap(SIZE_MAX / 2 + 1, 1, SIZE_MAX) == 0); /* doubling would wrap */
+}
+
 /* A weight type a set has no product for is an explicit error at reserve time, on every set. */
 static void test_unsupported_product(void) {
     const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
@@ -207,5 +215,6 @@ int main(void) {
     test_best();
     test_env();
     test_sizes();
+    test_grow_cap();
     return ember_test_finish();
 }

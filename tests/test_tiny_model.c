@@ -874,7 +874,33 @@ static void test_shapes(void) {
     CHECK(run_cmd(cmd) == 0);
 }
 
+/* The dtypes are the traits' weight types, spelled in lower case: the 13 of docs/models.md, each
+ * parsed back to its own type; other spellings and the activation-only types are refused. */
+static void test_dtypes(void) {
+    static const struct {
+        const char *name;
+        ember_type t;
+    } want[] = {{"f32", EMBER_TYPE_F32},   {"f16", EMBER_TYPE_F16},   {"q4_0", EMBER_TYPE_Q4_0},
+                {"q4_1", EMBER_TYPE_Q4_1}, {"q5_0", EMBER_TYPE_Q5_0}, {"q5_1", EMBER_TYPE_Q5_1},
+                {"q8_0", EMBER_TYPE_Q8_0}, {"q2_k", EMBER_TYPE_Q2_K}, {"q3_k", EMBER_TYPE_Q3_K},
+                {"q4_k", EMBER_TYPE_Q4_K}, {"q5_k", EMBER_TYPE_Q5_K}, {"q6_k", EMBER_TYPE_Q6_K},
+                {"bf16", EMBER_TYPE_BF16}};
+    char list[256] = "", joined[256] = "";
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ember_type t = (ember_type)-1;
+        CHECK_MSG(ember_tiny_model_parse_dtype(want[i].name, &t) && t == want[i].t, "dtype %s", want[i].name);
+        snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", i ? ", " : "", want[i].name);
+    }
+    ember_tiny_model_dtype_list(list, sizeof list);
+    CHECK_MSG(strcmp(list, joined) == 0, "dtype list '%s'", list);
+    ember_type t;
+    const char *refused[] = {"q4_K", "Q8_0", "q8_1", "q8_k", "f64", "", NULL};
+    for (int i = 0; refused[i]; i++) CHECK_MSG(!ember_tiny_model_parse_dtype(refused[i], &t), "'%s'", refused[i]);
+    CHECK(!ember_tiny_model_parse_dtype(NULL, &t));
+}
+
 int main(void) {
+    test_dtypes();
     test_determinism();
     test_layout();
     test_values();

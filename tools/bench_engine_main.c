@@ -165,182 +165,222 @@ static void usage(void) {
             "                    [--membw] [--membw-mib 1024]\n");
 }
 
-int main(int argc, char **argv) {
-    const char *model_path = NULL, *kernels_s = "auto", *kv_s = "f32";
-    int prompt_tokens = 52, gen_tokens = 32, threads = 0, repeat = 5, warmup = 1;
-    bool json = false, bw = false;
-    size_t bw_mib = 1024;
+/* The command line. */
+typedef struct {
+    const char *model_path, *kernels_s, *kv_s;
+    int prompt_tokens, gen_tokens, threads, repeat, warmup;
+    bool json, bw;
+    size_t bw_mib;
+    ember_kernels kernels;
+    ember_kv_type kv_type;
+} options;
+
+/* false: a usage error. */
+static bool parse_options(int argc, char **argv, options *o) {
+    *o = (options){.kernels_s = "auto",
+                   .kv_s = "f32",
+                   .prompt_tokens = 52,
+                   .gen_tokens = 32,
+                   .repeat = 5,
+                   .warmup = 1,
+                   .bw_mib = 1024};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (strcmp(a, name) == 0 && v && (i++, true))
-        if (ARG("--model")) model_path = v;
-        else if (ARG("--prompt-tokens")) prompt_tokens = atoi(v);
-        else if (ARG("--gen-tokens")) gen_tokens = atoi(v);
-        else if (ARG("--threads")) threads = atoi(v);
-        else if (ARG("--kernels")) kernels_s = v;
-        else if (ARG("--kv-cache")) kv_s = v;
-        else if (ARG("--repeat")) repeat = atoi(v);
-        else if (ARG("--warmup")) warmup = atoi(v);
-        else if (ARG("--membw-mib")) bw_mib = (size_t)atoi(v);
-        else if (strcmp(a, "--membw") == 0) bw = true;
-        else if (strcmp(a, "--json") == 0) json = true;
-        else {
-            usage();
-            return 2;
-        }
+        if (ARG("--model")) o->model_path = v;
+        else if (ARG("--prompt-tokens")) o->prompt_tokens = atoi(v);
+        else if (ARG("--gen-tokens")) o->gen_tokens = atoi(v);
+        else if (ARG("--threads")) o->threads = atoi(v);
+        else if (ARG("--kernels")) o->kernels_s = v;
+        else if (ARG("--kv-cache")) o->kv_s = v;
+        else if (ARG("--repeat")) o->repeat = atoi(v);
+        else if (ARG("--warmup")) o->warmup = atoi(v);
+        else if (ARG("--membw-mib")) o->bw_mib = (size_t)atoi(v);
+        else if (strcmp(a, "--membw") == 0) o->bw = true;
+        else if (strcmp(a, "--json") == 0) o->json = true;
+        else return false;
 #undef ARG
     }
-    ember_kernels kernels;
-    ember_kv_type kv_type;
-    if (!ember_kernels_parse(kernels_s, &kernels) || !ember_kv_type_parse(kv_s, &kv_type) || prompt_tokens < 1 ||
-        gen_tokens < 0 || repeat < 1 || warmup < 0 || (!model_path && !bw)) {
+    return ember_kernels_parse(o->kernels_s, &o->kernels) && ember_kv_type_parse(o->kv_s, &o->kv_type) &&
+           o->prompt_tokens >= 1 && o->gen_tokens >= 0 && o->repeat >= 1 && o->warmup >= 0 && (o->model_path || o->bw);
+}
+
+/* What the runs measured. */
+typedef struct {
+    double load_s, pre_med, dec_med, pre_min, pre_max, dec_min, dec_max, rss, bytes, gbs;
+    int n_pairs;
+    double pair_share, pair_dec, pair_bw;
+    char *pair_list; /* JSON: [[decode tok/s, GB/s], ...] */
+} results;
+
+/* warmup + repeat runs of a prefill and gen_tokens decodes: tokens per second into pre[r] / dec[r]. */
+static ember_status timed_runs(const options *o, ember_session *s, const int32_t *ids, int64_t n_vocab, double *pre,
+                               double *dec, ember_error *err) {
+    for (int r = -o->warmup; r < o->repeat; r++) {
+        ember_session_reset(s);
+        double a = now_s();
+        if (ember_session_prefill(s, ids, o->prompt_tokens, NULL, err) != EMBER_OK) return err->code;
+        double b = now_s();
+        for (int k = 0; k < o->gen_tokens; k++) {
+            int32_t next = (int32_t)ember_argmax(ember_session_logits(s), n_vocab);
+            if (ember_session_decode(s, next, NULL, err) != EMBER_OK) return err->code;
+        }
+        double c = now_s();
+        if (r >= 0) {
+            pre[r] = o->prompt_tokens / (b - a);
+            dec[r] = o->gen_tokens > 0 ? o->gen_tokens / (c - b) : 0;
+        }
+    }
+    return EMBER_OK;
+}
+
+/* Paired: the machine's bandwidth can change within seconds (a shared host), so a decode median and
+ * a separate probe may see different states. Here each decoded token is timed right before one
+ * probe pass, and the share of the ceiling is taken per pair. false: out of memory or failed (the
+ * message printed). */
+static bool paired_runs(const options *o, ember_session *s, const int32_t *ids, int64_t n_vocab, bw_probe *p,
+                        bool probing, results *res) {
+    const int n_pairs = res->n_pairs;
+    double *share = malloc((size_t)n_pairs * sizeof(double)), *pd = malloc((size_t)n_pairs * sizeof(double)),
+           *pb = malloc((size_t)n_pairs * sizeof(double));
+    if (!share || !pd || !pb || !probing) {
+        fprintf(stderr, "bench-engine: out of memory for the paired bandwidth probe\n");
+        return false;
+    }
+    ember_error err = {0};
+    int k = 0;
+    for (int r = 0; r < o->repeat && err.code == EMBER_OK; r++) {
+        ember_session_reset(s);
+        if (ember_session_prefill(s, ids, o->prompt_tokens, NULL, &err) != EMBER_OK) break;
+        for (int g = 0; g < o->gen_tokens; g++, k++) {
+            int32_t next = (int32_t)ember_argmax(ember_session_logits(s), n_vocab);
+            double a = now_s();
+            if (ember_session_decode(s, next, NULL, &err) != EMBER_OK) break;
+            pd[k] = 1.0 / (now_s() - a);
+            pb[k] = probe_pass(p);
+            share[k] = pd[k] * res->bytes / (pb[k] * 1e9);
+        }
+    }
+    for (int rest = k; rest < n_pairs; rest++) probe_pass(p); /* lets the probe threads finish */
+    if (err.code != EMBER_OK) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return false;
+    }
+    if (o->json) { /* the pairs themselves, in order (median() sorts) */
+        res->pair_list = malloc((size_t)n_pairs * 24 + 64);
+        if (res->pair_list) {
+            size_t len = 0;
+            for (int i = 0; i < n_pairs; i++)
+                len += (size_t)sprintf(res->pair_list + len, "%s[%.2f, %.2f]", i ? ", " : "", pd[i], pb[i]);
+        }
+    }
+    res->pair_share = median(share, n_pairs);
+    res->pair_dec = median(pd, n_pairs);
+    res->pair_bw = median(pb, n_pairs);
+    free(share);
+    free(pd);
+    free(pb);
+    return true;
+}
+
+static void print_json(const options *o, const ember_model_info *info, const results *r) {
+    printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"kv_cache\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
+           "\"gen_tokens\": %d, "
+           "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "
+           "\"prefill_max\": %.2f, \"decode_min\": %.2f, \"decode_max\": %.2f, \"load_s\": %.3f, "
+           "\"peak_rss_mib\": %.1f, \"repacked_mb\": %.1f, \"weight_mb_per_token\": %.1f",
+           o->model_path, info->kernels, info->kv_cache, info->n_threads, o->prompt_tokens, o->gen_tokens, o->repeat,
+           r->pre_med, r->dec_med, r->pre_min, r->pre_max, r->dec_min, r->dec_max, r->load_s, r->rss,
+           (double)info->repacked_bytes / 1e6, r->bytes / 1e6);
+    if (o->bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", r->gbs, r->gbs * 1e9 / r->bytes);
+    if (r->n_pairs > 0)
+        printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
+               r->n_pairs, r->pair_share, r->pair_dec, r->pair_bw);
+    if (r->pair_list) printf(", \"pair_values\": [%s]", r->pair_list);
+    printf("}\n");
+}
+
+static void print_text(const options *o, const ember_model_info *info, const results *r) {
+    printf("model      %s (%s, %s)\n", o->model_path, info->family, info->dtype_summary);
+    printf("kernels    %s, %d threads, %s KV cache\n", info->kernels, info->n_threads, info->kv_cache);
+    printf("prefill    %.1f tok/s median of %d (min %.1f, max %.1f), %d-token prompt\n", r->pre_med, o->repeat,
+           r->pre_min, r->pre_max, o->prompt_tokens);
+    printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", r->dec_med, o->repeat, r->dec_min,
+           r->dec_max, o->gen_tokens);
+    printf("load       %.3f s; peak RSS %.1f MiB; %.1f MB of weights repacked\n", r->load_s, r->rss,
+           (double)info->repacked_bytes / 1e6);
+    printf("weights    %.1f MB read per decoded token\n", r->bytes / 1e6);
+    if (o->bw)
+        printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", r->gbs,
+               r->gbs * 1e9 / r->bytes, 100.0 * r->dec_med / (r->gbs * 1e9 / r->bytes));
+    if (r->n_pairs > 0)
+        printf("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
+               "           one probe pass right after it (medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
+               100.0 * r->pair_share, r->n_pairs, r->pair_dec, r->pair_bw);
+}
+
+/* --membw without a model: the bandwidth alone. */
+static int bandwidth_only(const options *o, int bw_threads) {
+    const double gbs = membw(bw_threads, o->bw_mib, 10);
+    if (o->json) printf("{\"membw_gbs\": %.2f, \"threads\": %d, \"mib\": %zu}\n", gbs, bw_threads, o->bw_mib);
+    else
+        printf("memory read bandwidth: %.1f GB/s (%d threads, %zu MiB array, best of 10)\n", gbs, bw_threads,
+               o->bw_mib);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse_options(argc, argv, &o)) {
         usage();
         return 2;
     }
-    const int bw_threads = threads > 0 ? threads : ember_cpu_physical_cores();
-    double gbs = 0;
-    if (bw && !model_path) {
-        gbs = membw(bw_threads, bw_mib, 10);
-        if (json) printf("{\"membw_gbs\": %.2f, \"threads\": %d, \"mib\": %zu}\n", gbs, bw_threads, bw_mib);
-        else
-            printf("memory read bandwidth: %.1f GB/s (%d threads, %zu MiB array, best of 10)\n", gbs, bw_threads,
-                   bw_mib);
-        return 0;
-    }
+    const int bw_threads = o.threads > 0 ? o.threads : ember_cpu_physical_cores();
+    if (o.bw && !o.model_path) return bandwidth_only(&o, bw_threads);
 
     ember_error err = {0};
     ember_model *m = NULL;
-    ember_model_params mp = {.path = model_path, .kernels = kernels, .n_threads = threads, .kv_cache = kv_type};
+    ember_model_params mp = {.path = o.model_path, .kernels = o.kernels, .n_threads = o.threads, .kv_cache = o.kv_type};
+    results res = {0};
     double t0 = now_s();
     if (ember_model_load(&mp, &m, &err) != EMBER_OK) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return 1;
     }
-    const double load_s = now_s() - t0;
+    res.load_s = now_s() - t0;
     const ember_model_info *info = ember_model_get_info(m);
     ember_session *s = NULL;
-    if (ember_session_new(m, prompt_tokens + gen_tokens + 1, &s, &err) != EMBER_OK) {
+    if (ember_session_new(m, o.prompt_tokens + o.gen_tokens + 1, &s, &err) != EMBER_OK) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         ember_model_free(m);
         return 1;
     }
-    int32_t *ids = malloc((size_t)prompt_tokens * sizeof *ids);
+    int32_t *ids = malloc((size_t)o.prompt_tokens * sizeof *ids);
     uint64_t rng = 0x2545f4914f6cdd1dull;
-    for (int i = 0; i < prompt_tokens; i++) {
+    for (int i = 0; i < o.prompt_tokens; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         ids[i] = (int32_t)(rng % (uint64_t)info->n_vocab);
     }
-    double *pre = malloc((size_t)repeat * sizeof(double)), *dec = malloc((size_t)repeat * sizeof(double));
-    for (int r = -warmup; r < repeat; r++) {
-        ember_session_reset(s);
-        double a = now_s();
-        if (ember_session_prefill(s, ids, prompt_tokens, NULL, &err) != EMBER_OK) break;
-        double b = now_s();
-        for (int k = 0; k < gen_tokens; k++) {
-            int32_t next = (int32_t)ember_argmax(ember_session_logits(s), info->n_vocab);
-            if (ember_session_decode(s, next, NULL, &err) != EMBER_OK) break;
-        }
-        double c = now_s();
-        if (err.code != EMBER_OK) break;
-        if (r >= 0) {
-            pre[r] = prompt_tokens / (b - a);
-            dec[r] = gen_tokens > 0 ? gen_tokens / (c - b) : 0;
-        }
-    }
-    if (err.code != EMBER_OK) {
+    double *pre = malloc((size_t)o.repeat * sizeof(double)), *dec = malloc((size_t)o.repeat * sizeof(double));
+    if (timed_runs(&o, s, ids, info->n_vocab, pre, dec, &err) != EMBER_OK) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return 1;
     }
-    const double pre_med = median(pre, repeat), dec_med = median(dec, repeat);
-    const double rss = peak_rss_mib(); /* before the bandwidth probe allocates its array */
-    const double bytes = (double)ember_model_weight_bytes_per_token(m);
-    /* Paired: the machine's bandwidth can change within seconds (a shared host), so a decode
-     * median and a separate probe may see different states. Here each decoded token is timed
-     * right before one probe pass, and the share of the ceiling is taken per pair. One probe (one
-     * array) serves the best-of-10 figure and then the pairs. */
-    const int n_pairs = bw ? gen_tokens * repeat : 0;
-    double pair_share = 0, pair_dec = 0, pair_bw = 0;
-    char *pair_list = NULL; /* JSON: [[decode tok/s, GB/s], ...] */
+    res.pre_med = median(pre, o.repeat), res.dec_med = median(dec, o.repeat);
+    res.rss = peak_rss_mib(); /* before the bandwidth probe allocates its array */
+    res.bytes = (double)ember_model_weight_bytes_per_token(m);
+    /* One probe (one array) serves the best-of-10 figure and then the pairs. */
+    res.n_pairs = o.bw ? o.gen_tokens * o.repeat : 0;
     bw_probe p;
-    const bool probing = bw && probe_start(&p, bw_threads, bw_mib, 10 + n_pairs);
-    if (probing) gbs = probe_best(&p, 10);
-    if (n_pairs > 0) {
-        double *share = malloc((size_t)n_pairs * sizeof(double)), *pd = malloc((size_t)n_pairs * sizeof(double)),
-               *pb = malloc((size_t)n_pairs * sizeof(double));
-        if (!share || !pd || !pb || !probing) {
-            fprintf(stderr, "bench-engine: out of memory for the paired bandwidth probe\n");
-            return 1;
-        }
-        int k = 0;
-        for (int r = 0; r < repeat && err.code == EMBER_OK; r++) {
-            ember_session_reset(s);
-            if (ember_session_prefill(s, ids, prompt_tokens, NULL, &err) != EMBER_OK) break;
-            for (int g = 0; g < gen_tokens; g++, k++) {
-                int32_t next = (int32_t)ember_argmax(ember_session_logits(s), info->n_vocab);
-                double a = now_s();
-                if (ember_session_decode(s, next, NULL, &err) != EMBER_OK) break;
-                pd[k] = 1.0 / (now_s() - a);
-                pb[k] = probe_pass(&p);
-                share[k] = pd[k] * bytes / (pb[k] * 1e9);
-            }
-        }
-        for (int rest = k; rest < n_pairs; rest++) probe_pass(&p); /* lets the probe threads finish */
-        if (err.code != EMBER_OK) {
-            fprintf(stderr, "bench-engine: %s\n", err.msg);
-            return 1;
-        }
-        if (json) { /* the pairs themselves, in order (median() sorts) */
-            pair_list = malloc((size_t)n_pairs * 24 + 64);
-            if (pair_list) {
-                size_t len = 0;
-                for (int i = 0; i < n_pairs; i++)
-                    len += (size_t)sprintf(pair_list + len, "%s[%.2f, %.2f]", i ? ", " : "", pd[i], pb[i]);
-            }
-        }
-        pair_share = median(share, n_pairs);
-        pair_dec = median(pd, n_pairs);
-        pair_bw = median(pb, n_pairs);
-        free(share);
-        free(pd);
-        free(pb);
-    }
+    const bool probing = o.bw && probe_start(&p, bw_threads, o.bw_mib, 10 + res.n_pairs);
+    if (probing) res.gbs = probe_best(&p, 10);
+    if (res.n_pairs > 0 && !paired_runs(&o, s, ids, info->n_vocab, &p, probing, &res)) return 1;
     if (probing) probe_stop(&p);
-    const double pre_min = pre[0], pre_max = pre[repeat - 1], dec_min = dec[0], dec_max = dec[repeat - 1];
-    if (json) {
-        printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"kv_cache\": \"%s\", \"threads\": %d, \"prompt_tokens\": %d, "
-               "\"gen_tokens\": %d, "
-               "\"repeat\": %d, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"prefill_min\": %.2f, "
-               "\"prefill_max\": %.2f, \"decode_min\": %.2f, \"decode_max\": %.2f, \"load_s\": %.3f, "
-               "\"peak_rss_mib\": %.1f, \"repacked_mb\": %.1f, \"weight_mb_per_token\": %.1f",
-               model_path, info->kernels, info->kv_cache, info->n_threads, prompt_tokens, gen_tokens, repeat, pre_med,
-               dec_med, pre_min, pre_max, dec_min, dec_max, load_s, rss, (double)info->repacked_bytes / 1e6,
-               bytes / 1e6);
-        if (bw) printf(", \"membw_gbs\": %.2f, \"decode_ceiling_tok_s\": %.2f", gbs, gbs * 1e9 / bytes);
-        if (n_pairs > 0)
-            printf(", \"pairs\": %d, \"paired_share\": %.4f, \"paired_decode_tok_s\": %.2f, \"paired_membw_gbs\": %.2f",
-                   n_pairs, pair_share, pair_dec, pair_bw);
-        if (pair_list) printf(", \"pair_values\": [%s]", pair_list);
-        printf("}\n");
-    } else {
-        printf("model      %s (%s, %s)\n", model_path, info->family, info->dtype_summary);
-        printf("kernels    %s, %d threads, %s KV cache\n", info->kernels, info->n_threads, info->kv_cache);
-        printf("prefill    %.1f tok/s median of %d (min %.1f, max %.1f), %d-token prompt\n", pre_med, repeat, pre_min,
-               pre_max, prompt_tokens);
-        printf("decode     %.2f tok/s median of %d (min %.2f, max %.2f), %d tokens\n", dec_med, repeat, dec_min,
-               dec_max, gen_tokens);
-        printf("load       %.3f s; peak RSS %.1f MiB; %.1f MB of weights repacked\n", load_s, rss,
-               (double)info->repacked_bytes / 1e6);
-        printf("weights    %.1f MB read per decoded token\n", bytes / 1e6);
-        if (bw)
-            printf("bandwidth  %.1f GB/s -> decode ceiling %.1f tok/s (decode reaches %.0f%%)\n", gbs,
-                   gbs * 1e9 / bytes, 100.0 * dec_med / (gbs * 1e9 / bytes));
-        if (n_pairs > 0)
-            printf("paired     decode reaches %.0f%% of the ceiling: median over %d pairs of one decoded token and\n"
-                   "           one probe pass right after it (medians: decode %.1f tok/s, bandwidth %.1f GB/s)\n",
-                   100.0 * pair_share, n_pairs, pair_dec, pair_bw);
-    }
-    free(pair_list);
+    res.pre_min = pre[0], res.pre_max = pre[o.repeat - 1], res.dec_min = dec[0], res.dec_max = dec[o.repeat - 1];
+    if (o.json) print_json(&o, info, &res);
+    else print_text(&o, info, &res);
+    free(res.pair_list);
     free(ids);
     free(pre);
     free(dec);

@@ -466,46 +466,38 @@ static void put_str(wbuf *b, const char *s) {
     buf_put(b, s, n);
 }
 
-ember_status ember_gguf_writer_write(ember_gguf_writer *w, const char *path, ember_error *err) {
-    if (w->status != EMBER_OK) return ember_gguf_writer_status(w, err);
-    const uint64_t align = alignment_of(w);
+static const uint8_t zeros[65536];
 
-    /* Everything before the data section, in one buffer. */
-    wbuf head = {0};
-    buf_put(&head, "GGUF", 4);
-    buf_u32(&head, w->version);
-    buf_u64(&head, w->n_t);
-    buf_u64(&head, w->n_kv);
+/* Everything before the data section, in one buffer: header, metadata, tensor infos, padding. */
+static void encode_head(const ember_gguf_writer *w, uint64_t align, wbuf *head) {
+    buf_put(head, "GGUF", 4);
+    buf_u32(head, w->version);
+    buf_u64(head, w->n_t);
+    buf_u64(head, w->n_kv);
     for (size_t i = 0; i < w->n_kv; i++) {
-        put_str(&head, w->kv[i].key);
-        buf_u32(&head, w->kv[i].type);
-        buf_put(&head, w->kv[i].payload.p, w->kv[i].payload.len);
+        put_str(head, w->kv[i].key);
+        buf_u32(head, w->kv[i].type);
+        buf_put(head, w->kv[i].payload.p, w->kv[i].payload.len);
     }
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->t[i];
-        put_str(&head, t->name);
-        buf_u32(&head, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++) buf_u64(&head, (uint64_t)t->ne[d]);
-        buf_u32(&head, t->type);
-        buf_u64(&head, offset);
+        put_str(head, t->name);
+        buf_u32(head, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++) buf_u64(head, (uint64_t)t->ne[d]);
+        buf_u32(head, t->type);
+        buf_u64(head, offset);
         offset = align_up(offset + t->size, align);
     }
-    static const uint8_t zeros[65536];
-    size_t pad = (size_t)(align_up(head.len, align) - head.len);
-    buf_put(&head, zeros, pad);
-    if (head.oom) {
-        free(head.p);
-        return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory while writing", path);
-    }
+    size_t pad = (size_t)(align_up(head->len, align) - head->len);
+    buf_put(head, zeros, pad);
+}
 
-    /* A temporary file in the same directory, so the rename is atomic. */
+/* A temporary file beside path (so the rename is atomic), with the mode a plain fopen gives. */
+static ember_status open_temporary(const char *path, char **tmp_out, FILE **f_out, ember_error *err) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
-    if (!tmp) {
-        free(head.p);
-        return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory while writing", path);
-    }
+    if (!tmp) return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory while writing", path);
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd >= 0) {
@@ -529,6 +521,26 @@ ember_status ember_gguf_writer_write(ember_gguf_writer *w, const char *path, emb
             unlink(tmp);
         }
         free(tmp);
+        return st;
+    }
+    *tmp_out = tmp;
+    *f_out = f;
+    return EMBER_OK;
+}
+
+ember_status ember_gguf_writer_write(ember_gguf_writer *w, const char *path, ember_error *err) {
+    if (w->status != EMBER_OK) return ember_gguf_writer_status(w, err);
+    const uint64_t align = alignment_of(w);
+    wbuf head = {0};
+    encode_head(w, align, &head);
+    if (head.oom) {
+        free(head.p);
+        return ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory while writing", path);
+    }
+    char *tmp = NULL;
+    FILE *f = NULL;
+    ember_status st = open_temporary(path, &tmp, &f, err);
+    if (st != EMBER_OK) {
         free(head.p);
         return st;
     }

@@ -103,144 +103,168 @@ static bool parse_float(const char *opt, const char *s, double lo, bool open, do
     return true;
 }
 
-int main(int argc, char **argv) {
+/* A command line as read so far. */
+typedef struct {
     ember_tiny_model_params p;
-    ember_tiny_model_defaults(&p);
-    const char *out = NULL, *dtype = NULL, *shape = NULL;
-    bool have_family = false;
-    /* --shape first, wherever it is: the other options then override the preset */
+    const char *out, *dtype, *shape;
+    bool have_family;
+} cmdline;
+
+/* --shape first, wherever it is: the other options then override the preset. 0, or the exit status. */
+static int apply_shape(int argc, char **argv, cmdline *c) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--shape") == 0) {
-            if (shape) {
+            if (c->shape) {
                 fprintf(stderr, "make-tiny-model: --shape given more than once\n");
                 return 2;
             }
-            shape = i + 1 < argc ? argv[i + 1] : "";
-            if (!ember_tiny_model_shape(shape, &p)) {
+            c->shape = i + 1 < argc ? argv[i + 1] : "";
+            if (!ember_tiny_model_shape(c->shape, &c->p)) {
                 fprintf(stderr, "make-tiny-model: --shape must be one of");
                 for (int k = 0; ember_tiny_model_shapes[k]; k++) fprintf(stderr, " %s", ember_tiny_model_shapes[k]);
-                fprintf(stderr, " (got '%s')\n", shape);
+                fprintf(stderr, " (got '%s')\n", c->shape);
                 return 2;
             }
             i++;
         }
-    struct {
+    return 0;
+}
+
+/* The numeric options, one row each: 1 when a is one (its value read), 0 when it is not, -1 when
+ * the value is bad (the message printed). */
+static int numeric_option(cmdline *c, const char *a, const char *val) {
+    ember_tiny_model_params *p = &c->p;
+    const struct {
         const char *opt;
         int64_t *dst;
         long long lo, hi;
     } ints[] = {
-        {"--layers", &p.n_layer, 1, 1024},
-        {"--hidden", &p.n_embd, 1, 65536},
-        {"--heads", &p.n_head, 1, 1024},
-        {"--kv-heads", &p.n_head_kv, 1, 1024},
-        {"--head-dim", &p.head_dim, 2, 1024},
-        {"--ff", &p.n_ff, 1, 262144},
-        {"--vocab", &p.n_vocab, 1, 1000000},
-        {"--context", &p.n_ctx, 1, 1 << 24},
-        {"--head-dim-swa", &p.head_dim_swa, 2, 1024},
-        {"--kv-heads-full", &p.n_head_kv_full, 1, 1024},
-        {"--window", &p.sliding_window, 1, 1 << 24},
-        {"--shared-kv", &p.shared_kv_layers, 0, 1023},
-        {"--ple", &p.ple_dim, 0, 65536},
+        {"--layers", &p->n_layer, 1, 1024},
+        {"--hidden", &p->n_embd, 1, 65536},
+        {"--heads", &p->n_head, 1, 1024},
+        {"--kv-heads", &p->n_head_kv, 1, 1024},
+        {"--head-dim", &p->head_dim, 2, 1024},
+        {"--ff", &p->n_ff, 1, 262144},
+        {"--vocab", &p->n_vocab, 1, 1000000},
+        {"--context", &p->n_ctx, 1, 1 << 24},
+        {"--head-dim-swa", &p->head_dim_swa, 2, 1024},
+        {"--kv-heads-full", &p->n_head_kv_full, 1, 1024},
+        {"--window", &p->sliding_window, 1, 1 << 24},
+        {"--shared-kv", &p->shared_kv_layers, 0, 1023},
+        {"--ple", &p->ple_dim, 0, 65536},
     };
-    struct {
+    const struct {
         const char *opt;
         float *dst;
         double lo;
         bool open;
         double hi;
     } floats[] = {
-        {"--rope-base", &p.rope_base, 1.0, true, 1e12},   {"--rope-base-swa", &p.rope_base_swa, 1.0, true, 1e12},
-        {"--softcap", &p.softcap, 0.0, false, 1e6},       {"--attn-softcap", &p.attn_softcap, 0.0, true, 1e6},
-        {"--rope-scale", &p.rope_scale, 1.0, false, 1e6},
+        {"--rope-base", &p->rope_base, 1.0, true, 1e12},   {"--rope-base-swa", &p->rope_base_swa, 1.0, true, 1e12},
+        {"--softcap", &p->softcap, 0.0, false, 1e6},       {"--attn-softcap", &p->attn_softcap, 0.0, true, 1e6},
+        {"--rope-scale", &p->rope_scale, 1.0, false, 1e6},
     };
+    long long v;
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (strcmp(a, ints[k].opt) == 0) {
+            if (!parse_int(a, val, ints[k].lo, ints[k].hi, &v)) return -1;
+            *ints[k].dst = v;
+            return 1;
+        }
+    for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++)
+        if (strcmp(a, floats[k].opt) == 0)
+            return parse_float(a, val, floats[k].lo, floats[k].open, floats[k].hi, floats[k].dst) ? 1 : -1;
+    return 0;
+}
+
+/* The seed: a non-negative integer. */
+static bool parse_seed(const char *val, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long s = val ? strtoull(val, &end, 10) : 0;
+    if (!val || !*val || *end || errno || val[0] == '-') {
+        fprintf(stderr, "make-tiny-model: --seed needs a non-negative integer (got '%s')\n", val ? val : "");
+        return false;
+    }
+    *out = s;
+    return true;
+}
+
+/* The other options: how many arguments a took (1 or 2), 0 after --help, -1 on a usage error (the
+ * message printed). */
+static int other_option(cmdline *c, const char *a, const char *val) {
+    ember_tiny_model_params *p = &c->p;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        usage(stdout);
+        return 0;
+    } else if (strcmp(a, "--shape") == 0 && val) {
+        return 2; /* applied first */
+    } else if (strcmp(a, "--family") == 0 && val) {
+        if (c->shape && strcmp(val, p->family) != 0) {
+            fprintf(stderr, "make-tiny-model: --family %s conflicts with --shape %s (a %s model)\n", val, c->shape,
+                    p->family);
+            return -1;
+        }
+        p->family = val;
+        c->have_family = true;
+        return 2;
+    } else if (strcmp(a, "--dtype") == 0 && val) {
+        c->dtype = val;
+        return 2;
+    } else if (strcmp(a, "--out") == 0 && val) {
+        c->out = val;
+        return 2;
+    } else if (strcmp(a, "--seed") == 0) {
+        return parse_seed(val, &p->seed) ? 2 : -1;
+    } else if (strcmp(a, "--swa-pattern") == 0 && val) {
+        p->swa_pattern = val;
+        return 2;
+    } else if (strcmp(a, "--rope-freqs") == 0 || strcmp(a, "--no-rope-freqs") == 0) {
+        p->rope_freqs = strcmp(a, "--rope-freqs") == 0;
+    } else if (strcmp(a, "--tied") == 0 || strcmp(a, "--untied") == 0) {
+        p->tied = strcmp(a, "--tied") == 0;
+    } else if (strcmp(a, "--no-tokenizer") == 0 || strcmp(a, "--tokenizer") == 0) {
+        p->tokenizer = strcmp(a, "--tokenizer") == 0; /* --tokenizer e.g. with --shape, for llama.cpp */
+    } else {
+        fprintf(stderr, "make-tiny-model: unknown or incomplete option '%s'\n", a);
+        usage(stderr);
+        return -1;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    cmdline c = {0};
+    ember_tiny_model_defaults(&c.p);
+    int rc = apply_shape(argc, argv, &c);
+    if (rc) return rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        long long v;
-        bool matched = false;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++)
-            if (strcmp(a, ints[k].opt) == 0) {
-                if (!parse_int(a, val, ints[k].lo, ints[k].hi, &v)) return 2;
-                *ints[k].dst = v;
-                i++;
-                matched = true;
-            }
-        for (size_t k = 0; k < sizeof floats / sizeof floats[0] && !matched; k++)
-            if (strcmp(a, floats[k].opt) == 0) {
-                if (!parse_float(a, val, floats[k].lo, floats[k].open, floats[k].hi, floats[k].dst)) return 2;
-                i++;
-                matched = true;
-            }
-        if (matched) continue;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--shape") == 0 && val) {
-            i++; /* applied above */
-        } else if (strcmp(a, "--family") == 0 && val) {
-            if (shape && strcmp(val, p.family) != 0) {
-                fprintf(stderr, "make-tiny-model: --family %s conflicts with --shape %s (a %s model)\n", val, shape,
-                        p.family);
-                return 2;
-            }
-            p.family = val;
-            have_family = true;
-            i++;
-        } else if (strcmp(a, "--dtype") == 0 && val) {
-            dtype = val;
-            i++;
-        } else if (strcmp(a, "--out") == 0 && val) {
-            out = val;
-            i++;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            unsigned long long s = val ? strtoull(val, &end, 10) : 0;
-            if (!val || !*val || *end || errno || val[0] == '-') {
-                fprintf(stderr, "make-tiny-model: --seed needs a non-negative integer (got '%s')\n", val ? val : "");
-                return 2;
-            }
-            p.seed = s;
-            i++;
-        } else if (strcmp(a, "--swa-pattern") == 0 && val) {
-            p.swa_pattern = val;
-            i++;
-        } else if (strcmp(a, "--rope-freqs") == 0) {
-            p.rope_freqs = 1;
-        } else if (strcmp(a, "--no-rope-freqs") == 0) {
-            p.rope_freqs = 0;
-        } else if (strcmp(a, "--tied") == 0) {
-            p.tied = 1;
-        } else if (strcmp(a, "--untied") == 0) {
-            p.tied = 0;
-        } else if (strcmp(a, "--no-tokenizer") == 0) {
-            p.tokenizer = false;
-        } else if (strcmp(a, "--tokenizer") == 0) {
-            p.tokenizer = true; /* e.g. with --shape, so that llama.cpp can load the file */
-        } else {
-            fprintf(stderr, "make-tiny-model: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        int took = numeric_option(&c, a, val);
+        if (took == 1) took = 2;
+        else if (took == 0) took = other_option(&c, a, val);
+        if (took < 0) return 2;
+        if (took == 0) return 0; /* --help */
+        i += took - 1;
     }
-    if (shape) {
-        have_family = true;
-        if (!dtype) dtype = "q8_0";
+    if (c.shape) {
+        c.have_family = true;
+        if (!c.dtype) c.dtype = "q8_0";
     }
-    if (!have_family || !dtype || !out) {
+    if (!c.have_family || !c.dtype || !c.out) {
         fprintf(stderr, "make-tiny-model: --family (or --shape), --dtype and --out are required\n");
         usage(stderr);
         return 2;
     }
-    if (!ember_tiny_model_parse_dtype(dtype, &p.dtype)) {
+    if (!ember_tiny_model_parse_dtype(c.dtype, &c.p.dtype)) {
         char list[128];
         ember_tiny_model_dtype_list(list, sizeof list);
-        fprintf(stderr, "make-tiny-model: --dtype must be one of %s (got '%s')\n", list, dtype);
+        fprintf(stderr, "make-tiny-model: --dtype must be one of %s (got '%s')\n", list, c.dtype);
         return 2;
     }
-    if (!make_parent_dirs(out)) return 1;
+    if (!make_parent_dirs(c.out)) return 1;
     ember_error err = {0};
-    if (ember_tiny_model_write(&p, out, &err) != EMBER_OK) {
+    if (ember_tiny_model_write(&c.p, c.out, &err) != EMBER_OK) {
         fprintf(stderr, "make-tiny-model: %s\n", err.msg);
         return 1;
     }

@@ -32,12 +32,77 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
     }
 }
 
+/* Layer l's attention sub-block: norm, Q (and K/V when the layer computes its own cache), the
+ * attention stages, output, post-norm, after_attention, residual add. */
+static ember_status gemma4_attention(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                     int64_t n, ember_error *err) {
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    const ember_layer *L = &m->layers[l];
+    const int64_t d = m->n_embd, pos0 = s->pos, hd = L->head_dim;
+    const float eps = m->norm_eps;
+    ember_trace *tr = s->trace;
+    ember_status st;
+    ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, eps);
+    ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
+    /* Q, and K/V when this layer computes its own cache, in one product over the shared input */
+    const bool own_kv = L->kv_source == l, has_v = own_kv && L->wv.data;
+    ember_matmul_multi(m->compute, own_kv ? (has_v ? 3 : 2) : 1, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv},
+                       w->xn, (float *const[]){w->q, w->k, w->v}, n);
+    ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
+    if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
+    if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
+    ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true, L->rope_freqs);
+    ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
+    if (own_kv) {
+        if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
+        ember_rows_norm_rope(m, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, pos0, L->rope_base, true,
+                             L->rope_freqs);
+        ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
+        if (m->family->v_norm) { /* gemma4: every V head RMS-normalized without a weight */
+            ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
+            ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
+        }
+        ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
+    }
+    /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
+    const int64_t window = L->sliding ? m->window : 0;
+    if ((st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, window, err))) return st;
+    ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
+    ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
+    ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
+    ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, ctx, l, w->attn, n, d, err))) return st;
+    ember_add_into(w->x, w->attn, n * d);
+    ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+    return EMBER_OK;
+}
+
+/* Layer l's per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add. */
+static void gemma4_per_layer_input(ember_session *s, int64_t l, int64_t n) {
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    const ember_layer *L = &m->layers[l];
+    const int64_t d = m->n_embd, ple = m->ple_dim;
+    ember_trace *tr = s->trace;
+    ember_matmul(m->compute, &L->inp_gate, w->x, w->ple_gate, n);
+    ember_trace_step(tr, "ple_gate", l, EMBER_KOP_PRODUCT, &L->inp_gate, w->ple_gate, n, ple);
+    for (int64_t t = 0; t < n; t++)
+        m->ops->gelu_mul_ref(w->ple_gate + t * ple, w->ple + t * m->n_layer * ple + l * ple, ple);
+    ember_trace_step(tr, "ple_act", l, EMBER_KOP_GELU_MUL_REF, NULL, w->ple_gate, n, ple);
+    ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
+    ember_trace_step(tr, "ple_proj", l, EMBER_KOP_PRODUCT, &L->proj, w->mlp, n, d);
+    ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_norm, n, d, m->norm_eps);
+    ember_trace_step(tr, "ple_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
+    ember_add_into(w->x, w->mlp, n * d);
+}
+
 ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err) {
     const ember_model *m = s->model;
     const ember_kernel_ops *ops = m->ops;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd, pos0 = s->pos, ple = m->ple_dim;
+    const int64_t d = m->n_embd, ple = m->ple_dim;
     const float eps = m->norm_eps;
     ember_status st;
     ember_trace *tr = s->trace;
@@ -56,44 +121,9 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        const int64_t hd = L->head_dim;
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
 
-        /* attention */
-        ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, eps);
-        ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
-        /* Q, and K/V when this layer computes its own cache, in one product over the shared input */
-        const bool own_kv = L->kv_source == l, has_v = own_kv && L->wv.data;
-        ember_matmul_multi(m->compute, own_kv ? (has_v ? 3 : 2) : 1,
-                           (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
-                           (float *const[]){w->q, w->k, w->v}, n);
-        ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
-        if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
-        if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-        ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true,
-                             L->rope_freqs);
-        ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
-        if (own_kv) {
-            if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
-            ember_rows_norm_rope(m, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, pos0, L->rope_base, true,
-                                 L->rope_freqs);
-            ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
-            if (m->family->v_norm) { /* gemma4: every V head RMS-normalized without a weight */
-                ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
-                ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
-            }
-            ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
-        }
-        /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
-        const int64_t window = L->sliding ? m->window : 0;
-        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, window, err))) return st;
-        ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
-        ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
-        ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
-        ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
-        ember_add_into(w->x, w->attn, n * d);
-        ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+        if ((st = gemma4_attention(s, hooks, &ctx, l, n, err))) return st;
 
         /* GELU-gated MLP */
         ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, eps);
@@ -113,19 +143,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         ember_add_into(w->x, w->mlp, n * d);
         ember_trace_step(tr, "ffn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
-        /* per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add */
-        if (ple > 0) {
-            ember_matmul(m->compute, &L->inp_gate, w->x, w->ple_gate, n);
-            ember_trace_step(tr, "ple_gate", l, EMBER_KOP_PRODUCT, &L->inp_gate, w->ple_gate, n, ple);
-            for (int64_t t = 0; t < n; t++)
-                ops->gelu_mul_ref(w->ple_gate + t * ple, w->ple + t * m->n_layer * ple + l * ple, ple);
-            ember_trace_step(tr, "ple_act", l, EMBER_KOP_GELU_MUL_REF, NULL, w->ple_gate, n, ple);
-            ember_matmul(m->compute, &L->proj, w->ple_gate, w->mlp, n);
-            ember_trace_step(tr, "ple_proj", l, EMBER_KOP_PRODUCT, &L->proj, w->mlp, n, d);
-            ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_norm, n, d, eps);
-            ember_trace_step(tr, "ple_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
-            ember_add_into(w->x, w->mlp, n * d);
-        }
+        if (ple > 0) gemma4_per_layer_input(s, l, n);
         if (L->out_scale != 1.0f)
             for (int64_t i = 0; i < n * d; i++) w->x[i] *= L->out_scale;
         ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);

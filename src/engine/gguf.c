@@ -310,8 +310,8 @@ static int64_t index_probe(const ember_gguf *g, const gguf_index *ix, gguf_str (
     }
 }
 
-ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err) {
-    *out = NULL;
+/* The file mapped read-only into a new, guarded ember_gguf (nothing parsed yet). */
+static ember_status map_file(const char *path, ember_gguf **out, ember_error *err) {
     int fd;
     struct stat st;
     ember_status s = ember_file_open_regular(path, &fd, &st, err);
@@ -347,123 +347,130 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *er
     g->st_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     /* guarded from the start: a file truncated while the header is parsed reads as zeros */
     g->guard = ember_mapguard_add(g->base, g->size);
-    reader r = {.base = g->base, .size = g->size, .pos = 0, .path = path, .err = err};
-    char q[GGUF_NAME_SHOWN * 4 + 8];
-    bool *have_block = NULL; /* (n_tensors) some tensor is named "blk.N." */
+    *out = g;
+    return EMBER_OK;
+}
 
-    uint32_t magic = 0; /* the size check above guarantees the 24 header bytes */
-    rd_u32(&r, &magic);
-    if (memcmp(&magic, "GGUF", 4) != 0) {
-        s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);
-        goto done;
-    }
-    rd_u32(&r, &g->version);
-    if (g->version != 2 && g->version != 3) {
-        s = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", path,
-                            g->version);
-        goto done;
-    }
-    rd_u64(&r, &g->n_tensors);
-    rd_u64(&r, &g->n_kv);
+/* Magic, version and the two counts; the key, tensor and index arrays allocated for them. */
+static ember_status read_header(ember_gguf *g, reader *r) {
+    const char *path = r->path;
+    uint32_t magic = 0; /* map_file's size check guarantees the 24 header bytes */
+    rd_u32(r, &magic);
+    if (memcmp(&magic, "GGUF", 4) != 0)
+        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);
+    rd_u32(r, &g->version);
+    if (g->version != 2 && g->version != 3)
+        return ember_error_set(r->err, EMBER_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)",
+                               path, g->version);
+    rd_u64(r, &g->n_tensors);
+    rd_u64(r, &g->n_kv);
     /* Each key/value needs >= 13 bytes, each tensor info >= 29: reject counts the file can't hold.
      * The name indexes store 32-bit positions, far beyond any real file. */
-    if (g->n_kv > (g->size - r.pos) / 13 || g->n_tensors > (g->size - r.pos) / 29 || g->n_kv >= UINT32_MAX ||
+    if (g->n_kv > (g->size - r->pos) / 13 || g->n_tensors > (g->size - r->pos) / 29 || g->n_kv >= UINT32_MAX ||
         g->n_tensors >= UINT32_MAX) {
-        s = ember_error_set(err, EMBER_ERR_FORMAT,
+        ember_status s =
+            ember_error_set(r->err, EMBER_ERR_FORMAT,
                             "%s: header claims %llu tensors and %llu metadata keys, more than the file can hold", path,
                             (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
         g->n_kv = g->n_tensors = 0;
-        goto done;
+        return s;
     }
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors || !index_init(&g->kv_index, g->n_kv) || !index_init(&g->tensor_index, g->n_tensors)) {
-        s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    have_block = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *have_block);
-    if (!have_block) {
-        s = ember_error_set(err, EMBER_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
+    if (!g->kv || !g->tensors || !index_init(&g->kv_index, g->n_kv) || !index_init(&g->tensor_index, g->n_tensors))
+        return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", path);
+    return EMBER_OK;
+}
+
+/* The metadata keys and values, each key once; general.alignment read on the way. */
+static ember_status read_metadata(ember_gguf *g, reader *r) {
+    const char *path = r->path;
+    char q[GGUF_NAME_SHOWN * 4 + 8];
+    ember_status s;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < g->n_kv; i++) {
         gguf_kv *kv = &g->kv[i];
         uint32_t type;
-        if (!rd_str(&r, &kv->key)) {
-            s = fail(&r, "truncated metadata key");
-            goto done;
-        }
+        if (!rd_str(r, &kv->key)) return fail(r, "truncated metadata key");
         ember_escape(q, sizeof q, kv->key.ptr, (size_t)kv->key.len, GGUF_NAME_SHOWN);
-        if (!rd_u32(&r, &type)) {
-            s = fail(&r, "truncated metadata value type");
-            goto done;
-        }
-        if (type >= GGUF_TYPE_COUNT) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' has unknown value type %u", path, q,
-                                type);
-            goto done;
-        }
-        if (index_probe(g, &g->kv_index, kv_name, kv->key.ptr, (size_t)kv->key.len, true, (uint32_t)i) >= 0) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: metadata key '%s' appears twice", path, q);
-            goto done;
-        }
-        if ((s = read_value(&r, (gguf_value_type)type, &kv->value, 0)) != EMBER_OK) goto done;
+        if (!rd_u32(r, &type)) return fail(r, "truncated metadata value type");
+        if (type >= GGUF_TYPE_COUNT)
+            return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: metadata key '%s' has unknown value type %u", path, q,
+                                   type);
+        if (index_probe(g, &g->kv_index, kv_name, kv->key.ptr, (size_t)kv->key.len, true, (uint32_t)i) >= 0)
+            return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: metadata key '%s' appears twice", path, q);
+        if ((s = read_value(r, (gguf_value_type)type, &kv->value, 0)) != EMBER_OK) return s;
         if (gguf_str_eq(kv->key, "general.alignment")) {
             uint64_t a = kv->value.v.u64;
-            if (type != GGUF_TYPE_UINT32 || a == 0 || (a & (a - 1)) != 0 || a > 65536) {
-                s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: general.alignment must be a u32 power of two", path);
-                goto done;
-            }
+            if (type != GGUF_TYPE_UINT32 || a == 0 || (a & (a - 1)) != 0 || a > 65536)
+                return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: general.alignment must be a u32 power of two",
+                                       path);
             g->alignment = a;
         }
     }
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
+    return EMBER_OK;
+}
+
+/* The tensor infos, each name once; the largest extent and the run of layers 0..n_blocks-1 that
+ * all have tensors (a layer count beyond it cannot be backed by the file, however high a stray
+ * "blk.N." name goes). */
+static ember_status read_tensor_infos(ember_gguf *g, reader *r) {
+    char q[GGUF_NAME_SHOWN * 4 + 8];
+    bool *have_block = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *have_block); /* some tensor is "blk.N." */
+    if (!have_block) return ember_error_set(r->err, EMBER_ERR_NOMEM, "%s: out of memory", r->path);
+    ember_status s = EMBER_OK;
+    for (uint64_t i = 0; i < g->n_tensors && s == EMBER_OK; i++) {
         gguf_tensor *t = &g->tensors[i];
-        if ((s = read_tensor_info(&r, t)) != EMBER_OK) goto done;
+        if ((s = read_tensor_info(r, t)) != EMBER_OK) break;
         if (index_probe(g, &g->tensor_index, tensor_name, t->name, strlen(t->name), true, (uint32_t)i) >= 0) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' appears twice", path,
+            s = ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' appears twice", r->path,
                                 ember_escape(q, sizeof q, t->name, strlen(t->name), GGUF_NAME_SHOWN));
-            goto done;
+            break;
         }
         int64_t blk = block_number(t->name);
         if (blk >= 0 && (uint64_t)blk < g->n_tensors) have_block[blk] = true;
         for (int d = 0; d < GGUF_MAX_DIMS; d++)
             if (t->ne[d] > g->max_extent) g->max_extent = t->ne[d];
     }
-    /* Layers 0..n_blocks-1 all have tensors: a layer count beyond that cannot be backed by the
-     * file, however high a stray "blk.N." name goes. */
-    while ((uint64_t)g->n_blocks < g->n_tensors && have_block[g->n_blocks]) g->n_blocks++;
-    /* The data section starts at the next multiple of the alignment. */
-    g->data_offset = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (g->n_tensors > 0 && g->data_offset > g->size) {
-        s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: truncated before the tensor data section", path);
-        goto done;
-    }
+    while (s == EMBER_OK && (uint64_t)g->n_blocks < g->n_tensors && have_block[g->n_blocks]) g->n_blocks++;
+    free(have_block);
+    return s;
+}
+
+/* The data section at the next multiple of the alignment, and every tensor's data in it. */
+static ember_status place_tensors(ember_gguf *g, const reader *r) {
+    const char *path = r->path;
+    char q[GGUF_NAME_SHOWN * 4 + 8];
+    g->data_offset = (r->pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (g->n_tensors > 0 && g->data_offset > g->size)
+        return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: truncated before the tensor data section", path);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         ember_escape(q, sizeof q, t->name, strlen(t->name), GGUF_NAME_SHOWN);
-        if (t->offset % g->alignment != 0) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path, q,
-                                (unsigned long long)t->offset, (unsigned long long)g->alignment);
-            goto done;
-        }
+        if (t->offset % g->alignment != 0)
+            return ember_error_set(r->err, EMBER_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", path,
+                                   q, (unsigned long long)t->offset, (unsigned long long)g->alignment);
         uint64_t avail = g->size - g->data_offset;
-        if (t->offset > avail || t->size > avail - t->offset) {
-            s = ember_error_set(err, EMBER_ERR_FORMAT,
-                                "%s: tensor '%s' (%zu bytes at offset %llu) runs past the end of the file "
-                                "(truncated?)",
-                                path, q, t->size, (unsigned long long)t->offset);
-            goto done;
-        }
+        if (t->offset > avail || t->size > avail - t->offset)
+            return ember_error_set(r->err, EMBER_ERR_FORMAT,
+                                   "%s: tensor '%s' (%zu bytes at offset %llu) runs past the end of the file "
+                                   "(truncated?)",
+                                   path, q, t->size, (unsigned long long)t->offset);
         t->data = g->base + g->data_offset + t->offset;
     }
-    if (ember_mapguard_faulted(g->guard)) {
+    return EMBER_OK;
+}
+
+ember_status ember_gguf_open(const char *path, ember_gguf **out, ember_error *err) {
+    *out = NULL;
+    ember_gguf *g = NULL;
+    ember_status s = map_file(path, &g, err);
+    if (s != EMBER_OK) return s;
+    reader r = {.base = g->base, .size = g->size, .pos = 0, .path = path, .err = err};
+    if ((s = read_header(g, &r)) == EMBER_OK && (s = read_metadata(g, &r)) == EMBER_OK &&
+        (s = read_tensor_infos(g, &r)) == EMBER_OK && (s = place_tensors(g, &r)) == EMBER_OK &&
+        ember_mapguard_faulted(g->guard))
         s = ember_error_set(err, EMBER_ERR_IO, "%s: the file was truncated while it was being read", path);
-        goto done;
-    }
-done:
-    free(have_block);
     if (s != EMBER_OK) {
         ember_gguf_close(g);
         return s;

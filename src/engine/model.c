@@ -257,6 +257,34 @@ static ember_status prepare_weights(ember_model *m, ember_error *err) {
     return EMBER_OK;
 }
 
+/* general.architecture: present, a string, one of the family table's (m->family), and the --arch
+ * the caller asked for, if any. */
+static ember_status read_architecture(binder *b, const ember_model_params *p) {
+    ember_model *m = b->m;
+    const gguf_kv *arch_kv = ember_gguf_find(m->gguf, "general.architecture");
+    if (!arch_kv)
+        return bind_fail(b, EMBER_ERR_FORMAT, "missing metadata key 'general.architecture' (not a model file?)");
+    if (arch_kv->value.type != GGUF_TYPE_STRING)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "metadata key 'general.architecture' has the wrong type (%s, expected string)",
+                         gguf_value_type_name(arch_kv->value.type));
+    m->architecture = ember_gguf_get_string(m->gguf, "general.architecture");
+    if (!m->architecture) return bind_fail(b, EMBER_ERR_NOMEM, "out of memory");
+    if (!(m->family = ember_family_for_architecture(m->architecture))) {
+        char q[256], supported[256];
+        ember_family_architectures(supported, sizeof supported);
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s are)",
+                         ember_escape(q, sizeof q, arch_kv->value.v.str.ptr, (size_t)arch_kv->value.v.str.len, 64),
+                         supported);
+    }
+    if (p->arch && p->arch[0] && strcmp(p->arch, m->architecture) != 0) {
+        char q[256];
+        return bind_fail(b, EMBER_ERR_ARG, "--arch %s was given but the file is a '%s' model",
+                         ember_escape(q, sizeof q, p->arch, strlen(p->arch), 64), m->architecture);
+    }
+    return EMBER_OK;
+}
+
 ember_status ember_model_load(const ember_model_params *p, ember_model **out, ember_error *err) {
     *out = NULL;
     if (!p || !p->path) return ember_error_set(err, EMBER_ERR_ARG, "ember_model_load: no model path given");
@@ -269,36 +297,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     }
     binder b = {.m = m, .err = err};
     m->allow_nonfinite = p->allow_nonfinite;
-    const gguf_kv *arch_kv = ember_gguf_find(m->gguf, "general.architecture");
-    if (!arch_kv) {
-        st = bind_fail(&b, EMBER_ERR_FORMAT, "missing metadata key 'general.architecture' (not a model file?)");
-        goto fail;
-    }
-    if (arch_kv->value.type != GGUF_TYPE_STRING) {
-        st = bind_fail(&b, EMBER_ERR_FORMAT,
-                       "metadata key 'general.architecture' has the wrong type (%s, expected string)",
-                       gguf_value_type_name(arch_kv->value.type));
-        goto fail;
-    }
-    m->architecture = ember_gguf_get_string(m->gguf, "general.architecture");
-    if (!m->architecture) {
-        st = bind_fail(&b, EMBER_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    if (!(m->family = ember_family_for_architecture(m->architecture))) {
-        char q[256], supported[256];
-        ember_family_architectures(supported, sizeof supported);
-        st = bind_fail(&b, EMBER_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s are)",
-                       ember_escape(q, sizeof q, arch_kv->value.v.str.ptr, (size_t)arch_kv->value.v.str.len, 64),
-                       supported);
-        goto fail;
-    }
-    if (p->arch && p->arch[0] && strcmp(p->arch, m->architecture) != 0) {
-        char q[256];
-        st = bind_fail(&b, EMBER_ERR_ARG, "--arch %s was given but the file is a '%s' model",
-                       ember_escape(q, sizeof q, p->arch, strlen(p->arch), 64), m->architecture);
-        goto fail;
-    }
+    if ((st = read_architecture(&b, p)) != EMBER_OK) goto fail;
     b.arch = m->architecture;
     if ((st = refuse_experts(&b)) != EMBER_OK) goto fail;
     if ((st = m->family->bind(&b)) != EMBER_OK) goto fail;

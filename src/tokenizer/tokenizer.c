@@ -567,6 +567,64 @@ static ember_status tok_check_special_id(const ember_tokenizer *t, const char *w
                            id);
 }
 
+/* The configuration against the vocabulary: special ids in range, BOS named when added, no
+ * byte-level BPE with U+2581 spaces. */
+static ember_status check_config(const ember_tokenizer *t, const ember_tokenizer_config *cfg, ember_error *err) {
+    ember_status st;
+    if (t->tab.n <= 0) return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the vocabulary is empty", t->source);
+    if ((st = tok_check_special_id(t, "BOS", cfg->bos_id, err)) != EMBER_OK ||
+        (st = tok_check_special_id(t, "EOS", cfg->eos_id, err)) != EMBER_OK ||
+        (st = tok_check_special_id(t, "unknown-token", cfg->unk_id, err)) != EMBER_OK)
+        return st;
+    if (cfg->add_bos && cfg->bos_id < 0)
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: the tokenizer adds BOS but names no BOS token", t->source);
+    if (cfg->model == EMBER_TOK_MODEL_BPE && cfg->byte_level && cfg->escape_spaces)
+        return ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: byte-level BPE with U+2581 spaces is not supported",
+                               t->source);
+    return EMBER_OK;
+}
+
+/* Each byte's token: its byte-level character (required when byte-level) and its <0xNN> fallback
+ * (SentencePiece: else the byte's own one-character token, as llama.cpp does). */
+static ember_status find_byte_tokens(ember_tokenizer *t, const ember_tokenizer_config *cfg, ember_error *err) {
+    char q[64];
+    for (int b8 = 0; b8 < 256; b8++) {
+        char s[8];
+        t->byte_token[b8] = -1;
+        if (cfg->byte_level) {
+            size_t l = ember_utf8_encode(ember_byte_to_cp((uint8_t)b8), s);
+            t->byte_token[b8] = tok_map_find(&t->map, &t->tab, s, l);
+            if (t->byte_token[b8] < 0)
+                return ember_error_set(err, EMBER_ERR_FORMAT,
+                                       "%s: byte-level vocabulary has no token for byte 0x%02X ('%s')", t->source, b8,
+                                       tok_quote(q, sizeof q, s, l));
+        }
+        snprintf(s, sizeof s, "<0x%02X>", b8);
+        t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 6);
+        if (t->byte_fallback[b8] < 0 && cfg->model == EMBER_TOK_MODEL_SPM && b8 < 0x80) {
+            s[0] = (char)b8;
+            t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 1);
+        }
+    }
+    return EMBER_OK;
+}
+
+/* Every id's decoded piece, into the arena. */
+static ember_status make_pieces(ember_tokenizer *t, ember_error *err) {
+    if (t->tab.n <= 0 || t->tab.n > TOK_MAX_ID) /* cannot happen: add_token bounds ids */
+        return ember_error_set(err, EMBER_ERR_FORMAT, "%s: bad vocabulary size", t->source);
+    size_t n_ids = (size_t)t->tab.n;
+    t->piece_off = malloc(n_ids * sizeof *t->piece_off);
+    t->piece_len = calloc(n_ids, sizeof *t->piece_len);
+    if (!t->piece_off || !t->piece_len) return tok_nomem(err, t->source);
+    for (int64_t id = 0; id < t->tab.n; id++) {
+        t->piece_off[id] = 0;
+        if (!tok_has(&t->tab, id)) continue;
+        if (!tok_make_piece(t, (int32_t)id)) return tok_nomem(err, t->source);
+    }
+    return EMBER_OK;
+}
+
 ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const ember_tokenizer_config *cfg,
                                             ember_tokenizer **out, ember_error *err) {
     *out = NULL;
@@ -592,47 +650,7 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
     memset(&b->merges, 0, sizeof b->merges);
     ember_tokenizer_builder_free(b);
 
-    char q[64];
-
-    if (t->tab.n <= 0) {
-        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: the vocabulary is empty", t->source);
-        goto fail;
-    }
-    if ((st = tok_check_special_id(t, "BOS", cfg->bos_id, err)) != EMBER_OK ||
-        (st = tok_check_special_id(t, "EOS", cfg->eos_id, err)) != EMBER_OK ||
-        (st = tok_check_special_id(t, "unknown-token", cfg->unk_id, err)) != EMBER_OK)
-        goto fail;
-    if (cfg->add_bos && cfg->bos_id < 0) {
-        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: the tokenizer adds BOS but names no BOS token", t->source);
-        goto fail;
-    }
-    if (cfg->model == EMBER_TOK_MODEL_BPE && cfg->byte_level && cfg->escape_spaces) {
-        st = ember_error_set(err, EMBER_ERR_UNSUPPORTED, "%s: byte-level BPE with U+2581 spaces is not supported",
-                             t->source);
-        goto fail;
-    }
-
-    for (int b8 = 0; b8 < 256; b8++) {
-        char s[8];
-        t->byte_token[b8] = -1;
-        if (cfg->byte_level) {
-            size_t l = ember_utf8_encode(ember_byte_to_cp((uint8_t)b8), s);
-            t->byte_token[b8] = tok_map_find(&t->map, &t->tab, s, l);
-            if (t->byte_token[b8] < 0) {
-                st = ember_error_set(err, EMBER_ERR_FORMAT,
-                                     "%s: byte-level vocabulary has no token for byte 0x%02X ('%s')", t->source, b8,
-                                     tok_quote(q, sizeof q, s, l));
-                goto fail;
-            }
-        }
-        snprintf(s, sizeof s, "<0x%02X>", b8);
-        t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 6);
-        /* llama.cpp's SentencePiece falls back to the byte's own one-character token */
-        if (t->byte_fallback[b8] < 0 && cfg->model == EMBER_TOK_MODEL_SPM && b8 < 0x80) {
-            s[0] = (char)b8;
-            t->byte_fallback[b8] = tok_map_find(&t->map, &t->tab, s, 1);
-        }
-    }
+    if ((st = check_config(t, cfg, err)) != EMBER_OK || (st = find_byte_tokens(t, cfg, err)) != EMBER_OK) goto fail;
 
     /* Added tokens: control, user-defined and unknown tokens are cut out of text before merging. */
     if ((st = tok_build_added(t)) != EMBER_OK) {
@@ -640,25 +658,7 @@ ember_status ember_tokenizer_builder_finish(ember_tokenizer_builder *b, const em
         goto fail;
     }
 
-    if (t->tab.n <= 0 || t->tab.n > TOK_MAX_ID) { /* cannot happen: add_token bounds ids */
-        st = ember_error_set(err, EMBER_ERR_FORMAT, "%s: bad vocabulary size", t->source);
-        goto fail;
-    }
-    size_t n_ids = (size_t)t->tab.n;
-    t->piece_off = malloc(n_ids * sizeof *t->piece_off);
-    t->piece_len = calloc(n_ids, sizeof *t->piece_len);
-    if (!t->piece_off || !t->piece_len) {
-        st = tok_nomem(err, t->source);
-        goto fail;
-    }
-    for (int64_t id = 0; id < t->tab.n; id++) {
-        t->piece_off[id] = 0;
-        if (!tok_has(&t->tab, id)) continue;
-        if (!tok_make_piece(t, (int32_t)id)) {
-            st = tok_nomem(err, t->source);
-            goto fail;
-        }
-    }
+    if ((st = make_pieces(t, err)) != EMBER_OK) goto fail;
     /* the arena is complete: give back its doubling slack (the spare byte stays, so a vocabulary
      * of empty strings still has a valid base pointer) */
     char *fitted = realloc(t->tab.text, t->tab.text_used + 1);

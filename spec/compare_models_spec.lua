@@ -186,6 +186,35 @@ describe("compare-models", function()
     fs.remove_tree(fs.dirname(out))
   end)
 
+  it("takes --metric with token strings as the sweep does: the same report as with their ids (command)", function()
+    local pa, pb = pair("llama")
+    local m = ember.load { model = pa, threads = 1 }
+    local function one(text) -- the id, found here: each of these is one token of the fixture's vocabulary
+      local ids = m:tokenize(text, { bos = false })
+      assert.equal(1, #ids, text)
+      return ids[1]
+    end
+    local qu, over, n_fox = one(" qu"), one(" over"), #m:tokenize(" fox", { bos = false })
+    m:close()
+    local work = fs.make_temp_dir("ember-cm-metric")
+    local function run(dir, metric)
+      local code, _, err = C.ember("compare-models", pa, pb, "--prompt", PROMPT, "--max-tokens", "1", "--threads", "1",
+        "--metric", metric, "--out", work .. "/" .. dir, "--no-plot")
+      return code, err, code == 0 and cjson.decode(read(work .. "/" .. dir .. "/report.json")) or nil
+    end
+    local code, err, by_ids = run("ids", string.format("logit-diff:%d,%d", qu, over))
+    assert.equal(0, code, err)
+    local code2, err2, by_str = run("str", 'logit-diff:" qu"," over"')
+    assert.equal(0, code2, err2)
+    assert.same({ qu, over }, by_str.metric.tokens)
+    assert.same(by_ids.localisation, by_str.localisation)
+    assert.same(by_ids.output_divergence, by_str.output_divergence)
+    code, err = run("many", 'prob:" fox"')
+    assert.equal(1, code)
+    assert.matches(string.format("metric: \" fox\" is %d tokens, not one", n_fox), err, 1, true)
+    fs.remove_tree(work)
+  end)
+
   it("refuses two different networks, naming the field", function()
     local pa = fx.root .. "/parity/llama-tiny-f32/model.gguf"
     local pq = fx.root .. "/parity/qwen3-tiny-f32/model.gguf"

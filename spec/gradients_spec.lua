@@ -176,7 +176,24 @@ describe("model:gradients refuses bad input by name", function()
   end)
   it("an unknown metric, and one missing its tokens", function()
     refuses({ ids = IDS, metric = "logits:3" }, "unknown metric 'logits:3'")
-    refuses({ ids = IDS, metric = "logit-diff:3" }, "logit%-diff needs 2 token ids")
+    refuses({ ids = IDS, metric = "logit-diff:3" }, "logit%-diff needs 2 tokens after ':'")
+  end)
+  it("a metric token string that is not one token; one that is gives its id's gradients", function()
+    local m = model()
+    local one, many = nil, nil
+    for _, text in ipairs({ " qu", " s", " a", "e" }) do
+      if #m:tokenize(text, { bos = false }) == 1 then one = one or text end
+    end
+    for _, text in ipairs({ " quick", " brown" }) do
+      if #m:tokenize(text, { bos = false }) > 1 then many = many or text end
+    end
+    assert.truthy(one and many, "the tiny vocabulary holds a one-token and a many-token string")
+    local id = m:tokenize(one, { bos = false })[1]
+    local by_text = m:gradients { ids = IDS, metric = string.format("logit:%q", one) }
+    local by_id = m:gradients { ids = IDS, metric = "logit:" .. id }
+    assert.same({ id }, by_text.tokens)
+    assert.equal(by_id.metric, by_text.metric)
+    refuses({ ids = IDS, metric = string.format("logit:%q", many) }, "is %d tokens, not one")
   end)
   it("a stage with no gradient", function()
     refuses({ ids = IDS, metric = "logit:3", stages = { "sae_features" } }, "no gradient at stage 'sae_features'")

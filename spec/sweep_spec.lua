@@ -478,6 +478,47 @@ describe("ember sweep (command)", function()
     assert.equal(2, #m.merged_from)
   end)
 
+  it("takes the metric's tokens as strings, each one token, the same sweep as with their ids", function()
+    need_model()
+    local m = ember.load { model = path, threads = 1 }
+    -- the ids, found here: each string is one token of the tiny model's vocabulary
+    local function one(text)
+      local ids = m:tokenize(text, { bos = false })
+      assert.equal(1, #ids, text)
+      return ids[1]
+    end
+    local a, b = one(" qu"), one(" s")
+    local many = m:tokenize(" quick", { bos = false })
+    m:close()
+    local function sweep(name, metric)
+      local dir = work .. "/" .. name
+      local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out", dir,
+        "--metric", metric, "--layers", "1", "--threads", "1", "--progress", "none", "--no-plot")
+      return code, err, dir
+    end
+    local code, err, by_ids = sweep("m-ids", string.format("logit-diff:%d,%d", a, b))
+    assert.equal(0, code, err)
+    -- the quoted form (what --metric 'logit-diff:" qu"," s"' passes) and what a shell leaves of
+    -- --metric logit-diff:" qu"," s" unquoted
+    for i, metric in ipairs({ 'logit-diff:" qu"," s"', "logit-diff: qu, s" }) do
+      local c, e, dir = sweep("m-str" .. i, metric)
+      assert.equal(0, c, e)
+      local res = merge.compare(store.read(by_ids), store.read(dir))
+      assert.is_true(res.equal, merge.format(res, store.read(by_ids), store.read(dir)))
+      assert.same({ a, b }, cjson.decode(read(dir .. "/manifest.json")).metric.tokens)
+    end
+    -- a string of several tokens is refused, naming how many
+    code, err = sweep("m-many", 'logit-diff:" quick"," s"')
+    assert.equal(1, code)
+    assert.matches(string.format("metric: \" quick\" is %d tokens, not one", #many), err, 1, true)
+    -- from Lua, a metric table may hold the strings themselves
+    local lm = ember.load { model = path, threads = 1 }
+    local res = ember.sweep { model = lm, clean = CLEAN, corrupted = CORRUPTED, layers = "1", positions = "2",
+      metric = { kind = "logit-diff", tokens = { " qu", b } } }
+    lm:close()
+    assert.same({ a, b }, res.manifest.metric.tokens)
+  end)
+
   it("refuses a logit difference of a token with itself (0 whatever the patch)", function()
     need_model()
     local code, _, err = C.ember("sweep", "--model", path, "--clean", CLEAN, "--corrupted", CORRUPTED, "--out",
@@ -497,7 +538,7 @@ describe("ember sweep (command)", function()
     assert.matches("--shard: expected I/N with 0 <= I < N", err, 1, true)
     code, _, err = C.ember("sweep", "--metric", "logit-diff:1")
     assert.equal(2, code)
-    assert.matches("logit-diff needs 2 token ids", err, 1, true)
+    assert.matches("logit-diff needs 2 tokens after ':' (ids, or strings as \" Paris\")", err, 1, true)
     code, _, err = C.ember("sweep", "merge", work .. "/none")
     assert.equal(2, code)
     -- the same through the launcher, where cli.lua runs as a script

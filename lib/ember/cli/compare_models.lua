@@ -17,7 +17,8 @@ M.FLAGS_LIST = {
   { "prompt", "string", "TEXT", "the prompt (required)" },
   { "max-tokens", "uint", "N", "tokens A generates greedily; B is fed the same (default 4)" },
   { "metric", function(s) return require("ember.sweep.metric").parse(s) end, "M",
-    require("ember.sweep.metric").GRAMMAR .. ", A and B token ids; the shares recovered are of it (default kl)" },
+    require("ember.sweep.metric").GRAMMAR .. ", A and B ids or strings (\" Paris\"); the shares recovered "
+      .. "are of it (default kl)" },
   { "stages", stage_list, "LIST", "stages to localise (default after_layer; all = the four per-layer stages)" },
   { "out", "path", "DIR", "write report.json, divergence.{svg,png} and recovery.{svg,png} into DIR" },
   { "json", "bool", nil, "print the JSON report instead of the table" },
@@ -99,8 +100,11 @@ function M.main(args, _, io_)
   local stages = o.stages
   if stages == "all" then stages = { table.unpack(selectors.RESIDUAL_LAYER_STAGES) } end
   local cm = require("ember.analysis.compare_models")
+  -- token strings are resolved through A's tokenizer (A and B are one network: one vocabulary)
+  local metric = o.metric and require("ember.sweep.metric").token_ids(o.metric,
+    function(text) return a:to_single_token(text) end)
   local r = cm.run { a = a, b = b, prompt = o.prompt, max_tokens = o["max-tokens"], stages = stages, shard = o.shard,
-    metric = o.metric }
+    metric = metric }
   M.write(o, r, io_)
   io_.stdout:write(o.json and cm.to_json(r) or cm.format(r))
   return 0

@@ -27,7 +27,7 @@ M.FLAGS_LIST = {
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, same token count (required)" },
   { "metric", metric_value, "M",
-    metric_mod.GRAMMAR .. " (default kl; A, B: token ids, default the top-1s)" },
+    metric_mod.GRAMMAR .. " (default kl); A, B: token ids or strings (\" Paris\"), default the top-1s" },
   { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
   { "layers", selectors.parse_index_list, "LIST", "layers: all | 0,2,4-6 (default all)" },
   { "positions", selectors.parse_index_list, "LIST",

@@ -32,6 +32,10 @@ local function core_metric(model, opts)
   if opts.metric == nil then fail("metric is required (logit-diff:A,B | logit:A | logprob:A | prob:A | kl)") end
   local m, err = metric_mod.parse(opts.metric)
   if not m then fail("%s", err:gsub("^metric: ", "")) end
+  -- token strings (logit:" Paris") through the tokenizer, each exactly one token, as in sweeps
+  local ok, ids = pcall(metric_mod.token_ids, m, function(text) return model:to_single_token(text) end)
+  if not ok then fail("%s", tostring(ids)) end
+  m = ids
   local n_vocab = model.info.n_vocab
   local want = m.kind == "logit-diff" and 2 or m.kind == "kl" and 0 or 1
   if #m.tokens ~= want then

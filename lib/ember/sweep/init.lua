@@ -85,6 +85,8 @@ local function config(model, opts)
   end
   local m, err = metric_mod.parse(opts.metric or "kl")
   if not m then fail("%s", err) end
+  -- token strings (" Paris") through the tokenizer: refused unless each is one token
+  m = metric_mod.token_ids(m, function(text) return model:to_single_token(text) end)
   local stages = opts.stages
   if stages == nil then stages = { "after_layer" } end
   if type(stages) == "string" then

@@ -14,9 +14,54 @@ local TOKENS = { ["logit-diff"] = 2, prob = 1, kl = 0, logit = 1, logprob = 1 }
 local GRAMMAR = "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl"
 M.GRAMMAR = GRAMMAR -- the commands' help shows it
 
--- parse(text) -> { kind, tokens = {ids...} } or nil and a message. Grammar: `logit-diff[:A,B]`,
--- `prob[:A]`, `logit[:A]`, `logprob[:A]`, `kl`; A and B are token ids. Missing ids are filled in
--- by resolve() from the runs.
+-- One item of the token list: a double-quoted string (\" \\ \n \t escapes) from `pos`, or the text
+-- up to the next comma. Returns the item ({ text } or a token id) and the position after it, or
+-- nil and a message.
+local ESC = { ['"'] = '"', ["\\"] = "\\", n = "\n", t = "\t" }
+local function item_at(rest, pos)
+  if rest:sub(pos, pos) == '"' then
+    local out, i = {}, pos + 1
+    while true do
+      local c = rest:sub(i, i)
+      if c == "" then return nil, "an unterminated \" in '" .. rest .. "'" end
+      if c == '"' then return { text = table.concat(out) }, i + 1 end
+      if c == "\\" then
+        local e = ESC[rest:sub(i + 1, i + 1)]
+        if not e then return nil, "unknown escape \\" .. rest:sub(i + 1, i + 1) .. " in '" .. rest .. "'" end
+        out[#out + 1] = e
+        i = i + 2
+      else
+        out[#out + 1] = c
+        i = i + 1
+      end
+    end
+  end
+  local j = rest:find(",", pos, true) or #rest + 1
+  local raw = rest:sub(pos, j - 1)
+  if raw == "" then return nil, "an empty token in '" .. rest .. "'" end
+  return selectors.parse_uint(raw) or { text = raw }, j
+end
+
+-- token_items(rest) -> list of ids and { text } items, or nil and a message
+local function token_items(rest)
+  local items, pos = {}, 1
+  while true do
+    local it, next_pos = item_at(rest, pos)
+    if not it then return nil, next_pos end
+    items[#items + 1] = it
+    local c = rest:sub(next_pos, next_pos)
+    if c == "" then return items end
+    if c ~= "," then return nil, "expected ',' after a quoted token in '" .. rest .. "'" end
+    pos = next_pos + 1
+  end
+end
+
+-- parse(text) -> { kind, tokens = { id | { text = "..." } ... } } or nil and a message. Grammar:
+-- `logit-diff[:A,B]`, `prob[:A]`, `logit[:A]`, `logprob[:A]`, `kl`. A and B are token ids (digits),
+-- token strings in double quotes (`logit-diff:" Paris"," Rome"`; escapes \" \\ \n \t), or any
+-- other text up to the comma (`logit-diff: Paris, Rome`, what a shell leaves of the quoted form).
+-- Strings are resolved to ids through the tokenizer by token_ids(); missing tokens are filled in by
+-- resolve() from the runs.
 function M.parse(text)
   if type(text) == "table" then return text end
   if type(text) ~= "string" then return nil, "metric: expected " .. GRAMMAR end
@@ -29,18 +74,31 @@ function M.parse(text)
   local m = { kind = kind, tokens = {} }
   if rest then
     if want == 0 then return nil, "metric: kl takes no tokens (got '" .. text .. "')" end
-    -- order matters (A - B), so the ids are split here rather than read as a sorted list
-    local ids = {}
-    for item in (rest .. ","):gmatch("([^,]*),") do ids[#ids + 1] = selectors.parse_uint(item) or false end
-    local bad = false
-    for _, id in ipairs(ids) do if id == false then bad = true end end
-    if bad or #ids ~= want then
-      return nil, string.format("metric: %s needs %d token id%s after ':' (got '%s')", kind, want,
-        want > 1 and "s" or "", rest)
+    -- order matters (A - B), so the items are split here rather than read as a sorted list
+    local items, err = token_items(rest)
+    if not items or #items ~= want then
+      return nil, string.format("metric: %s needs %d token%s after ':' (ids, or strings as \" Paris\")%s (got '%s')",
+        kind, want, want > 1 and "s" or "", err and (": " .. err) or "", rest)
     end
-    m.tokens = ids
+    m.tokens = items
   end
   return m
+end
+
+-- token_ids(m, to_single_token) -> m with every token string replaced by its id: to_single_token(text)
+-- (the model's m:to_single_token) raises unless the text is exactly one token.
+function M.token_ids(m, to_single_token)
+  local out = { kind = m.kind, tokens = {} }
+  for i, t in ipairs(m.tokens or {}) do
+    if type(t) == "table" or type(t) == "string" then -- { text = } from parse(), or a Lua caller's string
+      local ok, id = pcall(to_single_token, type(t) == "table" and t.text or t)
+      if not ok then error("metric: " .. tostring(id):gsub("^to_single_token: ", ""), 0) end
+      out.tokens[i] = id
+    else
+      out.tokens[i] = t
+    end
+  end
+  return out
 end
 
 local function values(t) return t:values() end
@@ -53,6 +111,9 @@ local softmax, kl = distribution.softmax, distribution.kl
 -- the clean top-1. names: what the two runs are called in messages (default { "clean", "corrupted" }).
 function M.resolve(m, clean, corrupted, n_vocab, names)
   local r = { kind = m.kind, tokens = { table.unpack(m.tokens) } }
+  for _, t in ipairs(r.tokens) do
+    if type(t) ~= "number" then error("metric: token strings must be resolved first (token_ids)", 0) end
+  end
   local top_c, top_x = clean:argmax() - 1, corrupted:argmax() - 1
   if r.kind == "logit-diff" and #r.tokens == 0 then
     if top_c == top_x then

@@ -1,5 +1,5 @@
 /* ember_tiny_model.h — the tools' public interface: deterministic random-weight models of every family
- * (llama, qwen3, qwen2, gemma4, gemma2, gpt2, ...) in llama.cpp's GGUF layout, small enough to run in
+ * (llama, qwen3, qwen2, gemma4, gemma2, gemma3, olmo2, gpt2, ...) in llama.cpp's GGUF layout, small enough to run in
  * tests in milliseconds (the project's default model comes from here), and the control-vector writer.
  * Includes only ember.h, so the bindings (ember.make_tiny_model, core.write_control_vector) and any
  * user of the tools see no engine-internal header; tools/tiny_model.h adds the GGUF-writer entry.
@@ -38,6 +38,10 @@
  * Q/K norms, no final softcap unless given. Tied heads as the real models (gemma2 can have no other);
  * so that a token does not simply predict itself through the embedding scaled by sqrt(hidden),
  * their embedding has std 0.08 and the post-norms weights around 2.
+ *
+ * OLMo 2 layout (llama.cpp's olmo2): the llama tensors without attn_norm / ffn_norm, with
+ * post_attention_norm / post_ffw_norm after each sub-block and attn_q_norm / attn_k_norm as wide as
+ * the Q and K projections; head size hidden / heads, RoPE base 500000, separate head.
  */
 #ifndef EMBER_TINY_MODEL_PUBLIC_H
 #define EMBER_TINY_MODEL_PUBLIC_H
@@ -85,7 +89,7 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p);
 ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err);
 
 /* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
- * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b" or "gemma3-1b" (random weights, seed 1, Q8_0, no
+ * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b" or "olmo2-1b" (random weights, seed 1, Q8_0, no
  * tokenizer, context 4096 unless the model's own is longer). Returns false for another name.
  * ember_tiny_model_shapes lists the names, NULL-terminated. */
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);

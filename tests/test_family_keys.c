@@ -98,6 +98,18 @@ int main(void) {
          "'blk.2.attn_k_norm.weight'"},
         {"gemma3", "with longrope scaling", EDIT_SET_STRING, "gemma3.rope.scaling.type", 0, "longrope",
          EMBER_ERR_UNSUPPORTED, "'gemma3.rope.scaling.type' = 'longrope'"},
+        {"olmo2", "without its norm epsilon", EDIT_REMOVE_KEY, "olmo2.attention.layer_norm_rms_epsilon", 0, NULL,
+         EMBER_ERR_FORMAT, "'olmo2.attention.layer_norm_rms_epsilon'"},
+        {"olmo2", "with a partial rotary count", EDIT_SET_U32, "olmo2.rope.dimension_count", 8, NULL, EMBER_ERR_FORMAT,
+         "8 rotated dims, but olmo2 heads are width 64 / 4 heads and rotate whole"},
+        {"olmo2", "with OLMo 3's sliding window", EDIT_SET_U32, "olmo2.attention.sliding_window", 16, NULL,
+         EMBER_ERR_UNSUPPORTED, "'olmo2.attention.sliding_window' = 16"},
+        {"olmo2", "without an output head", EDIT_REMOVE_TENSOR, "output.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "'output.weight' is missing"},
+        {"olmo2", "without a post-FFN norm", EDIT_REMOVE_TENSOR, "blk.1.post_ffw_norm.weight", 0, NULL,
+         EMBER_ERR_FORMAT, "'blk.1.post_ffw_norm.weight'"},
+        {"olmo2", "with a per-head Q norm", EDIT_REMOVE_TENSOR, "blk.0.attn_q_norm.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "'blk.0.attn_q_norm.weight'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], (int)i);
     return ember_test_finish();

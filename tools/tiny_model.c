@@ -43,8 +43,8 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
     };
 }
 
-const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b",
-                                               "gemma3-1b",  "pythia-160m", "pythia-1b",  NULL};
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b",  "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b",
+                                               "pythia-160m", "pythia-1b",   "olmo2-1b",   NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -79,6 +79,9 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     } else if (name && strcmp(name, "pythia-1b") == 0) {
         s.family = "gptneox";
         s.n_layer = 16, s.n_embd = 2048, s.n_head = 8, s.n_ff = 8192, s.n_vocab = 50304, s.n_ctx = 2048;
+    } else if (name && strcmp(name, "olmo2-1b") == 0) {
+        s.family = "olmo2";
+        s.n_layer = 16, s.n_embd = 2048, s.n_head = 16, s.n_head_kv = 16, s.n_ff = 8192, s.n_vocab = 100352;
     } else {
         return false;
     }
@@ -192,6 +195,7 @@ struct tiny_family {
     bool head_size_key; /* always writes attention.key_length/value_length (llama block) */
     bool qkv_bias;      /* Q/K/V biases (llama block) */
     bool qk_norm;       /* per-head Q/K norms (llama block) */
+    bool olmo_norms;    /* olmo2: norms after attention and MLP instead of before, Q/K norms full width */
     /* Resolves the layout-specific settings once the common ones are set (head sizes, ...). */
     ember_status (*resolve)(const ember_tiny_model_params *p, shape *s, ember_error *err);
     void (*metadata)(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -202,6 +206,7 @@ static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, em
 static ember_status resolve_gemma4(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static ember_status resolve_gpt2(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static ember_status resolve_gemma23(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static ember_status resolve_olmo2(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void tensors_gemma23(builder *b, const shape *s);
 static ember_status resolve_gptneox(const ember_tiny_model_params *p, shape *s, ember_error *err);
@@ -280,6 +285,14 @@ static const tiny_family tiny_families[] = {
      .resolve = resolve_gemma23,
      .metadata = metadata_gemma23,
      .tensors = tensors_gemma23},
+    {.name = "olmo2",
+     .pre = "gpt-2",
+     .rope_base = 500000.0f,
+     .norm_eps = 1e-6f,
+     .olmo_norms = true,
+     .resolve = resolve_olmo2,
+     .metadata = metadata_llama,
+     .tensors = tensors_llama},
     {.name = "gpt2",
      .pre = "gpt-2",
      .tied = true,
@@ -408,6 +421,16 @@ static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, em
                                "tiny model: hidden %lld is not a multiple of %lld heads (give a head size)",
                                (long long)p->n_embd, (long long)p->n_head);
     s->hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    return EMBER_OK;
+}
+
+/* OLMo 2: one head size, hidden / heads (llama.cpp's graph assumes it), and a separate head. */
+static ember_status resolve_olmo2(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    ember_status st = resolve_plain(p, s, err);
+    if (st != EMBER_OK) return st;
+    if (s->hd * p->n_head != p->n_embd)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: olmo2's head size is hidden / heads");
+    if (s->tied) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: olmo2's head is never tied");
     return EMBER_OK;
 }
 
@@ -657,7 +680,8 @@ static void tensors_llama(builder *b, const shape *s) {
     if (s->rope_freqs) add_rope_freqs_llama3(b, hd, s->base);
     for (int64_t l = 0; l < p->n_layer; l++) {
 #define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
-        add_random(b, T("attn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        const bool olmo = s->fam->olmo_norms;
+        if (!olmo) add_random(b, T("attn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
         add_random(b, T("attn_q.weight"), p->n_embd, q_dim, 0.0f, s_embd);
         if (s->fam->qkv_bias) add_random(b, T("attn_q.bias"), q_dim, 1, 0.0f, 0.1f);
         add_random(b, T("attn_k.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
@@ -665,14 +689,16 @@ static void tensors_llama(builder *b, const shape *s) {
         add_random(b, T("attn_v.weight"), p->n_embd, kv_dim, 0.0f, s_embd);
         if (s->fam->qkv_bias) add_random(b, T("attn_v.bias"), kv_dim, 1, 0.0f, 0.1f);
         add_random(b, T("attn_output.weight"), q_dim, p->n_embd, 0.0f, s_q);
-        if (s->fam->qk_norm) {
-            add_random(b, T("attn_q_norm.weight"), hd, 1, 1.0f, 0.1f);
-            add_random(b, T("attn_k_norm.weight"), hd, 1, 1.0f, 0.1f);
+        if (s->fam->qk_norm || olmo) {
+            add_random(b, T("attn_q_norm.weight"), olmo ? q_dim : hd, 1, 1.0f, 0.1f);
+            add_random(b, T("attn_k_norm.weight"), olmo ? kv_dim : hd, 1, 1.0f, 0.1f);
         }
-        add_random(b, T("ffn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        if (olmo) add_random(b, T("post_attention_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        else add_random(b, T("ffn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
         add_random(b, T("ffn_gate.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
         add_random(b, T("ffn_up.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
         add_random(b, T("ffn_down.weight"), p->n_ff, p->n_embd, 0.0f, s_ff);
+        if (olmo) add_random(b, T("post_ffw_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
 #undef T
     }
     add_random(b, "output_norm.weight", p->n_embd, 1, 1.0f, 0.1f);

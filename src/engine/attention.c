@@ -99,6 +99,18 @@ void ember_add_into(float *x, const float *d, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] += d[i];
 }
 
+ember_status ember_rms_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t n,
+                                   ember_error *err) {
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    const int64_t d = m->n_embd;
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
+        m->ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, m->norm_eps);
+    m->ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
+    ember_trace_step(s->trace, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
+    return ember_logits_head(s, hooks, ctx, err);
+}
+
 ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
     if (s->head_off) return EMBER_OK; /* only the prompt's last slice needs logits (session.c) */
     const ember_model *m = s->model;

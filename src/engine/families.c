@@ -52,6 +52,12 @@ static const ember_family families[] = {
         .qk_norm = true,
     },
     {
+        .info = {.name = "olmo2", .architectures = ARCHS("olmo2")},
+        .bind = ember_olmo2_bind,
+        .forward = ember_olmo2_forward,
+        .rope_neox = true, /* read by ember_llama_hparams */
+    },
+    {
         .info = {.name = "gpt2", .architectures = ARCHS("gpt2")},
         .bind = ember_gpt2_bind,
         .forward = ember_gpt2_forward,

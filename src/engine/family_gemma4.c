@@ -100,7 +100,6 @@ static void gemma4_per_layer_input(ember_session *s, int64_t l, int64_t n) {
 ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err) {
     const ember_model *m = s->model;
-    const ember_kernel_ops *ops = m->ops;
     ember_workspace *w = &s->ws;
     const int64_t d = m->n_embd, ple = m->ple_dim;
     const float eps = m->norm_eps;
@@ -150,12 +149,7 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    /* all_logits: the other rows' final norm into xn, for the logits head */
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
-        ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, eps);
-    ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, eps);
-    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
-    return ember_logits_head(s, hooks, &ctx, err);
+    return ember_rms_logits_head(s, hooks, &ctx, n, err);
 }
 
 /* A per-layer hyper-parameter: an array with one entry per layer, or one integer for all. */

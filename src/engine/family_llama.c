@@ -19,7 +19,6 @@ static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_h
 ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                  ember_error *err) {
     const ember_model *m = s->model;
-    const ember_kernel_ops *ops = m->ops;
     ember_workspace *w = &s->ws;
     const int64_t d = m->n_embd, pos0 = s->pos;
     ember_status st;
@@ -83,17 +82,10 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     }
 
     ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
-    /* Only the last position's logits are produced, unless the session asks for every row's:
-     * then the other rows' final norm goes into xn, where the logits head reads it. */
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
-        ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, m->norm_eps);
-    ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
-    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
-    return ember_logits_head(s, hooks, &ctx, err);
+    return ember_rms_logits_head(s, hooks, &ctx, n, err);
 }
 
-/* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
-ember_status ember_llama_bind(binder *b) {
+ember_status ember_llama_hparams(binder *b) {
     ember_model *m = b->m;
     TRY(bind_common_hparams(b));
     TRY(hp_dim(b, "feed_forward_length", &m->n_ff, true, 0));
@@ -117,7 +109,13 @@ ember_status ember_llama_bind(binder *b) {
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
     m->rope_neox = m->family->rope_neox;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+    return EMBER_OK;
+}
 
+/* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
+ember_status ember_llama_bind(binder *b) {
+    ember_model *m = b->m;
+    TRY(ember_llama_hparams(b));
     TRY(bind_common(b));
     TRY(bind_vec(b, "rope_freqs.weight", m->n_rot / 2, false, &m->rope_freqs));
 

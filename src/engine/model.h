@@ -192,6 +192,10 @@ void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
  * (no hooks: the logits stages see the last row only), and the last row is the hooked one. */
 ember_status ember_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx,
                                ember_error *err);
+/* The RMSNorm families' end: output_norm of the last of n rows into ws.last (and of rows 0..n-2 into
+ * ws.xn when the session asks for all logits), its trace step, then ember_logits_head. */
+ember_status ember_rms_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t n,
+                                   ember_error *err);
 /* Row r of an embedding table as f32 (the kernels' get_row), its mapped pages then released
  * (embedding.c). */
 void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_t r, float *out);
@@ -203,6 +207,8 @@ ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, in
 
 ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                 ember_error *err);
+ember_status ember_olmo2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                 ember_error *err);
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err);

@@ -48,7 +48,11 @@ ember_status bind_common_hparams(binder *b);
 /* ... then n_vocab, token_embd, output (tied when absent), output_norm.weight, the layer table. */
 ember_status bind_common(binder *b);
 
+/* The llama block's hyper-parameters (sizes, head size, RoPE, norm epsilon, query scale), checked;
+ * families over other blocks that read the same keys (olmo2) start from it. */
+ember_status ember_llama_hparams(binder *b);
 ember_status ember_llama_bind(binder *b);
+ember_status ember_olmo2_bind(binder *b);
 ember_status ember_gpt2_bind(binder *b);
 ember_status ember_gemma2_bind(binder *b);
 ember_status ember_gemma3_bind(binder *b);

@@ -332,11 +332,7 @@ static ember_status gemma23_hparams(binder *b, const gemma_generation *g, float 
     if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
         return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
                          (long long)m->head_dim, (long long)v_len);
-    TRY(hp_dim(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
-    if (m->n_rot > m->head_dim || m->n_rot % 2)
-        return bind_fail(b, EMBER_ERR_FORMAT,
-                         "metadata key '%s.rope.dimension_count' = %lld does not fit head size %lld", b->arch,
-                         (long long)m->n_rot, (long long)m->head_dim);
+    TRY(hp_rope_dims(b, m->head_dim, &m->n_rot));
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     *base_swa = m->rope_base;
     if (g->swa_rope_own) TRY(hp_float_positive(b, "rope.freq_base_swa", base_swa, 10000.0f));

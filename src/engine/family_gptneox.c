@@ -144,11 +144,7 @@ static ember_status heads(binder *b) {
     if (k_len != m->head_dim || v_len != m->head_dim || m->head_dim < 2)
         return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld/%lld (key/value length) is not width / heads = %lld",
                          (long long)k_len, (long long)v_len, (long long)m->head_dim);
-    TRY(hp_dim(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
-    if (m->n_rot > m->head_dim || m->n_rot % 2 || m->n_rot < 2)
-        return bind_fail(b, EMBER_ERR_FORMAT,
-                         "%s.rope.dimension_count %lld does not fit head size %lld (an even count, at most the head)",
-                         b->arch, (long long)m->n_rot, (long long)m->head_dim);
+    TRY(hp_rope_dims(b, m->head_dim, &m->n_rot));
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     m->rope_neox = true;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);

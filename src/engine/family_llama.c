@@ -101,10 +101,7 @@ ember_status ember_llama_hparams(binder *b) {
     if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
         return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
                          (long long)m->head_dim, (long long)v_len);
-    TRY(hp_dim(b, "rope.dimension_count", &m->n_rot, false, m->head_dim));
-    if (m->n_rot > m->head_dim || m->n_rot % 2)
-        return bind_fail(b, EMBER_ERR_FORMAT, "rope.dimension_count %lld does not fit head size %lld",
-                         (long long)m->n_rot, (long long)m->head_dim);
+    TRY(hp_rope_dims(b, m->head_dim, &m->n_rot));
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
     m->rope_neox = m->family->rope_neox;

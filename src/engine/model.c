@@ -63,6 +63,16 @@ ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *
     return EMBER_OK;
 }
 
+ember_status hp_rope_dims(binder *b, int64_t head_dim, int64_t *n_rot) {
+    TRY(hp_dim(b, "rope.dimension_count", n_rot, false, head_dim));
+    if (*n_rot > head_dim || *n_rot % 2 || *n_rot < 2)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "%s.rope.dimension_count %lld does not fit head size %lld (it must be an even count from 2 "
+                         "to the head size)",
+                         b->arch, (long long)*n_rot, (long long)head_dim);
+    return EMBER_OK;
+}
+
 ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def) {
     TRY(hp_float(b, suffix, out, def));
     if (!isfinite(*out) || !(*out > 0.0f))

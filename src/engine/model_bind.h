@@ -30,6 +30,9 @@ ember_status hp_float(binder *b, const char *suffix, float *out, float def);
 ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def);
 /* hp_int for a dimension: at most the largest extent of any tensor in the file. */
 ember_status hp_dim(binder *b, const char *suffix, int64_t *out, bool required, int64_t def);
+/* "<arch>.rope.dimension_count" (default: the head): an even count from 2 to head_dim, the error
+ * naming the key (one rule for every family that rotates part of a head). */
+ember_status hp_rope_dims(binder *b, int64_t head_dim, int64_t *n_rot);
 /* "<arch>.block_count": required, at most the number of blk.N layers the file has tensors for.
  * Families call it first, before anything is allocated per layer. */
 ember_status hp_block_count(binder *b, int64_t *out);

@@ -297,14 +297,12 @@ end
 function M.cpu_clock_ghz(cpuinfo_text, max_freq_text)
   local max_path = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
   if max_freq_text == nil then
-    local ok, t = pcall(fs.read, max_path)
-    max_freq_text = ok and t or false
+    max_freq_text = fs.read_system(max_path, 64) or false
   end
   local khz = max_freq_text and tonumber(max_freq_text:match("^%s*(%d+)"))
   if khz and khz > 0 then return khz / 1e6, max_path end
   if cpuinfo_text == nil then
-    local ok, t = pcall(fs.read, "/proc/cpuinfo")
-    cpuinfo_text = ok and t or ""
+    cpuinfo_text = fs.read_system("/proc/cpuinfo", 1 << 22) or ""
   end
   local mhz = tonumber(cpuinfo_text:match("cpu MHz%s*:%s*([%d%.]+)"))
   if mhz and mhz > 0 then return mhz / 1e3, "/proc/cpuinfo cpu MHz" end

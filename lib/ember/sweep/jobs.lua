@@ -110,7 +110,10 @@ function M.run(o)
       local logged, text = pcall(fs.read, log, log, MAX_LOG_BYTES)
       text = logged and text or ("(" .. tostring(text) .. ")")
       failed[#failed + 1] = { i = i, code = code, log = log, text = text:gsub("%s+$", "") }
-      if text:find("interrupted: %d+ cells saved") then interrupted = interrupted + 1 end
+      -- a shard stopped by the same Ctrl-C says so, with its count or (stopped outside its cells) bare
+      if text:find("interrupted: %d+ cells saved") or text:find("interrupted%s*$") then
+        interrupted = interrupted + 1
+      end
     end
   end
   if #failed > 0 and interrupted == #failed then

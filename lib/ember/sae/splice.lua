@@ -4,20 +4,16 @@
 -- the generate/run_with_cache option `sae =` turned into core.sae_sites. Must not run a model.
 
 local core = require("ember.core")
+local act_names = require("ember.run.act_names")
 
 local M = {}
 
--- The TransformerLens hook names an SAE can sit on, per layer ("blocks.L.<name>") and after the
--- last layer, with the ember stage each one is.
-M.LAYER_HOOKS = {
-  hook_resid_pre = "before_layer",
-  hook_resid_post = "after_layer",
-  hook_attn_out = "after_attention",
-  hook_mlp_out = "after_mlp",
-  ["attn.hook_z"] = "attention_heads",
-  ["mlp.hook_post"] = "mlp_activation",
-}
-M.MODEL_HOOKS = { ["ln_final.hook_normalized"] = "before_logits" }
+-- The ember stages an SAE can sit on; its TransformerLens hook name ("blocks.L.hook_resid_post",
+-- "ln_final.hook_normalized") is read through the one name table (ember.run.act_names).
+M.SITE_STAGES = { "before_layer", "after_layer", "after_attention", "after_mlp", "attention_heads", "mlp_activation",
+  "before_logits" }
+local SITE = {}
+for _, stage in ipairs(M.SITE_STAGES) do SITE[stage] = true end
 
 M.SPLICES = { "error", "reconstruction" }
 
@@ -25,8 +21,10 @@ local function fail(sae, msg, ...) error(string.format("sae %s: " .. msg, sae.pa
 
 local function known_hooks()
   local names = {}
-  for k in pairs(M.LAYER_HOOKS) do names[#names + 1] = "blocks.L." .. k end
-  for k in pairs(M.MODEL_HOOKS) do names[#names + 1] = k end
+  for _, stage in ipairs(M.SITE_STAGES) do
+    names[#names + 1] = core.layer_stages[stage] and act_names.tl_name(stage, 0):gsub("^blocks%.0%.", "blocks.L.")
+      or act_names.tl_name(stage)
+  end
   table.sort(names)
   return table.concat(names, ", ")
 end
@@ -34,10 +32,13 @@ end
 -- hook_site(sae, hook, head, info) -> { stage, layer, col0, width, sliced }: the columns of the
 -- stage's view the hook's activation is (a head of attention_heads when head is given).
 local function hook_site(sae, hook, head, info)
-  local layer, name = hook:match("^blocks%.(%d+)%.(.+)$")
-  local stage = layer and M.LAYER_HOOKS[name] or M.MODEL_HOOKS[hook]
-  if not stage then fail(sae, "hook '%s' has no ember stage (ember reads %s)", hook, known_hooks()) end
-  layer = layer and math.tointeger(tonumber(layer)) or -1
+  local stage, layer = act_names.stage_of(hook)
+  -- a full TransformerLens name: with its layer for a per-layer stage, none for the others
+  local per_layer = stage and core.layer_stages[stage]
+  local full = stage and SITE[stage] and (per_layer and layer ~= nil or not per_layer and layer == nil)
+    and hook == act_names.tl_name(stage, layer)
+  if not full then fail(sae, "hook '%s' has no ember stage (ember reads %s)", hook, known_hooks()) end
+  layer = layer or -1
   if layer >= info.n_layers then
     fail(sae, "hook '%s' is layer %d, but the model has %d layers (0-%d)", hook, layer, info.n_layers,
       info.n_layers - 1)

@@ -73,6 +73,9 @@ typedef struct {
     /* gemma2 / gemma3 (with sliding_window, rope_base_swa (gemma3) and softcap above) */
     float attn_softcap; /* gemma2: attention logit softcap; < 0: 50 */
     float rope_scale;   /* gemma3: linear RoPE scaling factor of the global layers; 0: none */
+
+    /* gptneox only */
+    bool sequential_residual; /* use_parallel_residual = false: x += attn(ln1(x)), then x += mlp(ln2(x)) */
 } ember_tiny_model_params;
 
 /* The families the generator writes, in its table's order: family i (NULL past the last), and

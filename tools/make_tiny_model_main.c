@@ -58,6 +58,7 @@ static void usage(FILE *f) {
                "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
                "  gemma2 only:         [--window N] [--softcap X] [--attn-softcap X]\n"
                "  gemma3 only:         [--window N] [--softcap X] [--rope-base-swa X] [--rope-scale X]\n"
+               "  gptneox only:        [--sequential-residual] (use_parallel_residual = false)\n"
                "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
                "BPE tokenizer. Defaults: 6 layers, hidden 64, 4 heads, 2 KV heads (gpt2: as many as heads),\n"
                "ff 128, vocab 512, context 256, seed 1. gemma4 defaults: pattern SSSFSF (S sliding, F full;\n"
@@ -222,6 +223,8 @@ static int other_option(cmdline *c, const char *a, const char *val) {
         return 2;
     } else if (strcmp(a, "--rope-freqs") == 0 || strcmp(a, "--no-rope-freqs") == 0) {
         p->rope_freqs = strcmp(a, "--rope-freqs") == 0;
+    } else if (strcmp(a, "--sequential-residual") == 0) {
+        p->sequential_residual = true;
     } else if (strcmp(a, "--tied") == 0 || strcmp(a, "--untied") == 0) {
         p->tied = strcmp(a, "--tied") == 0;
     } else if (strcmp(a, "--no-tokenizer") == 0 || strcmp(a, "--tokenizer") == 0) {

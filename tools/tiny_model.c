@@ -40,6 +40,7 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
         .softcap = -1.0f,
         .attn_softcap = -1.0f,
         .rope_scale = 0,
+        .sequential_residual = false,
     };
 }
 
@@ -378,6 +379,8 @@ static ember_status check_family_settings(const ember_tiny_model_params *p, cons
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the attention softcap is a gemma2 setting");
     if (p->rope_scale != 0 && !fam->swa_rope_own)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: linear RoPE scaling is a gemma3 setting");
+    if (p->sequential_residual && fam->metadata != metadata_gptneox)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the sequential residual is a gptneox setting");
     if (p->rope_freqs > 0 && !fam->rope_freqs) {
         char list[128];
         family_list(list, sizeof list, takes_rope_freqs, " and ");
@@ -929,14 +932,15 @@ static void tensors_gpt2(builder *b, const shape *s) {
 
 /* ---- gptneox (the tensors are gpt2's, above) ---- */
 
-/* Pythia's: RoPE on a quarter of each head (rotary_pct 0.25, even), the parallel residual. */
+/* Pythia's: RoPE on a quarter of each head (rotary_pct 0.25, even), the parallel residual (unless
+ * sequential_residual: use_parallel_residual = false, as GPT-NeoX configs may set). */
 static void metadata_gptneox(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
     ember_gguf_writer_set_u32(w, "gptneox.feed_forward_length", (uint32_t)p->n_ff);
     ember_gguf_writer_set_u32(w, "gptneox.attention.head_count", (uint32_t)p->n_head);
     ember_gguf_writer_set_u32(w, "gptneox.rope.dimension_count", (uint32_t)(s->hd / 4 / 2 * 2));
     ember_gguf_writer_set_f32(w, "gptneox.rope.freq_base", s->base);
     ember_gguf_writer_set_f32(w, "gptneox.attention.layer_norm_epsilon", 1e-5f);
-    ember_gguf_writer_set_bool(w, "gptneox.use_parallel_residual", true);
+    ember_gguf_writer_set_bool(w, "gptneox.use_parallel_residual", !p->sequential_residual);
 }
 
 /* ---- all families ---- */

@@ -26,6 +26,8 @@ CASES=(
   "gemma2-small-q4_k|--family gemma2 --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --window 6|2,44,61,77,19,250,333,401,17,90,6,211|8|"
   "gptneox-tiny-f32|--family gptneox --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "gptneox-tiny-q8_0|--family gptneox --dtype q8_0 --seed 11|2,17,250,31,402,77,5,19,333,64,8,120|8|"
+  "gptneox-seq-tiny-f32|--family gptneox --dtype f32 --seed 7 --sequential-residual|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
+  "gptneox-seq-tiny-q8_0|--family gptneox --dtype q8_0 --seed 17 --sequential-residual|2,31,8,444,96,150,7,3,222,64,51,9|8|"
   "gptneox-small-q4_k|--family gptneox --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --ff 512|2,44,61,77,19,250,333,401,17,90,6,211|8|"
 )
 

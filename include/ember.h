@@ -48,6 +48,14 @@ typedef struct {
     bool allow_nonfinite;   /* sessions of this model keep going on NaN/Inf logits instead of failing
                               (their default; see ember_session_set_allow_nonfinite) */
     ember_kv_type kv_cache; /* the KV cache of every session of this model; EMBER_KV_F32 by default */
+    /* Per-tensor overrides (src/engine/model_override.c): the tensors named come from the file
+     * override_from instead (same architecture, same name and shape, any weight type), so the model
+     * computes what a file holding those tensors in override_from's types would. Named by a
+     * NULL-terminated list (override_tensors) or by a POSIX extended regular expression matched
+     * against whole tensor names (override_regex); one of them when override_from is set. */
+    const char *override_from;
+    const char *const *override_tensors;
+    const char *override_regex;
 } ember_model_params;
 
 /* The model families ember runs, one row each of the engine's family table (src/engine/families.c):
@@ -73,11 +81,14 @@ typedef struct {
     int n_threads;
     bool threads_default; /* n_threads is the default (the physical cores), not asked for */
     bool experimental;
-    size_t repacked_bytes;  /* weights copied into the kernel set's layout at load (0: all read
+    size_t repacked_bytes;               /* weights copied into the kernel set's layout at load (0: all read
                                   in place from the file mapping) */
-    const char *kv_cache;   /* the sessions' KV cache type: "f32", "f16" or "bf16" */
-    const char *final_norm; /* the final norm's kind: "rms" (RMSNorm) or "layer" (LayerNorm with bias) */
-    float norm_eps;         /* the epsilon of the model's norms, as read from the file */
+    const char *kv_cache;                /* the sessions' KV cache type: "f32", "f16" or "bf16" */
+    const char *final_norm;              /* the final norm's kind: "rms" (RMSNorm) or "layer" (LayerNorm with bias) */
+    float norm_eps;                      /* the epsilon of the model's norms, as read from the file */
+    const char *override_from;           /* the file the overridden tensors come from, or NULL */
+    const char *const *override_tensors; /* their names (n_override), in the file's tensor order */
+    int64_t n_override;
 } ember_model_info;
 
 ember_status ember_model_load(const ember_model_params *params, ember_model **out, ember_error *err);
@@ -112,12 +123,16 @@ ember_status ember_model_weight_rows_f32(const ember_model *model, const char *n
 typedef struct {
     const char *name; /* owned by the model */
     const char *type;
-    int n_dims;    /* 1 .. 4 */
-    int64_t ne[4]; /* unused dims are 1 */
+    int n_dims;     /* 1 .. 4 */
+    int64_t ne[4];  /* unused dims are 1 */
+    uint64_t bytes; /* stored size */
 } ember_tensor_desc;
 int64_t ember_model_tensor_count(const ember_model *model);
 /* Fills *out with tensor i (0 .. count-1) and returns true; false outside the range. */
 bool ember_model_tensor_desc(const ember_model *model, int64_t i, ember_tensor_desc *out);
+/* True when both models hold a tensor called `name` of the same type, shape and bytes (as bound:
+ * an overridden tensor is its source's). */
+bool ember_model_tensor_same(const ember_model *a, const ember_model *b, const char *name);
 /* Components of the residual stream through the final norm with the scale of a reference frozen
  * (src/engine/unembed.c): x (rows, hidden_size) -> out (rows, hidden_size), row r normalised as
  * its reference row ref[r] (ref_rows == rows) or ref[0] (ref_rows == 1) is, times the norm's weight

@@ -76,6 +76,11 @@ typedef struct {
 
     /* gptneox only */
     bool sequential_residual; /* use_parallel_residual = false: x += attn(ln1(x)), then x += mlp(ln2(x)) */
+
+    /* NULL-terminated "NAME=TYPE" entries (llama-quantize's --tensor-type): the 2-D weight NAME is
+     * written in TYPE (a --dtype spelling) instead of dtype, from the same generated values. An entry
+     * naming no 2-D weight of the model, or an unknown type, is an error. NULL: none. */
+    const char *const *tensor_types;
 } ember_tiny_model_params;
 
 /* The families the generator writes, in its table's order: family i (NULL past the last), and

@@ -33,18 +33,24 @@ describe("a misspelt method", function()
 end)
 
 describe("m:tensors()", function()
-  it("lists every tensor of the file with its type and shape, in the file's order", function()
+  it("lists every tensor of the file with its type, shape and stored bytes, in the file's order", function()
     local m = need_model()
     if not m then return end
     local g = gguf.open(m.info.path)
     local TYPE = { [0] = "f32", [1] = "f16", [8] = "q8_0", [30] = "bf16" }
+    local BLOCK = { [0] = { 1, 4 }, [1] = { 1, 2 }, [8] = { 32, 34 }, [30] = { 1, 2 } } -- values, bytes
     local list = m:tensors()
     assert.are.equal(#g.names, #list)
     for i, name in ipairs(g.names) do
       local t = g.tensors[name]
       local shape = {}
-      for d = #t.dims, 1, -1 do shape[#shape + 1] = t.dims[d] end -- outermost first
-      assert.are.same({ name = name, type = TYPE[t.type], shape = shape }, list[i])
+      local count = 1
+      for d = #t.dims, 1, -1 do
+        shape[#shape + 1] = t.dims[d] -- outermost first
+        count = count * t.dims[d]
+      end
+      local bytes = count // BLOCK[t.type][1] * BLOCK[t.type][2]
+      assert.are.same({ name = name, type = TYPE[t.type], shape = shape, bytes = bytes }, list[i])
     end
   end)
 

@@ -54,6 +54,7 @@ static void usage(FILE *f) {
     fprintf(f, "                       [--seed N] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
                "                       [--head-dim N] [--ff N] [--vocab N] [--context N] [--rope-base X]\n"
                "                       [--rope-freqs | --no-rope-freqs] [--tied | --untied] [--[no-]tokenizer]\n"
+               "                       [--tensor-type NAME=TYPE]... (that 2-D weight in TYPE instead of --dtype)\n"
                "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
                "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
                "  gemma2 only:         [--window N] [--softcap X] [--attn-softcap X]\n"
@@ -110,6 +111,8 @@ typedef struct {
     ember_tiny_model_params p;
     const char *out, *dtype, *shape;
     bool have_family;
+    const char **tensor_types; /* (argc) the --tensor-type values, NULL-terminated */
+    int n_tensor_types;
 } cmdline;
 
 /* --shape first, wherever it is: the other options then override the preset. 0, or the exit status. */
@@ -216,6 +219,10 @@ static int other_option(cmdline *c, const char *a, const char *val) {
     } else if (strcmp(a, "--out") == 0 && val) {
         c->out = val;
         return 2;
+    } else if (strcmp(a, "--tensor-type") == 0 && val) {
+        c->tensor_types[c->n_tensor_types++] = val;
+        p->tensor_types = c->tensor_types;
+        return 2;
     } else if (strcmp(a, "--seed") == 0) {
         return parse_seed(val, &p->seed) ? 2 : -1;
     } else if (strcmp(a, "--swa-pattern") == 0 && val) {
@@ -240,6 +247,8 @@ static int other_option(cmdline *c, const char *a, const char *val) {
 int main(int argc, char **argv) {
     cmdline c = {0};
     ember_tiny_model_defaults(&c.p);
+    c.tensor_types = calloc((size_t)argc + 1, sizeof *c.tensor_types);
+    if (!c.tensor_types) return 1;
     int rc = apply_shape(argc, argv, &c);
     if (rc) return rc;
     for (int i = 1; i < argc; i++) {

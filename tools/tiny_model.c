@@ -173,7 +173,9 @@ typedef struct {
 typedef struct {
     const ember_tiny_model_params *p;
     ember_gguf_writer *w;
-    float *buf; /* scratch for generated values: the largest tensor and one spare row of n_embd */
+    float *buf;        /* scratch for generated values: the largest tensor and one spare row of n_embd */
+    bool *used;        /* (entries of p->tensor_types) which named a matrix written */
+    ember_type *types; /* (entries of p->tensor_types) their types */
 } builder;
 
 /* A family the tool writes: its usual settings and its writer. One row per family, the one list
@@ -566,6 +568,33 @@ static ember_status check_params(const ember_tiny_model_params *p, const shape *
 
 /* ---- building -------------------------------------------------------------------------------- */
 
+/* The type of the matrix `name`: its tensor_types entry's, else the dtype. */
+static ember_type matrix_type(builder *b, const char *name) {
+    const size_t len = strlen(name);
+    for (int i = 0; b->p->tensor_types && b->p->tensor_types[i]; i++) {
+        const char *e = b->p->tensor_types[i];
+        if (strncmp(e, name, len) == 0 && e[len] == '=') {
+            b->used[i] = true;
+            return b->types[i];
+        }
+    }
+    return b->p->dtype;
+}
+
+/* Each tensor_types entry is NAME=TYPE with a known TYPE: their types into b->types. */
+static ember_status parse_tensor_types(builder *b, int n, ember_error *err) {
+    for (int i = 0; i < n; i++) {
+        const char *e = b->p->tensor_types[i], *eq = strchr(e, '=');
+        if (!eq || eq == e || !ember_tiny_model_parse_dtype(eq + 1, &b->types[i])) {
+            char list[128];
+            ember_tiny_model_dtype_list(list, sizeof list);
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "tiny model: tensor type '%s' is not NAME=TYPE with TYPE one of %s", e, list);
+        }
+    }
+    return EMBER_OK;
+}
+
 /* Fills b->buf with n values mean + std * N(0,1) from the tensor's own stream. */
 static void fill_random(builder *b, const char *name, int64_t n, float mean, float std) {
     uint64_t st = tensor_stream(b->p->seed, name);
@@ -576,7 +605,7 @@ static void fill_random(builder *b, const char *name, int64_t n, float mean, flo
 static void add_buf(builder *b, const char *name, int64_t ne0, int64_t ne1) {
     const int64_t ne[2] = {ne0, ne1};
     if (ne1 == 1) ember_gguf_writer_add_tensor(b->w, name, EMBER_TYPE_F32, 1, ne, b->buf);
-    else ember_gguf_writer_add_tensor(b->w, name, b->p->dtype, 2, ne, b->buf);
+    else ember_gguf_writer_add_tensor(b->w, name, matrix_type(b, name), 2, ne, b->buf);
 }
 
 /* A tensor of values mean + std * N(0,1). */
@@ -964,6 +993,32 @@ static int64_t largest_tensor(const ember_tiny_model_params *p, const shape *s) 
     return biggest;
 }
 
+/* The tensors of the model into w, with the tensor_types entries checked and each one used. */
+static ember_status build_tensors(const ember_tiny_model_params *p, const shape *s, ember_gguf_writer *w,
+                                  ember_error *err) {
+    int n = 0;
+    while (p->tensor_types && p->tensor_types[n]) n++;
+    builder b = {.p = p,
+                 .w = w,
+                 .buf = malloc((size_t)(largest_tensor(p, s) + p->n_embd) * sizeof(float)),
+                 .used = calloc((size_t)n + 1, sizeof(bool)),
+                 .types = calloc((size_t)n + 1, sizeof(ember_type))};
+    ember_status st = !b.buf || !b.used || !b.types ? ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory")
+                                                    : parse_tensor_types(&b, n, err);
+    if (st == EMBER_OK) {
+        s->fam->tensors(&b, s);
+        st = ember_gguf_writer_status(w, err);
+    }
+    for (int i = 0; st == EMBER_OK && i < n; i++)
+        if (!b.used[i])
+            st = ember_error_set(err, EMBER_ERR_ARG, "tiny model: tensor type '%s' names no 2-D weight of the model",
+                                 p->tensor_types[i]);
+    free(b.buf);
+    free(b.used);
+    free(b.types);
+    return st;
+}
+
 ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf_writer *w, ember_error *err) {
     shape *s = malloc(sizeof *s);
     if (!s) return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
@@ -984,15 +1039,9 @@ ember_status ember_tiny_model_build(const ember_tiny_model_params *p, ember_gguf
         }
     }
 
-    builder b = {.p = p, .w = w, .buf = malloc((size_t)(largest_tensor(p, s) + p->n_embd) * sizeof(float))};
-    if (!b.buf) {
-        free(s);
-        return ember_error_set(err, EMBER_ERR_NOMEM, "tiny model: out of memory");
-    }
-    s->fam->tensors(&b, s);
-    free(b.buf);
+    st = build_tensors(p, s, w, err);
     free(s);
-    return ember_gguf_writer_status(w, err);
+    return st;
 }
 
 ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err) {

@@ -30,6 +30,8 @@ M.FLAGS = {
   flags.option("threads"),
   flags.option("kernels"),
   flags.option("kv-cache"),
+  flags.option("override-from"),
+  flags.option("override-tensors"),
   { "experiment", "path", "FILE.lua", "attach the experiment this file returns" },
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },

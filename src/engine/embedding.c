@@ -14,11 +14,12 @@ void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_
     const ember_type_traits *tt = ember_type_traits_get(table->type);
     const uint8_t *row = (const uint8_t *)table->data + (size_t)r * table->row_bytes;
     const int64_t blocks = table->n_in / tt->block_size, per_piece = EMBER_LOOKUP_PIECE / (int64_t)tt->block_bytes;
+    const ember_gguf *file = ember_model_gguf_holding(m, row); /* an overridden table is the other file's */
     _Alignas(64) uint8_t buf[EMBER_LOOKUP_PIECE];
     for (int64_t b0 = 0; b0 < blocks; b0 += per_piece) {
         const int64_t k = blocks - b0 < per_piece ? blocks - b0 : per_piece;
         const size_t bytes = (size_t)k * tt->block_bytes;
-        ember_gguf_read(m->gguf, row + (size_t)b0 * tt->block_bytes, buf, bytes);
+        ember_gguf_read(file, row + (size_t)b0 * tt->block_bytes, buf, bytes);
         const ember_matrix piece = {
             .type = table->type, .data = buf, .n_in = k * tt->block_size, .n_out = 1, .row_bytes = bytes};
         m->ops->get_row(&piece, 0, out + b0 * tt->block_size);

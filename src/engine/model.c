@@ -309,6 +309,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     m->allow_nonfinite = p->allow_nonfinite;
     if ((st = read_architecture(&b, p)) != EMBER_OK) goto fail;
     b.arch = m->architecture;
+    if ((st = ember_model_override(m, p, err)) != EMBER_OK) goto fail;
     if ((st = refuse_experts(&b)) != EMBER_OK) goto fail;
     if ((st = m->family->bind(&b)) != EMBER_OK) goto fail;
 
@@ -322,6 +323,7 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
     const int n_threads = p->n_threads > 0 ? p->n_threads : ember_cpu_physical_cores();
     if ((st = ember_compute_new(p->kernels, n_threads, &m->compute, err)) != EMBER_OK) goto fail;
     ember_gguf_advise_willneed(m->gguf); /* readahead for the repacking copy or the first evaluation */
+    if (m->override_gguf) ember_gguf_advise_willneed(m->override_gguf);
     if ((st = prepare_weights(m, err)) != EMBER_OK) goto fail;
     m->ops = ember_compute_ops(m->compute);
     ember_kernels chosen = ember_compute_kernels(m->compute);
@@ -347,6 +349,9 @@ ember_status ember_model_load(const ember_model_params *p, ember_model **out, em
         .kv_cache = ember_kv_type_name(p->kv_cache),
         .final_norm = m->family->final_norm == EMBER_NORM_LAYER ? "layer" : "rms",
         .norm_eps = m->norm_eps,
+        .override_from = m->override_gguf ? m->override_gguf->path : NULL,
+        .override_tensors = (const char *const *)m->override_names,
+        .n_override = m->n_override,
     };
     *out = m;
     return EMBER_OK;
@@ -364,6 +369,7 @@ void ember_model_free(ember_model *m) {
     free(m->name);
     free(m->dtype_summary);
     ember_compute_free(m->compute);
+    ember_model_override_free(m);
     ember_gguf_close(m->gguf);
     free(m);
 }

@@ -70,6 +70,9 @@ const ember_family *ember_family_for_architecture(const char *architecture);
 
 struct ember_model {
     ember_gguf *gguf;
+    ember_gguf *override_gguf; /* the file overridden tensors come from (model_override.c), or NULL */
+    char **override_names;     /* (n_override) the tensors whose table entries now point into it */
+    int64_t n_override;
     ember_model_info info;
     const ember_family *family;  /* its row of the family table (families.c) */
     const ember_kernel_ops *ops; /* = ember_compute_ops(compute) */
@@ -199,6 +202,16 @@ ember_status ember_rms_logits_head(struct ember_session *s, const ember_hooks *h
 /* Row r of an embedding table as f32 (the kernels' get_row), its mapped pages then released
  * (embedding.c). */
 void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_t r, float *out);
+/* Per-tensor overrides (model_override.c): opens p->override_from, checks it and the names asked
+ * against the model's file (same architecture; every name present in both with the same shape; a
+ * regex that matches something) and points those entries of m->gguf's tensor table at the other
+ * file's tensors. Called before anything is bound; does nothing when p->override_from is NULL. */
+ember_status ember_model_override(ember_model *m, const ember_model_params *p, ember_error *err);
+/* The file whose mapping holds p: the model's, or the override file's. */
+const ember_gguf *ember_model_gguf_holding(const ember_model *m, const void *p);
+/* ember_gguf_check_unchanged of every file the model reads. */
+ember_status ember_model_check_unchanged(const ember_model *m, ember_error *err);
+void ember_model_override_free(ember_model *m);
 /* x[i] += d[i] */
 void ember_add_into(float *x, const float *d, int64_t count);
 

@@ -332,7 +332,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
                                    "session: token id %d at index %lld is outside the vocabulary (0..%lld)", ids[i],
                                    (long long)i, (long long)s->model->n_vocab - 1);
     /* the weights are read from the file's mapping: refuse to compute on a file that changed */
-    ember_status st = ember_gguf_check_unchanged(s->model->gguf, err);
+    ember_status st = ember_model_check_unchanged(s->model, err);
     if (st != EMBER_OK) return st;
     const int64_t slice = observed(s, hooks) || n <= s->prefill_slice ? n : s->prefill_slice;
     st = ember_workspace_reserve(s, slice, err);
@@ -354,7 +354,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
     st = forward_slices(s, ids, n, slice, hooks, err);
     /* a truncation during the evaluation: the weights read as zeros, so its result is void */
     ember_error changed = {0};
-    if (ember_gguf_check_unchanged(s->model->gguf, &changed) != EMBER_OK) {
+    if (ember_model_check_unchanged(s->model, &changed) != EMBER_OK) {
         if (err) *err = changed;
         if (s->trace) ember_trace_eval_end(s->trace, false);
         return changed.code;

@@ -76,5 +76,14 @@ bool ember_model_tensor_desc(const ember_model *m, int64_t i, ember_tensor_desc 
     out->type = ember_type_name(t->type);
     out->n_dims = (int)t->n_dims;
     for (int d = 0; d < 4; d++) out->ne[d] = t->ne[d];
+    out->bytes = t->size;
     return true;
+}
+
+bool ember_model_tensor_same(const ember_model *a, const ember_model *b, const char *name) {
+    const gguf_tensor *ta = a && name ? ember_gguf_find_tensor(a->gguf, name) : NULL;
+    const gguf_tensor *tb = b && name ? ember_gguf_find_tensor(b->gguf, name) : NULL;
+    if (!ta || !tb || ta->type != tb->type || ta->size != tb->size || memcmp(ta->ne, tb->ne, sizeof ta->ne) != 0)
+        return false;
+    return ta->data == tb->data || memcmp(ta->data, tb->data, ta->size) == 0;
 }

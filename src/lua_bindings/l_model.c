@@ -85,6 +85,53 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
     lua_setfield(L, -2, "experimental");
     set_str(L, "path", path);
     set_int(L, "weight_bytes_per_token", (int64_t)ember_model_weight_bytes_per_token(m));
+    if (in->override_from) { /* override = { from = path, tensors = { names in the file's order } } */
+        lua_createtable(L, 0, 2);
+        set_str(L, "from", in->override_from);
+        lua_createtable(L, (int)in->n_override, 0);
+        for (int64_t i = 0; i < in->n_override; i++) {
+            lua_pushstring(L, in->override_tensors[i]);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        lua_setfield(L, -2, "tensors");
+        lua_setfield(L, -2, "override");
+    }
+}
+
+/* load's override = { from = A.gguf, tensors = { names } | "REGEX" } into p; the names stay on the
+ * stack (a userdata holding the pointer array, and the strings in the caller's table at index 1). */
+static void override_field(lua_State *L, ember_model_params *p) {
+    if (lua_getfield(L, 1, "override") == LUA_TNIL) { /* [.., override] */
+        lua_pop(L, 1);
+        return;
+    }
+    if (!lua_istable(L, -1))
+        luaL_error(L, "bad argument #1 to 'load' (option 'override' must be a table { from =, tensors = }, got %s)",
+                   luaL_typename(L, -1));
+    static const char *const valid[] = {"from", "tensors", NULL};
+    ember_lua_check_options(L, lua_gettop(L), "load{override}", valid);
+    int o = lua_gettop(L);
+    p->override_from = ember_lua_opt_str_field(L, o, "load{override}", "from", NULL);
+    if (!p->override_from) luaL_error(L, "bad argument #1 to 'load' (option 'override' needs from = the GGUF path)");
+    int t = lua_getfield(L, o, "tensors"); /* [.., override, tensors] */
+    if (t == LUA_TSTRING) {
+        p->override_regex = lua_tostring(L, -1);
+        return; /* the string stays on the stack */
+    }
+    if (t != LUA_TTABLE || lua_rawlen(L, -1) == 0)
+        luaL_error(L, "bad argument #1 to 'load' (option 'override' needs tensors = a non-empty list of tensor "
+                      "names or a regex string)");
+    lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+    const char **names = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *names, 0); /* [.., tensors, names] */
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, -2, i) != LUA_TSTRING)
+            luaL_error(L, "bad argument #1 to 'load' (override tensors[%I] must be a tensor name, got %s)", i,
+                       luaL_typename(L, -1));
+        names[i - 1] = lua_tostring(L, -1); /* kept alive by the tensors table */
+        lua_pop(L, 1);
+    }
+    names[n] = NULL;
+    p->override_tensors = names;
 }
 
 /* ember.load{model=, arch=, kernels=, threads=, provenance=, verify_model=} or ember.load(path).
@@ -92,8 +139,8 @@ static void push_info(lua_State *L, const ember_model *m, const char *path) {
  * set_tokenizer.) provenance=true starts the file's digest before the weights are read, so it
  * overlaps loading and generation; verify_model=true also refuses the digest cache. */
 static int l_load(lua_State *L) {
-    static const char *const valid[] = {"model",      "arch",         "kernels",  "threads", "allow_nonfinite",
-                                        "provenance", "verify_model", "kv_cache", NULL};
+    static const char *const valid[] = {"model",      "arch",         "kernels",  "threads",  "allow_nonfinite",
+                                        "provenance", "verify_model", "kv_cache", "override", NULL};
     ember_model_params p = {0};
     const char *kernels = "auto";
     bool provenance = false, verify = false;
@@ -122,6 +169,7 @@ static int l_load(lua_State *L) {
                               kv);
         provenance = opt_bool_field(L, "provenance");
         verify = opt_bool_field(L, "verify_model");
+        override_field(L, &p);
     }
     if (!ember_kernels_parse(kernels, &p.kernels))
         return luaL_error(

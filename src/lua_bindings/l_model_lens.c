@@ -68,7 +68,7 @@ static int m_weight(lua_State *L) {
     return 1;
 }
 
-/* model:tensors() -> { { name =, type =, shape = { ... } }, ... }: every tensor of the file, in its
+/* model:tensors() -> { { name =, type =, shape = { ... }, bytes = }, ... }: every tensor of the file, in its
  * order; shape outermost first (a matrix is { n_out, n_in }, as model:weight returns it). */
 static int m_tensors(lua_State *L) {
     ember_lua_model *lm = ember_lua_check_model(L, 1);
@@ -87,6 +87,8 @@ static int m_tensors(lua_State *L) {
             lua_rawseti(L, -2, k + 1);
         }
         lua_setfield(L, -2, "shape");
+        lua_pushinteger(L, (lua_Integer)d.bytes);
+        lua_setfield(L, -2, "bytes");
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     return 1;
@@ -114,10 +116,20 @@ static int m_final_norm_frozen(lua_State *L) {
     return 1;
 }
 
+/* model:same_tensor(other, name) -> true when both models bind a tensor `name` of the same type,
+ * shape and bytes (ember_model_tensor_same); false when either lacks it. */
+static int m_same_tensor(lua_State *L) {
+    ember_lua_model *a = ember_lua_check_model(L, 1);
+    ember_lua_model *b = ember_lua_check_model(L, 2);
+    lua_pushboolean(L, ember_model_tensor_same(a->m, b->m, luaL_checkstring(L, 3)));
+    return 1;
+}
+
 void ember_lua_open_model_lens(lua_State *L, int module) {
     static const luaL_Reg methods[] = {{"unembed", m_unembed},
                                        {"weight", m_weight},
                                        {"tensors", m_tensors},
+                                       {"same_tensor", m_same_tensor},
                                        {"final_norm_frozen", m_final_norm_frozen},
                                        {NULL, NULL}};
     (void)module;

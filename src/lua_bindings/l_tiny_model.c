@@ -7,9 +7,27 @@
 
 #include "ember_tiny_model.h"
 
-static const char *const tiny_options[] = {"family", "dtype", "seed", NULL};
+static const char *const tiny_options[] = {"family", "dtype", "seed", "tensor_types", NULL};
 
-/* ember.make_tiny_model(path, { family = "llama", dtype = "q8_0", seed = 1 }) -> true | nil, msg.
+/* tensor_types = { "NAME=TYPE", ... } (make-tiny-model --tensor-type) into a NULL-terminated array
+ * left on the stack; its strings are kept alive by the options table. NULL when absent. */
+static const char *const *tensor_types(lua_State *L) {
+    if (lua_getfield(L, 2, "tensor_types") == LUA_TNIL) return NULL; /* [.., nil] */
+    luaL_argexpected(L, lua_istable(L, -1), 2, "tensor_types as a list of NAME=TYPE strings");
+    lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+    const char **list = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *list, 0); /* [.., tt, list] */
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, -2, i) != LUA_TSTRING)
+            luaL_error(L, "bad argument to 'make_tiny_model' (tensor_types[%I] must be a NAME=TYPE string)", i);
+        list[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    list[n] = NULL;
+    return list;
+}
+
+/* ember.make_tiny_model(path, { family = "llama", dtype = "q8_0", seed = 1, tensor_types = { "N=T" } })
+ * -> true | nil, msg.
  * The same arguments give the same bytes as `make-tiny-model --family F --dtype D --seed S`.
  * The file appears whole or not at all (the writer renames a finished temporary file). */
 static int l_make_tiny_model(lua_State *L) {
@@ -43,6 +61,7 @@ static int l_make_tiny_model(lua_State *L) {
     lua_Integer seed = ember_lua_opt_int_field(L, 2, "make_tiny_model", "seed", 1);
     if (seed < 0) return luaL_error(L, "bad argument to 'make_tiny_model' (option 'seed' must be >= 0)");
     p.seed = (uint64_t)seed;
+    p.tensor_types = tensor_types(L);
     ember_error err = {0};
     if (ember_tiny_model_write(&p, path, &err) != EMBER_OK) {
         lua_pushnil(L);

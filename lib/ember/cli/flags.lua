@@ -106,7 +106,24 @@ local SHARED = {
   context = { "context", M.uint_in(1, M.MAX_CONTEXT, "the largest session"), "N",
     "session positions (default: prompt + max-tokens, within the model's context_length; N may go beyond it)" },
   help = { "help", "bool", nil, "show this help" },
+  ["override-from"] = { "override-from", "path", "A.gguf",
+    "take the tensors of --override-tensors from this file (same architecture and shapes, any weight type)" },
+  ["override-tensors"] = { "override-tensors", function(v) return M.parse_override_tensors(v) end, "LIST|REGEX",
+    "tensors to take from --override-from: names a,b,c, or a POSIX extended regex of whole names "
+      .. "(any of ^$*+?()[]{}|\\ makes it one)" },
 }
+
+-- parse_override_tensors(v) -> a list of tensor names, or the regex string (a value with any of
+-- ^$*+?()[]{}|\ in it; '.' alone, as in every tensor name, does not make a regex).
+function M.parse_override_tensors(v)
+  if v:find("[%^%$%*%+%?%(%)%[%]{}|\\]") then return v end
+  local names = {}
+  for name in v:gmatch("[^,]+") do names[#names + 1] = name end
+  if #names == 0 or v:find(",,", 1, true) or v:find("^,") or v:find(",$") then
+    return nil, "expected tensor names a,b,c or a regex, got '" .. v .. "'"
+  end
+  return names
+end
 
 -- The help of --model for the commands that fall back on the default model (ember.model.default_model).
 M.DEFAULT_MODEL_HELP = "the model (default: the tiny llama made on first use in ~/.cache/ember)"
@@ -119,12 +136,18 @@ function M.option(name, help)
 end
 
 -- load_model(o [, extra]) -> the model the shared options of o name (--model, --tokenizer, --arch,
--- --kernels, --threads, --kv-cache, --verify-model), through ember.load; extra adds load options or
--- replaces them (model = a default path, provenance = true). A failed load is a run failure
--- (exit 1) with the loader's message, which names the file or the option.
+-- --kernels, --threads, --kv-cache, --verify-model, --override-from with --override-tensors), through
+-- ember.load; extra adds load options or replaces them (model = a default path, provenance = true).
+-- A failed load is a run failure (exit 1) with the loader's message, which names the file or the
+-- option.
 function M.load_model(o, extra)
   local opts = { model = o.model, tokenizer = o.tokenizer, arch = o.arch, kernels = o.kernels, threads = o.threads,
     kv_cache = o["kv-cache"], verify_model = o["verify-model"] == true }
+  if (o["override-from"] == nil) ~= (o["override-tensors"] == nil) then
+    M.usage_error("--override-from and --override-tensors go together (given: --%s)",
+      o["override-from"] and "override-from" or "override-tensors")
+  end
+  if o["override-from"] then opts.override = { from = o["override-from"], tensors = o["override-tensors"] } end
   for k, v in pairs(extra or {}) do opts[k] = v end
   local ok, model = pcall(require("ember").load, opts)
   if not ok then error(tostring(model), 0) end

@@ -78,7 +78,10 @@ M.CLASSES = {
     unembed = "m:unembed(t) -> [rows, n_vocab]: the final norm and LM head on a residual (the logit lens)",
     weight = "m:weight(name [, rows]) -> [n_out, n_in]: a stored weight, dequantized (e.g. 'blk.3.attn_output'); "
       .. "rows: only those (0-based)",
-    tensors = "m:tensors() -> { { name, type, shape }, ... }: every tensor of the file (shape outermost first)",
+    tensors = "m:tensors() -> { { name, type, shape, bytes }, ... }: every tensor of the file (shape outermost "
+      .. "first)",
+    same_tensor = "m:same_tensor(other, name) -> true when both models bind that tensor with the same type, shape "
+      .. "and bytes",
     final_norm_frozen = "m:final_norm_frozen(x, ref) -> [rows, hidden]: residual components through the final "
       .. "norm with ref's scale frozen (no bias)",
     to_tokens = "m:to_tokens(text [, { bos= }]) -> { ids } (as m:tokenize)",

@@ -26,7 +26,7 @@ end
 
 -- The options of ember.load: the one list its checks and its error messages come from.
 M.LOAD_OPTIONS = { "model", "tokenizer", "arch", "kernels", "threads", "allow_nonfinite", "tokenizer_check",
-  "provenance", "verify_model", "kv_cache", "trace" }
+  "provenance", "verify_model", "kv_cache", "trace", "override" }
 
 local function is_ember_tokenizer(v)
   local mt = getmetatable(v)

@@ -41,17 +41,27 @@ function M.model_sha256(model)
   return hex, source
 end
 
+-- override_section(info) -> the per-tensor overrides the model was loaded with (ember.load{override=}):
+-- the file they come from, its sha256 and the tensors, or nil when none.
+function M.override_section(info)
+  local o = info.override
+  if not o then return nil end
+  return json.ordered({ "from", "sha256", "tensors" },
+    { from = o.from, sha256 = M.file_sha256(o.from), tensors = json.array(o.tensors) })
+end
+
 -- model_section(model) -> what identifies the model: its file's sha256 (and whether that digest
--- was computed for this run or taken from the digest cache) and what the engine read.
+-- was computed for this run or taken from the digest cache) and what the engine read; with the
+-- override section when some of its tensors come from another file.
 function M.model_section(model)
   local info = model.info
   local sha256, source = M.model_sha256(model)
   return json.ordered({ "path", "sha256", "sha256_source", "family", "architecture", "name", "n_layers",
-    "hidden_size", "n_vocab", "dtype_summary", "experimental" }, {
+    "hidden_size", "n_vocab", "dtype_summary", "experimental", "override" }, {
     path = info.path, sha256 = sha256, sha256_source = source, family = info.family,
     architecture = info.architecture, name = info.name, n_layers = info.n_layers,
     hidden_size = info.hidden_size, n_vocab = info.n_vocab, dtype_summary = info.dtype_summary,
-    experimental = info.experimental == true,
+    experimental = info.experimental == true, override = M.override_section(info),
   })
 end
 

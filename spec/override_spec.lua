@@ -130,4 +130,25 @@ describe("ember.load{override=}", function()
     assert.matches("tensor 'blk.0.ffn_up.weight' has shape %[64, 128, 1, 1%] in .*b.gguf but %[64, 256, 1, 1%] in ",
       tostring(err))
   end)
+
+  it("--override-from / --override-tensors on the command line: the run's manifest names both files", function()
+    local cli = require("helpers.cli")
+    local stats, run_manifest = dir .. "/stats.json", dir .. "/run.json"
+    local code, _, err = cli.ember("--model", b, "--override-from", a, "--override-tensors",
+      "blk\\.1\\..*_(up|down)\\.weight", "--prompt", "hello", "--max-tokens", "2", "--activation-stats", stats,
+      "--run-manifest", run_manifest)
+    assert.equal(0, code, err)
+    local f = assert(io.open(run_manifest, "rb"))
+    local man = json.decode(f:read("a"))
+    f:close()
+    assert.equal(a, man.model.override.from)
+    assert.are.same({ "blk.1.ffn_up.weight", "blk.1.ffn_down.weight" }, man.model.override.tensors)
+    code, _, err = cli.ember("--model", b, "--override-from", a, "--prompt", "hello")
+    assert.equal(2, code)
+    assert.matches("%-%-override%-from and %-%-override%-tensors go together", err)
+    code, _, err = cli.ember("--model", b, "--override-from", a, "--override-tensors", "blk.1.none,output.weight",
+      "--prompt", "hello")
+    assert.equal(1, code)
+    assert.matches("no tensor 'blk.1.none'", err)
+  end)
 end)

@@ -98,6 +98,8 @@ function M.usage()
     "       ember benchmark --model FILE.gguf [options]   (ember benchmark --help)",
     "       ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR   (ember sweep --help)",
     "       ember compare-models A.gguf B.gguf --prompt TEXT --out DIR   (ember compare-models --help)",
+    "       ember quant-recipe --reference A.gguf --quantized B.gguf --prompts FILE.jsonl --out DIR   "
+      .. "(ember quant-recipe --help)",
     "       ember --model FILE.gguf --prompts FILE.jsonl --extract-hidden LAYERS --extract-out FILE.safetensors",
     "       ember attention --model FILE.gguf --prompt TEXT --layer L [--head H]   (ember attention --help)",
     "       ember attribute --model FILE.gguf --clean TEXT --corrupted TEXT --metric M [--verify K] --out DIR",
@@ -129,6 +131,7 @@ M.COMMANDS = {
   { name = "benchmark", module = "ember.cli.benchmark", refuses_experiments = true },
   { name = "sweep", module = "ember.cli.sweep" },
   { name = "compare-models", module = "ember.cli.compare_models" },
+  { name = "quant-recipe", module = "ember.cli.quant_recipe", refuses_experiments = true },
   { name = "attention", module = "ember.cli.attention", refuses_experiments = true },
   { name = "attribute", module = "ember.cli.attribute", refuses_experiments = true },
   { name = "tokens", module = "ember.cli.tokens", refuses_experiments = true },

@@ -3,6 +3,7 @@
  * files share are lbind.c's; no binding file includes this one. Holds no engine state of its own. */
 #include "lbind.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -150,6 +151,35 @@ static void push_kernel_sets(lua_State *L, int module) {
     lua_setfield(L, module, "kernel_sets");
 }
 
+/* core.WEIGHT_TYPES: every weight type ember reads (the traits with a to_float), in id order, each
+ * row { name = "q4_k" (lower case, as llama-quantize and make-tiny-model spell it), id =, block_size =,
+ * block_bytes = } and also under its name. */
+static void push_weight_types(lua_State *L, int module) {
+    lua_newtable(L); /* [types] */
+    int n = 0;
+    for (uint32_t t = 0; t < EMBER_TYPE_COUNT; t++) {
+        const ember_type_traits *tt = ember_type_traits_get(t);
+        if (!tt || !tt->to_float) continue;
+        char name[32];
+        size_t i = 0;
+        for (; tt->name[i] && i + 1 < sizeof name; i++) name[i] = (char)tolower((unsigned char)tt->name[i]);
+        name[i] = '\0';
+        lua_createtable(L, 0, 4); /* [types, row] */
+        lua_pushstring(L, name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, (lua_Integer)t);
+        lua_setfield(L, -2, "id");
+        lua_pushinteger(L, (lua_Integer)tt->block_size);
+        lua_setfield(L, -2, "block_size");
+        lua_pushinteger(L, (lua_Integer)tt->block_bytes);
+        lua_setfield(L, -2, "block_bytes");
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, name);
+        lua_rawseti(L, -2, ++n);
+    }
+    lua_setfield(L, module, "WEIGHT_TYPES");
+}
+
 LUAMOD_API int luaopen_ember_core(lua_State *L) {
     luaL_checkversion(L);
     lua_newtable(L); /* [core] */
@@ -158,6 +188,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     lua_pushstring(L, EMBER_VERSION);
     lua_setfield(L, module, "version");
     push_kernel_sets(L, module);
+    push_weight_types(L, module);
 
     ember_lua_open_helpers(L, module);
     ember_lua_open_tensor(L, module);

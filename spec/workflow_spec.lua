@@ -104,6 +104,20 @@ describe("capture_patch_restore", function()
     end)
   end
 
+  -- The families' variants that family_cases' one case per family does not reach.
+  for _, case in ipairs({ "gptneox-seq-tiny-q8_0" }) do
+    it("holds on " .. case .. " (a variant of its family)", function()
+      local fx = require("helpers.fixtures")
+      local dir = fx.families_dir .. "/" .. case
+      if not fx.exists(dir .. "/case.json") then return pending("missing fixture " .. dir .. "/case.json") end
+      local path, why = fx.case_model(dir)
+      if not path then return pending(why) end
+      local model, err = models.load(path)
+      assert.is_not_nil(model, err)
+      check_restoration(model, { prompt = models.PROMPT, layer = math.max(0, math.min(4, model.info.n_layers - 2)) })
+    end)
+  end
+
   -- Weights in llama.cpp's Q4_K_M mix (q4_K and q6_K tensors): hooks see f32 activations as ever.
   it("holds on a Q4_K_M model (parity-quant llama-small-q4_k_m)", function()
     local fx = require("helpers.fixtures")

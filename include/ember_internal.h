@@ -2,7 +2,8 @@
  * beyond the public API (include/ember.h) and nothing more. Not part of the installed API.
  * Today: opening a GGUF file and reading its embedded tokenizer (the tokenizer itself is its own
  * library, src/tokenizer/tokenizer.h, included here) and the regular-file reader behind
- * ember.core.read_file, and llama.cpp control-vector files (--control-vector).
+ * ember.core.read_file, llama.cpp control-vector files (--control-vector), and the temporaries
+ * rule every atomic writer follows.
  * tests/check_layers.sh fails when a binding includes any other engine header. */
 #ifndef EMBER_INTERNAL_H
 #define EMBER_INTERNAL_H
@@ -45,5 +46,19 @@ typedef struct {
  * general.architecture, when present, must be "controlvector". Errors name the file and tensor. */
 ember_status ember_control_vector_read(const char *path, ember_control_vector **out, ember_error *err);
 void ember_control_vector_free(ember_control_vector *cv);
+
+/* The temporaries rule (src/engine/temp_name.c), its one owner: a writer's temporary beside PATH
+ * is PATH.ember-tmp-BOOT-PIDNS-PID-RANDOM (this boot's id, this PID namespace, this process), and
+ * a leftover one is swept only when its writer is provably dead: the same boot and PID namespace
+ * and no process of that pid. Another node's, another container's, a live writer's, one whose
+ * writer could not tell who it was ("0") and any name of another form are never touched. */
+#define EMBER_TEMP_MARK ".ember-tmp-"
+/* The name of a new temporary beside path into buf; false when it does not fit in n bytes. */
+bool ember_temp_sibling(const char *path, char *buf, size_t n);
+/* Whether the entry `name` (a file name, no directory) is a temporary whose writer is provably dead. */
+bool ember_temp_writer_dead(const char *name);
+/* Removes from dir the temporary files (never directories) whose writer is provably dead; returns
+ * how many. For the engine's own writers; lib/ember sweeps its trees with fs.sweep_temps. */
+int ember_temp_sweep_files(const char *dir);
 
 #endif

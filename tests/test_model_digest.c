@@ -1,11 +1,18 @@
 /* test_model_digest.c — the cached model digest: a fresh hash equals SHA-256 of the bytes, an
  * unchanged file is answered from the cache, a changed key (mtime, size) or a corrupt entry means
  * a new hash, `fresh` ignores the cache, a just-modified file is not cached, and the background
- * thread can be abandoned or overtaken at any point. */
+ * thread can be abandoned or overtaken at any point. The cache's temporaries follow the one
+ * temporaries rule: named with ember's mark and the writer's boot, namespace and pid, and a killed
+ * writer's are swept before an entry is written, nobody else's. */
 #define _GNU_SOURCE /* nftw */
 #include "test_support.h"
 
 #include "ember.h"
+#include "ember_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -268,6 +275,81 @@ static void test_abandon_and_errors(void) {
     free(bytes);
 }
 
+/* This boot's id (16 hex digits) and PID namespace inode, read here by other means than the
+ * engine's: false where the system has neither. */
+static bool identity(char boot[17], unsigned long long *ns) {
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f) return false;
+    int k = 0, c;
+    while (k < 16 && (c = fgetc(f)) != EOF)
+        if (c != '-') boot[k++] = (char)c;
+    boot[k] = 0;
+    fclose(f);
+    struct stat st;
+    if (k != 16 || stat("/proc/self/ns/pid", &st) != 0) return false;
+    *ns = (unsigned long long)st.st_ino;
+    return true;
+}
+
+/* How many entries of the directory have `part` in their names. */
+static int count_entries(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_killed_writers_temporaries(void) {
+    char boot[17];
+    unsigned long long ns;
+    if (!identity(boot, &ns)) {
+        printf("SKIP killed writers' temporaries: no boot id or PID namespace here\n");
+        return;
+    }
+    unsigned char *bytes = write_bytes(g_file, 4096, 9);
+    CHECK(bytes && set_mtime(g_file, 1600000000, 0));
+    free(bytes);
+    struct stat st;
+    CHECK(stat(g_file, &st) == 0);
+    char sub[700], entry[800], t[7][900], own[900];
+    snprintf(sub, sizeof sub, "%s/model-sha256", g_cache);
+    snprintf(entry, sizeof entry, "%s/%llu-%llu", sub, (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    /* 4194305: above Linux's largest pid_max (2^22), so no such process runs; pid 1 always runs */
+    const char *dead = "4194305";
+    snprintf(t[0], sizeof t[0], "%s.ember-tmp-%s-%llu-%s-0123456789abcdef", entry, boot, ns, dead);
+    snprintf(t[1], sizeof t[1], "%s/9-9.ember-tmp-%s-%llu-%s-fedcba9876543210", sub, boot, ns, dead);
+    snprintf(t[2], sizeof t[2], "%s.ember-tmp-%s-%llu-1-0123456789abcdef", entry, boot, ns); /* live */
+    snprintf(t[3], sizeof t[3], "%s.ember-tmp-%c%s-%llu-%s-0123456789abcdef", entry, boot[0] == 'a' ? 'b' : 'a',
+             boot + 1, ns, dead); /* another boot */
+    snprintf(t[4], sizeof t[4], "%s.ember-tmp-%s-%llu-%s-0123456789abcdef", entry, boot, ns + 1, dead); /* another ns */
+    snprintf(t[5], sizeof t[5], "%s.tmp-Ab12Cd", entry);        /* the form earlier versions wrote */
+    snprintf(t[6], sizeof t[6], "%s/keep.tmp-99999-cafe", sub); /* someone else's */
+    CHECK(mkdir(g_cache, 0700) == 0 || errno == EEXIST);
+    CHECK(mkdir(sub, 0700) == 0 || errno == EEXIST);
+    for (int i = 0; i < 7; i++) CHECK(ember_write_file(t[i], "partial", 7));
+
+    char hex[65];
+    ember_digest_source src;
+    ember_error err = {0};
+    CHECK(digest(true, hex, &src, &err) == EMBER_OK && src == EMBER_DIGEST_FRESH);
+    CHECK_MSG(access(t[0], F_OK) != 0 && access(t[1], F_OK) != 0, "a killed writer's temporary was not swept");
+    for (int i = 2; i < 7; i++) CHECK_MSG(access(t[i], F_OK) == 0, "'%s' was swept", t[i]);
+    /* the entry written; of the temporaries only the three not provably dead are left: this
+     * writer left none of its own behind */
+    CHECK(access(entry, F_OK) == 0);
+    CHECK_MSG(count_entries(sub, EMBER_TEMP_MARK) == 3, "%d temporaries left, want 3",
+              count_entries(sub, EMBER_TEMP_MARK));
+
+    /* the name a writer gives its temporary: the mark, this boot, this namespace, this pid */
+    CHECK(ember_temp_sibling(entry, own, sizeof own));
+    char want[900];
+    snprintf(want, sizeof want, "%s.ember-tmp-%s-%llu-%ld-", entry, boot, ns, (long)getpid());
+    CHECK_MSG(strncmp(own, want, strlen(want)) == 0 && strlen(own) == strlen(want) + 16, "temporary '%s'", own);
+    CHECK(!ember_temp_writer_dead("x.ember-tmp-draft") && !ember_temp_writer_dead(strrchr(own, '/') + 1));
+    for (int i = 2; i < 7; i++) unlink(t[i]);
+}
+
 static void test_default_dir(void) {
     char buf[600];
     setenv("XDG_CACHE_HOME", "/some/where", 1);
@@ -297,6 +379,7 @@ int main(void) {
     test_corrupt_entries();
     test_racy_and_unwritable();
     test_abandon_and_errors();
+    test_killed_writers_temporaries();
     test_default_dir();
     nftw(g_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     return ember_test_finish();

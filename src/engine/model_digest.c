@@ -1,6 +1,7 @@
 /* model_digest.c — the SHA-256 of a model file for provenance: answered from a cache keyed by the
  * file's identity, or computed on a low-priority background thread. Never trusts a changed key. */
 #include "ember.h"
+#include "ember_internal.h"
 #include "file.h"
 
 #include <errno.h>
@@ -167,12 +168,20 @@ static bool cache_lookup(const char *entry_path, const digest_key *key, char hex
     return true;
 }
 
-/* Writes the entry through a temporary file and rename(): readers see the old entry or the new
- * one, never half of one. Failures are silent: the cache only saves time. */
+/* Sweeps the killed writers' temporaries from the entry's directory, then writes the entry
+ * through a temporary of its own (the temporaries rule, ember_temp_sibling) and rename(): readers
+ * see the old entry or the new one, never half of one. Failures are silent: the cache only saves
+ * time. */
 static void cache_store(const char *entry_path, const digest_key *key, const char hex[65], const char *path) {
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", entry_path) >= (int)sizeof tmp) return;
-    int fd = mkstemp(tmp);
+    const char *slash = strrchr(entry_path, '/');
+    if (slash && (size_t)(slash - entry_path) < sizeof tmp) {
+        memcpy(tmp, entry_path, (size_t)(slash - entry_path));
+        tmp[slash - entry_path] = 0;
+        (void)ember_temp_sweep_files(slash == entry_path ? "/" : tmp);
+    }
+    if (!ember_temp_sibling(entry_path, tmp, sizeof tmp)) return;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return;
     FILE *f = fdopen(fd, "wb");
     if (!f) {

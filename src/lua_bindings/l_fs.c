@@ -1,7 +1,10 @@
 /* l_fs.c — the file-system calls of lib/ember/store/fs.lua and run/outputs.lua: what a path is, what a
- * directory holds, mkdir, mkdir -p, recursive removal, realpath. System calls, never a /bin/sh. */
+ * directory holds, mkdir, mkdir -p, recursive removal, realpath, and the temporaries rule (names and
+ * the provably-dead test, owned by src/engine/temp_name.c). System calls, never a /bin/sh. */
 #define _XOPEN_SOURCE 700 /* nftw, realpath */
 #include "l_fs.h"
+
+#include "ember_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -249,6 +252,31 @@ static int l_isatty(lua_State *L) {
     return 1;
 }
 
+/* core.internal.temp_sibling(path) -> PATH.ember-tmp-BOOT-PIDNS-PID-RANDOM (ember_temp_sibling). */
+static int l_temp_sibling(lua_State *L) {
+    size_t len;
+    const char *path = check_path(L, 1, &len);
+    luaL_Buffer b;
+    size_t cap = len + 128;
+    char *buf = luaL_buffinitsize(L, &b, cap);
+    if (!ember_temp_sibling(path, buf, cap)) return luaL_error(L, "temp_sibling: name too long");
+    luaL_pushresultsize(&b, strlen(buf));
+    return 1;
+}
+
+/* core.internal.temp_writer_dead(name) -> whether the entry name is a temporary whose writer is
+ * provably dead (ember_temp_writer_dead). */
+static int l_temp_writer_dead(lua_State *L) {
+    lua_pushboolean(L, ember_temp_writer_dead(check_path(L, 1, NULL)));
+    return 1;
+}
+
+/* core.internal.temp_mark() -> the mark every temporary name carries (EMBER_TEMP_MARK). */
+static int l_temp_mark(lua_State *L) {
+    lua_pushliteral(L, EMBER_TEMP_MARK);
+    return 1;
+}
+
 void ember_lua_open_fs(lua_State *L, int module) {
     static const luaL_Reg internal[] = {{"stat", l_stat},
                                         {"list_dir", l_list_dir},
@@ -257,6 +285,9 @@ void ember_lua_open_fs(lua_State *L, int module) {
                                         {"remove_tree", l_remove_tree},
                                         {"realpath", l_realpath},
                                         {"isatty", l_isatty},
+                                        {"temp_sibling", l_temp_sibling},
+                                        {"temp_writer_dead", l_temp_writer_dead},
+                                        {"temp_mark", l_temp_mark},
                                         {NULL, NULL}};
     ember_lua_set_internal(L, module, internal);
 }

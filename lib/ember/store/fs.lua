@@ -78,25 +78,17 @@ function M.read_system(path, max_bytes)
   return text
 end
 
--- This process's id (from /proc/self/stat), or 0 where there is none.
-local PID = math.tointeger(tonumber((M.read_system("/proc/self/stat", 64) or ""):match("^(%d+)"))) or 0
--- Who wrote a temporary: the first 16 hex digits of this boot's id (another machine, or this one
--- after a reboot, has another) and the inode of this process's PID namespace (a container has
--- another, where the same PID is someone else). "0" where they cannot be read: such temporaries
--- are never swept, since nothing can prove their writer dead.
-local BOOT = ((M.read_system("/proc/sys/kernel/random/boot_id", 64) or ""):gsub("[^%x]", ""):sub(1, 16))
-if #BOOT ~= 16 then BOOT = "0" end
-local PIDNS = (internal.stat("/proc/self/ns/pid") or {}).ino or 0
-
--- Temporary names: NAME.ember-tmp-BOOT-PIDNS-PID-RANDOM. The mark is ember's alone, so a user's
--- own "keep.tmp-99999-cafe/" never looks like one.
-M.TEMP_MARK = ".ember-tmp-"
-local TEMP_FORM = "%.ember%-tmp%-(%x+)%-(%d+)%-(%d+)%-%x+$"
+-- Temporaries: NAME.ember-tmp-BOOT-PIDNS-PID-RANDOM, BOOT the first 16 hex digits of this boot's
+-- id (another machine, or this one after a reboot, has another), PIDNS the inode of this process's
+-- PID namespace (a container has another, where the same pid is someone else). The rule has one
+-- owner, src/engine/temp_name.c (the engine's own writers follow it too): the mark is ember's
+-- alone, so a user's own "keep.tmp-99999-cafe/" never looks like one, and "0" stands where the
+-- identity cannot be read, so such temporaries are never swept.
+M.TEMP_MARK = internal.temp_mark()
 
 -- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
 function M.temp_sibling(path)
-  return string.format("%s%s%s-%d-%d-%08x%08x", path, M.TEMP_MARK, BOOT, PIDNS, PID, math.random(0, 0x7fffffff),
-    os.time() & 0x7fffffff)
+  return internal.temp_sibling(path)
 end
 
 -- temp_writer_dead(name) -> whether `name` is an ember temporary whose writer provably no longer
@@ -104,12 +96,7 @@ end
 -- Anything else (another node of a shared file system, another container, a live writer, a name
 -- of another form) is not.
 function M.temp_writer_dead(name)
-  local boot, ns, pid = name:match(TEMP_FORM)
-  if not boot or BOOT == "0" or PIDNS == 0 or boot ~= BOOT or math.tointeger(tonumber(ns)) ~= PIDNS then
-    return false
-  end
-  pid = math.tointeger(tonumber(pid))
-  return pid ~= nil and pid > 0 and pid ~= PID and not M.exists("/proc/" .. pid)
+  return internal.temp_writer_dead(name)
 end
 
 -- sweep_temps(dir) -> list of the paths removed: the temporary files and directories that an

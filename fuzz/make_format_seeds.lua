@@ -2,7 +2,7 @@
 -- fuzz/drivers/formats.lua (the first byte picks it), decision streams of a few lengths, the
 -- all-zero one (the base document, unmutated where the stream says "no") included. Deterministic.
 local out = assert(arg[1], "usage: make_format_seeds.lua OUT_DIR")
-local FORMATS = { "artifact", "npy", "safetensors", "sweep", "probe", "control_vector" }
+local FORMATS = { "artifact", "npy", "safetensors", "sweep", "probe", "control_vector", "sae" }
 local state = 0x9e3779b9
 local function byte()
   state = (state * 1103515245 + 12345) % 2147483648

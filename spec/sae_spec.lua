@@ -205,6 +205,25 @@ describe("ember.sae.load refusals", function()
       nil, true)
   end)
 
+  it("names a hook or model field that is not a string (or a layer that is not a number)", function()
+    local e = reference_case("saelens_standard_v6")
+    edit_cfg(e, function(c) c.metadata.hook_name = 7 end)
+    assert.matches("cfg.json: hook_name must be a string, not 7", load_error(e.sae), nil, true)
+    edit_cfg(e, function(c) c.metadata.hook_name = "blocks.1.hook_resid_post"; c.metadata.hook_layer = { 1 } end)
+    assert.matches("cfg.json: hook_layer must be a number, not an array or object", load_error(e.sae), nil, true)
+    local l = reference_case("llama_scope")
+    local path = l.sae .. "/hyperparams.json"
+    local cjson = require("cjson")
+    local original = files.read(path)
+    for _, field in ipairs({ "hook_point_in", "hook_point_out", "model_name" }) do
+      local edited = cjson.decode(original)
+      edited[field] = field == "model_name" and { "m" } or true
+      H.write(path, cjson.encode(edited))
+      assert.matches("hyperparams.json: " .. field .. " must be a string", load_error(l.sae), nil, true)
+    end
+    H.write(path, original)
+  end)
+
   it("names d_in, d_sae, k and dtype when they are wrong", function()
     local e = reference_case("saelens_topk_f16")
     edit_cfg(e, function(c) c.d_in = 65 end)

@@ -4,7 +4,8 @@
 -- The input is not the file: its first byte picks a format, the rest is a stream of decisions that
 -- build a well-formed base document and then mutate it where the format has structure (a JSON
 -- value replaced by a boundary number, a hostile string, null, an empty table; a key dropped; a
--- shape, dtype, offset or header field changed). Every digest the format carries is then computed
+-- shape, dtype, offset or header field changed; an SAE's config, weights headers or ZIP records).
+-- Every digest the format carries is then computed
 -- again over the mutated content (tensor sha256s, record_sha256, the tensor file's and the grid
 -- file's sha256, the prompt's), so the reader's later checks and the code behind them see the
 -- mutation instead of stopping at the first sha256 mismatch. A reader must accept the input or
@@ -357,7 +358,190 @@ local function fuzz_control_vector(d)
   expect_named(ok, cv, path, "read_control_vector")
 end
 
-local MODES = { fuzz_artifact, fuzz_npy, fuzz_safetensors, fuzz_sweep, fuzz_probe, fuzz_control_vector }
+-- ---- SAE files (docs/sae.md) ----------------------------------------------------------------------
+
+-- safetensors bytes of entries { name, dtype, shape, data }, each field possibly mutated by the
+-- stream: a dimension replaced by a boundary number, the dtype changed, the name, an offset
+local function sae_safetensors(d, entries)
+  local header, data, offset = {}, {}, 0
+  for _, e in ipairs(entries) do
+    local shape = { table.unpack(e.shape) }
+    if d:chance(24) then shape[d:below(#shape) + 1] = d:pick(BOUNDARY) end
+    if d:chance(12) then shape[#shape + 1] = 1 + d:below(3) end
+    local dtype = d:chance(236) and e.dtype or d:pick({ "F16", "BF16", "F64", "I8", "", "f32" })
+    local offsets = json.array({ offset, offset + #e.data })
+    if d:chance(12) then offsets[d:below(2) + 1] = d:pick(BOUNDARY) end
+    header[d:chance(246) and e.name or d:string()] = { dtype = dtype, shape = json.array(shape),
+      data_offsets = offsets }
+    data[#data + 1] = e.data
+    offset = offset + #e.data
+  end
+  if d:chance(30) then mutate_json(header, d) end
+  local text = encode(header)
+  if not text then return nil end
+  local bytes = string.pack("<I8", #text) .. text .. table.concat(data)
+  if d:chance(10) then bytes = bytes:sub(1, d:below(#bytes + 1)) end
+  return bytes
+end
+
+-- the weights of an SAE with d_in inputs and d_sae features (and d_out outputs) for an
+-- architecture, as SAELens names them
+local function saelens_weights(arch, d_in, d_sae, d_out)
+  local w = { { name = "W_enc", shape = { d_in, d_sae } }, { name = "W_dec", shape = { d_sae, d_out } },
+    { name = "b_dec", shape = { d_out } } }
+  if arch == "gated" then
+    for _, n in ipairs({ "b_gate", "b_mag", "r_mag" }) do w[#w + 1] = { name = n, shape = { d_sae } } end
+  else
+    w[#w + 1] = { name = "b_enc", shape = { d_sae } }
+  end
+  if arch == "jumprelu" or arch == "jumprelu_transcoder" then w[#w + 1] = { name = "threshold", shape = { d_sae } } end
+  for i, e in ipairs(w) do
+    e.dtype = "F32"
+    e.data = f32(#e.shape == 2 and e.shape[1] * e.shape[2] or e.shape[1], i)
+  end
+  return w
+end
+
+local function sae_saelens(d, root)
+  local arch = d:pick({ "standard", "jumprelu", "topk", "gated", "transcoder", "jumprelu_transcoder" })
+  local d_in, d_sae = 2 + d:below(4), 2 + d:below(6)
+  local transcoder = arch:find("transcoder") ~= nil
+  local d_out = transcoder and 2 + d:below(4) or d_in
+  local cfg = { architecture = arch, d_in = d_in, d_sae = d_sae, dtype = d:pick({ "float32", "torch.float32" }),
+    apply_b_dec_to_input = d:chance(128), normalize_activations = d:pick({ "none", "constant_norm_rescale",
+      "layer_norm" }), hook_name = "blocks.1.hook_resid_post", hook_layer = 1, model_name = "tiny" }
+  if arch == "topk" then cfg.k = 1 + d:below(d_sae) end
+  if transcoder then cfg.d_out, cfg.hook_name_out = d_out, "blocks.1.hook_mlp_out" end
+  if d:chance(64) then -- the v6 layout: hook and model fields under metadata
+    cfg.metadata = { hook_name = cfg.hook_name, hook_layer = cfg.hook_layer, model_name = cfg.model_name }
+    cfg.hook_name, cfg.hook_layer, cfg.model_name = nil, nil, nil
+  end
+  if d:chance(200) then mutate_json(cfg, d) end
+  local text = encode(cfg)
+  local weights = sae_safetensors(d, saelens_weights(arch, d_in, d_sae, d_out))
+  if not text or not weights then return nil end
+  put("sae/cfg.json", text)
+  put("sae/sae_weights.safetensors", weights)
+  if d:chance(40) then
+    local sp = sae_safetensors(d, { { name = "sparsity", dtype = "F32", shape = { d_sae }, data = f32(d_sae, 7) } })
+    if sp then put("sae/sparsity.safetensors", sp) end
+  end
+  return root
+end
+
+local function sae_llama_scope(d, root)
+  local d_in, d_sae = 2 + d:below(4), 2 + d:below(6)
+  local act = d:pick({ "jumprelu", "topk", "relu" })
+  local hp = { d_model = d_in, d_sae = d_sae, hook_point_in = "blocks.1.hook_resid_post",
+    hook_point_out = d:chance(200) and "blocks.1.hook_resid_post" or "blocks.1.hook_mlp_out", act_fn = act,
+    jump_relu_threshold = 0.25, top_k = 1 + d:below(d_sae), norm_activation = d:pick({ "dataset-wise", "token-wise",
+      "inference" }), dataset_average_activation_norm = { ["in"] = 2.5, out = 3.0 },
+    apply_decoder_bias_to_pre_encoder = d:chance(128) }
+  if d:chance(200) then mutate_json(hp, d) end
+  local text = encode(hp)
+  local entries = { { name = "encoder.weight", shape = { d_sae, d_in } },
+    { name = "decoder.weight", shape = { d_in, d_sae } }, { name = "encoder.bias", shape = { d_sae } },
+    { name = "decoder.bias", shape = { d_in } } }
+  for i, e in ipairs(entries) do
+    e.dtype = "F32"
+    e.data = f32(#e.shape == 2 and e.shape[1] * e.shape[2] or e.shape[1], i)
+  end
+  local weights = sae_safetensors(d, entries)
+  if not text or not weights then return nil end
+  assert(fs.mkdir(root .. "/checkpoints"))
+  put("sae/hyperparams.json", text)
+  put("sae/checkpoints/final.safetensors", weights)
+  return root
+end
+
+-- a NumPy array as .npy bytes, its header fields possibly mutated
+local function npy_bytes(d, shape, data)
+  local dims = {}
+  for i, v in ipairs(shape) do dims[i] = d:chance(244) and tostring(v) or string.format("%d", d:count()) end
+  local header = string.format("{'descr': '%s', 'fortran_order': False, 'shape': (%s%s), }",
+    d:chance(240) and "<f4" or d:pick({ "<f2", ">f4", "<f8", "|u1" }), table.concat(dims, ", "),
+    #dims == 1 and "," or "")
+  if d:chance(6) then header = d:string() end
+  header = header .. string.rep(" ", (64 - (#header + 11) % 64) % 64) .. "\n"
+  if d:chance(10) then data = data:sub(1, d:below(#data + 1)) end
+  return "\147NUMPY\1\0" .. string.pack("<I2", #header % 65536) .. header .. data
+end
+
+local has_zlib, zlib = pcall(require, "zlib")
+
+-- a stored (uncompressed) ZIP of the named members, as np.savez writes; the CRC-32 is right where
+-- lua-zlib is installed (the reader does not check it); a field of a record possibly mutated
+local function zip_bytes(d, members)
+  local locals, central, offset = {}, {}, 0
+  for _, m in ipairs(members) do
+    local crc = has_zlib and zlib.crc32()(m.data) or 0
+    local method = d:chance(248) and 0 or d:pick({ 8, 12, 99 })
+    local size = d:chance(248) and #m.data or d:count() & 0xffffffff
+    local loc = string.pack("<I4I2I2I2I2I2I4I4I4I2I2", 0x04034b50, 20, 0, method, 0, 0, crc, size, #m.data,
+      #m.name, 0) .. m.name
+    central[#central + 1] = string.pack("<I4I2I2I2I2I2I2I4I4I4I2I2I2I2I2I4I4", 0x02014b50, 20, 20,
+      d:chance(250) and 0 or 1, method, 0, 0, crc, size, #m.data, #m.name, 0, 0, 0, 0, 0,
+      d:chance(248) and offset or d:count() & 0xffffffff) .. m.name
+    locals[#locals + 1] = loc .. m.data
+    offset = offset + #loc + #m.data
+  end
+  local cd = table.concat(central)
+  local n = d:chance(248) and #members or d:below(70000) & 0xffff
+  return table.concat(locals) .. cd .. string.pack("<I4I2I2I2I2I4I4I2", 0x06054b50, 0, 0, n, n, #cd, offset, 0)
+end
+
+local function sae_gemma_scope(d, root)
+  local d_in, d_sae = 2 + d:below(4), 2 + d:below(6)
+  local members = {}
+  for i, a in ipairs({ { "W_enc", { d_in, d_sae } }, { "W_dec", { d_sae, d_in } }, { "b_enc", { d_sae } },
+    { "b_dec", { d_in } }, { "threshold", { d_sae } } }) do
+    local n = #a[2] == 2 and a[2][1] * a[2][2] or a[2][1]
+    members[#members + 1] = { name = (d:chance(248) and a[1] or d:string()) .. ".npy", data = npy_bytes(d, a[2],
+      f32(n, i)) }
+  end
+  if d:chance(8) then members[#members + 1] = { name = "extra.npy", data = npy_bytes(d, { 1 }, f32(1, 9)) } end
+  local folder = d:chance(128) and "/layer_" .. d:below(3) or ""
+  if folder ~= "" then assert(fs.mkdir(root .. folder)) end
+  put("sae" .. folder .. "/params.npz", zip_bytes(d, members))
+  return root .. folder
+end
+
+-- an SAE in one of the layouts ember reads, written here small and well-formed, then mutated where it
+-- has structure (the JSON config, the safetensors headers' shapes, dtypes, names and offsets, the
+-- .npy headers and the ZIP records of an .npz) and loaded. The formats carry no digest ember checks
+-- (an .npz entry's CRC-32 is not read), so nothing is recomputed. A load must succeed or raise naming
+-- the SAE's path; what loads must encode a row into [1, d_sae] and decode it into [1, d_out].
+local function fuzz_sae(d)
+  local root = dir .. "/sae"
+  fs.remove_tree(root)
+  assert(fs.mkdir(root))
+  local layout = d:pick({ sae_saelens, sae_llama_scope, sae_gemma_scope })
+  local path = layout(d, root)
+  if not path then return end
+  local opts = {}
+  if layout == sae_gemma_scope or d:chance(20) then
+    opts.hook = d:chance(240) and "blocks.1.hook_resid_post" or d:string()
+  end
+  if d:chance(30) then opts.dtype = d:pick({ "f32", "f16", "bf16", "f64" }) end
+  local ok, sae = pcall(require("ember.sae").load, path, opts)
+  expect_named(ok, sae, root, "sae.load")
+  if not ok then return end
+  local x = core.tensor(1, sae.d_in, (function()
+    local v = {}
+    for i = 1, sae.d_in do v[i] = i / 4 - 1 end
+    return v
+  end)())
+  local f = sae:encode(x)
+  local y = sae:decode(f, x)
+  local fs_, ys = f:shape(), y:shape()
+  if fs_[1] ~= 1 or fs_[2] ~= sae.d_sae or ys[1] ~= 1 or ys[2] ~= sae.d_out then
+    error(string.format("an SAE that loaded encodes to [%d, %d] and decodes to [%d, %d], not [1, %d] and [1, %d]",
+      fs_[1], fs_[2], ys[1], ys[2], sae.d_sae, sae.d_out), 0)
+  end
+  sae:close()
+end
+
+local MODES = { fuzz_artifact, fuzz_npy, fuzz_safetensors, fuzz_sweep, fuzz_probe, fuzz_control_vector, fuzz_sae }
 
 return function(data)
   if #data < 1 then return end

@@ -142,9 +142,19 @@ M.layer_of = layer_of
 
 -- ---- SAELens ---------------------------------------------------------------------------------
 
--- A field read at the top level (before v6) or under metadata (v6; "meta" in some 6.x files),
--- with its old name; present in both places with different values is an error naming it.
-local function cfg_field(cfg, meta, what, key, old)
+-- v itself when it is nil or of Lua type `kind` ("string", "number"); else an error naming the field
+-- (a hook name that is a number or a table would otherwise fail far from the file).
+local function typed(v, kind, what, field)
+  if v ~= nil and type(v) ~= kind then
+    fail(what, "%s must be a %s, not %s", field, kind, type(v) == "table" and "an array or object" or json.encode(v))
+  end
+  return v
+end
+
+-- A field of Lua type `kind`, read at the top level (before v6) or under metadata (v6; "meta" in
+-- some 6.x files), with its old name; present in both places with different values is an error
+-- naming it.
+local function cfg_field(cfg, meta, what, kind, key, old)
   local top = val(cfg[key])
   if top == nil and old then top = val(cfg[old]) end
   local m
@@ -156,8 +166,8 @@ local function cfg_field(cfg, meta, what, key, old)
     fail(what, "%s is %s at the top level but %s under metadata: the file contradicts itself", key,
       json.encode(top), json.encode(m))
   end
-  if top ~= nil then return top end
-  return m
+  if top ~= nil then return typed(top, kind, what, key) end
+  return typed(m, kind, what, key)
 end
 
 local function saelens_normalization(cfg, what, opts)
@@ -282,13 +292,13 @@ function M.saelens(dir, opts)
   if d.reshape_activations ~= "none" and d.reshape_activations ~= "hook_z" then
     fail(what, "reshape_activations '%s' is not one of none, hook_z", tostring(d.reshape_activations))
   end
-  d.hook = cfg_field(cfg, meta, what, "hook_name", "hook_point")
-  d.hook_layer = cfg_field(cfg, meta, what, "hook_layer", "hook_point_layer")
-  d.hook_head_index = cfg_field(cfg, meta, what, "hook_head_index", "hook_point_head_index")
-  d.model_name = cfg_field(cfg, meta, what, "model_name")
+  d.hook = cfg_field(cfg, meta, what, "string", "hook_name", "hook_point")
+  d.hook_layer = cfg_field(cfg, meta, what, "number", "hook_layer", "hook_point_layer")
+  d.hook_head_index = cfg_field(cfg, meta, what, "number", "hook_head_index", "hook_point_head_index")
+  d.model_name = cfg_field(cfg, meta, what, "string", "model_name")
   if d.transcoder then
-    d.hook_out = cfg_field(cfg, meta, what, "hook_name_out")
-    d.hook_layer_out = cfg_field(cfg, meta, what, "hook_layer_out")
+    d.hook_out = cfg_field(cfg, meta, what, "string", "hook_name_out")
+    d.hook_layer_out = cfg_field(cfg, meta, what, "number", "hook_layer_out")
   end
   if d.reshape_activations == "hook_z" and type(d.hook) == "string" and not d.hook:match("hook_z$") then
     fail(what, "reshape_activations = hook_z, but hook_name '%s' is not a hook_z", d.hook)
@@ -379,9 +389,9 @@ function M.llama_scope(dir, opts)
   local d = { format = "llama_scope", cfg = hp, files = { cfg = hp_path }, reshape_activations = "none" }
   d.d_in = positive_int(val(hp.d_model) or val(hp.d_in), what, "d_model")
   d.d_sae = positive_int(hp.d_sae, what, "d_sae")
-  d.hook = val(hp.hook_point_in) or val(hp.hook_point)
-  if type(d.hook) ~= "string" then fail(what, "hook_point_in is missing") end
-  d.hook_out = val(hp.hook_point_out) or d.hook
+  d.hook = typed(val(hp.hook_point_in) or val(hp.hook_point), "string", what, "hook_point_in")
+  if d.hook == nil then fail(what, "hook_point_in is missing") end
+  d.hook_out = typed(val(hp.hook_point_out), "string", what, "hook_point_out") or d.hook
   d.transcoder = d.hook_out ~= d.hook
   d.hook_layer = layer_of(d.hook)
   d.hook_layer_out = d.transcoder and layer_of(d.hook_out) or nil
@@ -402,7 +412,7 @@ function M.llama_scope(dir, opts)
   d.cfg_architecture = d.architecture
   d.apply_b_dec_to_input = not d.transcoder and val(hp.apply_decoder_bias_to_pre_encoder) == true
   d.normalize_activations, d.scale_in, d.scale_out = llama_scope_scales(hp, what, opts, d.d_in)
-  d.model_name = val(hp.model_name)
+  d.model_name = typed(val(hp.model_name), "string", what, "model_name")
   local wpath = fs.join(fs.join(dir, "checkpoints"), "final.safetensors")
   local content, st = open_safetensors(wpath)
   d.files.weights = wpath

@@ -8,22 +8,17 @@ local M = {}
 
 local usage_error = flags.usage_error
 
-M.FLAGS_LIST = {
-  flags.option("model"),
-  flags.option("tokenizer"),
+M.FLAGS_LIST = flags.model_command {
   { "prompt", "string", "TEXT", "the prompt (required)" },
   { "layer", "uint", "L", "the layer, 0-based (required)" },
   { "head", "uint", "H", "draw only this head (default: every head of the layer)" },
   { "out", "path", "DIR", "where the figures go (default: the current directory)" },
-  flags.option("threads"),
-  flags.option("kernels"),
-  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
 function M.usage()
-  return flags.usage({ "usage: ember attention --model FILE.gguf --prompt TEXT --layer L [--head H] [options]", "",
-    "options:" }, M.FLAGS_LIST, { "",
+  return flags.command_usage("usage: ember attention --model FILE.gguf --prompt TEXT --layer L [--head H] [options]",
+    M.FLAGS_LIST, {
       "Writes DIR/attention-L<layer>-H<head>.svg and .png: queries down, keys across, labelled with the",
       "prompt's tokens. See docs/inspection.md." })
 end
@@ -31,11 +26,9 @@ end
 -- main(args, argv, io_) -> exit code; args[1] is "attention" (experiments were refused before:
 -- ember.cli). Usage errors are raised (ember.cli.flags).
 function M.main(args, _, io_)
-  local o = flags.command({ name = "attention", spec = M.FLAGS, usage = M.usage }, args, io_)
+  local o = flags.command({ name = "attention", spec = M.FLAGS, usage = M.usage,
+    required = { "model", "prompt", "layer" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "prompt", "layer" }) do
-    if o[k] == nil then usage_error("attention: --%s is required", k) end
-  end
   local fs = require("ember.store.fs")
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
   local out = o.out or "."

@@ -8,9 +8,7 @@ local M = {}
 
 local usage_error = flags.usage_error
 
-M.FLAGS_LIST = {
-  flags.option("model"),
-  flags.option("tokenizer"),
+M.FLAGS_LIST = flags.model_command {
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, as many tokens as the clean one (required)" },
   { "metric", "string", "M", "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl (default kl)" },
@@ -20,15 +18,12 @@ M.FLAGS_LIST = {
   { "seed", "uint", "N", "the seed of verify's sample (default 1)" },
   { "top", "uint", "N", "components listed in the report and on stdout (default 20)" },
   { "out", "path", "DIR", "where the report goes (default: none, stdout only)" },
-  flags.option("threads"),
-  flags.option("kernels"),
-  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
 function M.usage()
-  return flags.usage({ "usage: ember attribute --model FILE.gguf --clean TEXT --corrupted TEXT [options]", "",
-    "options:" }, M.FLAGS_LIST, { "",
+  return flags.command_usage("usage: ember attribute --model FILE.gguf --clean TEXT --corrupted TEXT [options]",
+    M.FLAGS_LIST, {
       "Writes DIR/attribute.json, DIR/scores.safetensors (heads [layers*heads, P], neurons [layers*n_ff, P],",
       "resid [layers, P]) and heatmaps of the head and residual scores. See docs/attribution.md." })
 end
@@ -101,11 +96,9 @@ end
 
 -- main(args, argv, io_) -> exit code; args[1] is "attribute".
 function M.main(args, _, io_)
-  local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage }, args, io_)
+  local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage,
+    required = { "model", "clean", "corrupted" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "clean", "corrupted" }) do
-    if o[k] == nil then usage_error("attribute: --%s is required", k) end
-  end
   local fs = require("ember.store.fs")
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
   local unwritable = require("ember.run.outputs").writable { { flag = "--out", path = o.out, kind = "dir" } }

@@ -13,23 +13,18 @@ local function method_value(s)
 end
 local function range_value(s) return require("ember.run.control_vector").parse_range(s) end
 
-M.FLAGS_LIST = {
-  flags.option("model"),
-  flags.option("tokenizer"),
+M.FLAGS_LIST = flags.model_command {
   { "positive", "path", "FILE.jsonl", "the positive prompts, one {\"prompt\": ...} per line (required)" },
   { "negative", "path", "FILE.jsonl", "the negative prompts, paired with the positive ones in order (required)" },
   { "layers", range_value, "A-B", "write direction.A .. direction.B (default 1 to the last layer)" },
   { "method", method_value, "M", "mean-diff | pca (default mean-diff)" },
   { "out", "path", "FILE.gguf", "the control vector to write (required; must not exist)" },
-  flags.option("threads"),
-  flags.option("kernels"),
-  flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
 function M.usage()
-  return flags.usage({ "usage: ember control-vector --model FILE.gguf --positive FILE.jsonl --negative FILE.jsonl "
-    .. "--out FILE.gguf [options]", "", "options:" }, M.FLAGS_LIST, { "",
+  return flags.command_usage("usage: ember control-vector --model FILE.gguf --positive FILE.jsonl "
+    .. "--negative FILE.jsonl --out FILE.gguf [options]", M.FLAGS_LIST, {
       "direction.N is made from layer N-1's output and added to layer N's by --control-vector, as in llama.cpp's",
       "cvector-generator. See docs/lua-api.md (Steering and control vectors)." })
 end
@@ -37,11 +32,9 @@ end
 -- main(args, argv, io_) -> exit code; args[1] is "control-vector" (experiments were refused before:
 -- ember.cli). Usage errors are raised (ember.cli.flags).
 function M.main(args, _, io_)
-  local o = flags.command({ name = "control-vector", spec = M.FLAGS, usage = M.usage }, args, io_)
+  local o = flags.command({ name = "control-vector", spec = M.FLAGS, usage = M.usage,
+    required = { "model", "positive", "negative", "out" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "positive", "negative", "out" }) do
-    if o[k] == nil then usage_error("control-vector: --%s is required", k) end
-  end
   local fs = require("ember.store.fs")
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
   if fs.exists(o.out) then usage_error("--out: '%s' already exists", o.out) end

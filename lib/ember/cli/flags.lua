@@ -135,6 +135,15 @@ function M.option(name, help)
   return { row[1], row[2], row[3], help or row[4] }
 end
 
+-- model_command(own) -> the flag list of a command that loads a model: --model and --tokenizer
+-- first, the command's own rows, then --threads, --kernels and --help (the order --help prints).
+function M.model_command(own)
+  local list = { M.option("model"), M.option("tokenizer") }
+  for _, row in ipairs(own) do list[#list + 1] = row end
+  for _, name in ipairs({ "threads", "kernels", "help" }) do list[#list + 1] = M.option(name) end
+  return list
+end
+
 -- load_model(o [, extra]) -> the model the shared options of o name (--model, --tokenizer, --arch,
 -- --kernels, --threads, --kv-cache, --verify-model, --override-from with --override-tensors), through
 -- ember.load; extra adds load options or replaces them (model = a default path, provenance = true).
@@ -276,7 +285,8 @@ end
 
 -- command(c, args, io_) -> opts, positionals: the prologue of a subcommand. args[c.first or 2..]
 -- parsed against c.spec; with --help, c.usage() is written and nil returned (the command then exits
--- 0); a positional argument is a usage error naming c.name unless c.positionals is true.
+-- 0); a positional argument is a usage error naming c.name unless c.positionals is true; each flag
+-- of c.required (names, in order) that is missing is a usage error "NAME: --FLAG is required".
 function M.command(c, args, io_)
   local o, pos = M.parse(args, c.first or 2, c.spec)
   if o.help then
@@ -285,6 +295,9 @@ function M.command(c, args, io_)
   end
   if #pos > 0 and not c.positionals then
     usage_error("%sunexpected argument '%s'", c.name and (c.name .. ": ") or "", pos[1])
+  end
+  for _, k in ipairs(c.required or {}) do
+    if o[k] == nil then usage_error("%s: --%s is required", c.name, k) end
   end
   return o, pos
 end
@@ -335,6 +348,12 @@ function M.usage(head, list, tail)
   end
   for _, l in ipairs(tail or {}) do lines[#lines + 1] = l end
   return table.concat(lines, "\n") .. "\n"
+end
+
+-- command_usage(line, list, notes) -> a subcommand's --help: its usage line, "options:", one line
+-- per flag of list, then the notes after a blank line.
+function M.command_usage(line, list, notes)
+  return M.usage({ line, "", "options:" }, list, { "", table.unpack(notes) })
 end
 
 -- ---- scripts ------------------------------------------------------------------------------------

@@ -144,11 +144,9 @@ local function report_json(res, o, digest)
 end
 
 local function eval(args, io_)
-  local o = flags.command({ name = "sae eval", first = 3, spec = flags.spec(M.EVAL_FLAGS), usage = M.usage }, args, io_)
+  local o = flags.command({ name = "sae eval", first = 3, spec = flags.spec(M.EVAL_FLAGS), usage = M.usage,
+    required = { "model", "sae", "prompts" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "sae", "prompts" }) do
-    if o[k] == nil then usage_error("sae eval: --%s is required", k) end
-  end
   local model = load_model(o.model, o)
   local sae = load_sae(o, model)
   local prompts, digest = read_prompts(o, model)
@@ -213,11 +211,9 @@ end
 
 local function top(args, io_)
   if args[3] == "merge" then return top_merge(args, io_) end
-  local o = flags.command({ name = "sae top", first = 3, spec = flags.spec(M.TOP_FLAGS), usage = M.usage }, args, io_)
+  local o = flags.command({ name = "sae top", first = 3, spec = flags.spec(M.TOP_FLAGS), usage = M.usage,
+    required = { "model", "sae", "prompts", "out" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "sae", "prompts", "out" }) do
-    if o[k] == nil then usage_error("sae top: --%s is required", k) end
-  end
   if o.shard then
     local sh, err = require("ember.sweep").parse_shard(o.shard)
     if not sh then usage_error("--shard: %s", err) end
@@ -315,11 +311,8 @@ end
 
 local function compare(args, io_)
   local o, pos = flags.command({ name = "sae compare", first = 3, spec = flags.spec(M.COMPARE_FLAGS), usage = M.usage,
-    positionals = true }, args, io_)
+    positionals = true, required = { "models", "sae", "prompts" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "models", "sae", "prompts" }) do
-    if o[k] == nil then usage_error("sae compare: --%s is required", k) end
-  end
   local paths = { o.models, table.unpack(pos) }
   if #paths < 2 then usage_error("--models: give at least two models (the first is the reference)") end
   for _, p in ipairs(paths) do if not fs.exists(p) then usage_error("--models: cannot open '%s'", p) end end

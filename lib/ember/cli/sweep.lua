@@ -113,11 +113,9 @@ end
 function M.main(args, argv, io_)
   if args[2] == "merge" then return run_merge(args, io_) end
   if args[2] == "compare" then return run_compare(args, io_) end
-  local o = flags.command({ name = "sweep", spec = M.FLAGS, usage = M.usage }, args, io_)
+  local o = flags.command({ name = "sweep", spec = M.FLAGS, usage = M.usage,
+    required = { "model", "clean", "corrupted", "out" } }, args, io_)
   if not o then return 0 end
-  for _, k in ipairs({ "model", "clean", "corrupted", "out" }) do
-    if o[k] == nil then usage_error("sweep: --%s is required", k) end
-  end
   if o.jobs and o.shard then usage_error("sweep: --jobs and --shard cannot be combined (--jobs makes the shards)") end
   local fs = require("ember.store.fs")
   if not fs.is_dir(fs.dirname(o.out)) then usage_error("--out: directory '%s' does not exist", fs.dirname(o.out)) end

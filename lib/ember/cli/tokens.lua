@@ -18,8 +18,7 @@ M.FLAGS_LIST = {
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
 function M.usage()
-  return flags.usage({ "usage: ember tokens --model FILE.gguf [--tokenizer FILE] [--no-bos] TEXT", "",
-    "options:" }, M.FLAGS_LIST, { "",
+  return flags.command_usage("usage: ember tokens --model FILE.gguf [--tokenizer FILE] [--no-bos] TEXT", M.FLAGS_LIST, {
       "Prints one line per token: its 0-based index, its id and its piece (quoted; \\n, \\t, other control",
       "bytes and bytes outside UTF-8 as \\xHH). See docs/tokenizers.md." })
 end

@@ -87,17 +87,13 @@ end
 M.TEMP_MARK = internal.temp_mark()
 
 -- A name next to `path` that no one else uses: same directory, so rename() stays atomic.
-function M.temp_sibling(path)
-  return internal.temp_sibling(path)
-end
+M.temp_sibling = internal.temp_sibling
 
 -- temp_writer_dead(name) -> whether `name` is an ember temporary whose writer provably no longer
 -- runs: written on this boot of this machine, in this PID namespace, by a process that is gone.
 -- Anything else (another node of a shared file system, another container, a live writer, a name
 -- of another form) is not.
-function M.temp_writer_dead(name)
-  return internal.temp_writer_dead(name)
-end
+M.temp_writer_dead = internal.temp_writer_dead
 
 -- sweep_temps(dir) -> list of the paths removed: the temporary files and directories that an
 -- atomic write in `dir` left behind when its process was killed (temp_writer_dead). Only ember's
@@ -151,35 +147,25 @@ end
 -- mkdir(path [, mode]) -> true, or nil and "cannot create directory 'PATH': reason" (the OS
 -- reason: "File exists" for anything already there, "No such file or directory" for a missing
 -- parent, "Permission denied", "Not a directory"). mode: 0777 by default (less the umask).
-function M.mkdir(path, mode)
-  return internal.mkdir(path, mode)
-end
+M.mkdir = internal.mkdir
 
 -- isatty(fd) -> whether the file descriptor (0 stdin, 1 stdout, 2 stderr) is a terminal.
-function M.isatty(fd)
-  return internal.isatty(fd)
-end
+M.isatty = internal.isatty
 
 -- mkdir_p(path) -> true (also when the directory is there already), or nil and "cannot create
 -- directory 'PREFIX': reason" naming the first component that could not be made.
-function M.mkdir_p(path)
-  return internal.mkdir_p(path)
-end
+M.mkdir_p = internal.mkdir_p
 
 -- remove_tree(path) -> true (also when nothing is there), or nil and "cannot remove 'ENTRY':
 -- reason". Never follows a symbolic link: a link inside the tree (or path itself) is removed, its
 -- target is not; "", "/" and paths ending in "." or ".." are refused. Only ever called on
 -- directories this process created (temporary artifact directories) and on the stale temporaries
 -- sweep_temps has found (a killed writer's).
-function M.remove_tree(path)
-  return internal.remove_tree(path)
-end
+M.remove_tree = internal.remove_tree
 
 -- realpath(path) -> the absolute path with links, "." and ".." resolved (every component must
 -- exist), or nil and "cannot resolve 'PATH': reason".
-function M.realpath(path)
-  return internal.realpath(path)
-end
+M.realpath = internal.realpath
 
 -- A fresh private directory under $TMPDIR (or /tmp) for scratch outputs such as workflow runs.
 function M.make_temp_dir(prefix)

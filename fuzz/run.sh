@@ -107,7 +107,7 @@ if [ -n "${FUZZ_RECORD:-}" ]; then
   findings=none
   [ "$status" -eq 0 ] || findings="FAILED (exit $status): $log"
   printf '| fuzz_%s | %s | %s | %s | %d s | %s | %d | %s | %s | %s MiB | %s |\n' "$name" \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo "?")" "$started" "$load" "$wall" "$execs" \
+    "$(git describe --always --dirty 2>/dev/null || echo "?")" "$started" "$load" "$wall" "$execs" \
     $((execs / (wall > 0 ? wall : 1))) "$(echo "$cov" | sed 's/cov: \([0-9]*\) ft: \([0-9]*\)/\1 \/ \2/')" \
     "${corp#corp: }" "$rss" "$findings" >>"$FUZZ_RECORD"
 fi

@@ -285,6 +285,10 @@ const float *ember_session_all_logits(const ember_session *s, int64_t *n_rows);
 int64_t ember_session_position(const ember_session *s);
 int64_t ember_session_context(const ember_session *s);
 void ember_session_reset(ember_session *s);
+/* Moves the position back to 0 <= position <= the current one, keeping the KV cache of positions
+ * 0..position-1: evaluating from there is bit for bit the run that evaluated those positions and
+ * then these. The logits are void until the next evaluation. */
+ember_status ember_session_rewind(ember_session *s, int64_t position, ember_error *err);
 const ember_model *ember_session_model(const ember_session *s);
 /* Every evaluation checks its logits once: a NaN or +inf (or every logit at -inf; a single -inf is
  * a banned token) fails it with EMBER_ERR_NONFINITE

@@ -376,6 +376,45 @@ describe("ember.sweep", function()
       "sweep: position 15 is out of range (12 prompt tokens + 3 decode steps: 0-14)")
   end)
 
+  it("evaluates a cell from its position on (reuse): every cell bit-identical to a run from position 0", function()
+    need_model()
+    -- the clean and corrupted prompts share their first 2 tokens: those cells need no pass
+    local grids = {
+      { stages = "all", metric = "kl" },
+      -- decode positions, out of order (each cell rewinds below or beyond the one before)
+      { decode_steps = 3, positions = { 13, 2, 11, 0, 14, 12, 5, 1 }, stages = { "after_layer", "before_layer" },
+        metric = "logit-diff" },
+    }
+    for g, grid in ipairs(grids) do
+      local on = run("reuse-on" .. g, grid)
+      local off_opts = { reuse = false }
+      for k, v in pairs(grid) do off_opts[k] = v end
+      local off = run("reuse-off" .. g, off_opts)
+      assert.equal(#off.cells, #on.cells)
+      local shared = 0
+      for i, a in ipairs(off.cells) do
+        local b = on.cells[i]
+        for _, k in ipairs({ "index", "target", "value", "recovered", "certified", "equals_corrupted", "top1",
+          "logits_sha256" }) do
+          assert.equal(a[k], b[k], string.format("grid %d cell %s: %s", g, a.target, k))
+        end
+        assert.same(a.generated_ids, b.generated_ids)
+        assert.same(a.source, b.source)
+        if a.position <= 1 then
+          shared = shared + 1
+          -- computed with a pass, the shared prefix is certified: what reuse assumed without one
+          assert.is_true(a.certified and a.equals_corrupted, a.target)
+        end
+      end
+      assert.is_true(shared > 0)
+      assert.equal(shared, on.stats.certified_without_pass)
+      assert.equal(0, off.stats.certified_without_pass)
+      local res = merge.compare(store.read(on.dir), store.read(off.dir))
+      assert.is_true(res.equal, merge.format(res, store.read(on.dir), store.read(off.dir)))
+      assert.equal(read(on.dir .. "/grid.safetensors"), read(off.dir .. "/grid.safetensors"))
+    end
+  end)
+
   it("refuses prompts of different lengths and stages it cannot patch", function()
     need_model()
     -- the message lists both prompts' tokens (position, piece with spaces as U+2423, <id> for none)

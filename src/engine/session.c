@@ -412,3 +412,19 @@ void ember_session_reset(ember_session *s) {
     s->has_logits = false;
     s->n_all = 0;
 }
+
+/* The KV cache holds one row per position, written by the evaluation of that position and read
+ * by later ones; nothing else the session keeps depends on the positions evaluated (the workspace
+ * is rewritten by every pass). So moving the position back to p keeps rows 0..p-1 exactly as
+ * their evaluation left them, and the next evaluation overwrites p.. as if the run had gone
+ * there directly (tests/test_session_rewind.c checks it bit for bit). */
+ember_status ember_session_rewind(ember_session *s, int64_t position, ember_error *err) {
+    if (position < 0 || position > s->pos)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "session: cannot rewind to position %lld (the cache holds positions 0..%lld)",
+                               (long long)position, (long long)s->pos - 1);
+    s->pos = position;
+    s->has_logits = false;
+    s->n_all = 0;
+    return EMBER_OK;
+}

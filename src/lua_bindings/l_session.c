@@ -282,6 +282,15 @@ static int s_reset(lua_State *L) {
     return 0;
 }
 
+/* s:rewind(p): back to position p (0 <= p <= s.position), keeping the cache of 0..p-1 */
+static int s_rewind(lua_State *L) {
+    ember_lua_session *ls = check_session(L, 1, "rewind");
+    lua_Integer p = luaL_checkinteger(L, 2);
+    ember_error err = {0};
+    if (ember_session_rewind(ls->s, (int64_t)p, &err) != EMBER_OK) return luaL_error(L, "rewind: %s", err.msg);
+    return 0;
+}
+
 static int s_close(lua_State *L) {
     ember_lua_session *ls = luaL_checkudata(L, 1, EMBER_LUA_SESSION);
     if (ls->busy)
@@ -439,8 +448,9 @@ static int l_logits(lua_State *L) {
 }
 
 void ember_lua_open_session(lua_State *L, int module) {
-    static const luaL_Reg methods[] = {{"prefill", s_prefill}, {"decode", s_decode}, {"logits", s_logits},
-                                       {"reset", s_reset},     {"close", s_close},   {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"prefill", s_prefill}, {"decode", s_decode}, {"logits", s_logits}, {"reset", s_reset},
+        {"rewind", s_rewind},   {"close", s_close},   {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {{"position", s_get_position},
                                        {"context", s_get_context},

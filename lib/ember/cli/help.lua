@@ -126,6 +126,7 @@ M.CLASSES = {
     decode = "s:decode(id [, { experiment= }]) -> logits [1, n_vocab]",
     logits = "s:logits() -> the current logits (a copy), or nil",
     reset = "s:reset() empties the cache (position 0)",
+    rewind = "s:rewind(p) back to position p, keeping the cache of positions 0..p-1",
     close = "s:close() frees the cache",
     position = "s.position: tokens in the cache",
     context = "s.context: the cache's size",

@@ -45,6 +45,9 @@ M.FLAGS_LIST = {
   { "checkpoint", "float", "SECONDS",
     "write the cells computed so far at most this often (default 1; 0 = every cell)" },
   { "no-plot", "bool", nil, "do not draw the heatmaps" },
+  { "no-reuse", "bool", nil,
+    "evaluate every cell from position 0 (default: from its position on, over the corrupted run's KV "
+      .. "cache; the same bits)" },
   flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
@@ -140,6 +143,7 @@ function M.main(args, argv, io_)
     stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],
     shard = o.shard, out = o.out,
     max_cells = o["max-cells"], progress = progress, argv = argv, checkpoint_seconds = o.checkpoint,
+    reuse = not o["no-reuse"],
   }
   model:close()
   local st = res.stats

@@ -184,6 +184,15 @@ local function entries_of(source, t)
   return by_phase, entries
 end
 
+-- continued(slot, first) -> the entry whose record holds position first past its start (the
+-- evaluation of a session rewound into it), or nil; a scan of one phase's few entries, no allocation
+local function continued(slot, first)
+  for start, e in pairs(slot) do
+    if first > start and first < start + e.rows then return e end
+  end
+  return nil
+end
+
 -- hook(t, source, by_phase, stats, rows) -> the target stage's hook: it finds the evaluation's entry,
 -- checks its rows and copies the source in (comparing first when certifying); it allocates nothing.
 local function hook(t, source, by_phase, stats, rows)
@@ -193,11 +202,18 @@ local function hook(t, source, by_phase, stats, rows)
   return function(_, ctx, view)
     if ctx.layer_index ~= L then return end
     local phase = ctx.phase
-    local e = by_phase[phase][ctx.start_position]
+    local first = ctx.start_position
+    local e = by_phase[phase][first]
+    -- a session rewound into a record (session:rewind) evaluates the record's last rows only: with
+    -- position targets, its rows are the record's from first on
+    local skip = 0
+    if e == nil and targets then
+      e = continued(by_phase[phase], first)
+      if e then skip = first - e.record.start_position end
+    end
     if e == nil then
       if targets then
         -- only an evaluation that holds a targeted position needs a source
-        local first = ctx.start_position
         for p = first, first + ctx.input_token_count - 1 do
           if targets[p] then
             fail("no source record for %s %s @%d in %s (it holds targeted position %d)",
@@ -209,18 +225,23 @@ local function hook(t, source, by_phase, stats, rows)
       fail("no source record for %s %s @%d in %s: every evaluation of the target needs one",
         what, phase, ctx.start_position, source.where)
     end
-    if (logits_stage and 1 or ctx.input_token_count) ~= e.rows then
+    if (logits_stage and 1 or ctx.input_token_count) ~= e.rows - skip then
       fail("shape mismatch at %s: the live tensor has %d rows, source record %d has %d (different prompt?)",
-        artifact.record_label(e.record), ctx.input_token_count, e.record.index, e.rows)
+        artifact.record_label(e.record), ctx.input_token_count, e.record.index, e.rows - skip)
     end
     if e.items then
+      local any = false
       for _, it in ipairs(e.items) do
-        local rv = view:row(it.row)
-        -- certified: the bytes replaced were already the source's, so nothing changed
-        if certify and rv:bytes() == it.bytes then rows.identical = rows.identical + 1 end
-        rv:copy_from(it.tensor)
-        rows.patched = rows.patched + 1
+        if it.row > skip then
+          local rv = view:row(it.row - skip)
+          -- certified: the bytes replaced were already the source's, so nothing changed
+          if certify and rv:bytes() == it.bytes then rows.identical = rows.identical + 1 end
+          rv:copy_from(it.tensor)
+          rows.patched = rows.patched + 1
+          any = true
+        end
       end
+      if not any then return end -- its targeted rows lie before this evaluation
     else
       if certify and view:bytes() == e.bytes then rows.identical = rows.identical + e.rows end
       view:copy_from(e.tensor)

@@ -13,6 +13,7 @@ local patch = require("ember.run.patch")
 local selectors = require("ember.run.selectors")
 local metric_mod = require("ember.sweep.metric")
 local store = require("ember.sweep.store")
+local reuse = require("ember.sweep.reuse")
 local token_label = require("ember.analysis.token_label")
 local is_interrupt = require("ember.model.generate").is_interrupt
 local core = require("ember.core")
@@ -178,12 +179,28 @@ local function source_finder(records)
 end
 
 -- compute(b, c) -> the cell c computed: the clean activation patched into the corrupted run at the
--- cell, the metric read (b: the baselines and settings M.run set up)
+-- cell, the metric read (b: the baselines and settings M.run set up). A cell whose tokens are the
+-- same in both runs up to its position is certified without a pass (reuse.lua).
 local function compute(b, c)
   local src = b.source_of(c)
+  local cell = { index = c.index, stage = c.stage, layer = c.layer, position = c.position,
+    clean_value = b.clean_value, corrupted_value = b.corr_value, source_sha256 = src.sha256,
+    source_row = c.position - src.start_position, settings_sha256 = b.doc.settings_sha256 }
+  if b.reuse and b.reuse:same_prefix(c.position) then
+    b.free = b.free + 1
+    cell.value, cell.certified, cell.equals_corrupted = b.corr_value, true, true
+    cell.logits_sha256, cell.top1 = b.corr_sha256, b.corr_top1
+    cell.generated_ids = b.cfg.decode_steps > 0 and b.corr_gen or nil
+    return store.cell(cell)
+  end
   local p = patch.experiment { source = b.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
     positions = { c.position }, certify = true }
-  local logits, generated = run_once(b.session, b.cfg.corrupted_ids, b.cfg.decode_steps, p)
+  local logits, generated
+  if b.reuse then
+    logits, generated = b.reuse:run(c.position, p)
+  else
+    logits, generated = run_once(b.session, b.cfg.corrupted_ids, b.cfg.decode_steps, p)
+  end
   p:on_generation_complete()
   local certified = p.identical()
   local bytes = logits:bytes()
@@ -191,14 +208,10 @@ local function compute(b, c)
     fail("certified cell %s layer %d position %d: the patched row was bit-identical to the one it replaced, "
       .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position)
   end
-  return store.cell {
-    index = c.index, stage = c.stage, layer = c.layer, position = c.position, value = b.measure(logits),
-    clean_value = b.clean_value, corrupted_value = b.corr_value, certified = certified,
-    equals_corrupted = bytes == b.corr_bytes,
-    source_sha256 = src.sha256, source_row = c.position - src.start_position,
-    logits_sha256 = core.sha256(bytes), top1 = logits:argmax() - 1,
-    settings_sha256 = b.doc.settings_sha256, generated_ids = b.cfg.decode_steps > 0 and generated or nil,
-  }
+  cell.value, cell.certified, cell.equals_corrupted = b.measure(logits), certified, bytes == b.corr_bytes
+  cell.logits_sha256, cell.top1 = core.sha256(bytes), logits:argmax() - 1
+  cell.generated_ids = b.cfg.decode_steps > 0 and generated or nil
+  return store.cell(cell)
 end
 
 -- setup(model, opts) -> b: the config, the shard, the baselines (clean capture, both runs' logits),
@@ -217,6 +230,7 @@ local function setup(model, opts)
   local measure = metric_mod.evaluator(cfg.metric, clean_logits)
   local b = { model = model, cfg = cfg, shard = shard, session = session, measure = measure,
     clean_value = measure(clean_logits), corr_value = measure(corr_logits), corr_bytes = corr_logits:bytes(),
+    corr_top1 = corr_logits:argmax() - 1, corr_gen = corr_gen, free = 0,
     source_of = source_finder(records),
     src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
       records = records } }
@@ -226,17 +240,25 @@ local function setup(model, opts)
     clean_generated = clean_gen, corrupted_generated = corr_gen,
     corrupted_value = b.corr_value, text = function(id) return token_label.token(model, id) end,
   }
+  b.corr_sha256 = core.sha256(b.corr_bytes)
+  -- the session holds the corrupted baseline's whole cache now (baselines ran it last)
+  if opts.reuse ~= false then
+    b.reuse = reuse.new { session = session, clean_ids = cfg.clean_ids, corrupted_ids = cfg.corrupted_ids,
+      clean_generated = clean_gen, corrupted_generated = corr_gen, steps = cfg.decode_steps }
+  end
   return b
 end
 
--- run(opts) -> result { manifest, cells, stats = { total, computed, resumed }, dir }
+-- run(opts) -> result { manifest, cells, stats = { total, computed, resumed, grid_cells,
+--   certified_without_pass }, dir }
 -- opts: { model = ember.Model, clean = text|{ids}, corrupted = text|{ids}, metric = "kl" |
 --   "logit-diff[:A,B]" | "prob[:A]" | "logit[:A]" | "logprob[:A]", stages = {...}|"all" (default {"after_layer"}),
 --   layers = "all"|{...}, positions = "all"|{...} (0-based; with decode_steps = N > 0 the positions
 --   run on to #prompt + N - 1 and the metric is read after N greedy decodes), shard = "I/N"|{index,count},
 --   out = DIR (resumed when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
 --   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
---   tokenizer_path, argv, on_cell = function(cell) }
+--   tokenizer_path, argv, on_cell = function(cell),
+--   reuse = false (evaluate every cell from position 0 instead of from its position on; the same bits) }
 function M.run(opts)
   local model = opts.model
   if model == nil then fail("model is required") end
@@ -300,7 +322,8 @@ function M.run(opts)
   local list = cells_list()
   doc.status = #list == #mine and "complete" or "partial"
   return { manifest = doc, cells = list, dir = opts.out,
-    stats = { total = #mine, computed = computed, resumed = resumed, grid_cells = #all } }
+    stats = { total = #mine, computed = computed, resumed = resumed, grid_cells = #all,
+      certified_without_pass = b.free } }
 end
 
 return M

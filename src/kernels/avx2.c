@@ -11,6 +11,30 @@
 
 #include <stdlib.h>
 
+/* ---- the fast Q8_0 transposed product (transposed_q8.h): the integer dot of one block ---- */
+
+#define TQ_FLIP 0
+/* |q| (u8) times hq carrying q's sign (s8), in pairs (2 * 128 * 127 < 2^15: no saturation), then
+ * the pairs summed into one int32 lane per column. */
+static inline void tq_isums(const uint8_t *p, int64_t ps, const int8_t *hq, int64_t nq, int32_t hsum, int32_t *out) {
+    (void)hsum;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[4];
+    for (int k = 0; k < 4; k++) acc[k] = _mm256_setzero_si256();
+    for (int64_t r4 = 0; r4 < nq; r4++) {
+        int32_t quad;
+        memcpy(&quad, hq + 4 * r4, 4);
+        const __m256i hb = _mm256_set1_epi32(quad);
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(p + r4 * ps + 32 * k));
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(hb, q));
+            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(pairs, ones));
+        }
+    }
+    for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(out + 8 * k), acc[k]);
+}
+#include "transposed_q8.h"
+
 /* ---- f32 / f16 / bf16 weights: f32 activations ---- */
 
 /* The 8-wide loaders of the float types (exact conversions to f32). */

@@ -11,6 +11,26 @@
 
 #include <stdlib.h>
 
+/* ---- the fast Q8_0 transposed product (transposed_q8.h): the integer dot of one block ---- */
+
+#define TQ_FLIP 0x80
+/* VNNI: the panel's quants as u8 (q + 128) times hq (s8), four rows per lane; the 128 * sum(hq)
+ * the offset added is taken off at the end (exact: every sum is an int32). */
+static inline void tq_isums(const uint8_t *p, int64_t ps, const int8_t *hq, int64_t nq, int32_t hsum, int32_t *out) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    for (int64_t r4 = 0; r4 < nq; r4++) {
+        int32_t quad;
+        memcpy(&quad, hq + 4 * r4, 4);
+        const __m512i hb = _mm512_set1_epi32(quad);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(p + r4 * ps), hb);
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(p + r4 * ps + 64), hb);
+    }
+    const __m512i off = _mm512_set1_epi32(128 * hsum);
+    _mm512_storeu_si512(out, _mm512_sub_epi32(a0, off));
+    _mm512_storeu_si512(out + 16, _mm512_sub_epi32(a1, off));
+}
+#include "transposed_q8.h"
+
 /* ---- f32 / f16 / bf16 weights: f32 activations, one fused multiply-add per element ---- */
 
 /* The 16-wide loaders of the float types (exact conversions to f32). */

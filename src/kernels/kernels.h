@@ -69,7 +69,12 @@ typedef void (*ember_rows_fn)(const ember_matrix *w, const float *x, const void 
  * at +0, each product rounded to f32 and then added (no fused multiply-add); then dx[t,i] = s_0 and
  * dx[t,i] = dx[t,i] + s_c for c = 1, 2, ... in order. The weights are read as f32 exactly (the
  * type's to_float). Every set computes this same sequence for every element, so reference, avx2
- * and avx512 give bit-identical results for any thread count and tiling (docs/kernels.md). */
+ * and avx512 give bit-identical results for any thread count and tiling (docs/kernels.md) — but for
+ * Q8_0 on the SIMD sets, which run the fast order instead: per token t, block b of 32 columns and
+ * chunk c, h[o] = g[t,o] * d[o,b] (the row's block scale), amax = max |h|, s = amax / 127 and
+ * hq[o] = rint(h[o] * (127 / amax)) (s = 0, hq = 0 when amax < 2^-120; s = NaN when amax is not
+ * finite), the exact integer sum S = sum hq[o] * q[o,i], then s * S (rounded) folded as above.
+ * avx2 and avx512 are bit-identical there; the reference is within the quantization of h. */
 #define EMBER_MATMUL_T_CHUNK 64
 /* Columns [i0, i1) of dx (n_tok, n_in) = g (n_tok, n_out) W, for n_tok tokens: i0 is a multiple of
  * the type's block size and i1 is too (or n_in). Reads w->data (the file's layout), never w->packed. */

@@ -5,13 +5,14 @@
  *
  * Why one code for both sets: every element is its own sequential sum, so the vector width changes
  * nothing of what is computed; AVX-512 would only widen the tile. Sharing the AVX2 code keeps the
- * avx512 set identical to avx2 (and both to the reference) by construction. */
+ * avx512 set identical to avx2 (and both to the reference) by construction. Q8_0 is not here: its
+ * table entry is transposed_q8.h's integer product (the fast order), included by each set. */
 #ifndef EMBER_TRANSPOSED_SIMD_H
 #define EMBER_TRANSPOSED_SIMD_H
 
 #include "simd_common.h"
 
-/* Columns of a panel: ember_matmul_t_panel's widths are 64 or a block size of 256. */
+/* Columns of a panel: ember_matmul_t_panel's widths are 64 or 256. */
 #define TS_PANEL_MAX 256
 
 /* Rows o0 .. o0+nr-1, columns c0 .. c0+cw-1 of w as f32 (exact), row r at panel + r * cw. */
@@ -52,23 +53,6 @@ static void ts_deq_bf16(const ember_matrix *w, int64_t o0, int64_t nr, int64_t c
             uint16_t h;
             memcpy(&h, row + i, 2);
             out[i] = ember_bf16_to_f32(h);
-        }
-    }
-}
-
-/* d * q per value, as the traits' to_float (the product is exact: 11 by 8 significant bits). */
-static void ts_deq_q8_0(const ember_matrix *w, int64_t o0, int64_t nr, int64_t c0, int64_t cw, float *panel) {
-    for (int64_t r = 0; r < nr; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)(o0 + r) * w->row_bytes;
-        for (int64_t b = 0; b < cw / EMBER_QK8_0; b++) {
-            ember_block_q8_0 blk;
-            memcpy(&blk, row + (size_t)(c0 / EMBER_QK8_0 + b) * sizeof blk, sizeof blk);
-            const __m256 d = _mm256_set1_ps(ember_f16_to_f32(blk.d));
-            float *out = panel + r * cw + b * EMBER_QK8_0;
-            for (int j = 0; j < EMBER_QK8_0; j += 8) {
-                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk.qs + j)));
-                _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
-            }
         }
     }
 }
@@ -151,9 +135,6 @@ static void ts_rows_f16(const ember_matrix *w, const float *g, float *dx, int64_
 static void ts_rows_bf16(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1) {
     ts_rows(w, g, dx, n_tok, i0, i1, ts_deq_bf16);
 }
-static void ts_rows_q8_0(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1) {
-    ts_rows(w, g, dx, n_tok, i0, i1, ts_deq_q8_0);
-}
 /* The 2- to 6-bit types: their exact dequantizers (quants_dequant.c) fill the panel. */
 static void ts_rows_generic(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1) {
     ts_rows(w, g, dx, n_tok, i0, i1, ts_deq_generic);
@@ -162,7 +143,7 @@ static void ts_rows_generic(const ember_matrix *w, const float *g, float *dx, in
 /* The transposed products of a SIMD set's table (.mm_t). */
 #define TS_MM_T_ENTRIES                                                                                                \
     [EMBER_TYPE_F32] = ts_rows_f32, [EMBER_TYPE_F16] = ts_rows_f16, [EMBER_TYPE_BF16] = ts_rows_bf16,                  \
-    [EMBER_TYPE_Q8_0] = ts_rows_q8_0, [EMBER_TYPE_Q4_0] = ts_rows_generic, [EMBER_TYPE_Q4_1] = ts_rows_generic,        \
+    [EMBER_TYPE_Q8_0] = tq_rows_q8_0, [EMBER_TYPE_Q4_0] = ts_rows_generic, [EMBER_TYPE_Q4_1] = ts_rows_generic,        \
     [EMBER_TYPE_Q5_0] = ts_rows_generic, [EMBER_TYPE_Q5_1] = ts_rows_generic, [EMBER_TYPE_Q2_K] = ts_rows_generic,     \
     [EMBER_TYPE_Q3_K] = ts_rows_generic, [EMBER_TYPE_Q4_K] = ts_rows_generic, [EMBER_TYPE_Q5_K] = ts_rows_generic,     \
     [EMBER_TYPE_Q6_K] = ts_rows_generic

@@ -109,3 +109,22 @@ for _, fc in ipairs(models.family_cases()) do
     end)
   end)
 end
+
+describe("make-tiny-model --sequential-residual", function()
+  local fx = require("helpers.fixtures")
+  local q = require("ember.store.fs").shell_quote
+
+  it("is a gptneox setting: another family is refused, naming it, and no file is written", function()
+    local tool = fx.build .. "/make-tiny-model"
+    if not fx.exists(tool) then return pending("missing " .. tool .. " (build the project first)") end
+    local base = os.tmpname()
+    os.remove(base)
+    local out = base .. ".gguf"
+    local p = io.popen(q(tool) .. " --family llama --dtype f32 --sequential-residual --out " .. q(out) .. " 2>&1")
+    local text = p:read("a")
+    local ok = p:close()
+    assert.is_falsy(ok)
+    assert.matches("the sequential residual is a gptneox setting", text, 1, true)
+    assert.is_false(fx.exists(out))
+  end)
+end)

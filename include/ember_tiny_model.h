@@ -1,6 +1,7 @@
 /* ember_tiny_model.h — the tools' public interface: deterministic random-weight models of every family
- * (llama, qwen3, qwen2, gemma4, gemma2, gemma3, olmo2, gpt2, ...) in llama.cpp's GGUF layout, small enough to run in
- * tests in milliseconds (the project's default model comes from here), and the control-vector writer.
+ * (llama, qwen3, qwen2, gemma4, gemma2, gemma3, olmo2, phi3, gpt2, ...) in llama.cpp's GGUF layout,
+ * small enough to run in tests in milliseconds (the project's default model comes from here), and the
+ * control-vector writer.
  * Includes only ember.h, so the bindings (ember.make_tiny_model, core.write_control_vector) and any
  * user of the tools see no engine-internal header; tools/tiny_model.h adds the GGUF-writer entry.
  *
@@ -42,6 +43,12 @@
  * OLMo 2 layout (llama.cpp's olmo2): the llama tensors without attn_norm / ffn_norm, with
  * post_attention_norm / post_ffw_norm after each sub-block and attn_q_norm / attn_k_norm as wide as
  * the Q and K projections; head size hidden / heads, RoPE base 500000, separate head.
+ *
+ * Phi-3 layout (llama.cpp's phi3): attn_qkv ([q | k | v] rows), attn_output, ffn_up ([gate | up] rows,
+ * 2 x ff) and ffn_down, RMSNorms before attention and MLP, head size hidden / heads, separate head;
+ * --rope-freqs: LongRoPE's rope_factors_short (1 .. 1.5) and rope_factors_long (1 .. 16) with an
+ * original context of context / 16; --window: phi3.attention.sliding_window. general.name says
+ * "tiny-phi-..." (llama.cpp gives a model named "phi3" the real vocabulary's special-token attributes).
  */
 #ifndef EMBER_TINY_MODEL_PUBLIC_H
 #define EMBER_TINY_MODEL_PUBLIC_H
@@ -97,8 +104,9 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p);
 ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char *path, ember_error *err);
 
 /* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
- * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b" or "olmo2-1b" (random weights, seed 1, Q8_0, no
- * tokenizer, context 4096 unless the model's own is longer). Returns false for another name.
+ * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b", "pythia-160m", "pythia-1b",
+ * "olmo2-1b" or "phi3-mini" (random weights, seed 1, Q8_0, no tokenizer, context 4096 unless the
+ * model's own is longer). Returns false for another name.
  * ember_tiny_model_shapes lists the names, NULL-terminated. */
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);
 extern const char *const ember_tiny_model_shapes[];

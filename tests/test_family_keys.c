@@ -1,4 +1,4 @@
-/* test_family_keys.c — the metadata of the gemma2, gemma3 and olmo2 families as llama.cpp reads it,
+/* test_family_keys.c — the metadata of the gemma2, gemma3, olmo2 and phi3 families as llama.cpp reads it,
  * on tiny-model-made files: each key llama.cpp requires or bounds, removed or contradicted, is
  * refused at load naming the file and the key or tensor. */
 #include "ember.h"
@@ -114,6 +114,18 @@ int main(void) {
          EMBER_ERR_FORMAT, "'blk.1.post_ffw_norm.weight'"},
         {"olmo2", "with a per-head Q norm", EDIT_REMOVE_TENSOR, "blk.0.attn_q_norm.weight", 0, NULL, EMBER_ERR_FORMAT,
          "'blk.0.attn_q_norm.weight'"},
+        {"phi3", "without its norm epsilon", EDIT_REMOVE_KEY, "phi3.attention.layer_norm_rms_epsilon", 0, NULL,
+         EMBER_ERR_FORMAT, "'phi3.attention.layer_norm_rms_epsilon'"},
+        {"phi3", "without its fused QKV", EDIT_REMOVE_TENSOR, "blk.1.attn_qkv.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "missing tensor 'blk.1.attn_qkv.weight'"},
+        {"phi3", "without an output head", EDIT_REMOVE_TENSOR, "output.weight", 0, NULL, EMBER_ERR_FORMAT,
+         "'output.weight' is missing"},
+        {"phi3", "with linear RoPE scaling", EDIT_SET_F32, "phi3.rope.scaling.factor", 2, NULL, EMBER_ERR_UNSUPPORTED,
+         "'phi3.rope.scaling.factor' = 2"},
+        {"phi3", "with a LongRoPE attention factor", EDIT_SET_F32, "phi3.rope.scaling.attn_factor", 1.5, NULL,
+         EMBER_ERR_UNSUPPORTED, "'phi3.rope.scaling.attn_factor' = 1.5"},
+        {"phi3", "with a negative sliding window", EDIT_SET_I32, "phi3.attention.sliding_window", -1, NULL,
+         EMBER_ERR_FORMAT, "'phi3.attention.sliding_window' has an absurd value -1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], (int)i);
     return ember_test_finish();

@@ -763,7 +763,7 @@ static void test_cli(void) {
 }
 
 /* The real-shape presets: their hyper-parameters (the published shapes of Qwen3-0.6B, LLaMA-3.2-1B,
- * Gemma-4-E2B, Gemma-2-2B, Gemma-3-1B and OLMo-2-1B) checked on the resolved settings (the full
+ * Gemma-4-E2B, Gemma-2-2B, Gemma-3-1B, OLMo-2-1B and Phi-3-mini) checked on the resolved settings (the full
  * files are 0.6-4.9 GB), and a reduced qwen3-0.6b written through the command with its metadata
  * checked. */
 static void test_shapes(void) {
@@ -771,7 +771,7 @@ static void test_shapes(void) {
     CHECK(!ember_tiny_model_shape("qwen3-7b", &p) && !ember_tiny_model_shape(NULL, &p));
     int n = 0;
     for (; ember_tiny_model_shapes[n]; n++) CHECK(ember_tiny_model_shape(ember_tiny_model_shapes[n], &p));
-    CHECK(n == 8);
+    CHECK(n == 9);
 
     CHECK(ember_tiny_model_shape("qwen3-0.6b", &p));
     CHECK(strcmp(p.family, "qwen3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && p.seed == 1 && !p.tokenizer);
@@ -814,6 +814,11 @@ static void test_shapes(void) {
     CHECK(strcmp(p.family, "olmo2") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
     CHECK(p.n_layer == 16 && p.n_embd == 2048 && p.n_head == 16 && p.n_head_kv == 16 && p.n_ff == 8192 &&
           p.n_vocab == 100352 && p.n_ctx == 4096 && p.tied == -1 && p.rope_base == 0);
+
+    CHECK(ember_tiny_model_shape("phi3-mini", &p)); /* microsoft/Phi-3-mini-4k-instruct's config.json */
+    CHECK(strcmp(p.family, "phi3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
+    CHECK(p.n_layer == 32 && p.n_embd == 3072 && p.n_head == 32 && p.n_head_kv == 32 && p.n_ff == 8192 &&
+          p.n_vocab == 32064 && p.n_ctx == 4096 && p.sliding_window == 2047 && p.rope_freqs == -1);
 
     char tool[1024], cmd[4096];
     snprintf(tool, sizeof tool, "%s/make-tiny-model", EMBER_BUILD_DIR);

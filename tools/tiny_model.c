@@ -45,7 +45,7 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
 }
 
 const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b",  "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b",
-                                               "pythia-160m", "pythia-1b",   "olmo2-1b",   NULL};
+                                               "pythia-160m", "pythia-1b",   "olmo2-1b",   "phi3-mini", NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -83,6 +83,10 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     } else if (name && strcmp(name, "olmo2-1b") == 0) {
         s.family = "olmo2";
         s.n_layer = 16, s.n_embd = 2048, s.n_head = 16, s.n_head_kv = 16, s.n_ff = 8192, s.n_vocab = 100352;
+    } else if (name && strcmp(name, "phi3-mini") == 0) { /* Phi-3-mini-4k: no LongRoPE factors */
+        s.family = "phi3";
+        s.n_layer = 32, s.n_embd = 3072, s.n_head = 32, s.n_head_kv = 32, s.n_ff = 8192, s.n_vocab = 32064;
+        s.sliding_window = 2047;
     } else {
         return false;
     }
@@ -183,6 +187,8 @@ typedef struct {
  * table (src/engine/families.c) names the same families; tests/test_tiny_model.c checks both agree. */
 struct tiny_family {
     const char *name;   /* general.architecture */
+    const char *label;  /* general.name's family part; NULL: the name (phi3: llama.cpp gives a model whose
+                         * name says "phi3" the real Phi-3 vocabulary's special-token attributes) */
     const char *pre;    /* the embedded tokenizer's pre-tokenizer (tokenizer.ggml.pre) */
     bool add_bos;       /* and whether it adds BOS */
     bool tied;          /* the usual head: tied to the embedding */
@@ -199,6 +205,7 @@ struct tiny_family {
     bool qkv_bias;      /* Q/K/V biases (llama block) */
     bool qk_norm;       /* per-head Q/K norms (llama block) */
     bool olmo_norms;    /* olmo2: norms after attention and MLP instead of before, Q/K norms full width */
+    bool window;        /* phi3: takes the sliding window (every layer) */
     /* Resolves the layout-specific settings once the common ones are set (head sizes, ...). */
     ember_status (*resolve)(const ember_tiny_model_params *p, shape *s, ember_error *err);
     void (*metadata)(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -214,6 +221,8 @@ static void metadata_gemma23(ember_gguf_writer *w, const ember_tiny_model_params
 static void tensors_gemma23(builder *b, const shape *s);
 static ember_status resolve_gptneox(const ember_tiny_model_params *p, shape *s, ember_error *err);
 static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void metadata_phi3(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
+static void tensors_phi3(builder *b, const shape *s);
 static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gptneox(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -296,6 +305,19 @@ static const tiny_family tiny_families[] = {
      .resolve = resolve_olmo2,
      .metadata = metadata_llama,
      .tensors = tensors_llama},
+    /* Phi-3: the llama block with fused attn_qkv and ffn_up ([gate | up]), NEOX RoPE, LongRoPE's
+     * factors with --rope-freqs, a sliding window on every layer with --window */
+    {.name = "phi3",
+     .label = "phi",
+     .pre = "gpt-2",
+     .add_bos = true,
+     .rope_base = 10000.0f,
+     .rope_freqs = true,
+     .norm_eps = 1e-5f,
+     .window = true,
+     .resolve = resolve_olmo2,
+     .metadata = metadata_phi3,
+     .tensors = tensors_phi3},
     {.name = "gpt2",
      .pre = "gpt-2",
      .tied = true,
@@ -370,8 +392,8 @@ static ember_status check_sizes(const ember_tiny_model_params *p, ember_error *e
 static ember_status check_family_settings(const ember_tiny_model_params *p, const tiny_family *fam, ember_error *err) {
     const bool gemma23 = fam->swa_period > 0;
     if (!fam->gemma_layout && (p->head_dim_swa || p->n_head_kv_full || p->swa_pattern || p->shared_kv_layers != -1 ||
-                               p->ple_dim != -1 || (!gemma23 && p->sliding_window) || (!gemma23 && p->softcap >= 0) ||
-                               (!fam->swa_rope_own && p->rope_base_swa != 0)))
+                               p->ple_dim != -1 || (!gemma23 && !fam->window && p->sliding_window) ||
+                               (!gemma23 && p->softcap >= 0) || (!fam->swa_rope_own && p->rope_base_swa != 0)))
         return ember_error_set(err, EMBER_ERR_ARG,
                                "tiny model: sliding window, pattern, shared-KV layers, per-layer inputs, softcap and "
                                "the sliding layers' head size, KV heads and RoPE base are gemma4 settings, not %s ones "
@@ -429,13 +451,15 @@ static ember_status resolve_plain(const ember_tiny_model_params *p, shape *s, em
     return EMBER_OK;
 }
 
-/* OLMo 2: one head size, hidden / heads (llama.cpp's graph assumes it), and a separate head. */
+/* OLMo 2 and Phi-3: one head size, hidden / heads (llama.cpp's graphs assume it), and a separate
+ * head; phi3's sliding window as given (0: none). */
 static ember_status resolve_olmo2(const ember_tiny_model_params *p, shape *s, ember_error *err) {
     ember_status st = resolve_plain(p, s, err);
     if (st != EMBER_OK) return st;
     if (s->hd * p->n_head != p->n_embd)
-        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: olmo2's head size is hidden / heads");
-    if (s->tied) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: olmo2's head is never tied");
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s's head size is hidden / heads", s->fam->name);
+    if (s->tied) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s's head is never tied", s->fam->name);
+    s->window = p->sliding_window;
     return EMBER_OK;
 }
 
@@ -667,8 +691,8 @@ static uint32_t file_type(ember_type t) {
 static void add_common_metadata(const ember_tiny_model_params *p, const shape *s, ember_gguf_writer *w) {
     char key[160], name[96], spelled[DTYPE_CHARS];
     ember_gguf_writer_set_string(w, "general.architecture", s->arch);
-    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->arch, dtype_spelling(p->dtype, spelled, sizeof spelled),
-             (unsigned long long)p->seed);
+    snprintf(name, sizeof name, "tiny-%s-%s-seed%llu", s->fam->label ? s->fam->label : s->arch,
+             dtype_spelling(p->dtype, spelled, sizeof spelled), (unsigned long long)p->seed);
     ember_gguf_writer_set_string(w, "general.name", name);
     ember_gguf_writer_set_u32(w, "general.alignment", 32);
     ember_gguf_writer_set_u32(w, "general.file_type", file_type(p->dtype));
@@ -735,6 +759,48 @@ static void tensors_llama(builder *b, const shape *s) {
     }
     add_random(b, "output_norm.weight", p->n_embd, 1, 1.0f, 0.1f);
     if (!s->tied) add_random(b, "output.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- phi3 ---- */
+
+/* The llama keys; with LongRoPE factors an original context of a sixteenth of the context, so that
+ * a session longer than that uses the long factors (llama.cpp's choice, and ember's); the window. */
+static void metadata_phi3(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    metadata_llama(w, p, s);
+    const int64_t orig = p->n_ctx / 16 > 0 ? p->n_ctx / 16 : 1;
+    if (s->rope_freqs) ember_gguf_writer_set_u32(w, "phi3.rope.scaling.original_context_length", (uint32_t)orig);
+    if (s->window > 0) ember_gguf_writer_set_u32(w, "phi3.attention.sliding_window", (uint32_t)s->window);
+}
+
+/* LongRoPE's factors, divisors of each pair's frequency: short ones from 1 to 1.5, long ones rising
+ * from 1 to 16 with the wavelength (as the real ones do). */
+static void add_rope_factors(builder *b, int64_t n_rot) {
+    const int64_t pairs = n_rot / 2, ne[1] = {pairs};
+    for (int64_t i = 0; i < pairs; i++) b->buf[i] = 1.0f + 0.5f * (float)i / (float)pairs;
+    ember_gguf_writer_add_tensor(b->w, "rope_factors_short.weight", EMBER_TYPE_F32, 1, ne, b->buf);
+    for (int64_t i = 0; i < pairs; i++) b->buf[i] = 1.0f + 15.0f * (float)(i * i) / (float)(pairs * pairs);
+    ember_gguf_writer_add_tensor(b->w, "rope_factors_long.weight", EMBER_TYPE_F32, 1, ne, b->buf);
+}
+
+static void tensors_phi3(builder *b, const shape *s) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t d = p->n_embd, kv_dim = s->n_head_kv * s->hd;
+    const float s_embd = 1.0f / sqrtf((float)d), s_ff = 1.0f / sqrtf((float)p->n_ff);
+    char name[96];
+    add_random(b, "token_embd.weight", d, p->n_vocab, 0.0f, 0.35f);
+    if (s->rope_freqs) add_rope_factors(b, s->hd);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+#define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+        add_random(b, T("attn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("attn_qkv.weight"), d, d + 2 * kv_dim, 0.0f, s_embd);
+        add_random(b, T("attn_output.weight"), d, d, 0.0f, s_embd);
+        add_random(b, T("ffn_norm.weight"), d, 1, 1.0f, 0.1f);
+        add_random(b, T("ffn_up.weight"), d, 2 * p->n_ff, 0.0f, s_embd);
+        add_random(b, T("ffn_down.weight"), p->n_ff, d, 0.0f, s_ff);
+#undef T
+    }
+    add_random(b, "output_norm.weight", d, 1, 1.0f, 0.1f);
+    add_random(b, "output.weight", d, p->n_vocab, 0.0f, 0.35f);
 }
 
 /* ---- gemma4 ---- */

@@ -58,6 +58,12 @@ static const ember_family families[] = {
         .rope_neox = true, /* read by ember_llama_hparams */
     },
     {
+        .info = {.name = "phi3", .architectures = ARCHS("phi3")},
+        .bind = ember_phi3_bind,
+        .forward = ember_llama_forward, /* the llama block over phi3's fused tensors' parts */
+        .rope_neox = true,
+    },
+    {
         .info = {.name = "gpt2", .architectures = ARCHS("gpt2")},
         .bind = ember_gpt2_bind,
         .forward = ember_gpt2_forward,

@@ -326,12 +326,7 @@ static ember_status gemma23_hparams(binder *b, const gemma_generation *g, float 
                          (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
     TRY(hp_require(b, "attention.layer_norm_rms_epsilon"));
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-6f));
-    TRY(hp_dim(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
-    int64_t v_len;
-    TRY(hp_dim(b, "attention.value_length", &v_len, false, m->head_dim));
-    if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
-        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
-                         (long long)m->head_dim, (long long)v_len);
+    TRY(hp_head_size(b, &m->head_dim));
     TRY(hp_rope_dims(b, m->head_dim, &m->n_rot));
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     *base_swa = m->rope_base;
@@ -382,11 +377,7 @@ static ember_status bind_gemma23(binder *b, const gemma_generation *g) {
         ember_layer *L = &m->layers[l];
         L->sliding = m->window > 0 && (period == 0 || l % period < period - 1);
         const bool own_rope = L->sliding && g->swa_rope_own;
-        L->n_ff = m->n_ff;
-        L->n_head_kv = m->n_head_kv;
-        L->head_dim = m->head_dim;
-        L->kv_dim = kv_dim;
-        L->kv_source = l;
+        bind_layer_geometry(L, l, m->n_ff, m->n_head_kv, m->head_dim);
         L->n_rot = m->n_rot;
         L->rope_base = own_rope ? base_swa : m->rope_base;
         L->rope_freqs = own_rope ? NULL : scaled;

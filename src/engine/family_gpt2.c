@@ -103,11 +103,7 @@ ember_status ember_gpt2_bind(binder *b) {
         ember_layer *L = &m->layers[l];
         char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
-        L->n_ff = m->n_ff;
-        L->n_head_kv = m->n_head;
-        L->head_dim = m->head_dim;
-        L->kv_dim = d;
-        L->kv_source = l;
+        bind_layer_geometry(L, l, m->n_ff, m->n_head, m->head_dim);
         TRY(bind_vec(b, NAME("attn_norm.weight"), d, true, &L->attn_norm));
         TRY(bind_vec(b, NAME("attn_norm.bias"), d, true, &L->attn_norm_b));
         TRY(bind_mat(b, NAME("attn_qkv.weight"), d, 3 * d, true, &L->wqkv));

@@ -1,5 +1,6 @@
-/* family_llama.c — the forward pass of the llama, qwen3 and qwen2 families on the kernel table.
- * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order), never hidden branches. */
+/* family_llama.c — the forward pass of the llama, qwen3, qwen2 and phi3 families on the kernel table.
+ * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order) and bound values (phi3's
+ * LongRoPE factors and sliding window), never hidden branches. */
 #include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
@@ -11,9 +12,15 @@
 
 /* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows, split by token (rows.c). */
 static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,
-                          int64_t pos0) {
-    ember_rows_norm_rope(m, x, n, n_heads, hd, norm, m->norm_eps, m->n_rot, pos0, m->rope_base, m->rope_neox,
-                         m->rope_freqs);
+                          const float *freqs, int64_t pos0) {
+    ember_rows_norm_rope(m, x, n, n_heads, hd, norm, m->norm_eps, m->n_rot, pos0, m->rope_base, m->rope_neox, freqs);
+}
+
+/* The RoPE frequency factors of a session: LongRoPE's long ones (phi3) when its context is longer than
+ * the original one, as llama.cpp picks them; else the file's (rope_freqs, or LongRoPE's short ones). */
+static const float *rope_factors(const ember_session *s) {
+    const ember_model *m = s->model;
+    return m->rope_freqs_long && s->n_ctx > m->rope_ctx_orig ? m->rope_freqs_long : m->rope_freqs;
 }
 
 ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
@@ -24,6 +31,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     ember_status st;
     ember_trace *tr = s->trace;
     ember_eval_ctx ctx = ember_forward_ctx(s, n);
+    const float *freqs = rope_factors(s);
 
     for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
     ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
@@ -48,12 +56,13 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
         ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
         ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
         ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
-        norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, pos0);
-        norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, pos0);
+        norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, freqs, pos0);
+        norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, freqs, pos0);
         ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
         ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
         ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
-        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
+        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, L->sliding ? m->window : 0, err)))
+            return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
@@ -95,12 +104,7 @@ ember_status ember_llama_hparams(binder *b) {
         return bind_fail(b, EMBER_ERR_FORMAT,
                          "inconsistent hyper-parameters: %lld layers, width %lld, %lld heads, %lld KV heads",
                          (long long)m->n_layer, (long long)m->n_embd, (long long)m->n_head, (long long)m->n_head_kv);
-    TRY(hp_dim(b, "attention.key_length", &m->head_dim, false, m->n_embd / m->n_head));
-    int64_t v_len;
-    TRY(hp_dim(b, "attention.value_length", &v_len, false, m->head_dim));
-    if (v_len != m->head_dim || m->head_dim < 2 || m->head_dim % 2)
-        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
-                         (long long)m->head_dim, (long long)v_len);
+    TRY(hp_head_size(b, &m->head_dim));
     TRY(hp_rope_dims(b, m->head_dim, &m->n_rot));
     TRY(hp_float_positive(b, "rope.freq_base", &m->rope_base, 10000.0f));
     TRY(hp_float_positive(b, "attention.layer_norm_rms_epsilon", &m->norm_eps, 1e-5f));
@@ -123,11 +127,7 @@ ember_status ember_llama_bind(binder *b) {
         ember_layer *L = &m->layers[l];
         char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
-        L->n_ff = m->n_ff;
-        L->n_head_kv = m->n_head_kv;
-        L->head_dim = m->head_dim;
-        L->kv_dim = kv_dim;
-        L->kv_source = l;
+        bind_layer_geometry(L, l, m->n_ff, m->n_head_kv, m->head_dim);
         TRY(bind_vec(b, NAME("attn_norm.weight"), m->n_embd, true, &L->attn_norm));
         TRY(bind_mat(b, NAME("attn_q.weight"), m->n_embd, q_dim, true, &L->wq));
         TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));

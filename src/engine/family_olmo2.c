@@ -117,11 +117,7 @@ ember_status ember_olmo2_bind(binder *b) {
         ember_layer *L = &m->layers[l];
         char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
-        L->n_ff = m->n_ff;
-        L->n_head_kv = m->n_head_kv;
-        L->head_dim = m->head_dim;
-        L->kv_dim = kv_dim;
-        L->kv_source = l;
+        bind_layer_geometry(L, l, m->n_ff, m->n_head_kv, m->head_dim);
         TRY(bind_mat(b, NAME("attn_q.weight"), d, d, true, &L->wq));
         TRY(bind_mat(b, NAME("attn_k.weight"), d, kv_dim, true, &L->wk));
         TRY(bind_mat(b, NAME("attn_v.weight"), d, kv_dim, true, &L->wv));

@@ -73,6 +73,25 @@ ember_status hp_rope_dims(binder *b, int64_t head_dim, int64_t *n_rot) {
     return EMBER_OK;
 }
 
+ember_status hp_head_size(binder *b, int64_t *head_dim) {
+    ember_model *m = b->m;
+    TRY(hp_dim(b, "attention.key_length", head_dim, false, m->n_embd / m->n_head));
+    int64_t v_len;
+    TRY(hp_dim(b, "attention.value_length", &v_len, false, *head_dim));
+    if (v_len != *head_dim || *head_dim < 2 || *head_dim % 2)
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED, "head size %lld (value length %lld) is not supported",
+                         (long long)*head_dim, (long long)v_len);
+    return EMBER_OK;
+}
+
+void bind_layer_geometry(ember_layer *L, int64_t l, int64_t n_ff, int64_t n_head_kv, int64_t head_dim) {
+    L->n_ff = n_ff;
+    L->n_head_kv = n_head_kv;
+    L->head_dim = head_dim;
+    L->kv_dim = n_head_kv * head_dim;
+    L->kv_source = l;
+}
+
 ember_status hp_float_positive(binder *b, const char *suffix, float *out, float def) {
     TRY(hp_float(b, suffix, out, def));
     if (!isfinite(*out) || !(*out > 0.0f))
@@ -183,6 +202,12 @@ ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, 
     out->n_out = n_out;
     out->row_bytes = ember_type_row_size(t->type, n_in);
     return EMBER_OK;
+}
+
+void bind_mat_rows(const ember_matrix *whole, int64_t row0, int64_t n_rows, ember_matrix *out) {
+    *out = *whole;
+    out->data = (const char *)whole->data + (size_t)row0 * whole->row_bytes;
+    out->n_out = n_rows;
 }
 
 /* The hyper-parameters every family requires, read first and in this order, so a file that lacks

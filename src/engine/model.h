@@ -88,13 +88,15 @@ struct ember_model {
     float attn_scale;   /* multiplies q.k */
     float attn_softcap; /* > 0: attention scores capped to attn_softcap * tanh(s / attn_softcap) (gemma2) */
 
-    ember_matrix tok_embd;      /* (n_vocab, n_embd) */
-    ember_matrix pos_embd;      /* (n_ctx_train, n_embd) gpt2 only */
-    ember_matrix output;        /* (n_vocab, n_embd); the embedding when tied */
-    const float *output_norm;   /* (n_embd) */
-    const float *output_norm_b; /* (n_embd) gpt2 only */
-    const float *rope_freqs;    /* (n_rot/2) LLaMA-3 scaling factors or NULL */
-    ember_layer *layers;        /* (n_layer) */
+    ember_matrix tok_embd;        /* (n_vocab, n_embd) */
+    ember_matrix pos_embd;        /* (n_ctx_train, n_embd) gpt2 only */
+    ember_matrix output;          /* (n_vocab, n_embd); the embedding when tied */
+    const float *output_norm;     /* (n_embd) */
+    const float *output_norm_b;   /* (n_embd) gpt2 only */
+    const float *rope_freqs;      /* (n_rot/2) LLaMA-3 scaling factors (phi3: LongRoPE's short ones) or NULL */
+    const float *rope_freqs_long; /* phi3: LongRoPE's long factors, used by sessions longer than rope_ctx_orig */
+    int64_t rope_ctx_orig;        /* phi3: rope.scaling.original_context_length (default: the trained context) */
+    ember_layer *layers;          /* (n_layer) */
     /* gemma4 only */
     ember_matrix ple_tok_embd;  /* (n_vocab, n_layer*ple_dim) per-layer token embeddings */
     ember_matrix ple_proj;      /* (n_layer*ple_dim, n_embd) per_layer_model_proj */

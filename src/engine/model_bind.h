@@ -33,6 +33,13 @@ ember_status hp_dim(binder *b, const char *suffix, int64_t *out, bool required, 
 /* "<arch>.rope.dimension_count" (default: the head): an even count from 2 to head_dim, the error
  * naming the key (one rule for every family that rotates part of a head). */
 ember_status hp_rope_dims(binder *b, int64_t head_dim, int64_t *n_rot);
+/* "<arch>.attention.key_length" (default: width / heads) and .value_length (default: the key
+ * length): equal and even, else "head size ... is not supported" (one rule for the llama and Gemma
+ * blocks). */
+ember_status hp_head_size(binder *b, int64_t *head_dim);
+/* The geometry every bind loop sets on layer l: MLP width, KV heads, head size, their product as
+ * the K/V row width (the caller has checked it with hp_mul), and its own cache. */
+void bind_layer_geometry(ember_layer *L, int64_t l, int64_t n_ff, int64_t n_head_kv, int64_t head_dim);
 /* "<arch>.block_count": required, at most the number of blk.N layers the file has tensors for.
  * Families call it first, before anything is allocated per layer. */
 ember_status hp_block_count(binder *b, int64_t *out);
@@ -44,6 +51,9 @@ ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, con
 ember_status bind_owned(binder *b, int64_t n, float **out);
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
 ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required, ember_matrix *out);
+/* Rows row0 .. row0+n_rows-1 of a bound matrix as a matrix of its own (a fused tensor's parts:
+ * phi3's [q | k | v] and [gate | up]); the same bytes, no copy. */
+void bind_mat_rows(const ember_matrix *whole, int64_t row0, int64_t n_rows, ember_matrix *out);
 
 /* The shared preamble of every family's bind, in two halves around the family's own
  * hyper-parameters and checks: block_count, embedding_length, attention.head_count (required) ... */
@@ -56,6 +66,7 @@ ember_status bind_common(binder *b);
 ember_status ember_llama_hparams(binder *b);
 ember_status ember_llama_bind(binder *b);
 ember_status ember_olmo2_bind(binder *b);
+ember_status ember_phi3_bind(binder *b);
 ember_status ember_gpt2_bind(binder *b);
 ember_status ember_gemma2_bind(binder *b);
 ember_status ember_gemma3_bind(binder *b);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# family_reference.py — the exact float64 forward pass of the gemma2, gemma3, olmo2 and gptneox blocks over an
+# family_reference.py — the exact float64 forward pass of the gemma2, gemma3, olmo2, gptneox and phi3 blocks over an
 # F32 GGUF (a tiny model dequantized by llama-quantize), read with its own small GGUF reader, for the
 # parity fixtures under tests/fixtures/parity-new (tests/reference/make_parity_new.sh runs it).
 # It follows llama.cpp's graphs of those architectures (exact tanh-GELU, unquantized activations).
@@ -232,6 +232,54 @@ def head_neox(cfg, w, x):
     return norm_neox(cfg, w, x) @ w["output.weight"].T
 
 
+# ---- phi3: the llama block over fused attn_qkv / ffn_up ([gate | up]), NEOX RoPE with LongRoPE's
+# factors (the long ones when llama-ref-logits' context, max(256, tokens + 16), exceeds the original
+# context), a sliding window on every layer where the file sets one ----
+class PhiConfig:
+    def __init__(self, meta, w, n_tokens):
+        g = lambda k, d=None: meta.get("phi3." + k, d)
+        self.n_layer, self.d, self.n_head = g("block_count"), g("embedding_length"), g("attention.head_count")
+        self.n_kv = g("attention.head_count_kv", self.n_head)
+        self.hd = self.d // self.n_head
+        self.n_rot = g("rope.dimension_count", self.hd)
+        self.base, self.eps = g("rope.freq_base", 10000.0), g("attention.layer_norm_rms_epsilon")
+        self.window = g("attention.sliding_window", 0)
+        self.sliding = [self.window > 0] * self.n_layer
+        self.scale, self.attn_cap, self.final_cap = 1.0 / np.sqrt(self.hd), 0.0, 0.0
+        orig = g("rope.scaling.original_context_length", g("context_length"))
+        which = "long" if max(256, n_tokens + 16) > orig else "short"
+        self.factors = w.get("rope_factors_%s.weight" % which, 1.0)
+
+
+def forward_phi3(cfg, w, ids):
+    T, H, G, hd, d, eps = len(ids), cfg.n_head, cfg.n_kv, cfg.hd, cfg.d, cfg.eps
+    pos = np.arange(T, dtype=np.float64)
+    x = w["token_embd.weight"][ids]
+    rec = {}
+    for l in range(cfg.n_layer):
+        W = lambda s: w["blk.%d.%s.weight" % (l, s)]
+        rec["before_layer.%d" % l] = x.copy()
+        qkv = rmsnorm(x, W("attn_norm"), eps) @ W("attn_qkv").T
+        kv = G * hd
+        q, k, v = qkv[:, :d].reshape(T, H, hd), qkv[:, d:d + kv].reshape(T, G, hd), qkv[:, d + kv:].reshape(T, G, hd)
+        q, k = rope_neox(q, pos, cfg.n_rot, cfg.base, cfg.factors), rope_neox(k, pos, cfg.n_rot, cfg.base, cfg.factors)
+        p, mixed = attention(cfg, l, q, k, v)
+        rec["attention_pattern.%d" % l] = p.reshape(H * T, T)
+        rec["attention_heads.%d" % l] = mixed
+        o = mixed @ W("attn_output").T
+        rec["after_attention.%d" % l] = o
+        x = x + o
+        gu = rmsnorm(x, W("ffn_norm"), eps) @ W("ffn_up").T
+        n_ff = gu.shape[1] // 2
+        a = silu(gu[:, :n_ff]) * gu[:, n_ff:]
+        rec["mlp_activation.%d" % l] = a
+        m = a @ W("ffn_down").T
+        rec["after_mlp.%d" % l] = m
+        x = x + m
+        rec["after_layer.%d" % l] = x.copy()
+    return rec
+
+
 # per architecture: its config, forward pass, final norm and head (the others: the blocks above)
 BLOCKS = {"gptneox": (NeoxConfig, forward_neox, norm_neox, head_neox)}
 
@@ -241,9 +289,11 @@ def main():
     meta, w = read_gguf(model)
     final_norm = lambda cfg, w, x: rmsnorm(x, w["output_norm.weight"], cfg.eps)
     block = BLOCKS.get(meta["general.architecture"], (Config, forward, final_norm, head))
-    cfg, run, final_norm, logits = block[0](meta), block[1], block[2], block[3]
     prompt = [int(t) for t in ids.split(",")]
     gen = [int(t) for t in greedy.split(",")]
+    if meta["general.architecture"] == "phi3":
+        block = (lambda meta: PhiConfig(meta, w, len(prompt) + len(gen)), forward_phi3, final_norm, head)
+    cfg, run, final_norm, logits = block[0](meta), block[1], block[2], block[3]
     rec = run(cfg, w, prompt + gen)
     np.save(out_dir + "/exact_logits.npy", logits(cfg, w, rec["after_layer.%d" % (cfg.n_layer - 1)]).astype("<f4"))
     if "--inside" not in sys.argv:

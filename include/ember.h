@@ -153,6 +153,7 @@ typedef enum {
     EMBER_STAGE_ATTENTION_PATTERN,
     EMBER_STAGE_ATTENTION_HEADS,
     EMBER_STAGE_AFTER_ATTENTION,
+    EMBER_STAGE_MOE_ROUTER, /* mixture-of-experts layers only (the row's families) */
     EMBER_STAGE_MLP_ACTIVATION,
     EMBER_STAGE_AFTER_MLP,
     EMBER_STAGE_AFTER_LAYER,
@@ -166,14 +167,16 @@ typedef enum {
  * per attention head (head h's rows are h*tokens .. h*tokens + tokens-1). */
 typedef enum { EMBER_ROWS_TOKENS = 0, EMBER_ROWS_LAST, EMBER_ROWS_HEADS_X_TOKENS } ember_stage_rows;
 /* A stage view's columns: the hidden size, the layer's MLP width, the layer's heads x head size,
- * the vocabulary, the keys so far (sequence_length), or the spliced SAE's features (d_sae). */
+ * the vocabulary, the keys so far (sequence_length), the spliced SAE's features (d_sae), or the
+ * layer's experts (an MoE router's logits). */
 typedef enum {
     EMBER_WIDTH_HIDDEN = 0,
     EMBER_WIDTH_N_FF,
     EMBER_WIDTH_HEADS_X_HEAD_DIM,
     EMBER_WIDTH_VOCAB,
     EMBER_WIDTH_PATTERN,
-    EMBER_WIDTH_D_SAE
+    EMBER_WIDTH_D_SAE,
+    EMBER_WIDTH_N_EXPERTS
 } ember_stage_width;
 /* How a per-head view splits into heads (ember_view.n_heads blocks): not at all, by rows, by columns. */
 typedef enum { EMBER_HEADS_NONE = 0, EMBER_HEADS_ROWS, EMBER_HEADS_COLUMNS } ember_stage_heads;
@@ -214,7 +217,7 @@ bool ember_stage_inside_block(ember_stage s);
  * them out unless named. */
 bool ember_stage_sae(ember_stage s);
 /* The spellings core.STAGES uses: "tokens" | "last" | "heads*tokens"; "hidden" | "n_ff" |
- * "heads*head_dim" | "vocab" | "pattern" | "d_sae"; "none" | "rows" | "columns". */
+ * "heads*head_dim" | "vocab" | "pattern" | "d_sae" | "n_experts"; "none" | "rows" | "columns". */
 const char *ember_stage_rows_name(ember_stage_rows r);
 const char *ember_stage_width_name(ember_stage_width w);
 const char *ember_stage_heads_name(ember_stage_heads h);
@@ -248,6 +251,13 @@ typedef struct {
     bool tracing;
     /* sae_features: which SAE of the pass's ember_sae_sites (1-based); 0 at every other stage. */
     int sae_site;
+    /* A mixture-of-experts layer's routing, at its mlp_activation and after_mlp (0 / NULL at every
+     * other stage and in dense layers): row t's n_experts_used chosen experts (expert_ids, in
+     * descending router probability) and their weights (expert_weights, summing to 1), each
+     * (input_token_count, n_experts_used) row-major. */
+    int64_t n_experts_used;
+    const int32_t *expert_ids;
+    const float *expert_weights;
 } ember_eval_ctx;
 
 typedef struct ember_sae_sites ember_sae_sites;

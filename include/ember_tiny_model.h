@@ -49,6 +49,11 @@
  * --rope-freqs: LongRoPE's rope_factors_short (1 .. 1.5) and rope_factors_long (1 .. 16) with an
  * original context of context / 16; --window: phi3.attention.sliding_window. general.name says
  * "tiny-phi-..." (llama.cpp gives a model named "phi3" the real vocabulary's special-token attributes).
+ *
+ * Qwen3-MoE layout (llama.cpp's qwen3moe): the qwen3 attention (per-head Q/K norms, head size
+ * written) and, in place of the MLP, ffn_gate_inp (the router, always f32, std 3/sqrt(hidden): decisive routing)
+ * and ffn_{gate,up,down}_exps stacked [hidden, expert ff, experts] / [expert ff, hidden, experts];
+ * 4 experts, 2 used, expert ff = ff / 2 by default; separate head.
  */
 #ifndef EMBER_TINY_MODEL_PUBLIC_H
 #define EMBER_TINY_MODEL_PUBLIC_H
@@ -88,6 +93,11 @@ typedef struct {
      * written in TYPE (a --dtype spelling) instead of dtype, from the same generated values. An entry
      * naming no 2-D weight of the model, or an unknown type, is an error. NULL: none. */
     const char *const *tensor_types;
+
+    /* qwen3moe only (others refuse values other than 0) */
+    int64_t n_expert;      /* 0: 4 */
+    int64_t n_expert_used; /* 0: 2 */
+    int64_t n_ff_exp;      /* each expert's MLP width; 0: n_ff / 2 */
 } ember_tiny_model_params;
 
 /* The families the generator writes, in its table's order: family i (NULL past the last), and
@@ -105,7 +115,7 @@ ember_status ember_tiny_model_write(const ember_tiny_model_params *p, const char
 
 /* Real-shape presets, for benchmarks without a download: the defaults, then the hyper-parameters of
  * "qwen3-0.6b", "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b", "pythia-160m", "pythia-1b",
- * "olmo2-1b" or "phi3-mini" (random weights, seed 1, Q8_0, no tokenizer, context 4096 unless the
+ * "olmo2-1b", "phi3-mini" or "qwen3-30b-a3b-12l" (random weights, seed 1, Q8_0, no tokenizer, context 4096 unless the
  * model's own is longer). Returns false for another name.
  * ember_tiny_model_shapes lists the names, NULL-terminated. */
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p);

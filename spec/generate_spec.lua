@@ -12,17 +12,17 @@ local function error_of(f, ...)
   return tostring(err)
 end
 
--- SPEC §4.1 and the inside-the-layer stages of LUA_API.md, written out here as the independent
--- expectation.
-local STAGES = { "before_layer", "attention_pattern", "attention_heads", "after_attention", "mlp_activation",
-  "after_mlp", "after_layer", "sae_features", "before_logits", "after_logits" }
-local LAYER_STAGES = { table.unpack(STAGES, 1, 7) } -- a pass's own (sae_features is an SAE's)
-local INSIDE = { "attention_pattern", "attention_heads", "mlp_activation" }
+-- SPEC §4.1 and the inside-the-layer stages of LUA_API.md (with the MoE layers' moe_router), written
+-- out here as the independent expectation.
+local STAGES = { "before_layer", "attention_pattern", "attention_heads", "after_attention", "moe_router",
+  "mlp_activation", "after_mlp", "after_layer", "sae_features", "before_logits", "after_logits" }
+local LAYER_STAGES = { table.unpack(STAGES, 1, 8) } -- a pass's own (sae_features is an SAE's)
+local INSIDE = { "attention_pattern", "attention_heads", "moe_router", "mlp_activation" }
 local SAE = { "sae_features" }
 local RESIDUAL = { "before_layer", "after_attention", "after_mlp", "after_layer", "before_logits", "after_logits" }
 local HOOKS = { "on_model_loaded", "before_prefill", "before_layer", "attention_pattern", "attention_heads",
-  "after_attention", "mlp_activation", "after_mlp", "after_layer", "sae_features", "before_logits", "after_logits",
-  "on_generation_complete" }
+  "after_attention", "moe_router", "mlp_activation", "after_mlp", "after_layer", "sae_features", "before_logits",
+  "after_logits", "on_generation_complete" }
 
 describe("name lists", function()
   it("exports the engine's stages, the per-layer ones and every hook, in order and as sets", function()

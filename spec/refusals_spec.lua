@@ -10,8 +10,8 @@ local flags = require("ember.cli.flags")
 local MISSING = "/nonexistent/refusal-model.gguf"
 
 -- a value for each experiment flag (never read: the refusal comes first)
-local VALUE = { ["zero-layer-output"] = "1:mlp", steer = "1:after_layer:v.npy", ["control-vector"] = "cv.gguf",
-  ["sae-steer"] = "saes/x:3:2" }
+local VALUE = { ["zero-layer-output"] = "1:mlp", ["ablate-expert"] = "1:0", steer = "1:after_layer:v.npy",
+  ["control-vector"] = "cv.gguf", ["sae-steer"] = "saes/x:3:2" }
 
 local function refused(what, args, flag)
   local full = { table.unpack(args) }
@@ -26,8 +26,8 @@ end
 
 describe("refusals of active experiments", function()
   it("lists the experiment flags in one place", function()
-    assert.same({ "experiment", "activation-stats", "zero-layer-output", "capture-activations", "activation-patch",
-      "steer", "control-vector", "sae-steer" }, flags.EXPERIMENT_FLAGS)
+    assert.same({ "experiment", "activation-stats", "zero-layer-output", "ablate-expert", "capture-activations",
+      "activation-patch", "steer", "control-vector", "sae-steer" }, flags.EXPERIMENT_FLAGS)
   end)
 
   it("--extract-hidden refuses every experiment flag", function()

@@ -26,6 +26,8 @@ local ARGS = {
   ["steering_vector.lua"] = "layer=1 scale=4 dim=3",
   ["zero_layer_output.lua"] = { target = "1:mlp", notice = function() end },
   ["logit_lens.lua"] = "k=3",
+  ["ablate_expert.lua"] = { targets = { { layer = 1, expert = 0 }, { layer = 1, expert = 1 } },
+    notice = function() end },
   -- made once the model is known: the vector has its hidden size
   ["steer.lua"] = function(m)
     local v = {}
@@ -35,7 +37,10 @@ local ARGS = {
 }
 local MODIFIES = { ["attention_knockout.lua"] = true, ["head_ablation.lua"] = true, ["neuron_ablation.lua"] = true,
   ["scale_attention.lua"] = true, ["steering_vector.lua"] = true, ["zero_layer_output.lua"] = true,
-  ["steer.lua"] = true }
+  ["steer.lua"] = true, ["ablate_expert.lua"] = true }
+-- The experiments of a mixture-of-experts stage run on a tiny MoE model instead (make-tiny-model's
+-- arguments).
+local MODEL_ARGS = { ["ablate_expert.lua"] = "--family qwen3moe --dtype f32 --layers 2 --seed 7" }
 
 describe("the experiment lifecycle in sessions", function()
   local path = fx.need_api_model()
@@ -119,6 +124,11 @@ describe("the experiment lifecycle in sessions", function()
   for _, file in ipairs(files) do
     local base = file:match("([^/]+)$")
     it(file .. " runs under s:prefill/s:decode and under generate, with the same logits", function()
+      local model, ids = model, ids
+      if MODEL_ARGS[base] then
+        model = ember.load { model = assert(fx.tiny_model(MODEL_ARGS[base])), kernels = "reference", threads = 1 }
+        ids = model:tokenize(models.PROMPT)
+      end
       local args = ARGS[base]
       assert.is_not_nil(args, "no arguments for " .. file .. " in this spec's ARGS table")
       if type(args) == "function" then args = args(model) end
@@ -139,6 +149,7 @@ describe("the experiment lifecycle in sessions", function()
       local plain = model:session { context = #ids + 1 }:prefill(ids)
       assert.are.equal(MODIFIES[base] == true, not l1:compare(plain).bitwise_equal, "modified or not: " .. file)
       assert.are.equal(MODIFIES[base] == true, out.modified)
+      if MODEL_ARGS[base] then model:close() end
     end)
   end
 

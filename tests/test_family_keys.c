@@ -1,4 +1,4 @@
-/* test_family_keys.c — the metadata of the gemma2, gemma3, olmo2 and phi3 families as llama.cpp reads it,
+/* test_family_keys.c — the metadata of the gemma2, gemma3, olmo2, phi3 and qwen3moe families as llama.cpp reads it,
  * on tiny-model-made files: each key llama.cpp requires or bounds, removed or contradicted, is
  * refused at load naming the file and the key or tensor. */
 #include "ember.h"
@@ -126,6 +126,21 @@ int main(void) {
          EMBER_ERR_UNSUPPORTED, "'phi3.rope.scaling.attn_factor' = 1.5"},
         {"phi3", "with a negative sliding window", EDIT_SET_I32, "phi3.attention.sliding_window", -1, NULL,
          EMBER_ERR_FORMAT, "'phi3.attention.sliding_window' has an absurd value -1"},
+        {"qwen3moe", "without its expert count", EDIT_REMOVE_KEY, "qwen3moe.expert_count", 0, NULL, EMBER_ERR_FORMAT,
+         "missing metadata key 'qwen3moe.expert_count'"},
+        {"qwen3moe", "without its experts used", EDIT_REMOVE_KEY, "qwen3moe.expert_used_count", 0, NULL,
+         EMBER_ERR_FORMAT, "missing metadata key 'qwen3moe.expert_used_count'"},
+        {"qwen3moe", "using more experts than it has", EDIT_SET_U32, "qwen3moe.expert_used_count", 5, NULL,
+         EMBER_ERR_FORMAT, "'qwen3moe.expert_used_count' = 5: the experts used per token must be from 1 to"},
+        {"qwen3moe", "with an expert count its router contradicts", EDIT_SET_U32, "qwen3moe.expert_count", 8, NULL,
+         EMBER_ERR_FORMAT,
+         "'qwen3moe.expert_count' = 8 contradicts tensor 'blk.0.ffn_gate_inp.weight' ([64, 4, 1]: 4 experts)"},
+        {"qwen3moe", "with unnormalised expert weights", EDIT_SET_U32, "qwen3moe.expert_weights_norm", 0, NULL,
+         EMBER_ERR_UNSUPPORTED, "'qwen3moe.expert_weights_norm' = 0"},
+        {"qwen3moe", "with sigmoid gating", EDIT_SET_U32, "qwen3moe.expert_gating_func", 2, NULL, EMBER_ERR_UNSUPPORTED,
+         "'qwen3moe.expert_gating_func' = 2"},
+        {"qwen3moe", "without a layer's down experts", EDIT_REMOVE_TENSOR, "blk.1.ffn_down_exps.weight", 0, NULL,
+         EMBER_ERR_FORMAT, "missing tensor 'blk.1.ffn_down_exps.weight'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], (int)i);
     return ember_test_finish();

@@ -1,6 +1,6 @@
 /* test_hook_alloc.c — hook calls allocate nothing: a lua_State whose lua_Alloc counts every
  * allocation loads the ember core and attaches an experiment with a Lua method on every tensor
- * stage (methods that only read: the view, the context, ctx:token_position()). Then 100 decode
+ * stage every family has (methods that only read: the view, the context, ctx:token_position()). Then 100 decode
  * steps run twice — driven from C (engine session + the runner's hook table) and from Lua (the
  * evaluate/sampler primitives generate.lua is built on) — and the allocation count of steps
  * 51..100 must not grow at all. The count is Lua's own (every block the VM asks for); the engine's
@@ -41,12 +41,14 @@ static const char *const experiment_src = "local core, path = ...\n"
                                           "calls, sum = 0, 0.0\n"
                                           "exp = { name = 'readers' }\n"
                                           "for _, st in ipairs(core.stages) do\n"
+                                          "  if not core.STAGES[st].families then\n"
                                           "  exp[st] = function(self, ctx, v)\n"
                                           "    calls = calls + 1\n"
                                           "    local tp = ctx:token_position()\n"
                                           "    local l, p, n = ctx.layer_index, ctx.phase, ctx.sequence_length\n"
                                           "    sum = sum + v:get(1, 1) + #v + n + (tp or 0) + (l or 0)\n"
                                           "    if p ~= 'decode' and p ~= 'prefill' then error('bad phase') end\n"
+                                          "  end\n"
                                           "  end\n"
                                           "end\n";
 

@@ -94,6 +94,7 @@ static int64_t expected_width(const ember_model *m, const ember_stage_info *d, c
     case EMBER_WIDTH_VOCAB: return m->n_vocab;
     case EMBER_WIDTH_PATTERN: return ctx->sequence_length;
     case EMBER_WIDTH_D_SAE: return -1; /* an SAE splice's: a pass alone never calls it */
+    case EMBER_WIDTH_N_EXPERTS: return m->n_expert;
     }
     return -1;
 }
@@ -166,10 +167,10 @@ static void test_table_matches_engine(void) {
 }
 
 int main(void) {
-    static const char *const expected[] = {"before_layer",   "attention_pattern", "attention_heads", "after_attention",
-                                           "mlp_activation", "after_mlp",         "after_layer",     "sae_features",
-                                           "before_logits",  "after_logits"};
-    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 10);
+    static const char *const expected[] = {"before_layer", "attention_pattern", "attention_heads", "after_attention",
+                                           "moe_router",   "mlp_activation",    "after_mlp",       "after_layer",
+                                           "sae_features", "before_logits",     "after_logits"};
+    CHECK(ember_stage_count() == EMBER_STAGE_COUNT && EMBER_STAGE_COUNT == 11);
     for (int i = 0; i < EMBER_STAGE_COUNT; i++) /* only an SAE splice calls sae_features */
         CHECK(ember_stage_sae((ember_stage)i) == (i == EMBER_STAGE_SAE_FEATURES));
     for (int i = 0; i < EMBER_STAGE_COUNT; i++) {

@@ -763,15 +763,15 @@ static void test_cli(void) {
 }
 
 /* The real-shape presets: their hyper-parameters (the published shapes of Qwen3-0.6B, LLaMA-3.2-1B,
- * Gemma-4-E2B, Gemma-2-2B, Gemma-3-1B, OLMo-2-1B and Phi-3-mini) checked on the resolved settings (the full
- * files are 0.6-4.9 GB), and a reduced qwen3-0.6b written through the command with its metadata
- * checked. */
+ * Gemma-4-E2B, Gemma-2-2B, Gemma-3-1B, OLMo-2-1B, Phi-3-mini and 12 layers of Qwen3-30B-A3B) checked
+ * on the resolved settings (the full files are 0.6-8 GB), and a reduced qwen3-0.6b written through
+ * the command with its metadata checked. */
 static void test_shapes(void) {
     ember_tiny_model_params p;
     CHECK(!ember_tiny_model_shape("qwen3-7b", &p) && !ember_tiny_model_shape(NULL, &p));
     int n = 0;
     for (; ember_tiny_model_shapes[n]; n++) CHECK(ember_tiny_model_shape(ember_tiny_model_shapes[n], &p));
-    CHECK(n == 9);
+    CHECK(n == 10);
 
     CHECK(ember_tiny_model_shape("qwen3-0.6b", &p));
     CHECK(strcmp(p.family, "qwen3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && p.seed == 1 && !p.tokenizer);
@@ -819,6 +819,11 @@ static void test_shapes(void) {
     CHECK(strcmp(p.family, "phi3") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
     CHECK(p.n_layer == 32 && p.n_embd == 3072 && p.n_head == 32 && p.n_head_kv == 32 && p.n_ff == 8192 &&
           p.n_vocab == 32064 && p.n_ctx == 4096 && p.sliding_window == 2047 && p.rope_freqs == -1);
+
+    CHECK(ember_tiny_model_shape("qwen3-30b-a3b-12l", &p)); /* Qwen/Qwen3-30B-A3B's config.json, 12 of 48 layers */
+    CHECK(strcmp(p.family, "qwen3moe") == 0 && p.dtype == EMBER_TYPE_Q8_0 && !p.tokenizer);
+    CHECK(p.n_layer == 12 && p.n_embd == 2048 && p.n_head == 32 && p.n_head_kv == 4 && p.head_dim == 128 &&
+          p.n_vocab == 151936 && p.n_expert == 128 && p.n_expert_used == 8 && p.n_ff_exp == 768);
 
     char tool[1024], cmd[4096];
     snprintf(tool, sizeof tool, "%s/make-tiny-model", EMBER_BUILD_DIR);

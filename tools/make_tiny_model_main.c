@@ -59,6 +59,7 @@ static void usage(FILE *f) {
                "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
                "  gemma2 only:         [--window N] [--softcap X] [--attn-softcap X]\n"
                "  phi3 only:           [--window N]\n"
+               "  qwen3moe only:       [--experts N] [--experts-used K] [--expert-ff N]\n"
                "  gemma3 only:         [--window N] [--softcap X] [--rope-base-swa X] [--rope-scale X]\n"
                "  gptneox only:        [--sequential-residual] (use_parallel_residual = false)\n"
                "Writes a random-weight model in llama.cpp's GGUF layout, with a small embedded byte-level\n"
@@ -73,7 +74,8 @@ static void usage(FILE *f) {
                "given, --rope-scale: linear scaling of the global layers. olmo2: norms after attention and\n"
                "MLP, full-width Q/K norms, RoPE base 500000, separate head. phi3: fused QKV and gate-up,\n"
                "separate head, --rope-freqs: LongRoPE factors (original context: context / 16), --window N:\n"
-               "every layer sliding. The same arguments always give the same file.\n"
+               "every layer sliding. qwen3moe: 4 experts, 2 used, expert ff = ff / 2, separate head. The same\n"
+               "arguments always give the same file.\n"
                "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
                "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
                "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
@@ -159,6 +161,9 @@ static int numeric_option(cmdline *c, const char *a, const char *val) {
         {"--window", &p->sliding_window, 1, 1 << 24},
         {"--shared-kv", &p->shared_kv_layers, 0, 1023},
         {"--ple", &p->ple_dim, 0, 65536},
+        {"--experts", &p->n_expert, 1, 1024},
+        {"--experts-used", &p->n_expert_used, 1, 1024},
+        {"--expert-ff", &p->n_ff_exp, 1, 65536},
     };
     const struct {
         const char *opt;

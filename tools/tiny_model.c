@@ -41,11 +41,15 @@ void ember_tiny_model_defaults(ember_tiny_model_params *p) {
         .attn_softcap = -1.0f,
         .rope_scale = 0,
         .sequential_residual = false,
+        .n_expert = 0,
+        .n_expert_used = 0,
+        .n_ff_exp = 0,
     };
 }
 
-const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b",  "llama3.2-1b", "gemma4-e2b", "gemma2-2b", "gemma3-1b",
-                                               "pythia-160m", "pythia-1b",   "olmo2-1b",   "phi3-mini", NULL};
+const char *const ember_tiny_model_shapes[] = {"qwen3-0.6b", "llama3.2-1b",       "gemma4-e2b", "gemma2-2b",
+                                               "gemma3-1b",  "pythia-160m",       "pythia-1b",  "olmo2-1b",
+                                               "phi3-mini",  "qwen3-30b-a3b-12l", NULL};
 
 bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
     ember_tiny_model_params s;
@@ -87,6 +91,12 @@ bool ember_tiny_model_shape(const char *name, ember_tiny_model_params *p) {
         s.family = "phi3";
         s.n_layer = 32, s.n_embd = 3072, s.n_head = 32, s.n_head_kv = 32, s.n_ff = 8192, s.n_vocab = 32064;
         s.sliding_window = 2047;
+    } else if (name && strcmp(name, "qwen3-30b-a3b-12l") == 0) {
+        /* Qwen3-30B-A3B's layers (128 experts, 8 used, expert ff 768), 12 of its 48: ~8 GB in q8_0,
+         * where the whole model (~32 GB) does not fit a 24 GB machine */
+        s.family = "qwen3moe";
+        s.n_layer = 12, s.n_embd = 2048, s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128, s.n_ff = 6144;
+        s.n_vocab = 151936, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768;
     } else {
         return false;
     }
@@ -171,7 +181,8 @@ typedef struct {
     int64_t hd_swa, n_head_kv_full, window, shared, ple;
     float base_swa, softcap;
     bool sliding[MAX_LAYERS];
-    float attn_softcap, rope_scale; /* gemma2, gemma3 */
+    int64_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
+    float attn_softcap, rope_scale;            /* gemma2, gemma3 */
 } shape;
 
 typedef struct {
@@ -206,6 +217,7 @@ struct tiny_family {
     bool qk_norm;       /* per-head Q/K norms (llama block) */
     bool olmo_norms;    /* olmo2: norms after attention and MLP instead of before, Q/K norms full width */
     bool window;        /* phi3: takes the sliding window (every layer) */
+    bool moe;           /* qwen3moe: routed experts in place of the MLP */
     /* Resolves the layout-specific settings once the common ones are set (head sizes, ...). */
     ember_status (*resolve)(const ember_tiny_model_params *p, shape *s, ember_error *err);
     void (*metadata)(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -223,6 +235,9 @@ static ember_status resolve_gptneox(const ember_tiny_model_params *p, shape *s, 
 static void metadata_llama(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_phi3(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void tensors_phi3(builder *b, const shape *s);
+static ember_status resolve_moe(const ember_tiny_model_params *p, shape *s, ember_error *err);
+static void add_experts(builder *b, const shape *s, int64_t l);
+static void metadata_moe(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gemma4(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gpt2(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
 static void metadata_gptneox(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s);
@@ -260,6 +275,16 @@ static const tiny_family tiny_families[] = {
      .qkv_bias = true,
      .resolve = resolve_plain,
      .metadata = metadata_llama,
+     .tensors = tensors_llama},
+    {.name = "qwen3moe",
+     .pre = "qwen2",
+     .rope_base = 1000000.0f,
+     .norm_eps = 1e-6f,
+     .head_size_key = true,
+     .qk_norm = true,
+     .moe = true,
+     .resolve = resolve_moe,
+     .metadata = metadata_moe,
      .tensors = tensors_llama},
     {.name = "gemma4",
      .pre = "gpt-2",
@@ -401,6 +426,8 @@ static ember_status check_family_settings(const ember_tiny_model_params *p, cons
                                fam->name);
     if (p->attn_softcap >= 0 && !(fam->softcaps && gemma23))
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the attention softcap is a gemma2 setting");
+    if ((p->n_expert || p->n_expert_used || p->n_ff_exp) && !fam->moe)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: experts are a qwen3moe setting");
     if (p->rope_scale != 0 && !fam->swa_rope_own)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: linear RoPE scaling is a gemma3 setting");
     if (p->sequential_residual && fam->metadata != metadata_gptneox)
@@ -460,6 +487,26 @@ static ember_status resolve_olmo2(const ember_tiny_model_params *p, shape *s, em
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s's head size is hidden / heads", s->fam->name);
     if (s->tied) return ember_error_set(err, EMBER_ERR_ARG, "tiny model: %s's head is never tied", s->fam->name);
     s->window = p->sliding_window;
+    return EMBER_OK;
+}
+
+/* Qwen3-MoE: the qwen3 settings and the experts (4, 2 used, ff / 2 wide by default). */
+static ember_status resolve_moe(const ember_tiny_model_params *p, shape *s, ember_error *err) {
+    ember_status st = resolve_plain(p, s, err);
+    if (st != EMBER_OK) return st;
+    s->n_expert = p->n_expert ? p->n_expert : 4;
+    s->n_expert_used = p->n_expert_used ? p->n_expert_used : 2;
+    s->n_ff_exp = p->n_ff_exp ? p->n_ff_exp : p->n_ff / 2;
+    if (s->n_expert < 1 || s->n_expert > 1024 || s->n_expert_used < 1 || s->n_expert_used > s->n_expert ||
+        s->n_ff_exp < 1 || s->n_ff_exp > 65536)
+        return ember_error_set(err, EMBER_ERR_ARG,
+                               "tiny model: %lld experts, %lld used, expert ff %lld (1..1024 experts, 1..experts "
+                               "used, expert ff 1..65536)",
+                               (long long)s->n_expert, (long long)s->n_expert_used, (long long)s->n_ff_exp);
+    const int64_t blk = dtype_block(p->dtype);
+    if (blk > 1 && s->n_ff_exp % blk)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the expert ff %lld must be a multiple of %lld",
+                               (long long)s->n_ff_exp, (long long)blk);
     return EMBER_OK;
 }
 
@@ -751,6 +798,10 @@ static void tensors_llama(builder *b, const shape *s) {
         }
         if (olmo) add_random(b, T("post_attention_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
         else add_random(b, T("ffn_norm.weight"), p->n_embd, 1, 1.0f, 0.1f);
+        if (s->fam->moe) {
+            add_experts(b, s, l);
+            continue;
+        }
         add_random(b, T("ffn_gate.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
         add_random(b, T("ffn_up.weight"), p->n_embd, p->n_ff, 0.0f, s_embd);
         add_random(b, T("ffn_down.weight"), p->n_ff, p->n_embd, 0.0f, s_ff);
@@ -759,6 +810,40 @@ static void tensors_llama(builder *b, const shape *s) {
     }
     add_random(b, "output_norm.weight", p->n_embd, 1, 1.0f, 0.1f);
     if (!s->tied) add_random(b, "output.weight", p->n_embd, p->n_vocab, 0.0f, 0.35f);
+}
+
+/* ---- qwen3moe ---- */
+
+static void metadata_moe(ember_gguf_writer *w, const ember_tiny_model_params *p, const shape *s) {
+    metadata_llama(w, p, s);
+    ember_gguf_writer_set_u32(w, "qwen3moe.expert_count", (uint32_t)s->n_expert);
+    ember_gguf_writer_set_u32(w, "qwen3moe.expert_used_count", (uint32_t)s->n_expert_used);
+    ember_gguf_writer_set_u32(w, "qwen3moe.expert_feed_forward_length", (uint32_t)s->n_ff_exp);
+}
+
+/* The router and the stacked experts of layer l (llama.cpp's layout: expert e is the e-th slab). */
+static void add_experts(builder *b, const shape *s, int64_t l) {
+    const ember_tiny_model_params *p = b->p;
+    const int64_t d = p->n_embd, f = s->n_ff_exp, E = s->n_expert;
+    char name[96];
+#define T(suffix) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l), name)
+    /* the router stays f32, as in converted files (llama-quantize never quantizes it) */
+    fill_random(b, T("ffn_gate_inp.weight"), d * E, 0.0f, 3.0f / sqrtf((float)d));
+    ember_gguf_writer_add_tensor(b->w, name, EMBER_TYPE_F32, 2, (const int64_t[]){d, E}, b->buf);
+    const struct {
+        const char *suffix;
+        int64_t ne0, ne1;
+        float std;
+    } stacks[] = {{"ffn_gate_exps.weight", d, f, 1.0f / sqrtf((float)d)},
+                  {"ffn_up_exps.weight", d, f, 1.0f / sqrtf((float)d)},
+                  {"ffn_down_exps.weight", f, d, 1.0f / sqrtf((float)f)}};
+    for (size_t i = 0; i < sizeof stacks / sizeof stacks[0]; i++) {
+        snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, stacks[i].suffix);
+        const int64_t ne[3] = {stacks[i].ne0, stacks[i].ne1, E};
+        fill_random(b, name, ne[0] * ne[1] * E, 0.0f, stacks[i].std);
+        ember_gguf_writer_add_tensor(b->w, name, p->dtype, 3, ne, b->buf);
+    }
+#undef T
 }
 
 /* ---- phi3 ---- */
@@ -1053,6 +1138,7 @@ static int64_t largest_tensor(const ember_tiny_model_params *p, const shape *s) 
         p->n_vocab * p->n_layer * s->ple, /* gemma4's per_layer_token_embd */
         d * p->n_layer * s->ple,          /* gemma4's per_layer_model_proj */
         s->hd,                            /* rope_freqs */
+        s->n_expert * s->n_ff_exp * d,    /* qwen3moe's stacked experts */
     };
     int64_t biggest = 1;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) biggest = sizes[i] > biggest ? sizes[i] : biggest;

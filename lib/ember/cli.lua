@@ -36,6 +36,8 @@ M.FLAGS = {
   { "experiment-args", "string", "STR", "argument string given to the experiment's factory" },
   { "activation-stats", "path", "FILE.json", "observe every hook; write statistics JSON (SPEC §5)" },
   { "zero-layer-output", zero_value, "L:STAGE", "zero layer L's attention|mlp output or finished layer" },
+  { "ablate-expert", selectors.parse_layer_expert, "L:E",
+    "ban expert E from layer L's routing (mixture-of-experts models; 0-based; repeatable)", many = true },
   { "steer", selectors.parse_steer, "L:STAGE:FILE[:SCALE]",
     "add a vector (.npy, .safetensors[#NAME], ARTIFACT_DIR#RECORD; @ROW picks a row) times SCALE at layers L, "
       .. "stage STAGE (repeatable)",
@@ -151,7 +153,7 @@ local refuse_experiments = flags.refuse_experiments
 
 local function check_combinations(o)
   local interventions = {}
-  for _, k in ipairs({ "zero-layer-output", "activation-patch", "experiment" }) do
+  for _, k in ipairs({ "zero-layer-output", "ablate-expert", "activation-patch", "experiment" }) do
     if o[k] ~= nil then interventions[#interventions + 1] = "--" .. k end
   end
   -- --steer, --sae-steer and --control-vector are additions of one kind (one experiment): they go
@@ -410,6 +412,17 @@ end
 local function ranges(r)
   local o, info = r.o, r.model.info
   if o["zero-layer-output"] then check_layer("zero-layer-output", o["zero-layer-output"].layer, info) end
+  for _, t in ipairs(o["ablate-expert"] or {}) do check_layer("ablate-expert", t.layer, info) end
+  if o["ablate-expert"] then
+    local families = {}
+    for _, row in ipairs(require("ember.core").STAGES) do
+      if row.name == "moe_router" then families = row.families or {} end
+    end
+    if not families[info.family] then
+      usage_error("--ablate-expert: the model is %s, not a mixture-of-experts model (%s)", info.family,
+        table.concat(families, ", "))
+    end
+  end
   if type(o["trace-layers"]) == "table" then
     for _, l in ipairs(o["trace-layers"]) do check_layer("trace-layers", l, info) end
   end
@@ -433,6 +446,11 @@ local function intervention(r)
     local z = o["zero-layer-output"]
     local target = string.format("%d:%s", z.layer, z.short)
     return builtin.experiment("zero_layer_output", { target = target, notice = r.notice }), target
+  elseif o["ablate-expert"] then
+    local text = {}
+    for i, t in ipairs(o["ablate-expert"]) do text[i] = string.format("%d:%d", t.layer, t.expert) end
+    return builtin.experiment("ablate_expert", { targets = o["ablate-expert"], notice = r.notice }),
+      table.concat(text, ",")
   elseif o["activation-patch"] then
     local exp = require("ember.run.patch").experiment {
       source = o["activation-patch"], target = o["patch-target"], model = r.model,

@@ -38,7 +38,7 @@ M.sae = require("ember.sae")
 -- ember.selectors: the command line's parsers (parse_kv, parse_uint, ...), for experiments
 M.selectors = require("ember.run.selectors")
 -- ember.experiments.<name>: the built-in experiment factories (activation_stats, zero_layer_output,
--- steer), loaded on first use: ember.experiments.steer{ layer =, stage =, vector =, scale = }
+-- ablate_expert, steer), loaded on first use: ember.experiments.steer{ layer =, stage =, vector =, scale = }
 M.experiments = setmetatable({}, { __index = function(t, name)
   local ok, factory = pcall(require, "ember.experiments." .. tostring(name))
   if not ok then error("ember.experiments: no built-in experiment '" .. tostring(name) .. "'", 2) end

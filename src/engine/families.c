@@ -34,6 +34,14 @@ static const ember_family families[] = {
         .qkv_bias = true,
     },
     {
+        .info = {.name = "qwen3moe", .architectures = ARCHS("qwen3moe")},
+        .bind = ember_qwen3moe_bind,
+        .forward = ember_qwen3moe_forward,
+        .rope_neox = true,
+        .qk_norm = true,
+        .moe = true,
+    },
+    {
         .info = {.name = "gemma4", .architectures = ARCHS("gemma4")},
         .bind = ember_gemma4_bind,
         .forward = ember_gemma4_forward,

@@ -1,4 +1,5 @@
-/* family_llama.c — the forward pass of the llama, qwen3, qwen2 and phi3 families on the kernel table.
+/* family_llama.c — the forward pass of the llama, qwen3, qwen2 and phi3 families on the kernel table
+ * (and the attention block qwen3moe shares).
  * Their differences are explicit flags (QK-norm, QKV bias, RoPE pair order) and bound values (phi3's
  * LongRoPE factors and sliding window), never hidden branches. */
 #include "backward.h"
@@ -23,52 +24,60 @@ static const float *rope_factors(const ember_session *s) {
     return m->rope_freqs_long && s->n_ctx > m->rope_ctx_orig ? m->rope_freqs_long : m->rope_freqs;
 }
 
+ember_status ember_llama_attention(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                   int64_t n, ember_error *err) {
+    const ember_model *m = s->model;
+    const ember_layer *L = &m->layers[l];
+    ember_workspace *w = &s->ws;
+    ember_trace *tr = s->trace;
+    const int64_t d = m->n_embd, pos0 = s->pos, q_dim = m->n_head * L->head_dim;
+    const float *freqs = rope_factors(s);
+    ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
+    ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
+    ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
+                       (float *const[]){w->q, w->k, w->v}, n);
+    /* the projections' events include their biases (qwen2), as their hooks would (SPEC §4.6) */
+    ember_add_bias(w->q, L->bq, n, q_dim);
+    ember_add_bias(w->k, L->bk, n, L->kv_dim);
+    ember_add_bias(w->v, L->bv, n, L->kv_dim);
+    ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
+    ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
+    ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
+    ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
+    ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
+    norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, freqs, pos0);
+    norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, freqs, pos0);
+    ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
+    ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
+    ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
+    ember_status st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, L->sliding ? m->window : 0, err);
+    if (st) return st;
+    ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
+    ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
+    if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, ctx, l, w->attn, n, d, err))) return st;
+    ember_add_into(w->x, w->attn, n * d);
+    ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+    ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
+    return EMBER_OK;
+}
+
 ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                  ember_error *err) {
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd, pos0 = s->pos;
+    const int64_t d = m->n_embd;
     ember_status st;
     ember_trace *tr = s->trace;
     ember_eval_ctx ctx = ember_forward_ctx(s, n);
-    const float *freqs = rope_factors(s);
 
     for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
     ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        const int64_t q_dim = m->n_head * L->head_dim;
         if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
         ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
-
-        /* attention block */
-        ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
-        ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
-        ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
-                           (float *const[]){w->q, w->k, w->v}, n);
-        /* the projections' events include their biases (qwen2), as their hooks would (SPEC §4.6) */
-        ember_add_bias(w->q, L->bq, n, q_dim);
-        ember_add_bias(w->k, L->bk, n, L->kv_dim);
-        ember_add_bias(w->v, L->bv, n, L->kv_dim);
-        ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
-        ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
-        ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-        ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
-        ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
-        norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, freqs, pos0);
-        norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, freqs, pos0);
-        ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
-        ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
-        ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
-        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, L->sliding ? m->window : 0, err)))
-            return st;
-        ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
-        ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
-        ember_add_into(w->x, w->attn, n * d);
-        ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
-        ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
+        if ((st = ember_llama_attention(s, hooks, &ctx, l, n, err))) return st;
 
         /* SwiGLU MLP */
         ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, m->norm_eps);
@@ -113,6 +122,28 @@ ember_status ember_llama_hparams(binder *b) {
     return EMBER_OK;
 }
 
+ember_status ember_llama_bind_attention(binder *b, int64_t l, ember_layer *L) {
+    const ember_model *m = b->m;
+    const int64_t q_dim = m->n_head * L->head_dim, kv_dim = L->kv_dim;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
+    TRY(bind_vec(b, NAME("attn_norm.weight"), m->n_embd, true, &L->attn_norm));
+    TRY(bind_mat(b, NAME("attn_q.weight"), m->n_embd, q_dim, true, &L->wq));
+    TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));
+    TRY(bind_mat(b, NAME("attn_v.weight"), m->n_embd, kv_dim, true, &L->wv));
+    TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, m->n_embd, true, &L->wo));
+    const bool qkv_bias = m->family->qkv_bias;
+    TRY(bind_vec(b, NAME("attn_q.bias"), q_dim, qkv_bias, &L->bq));
+    TRY(bind_vec(b, NAME("attn_k.bias"), kv_dim, qkv_bias, &L->bk));
+    TRY(bind_vec(b, NAME("attn_v.bias"), kv_dim, qkv_bias, &L->bv));
+    const bool qk_norm = m->family->qk_norm;
+    TRY(bind_vec(b, NAME("attn_q_norm.weight"), L->head_dim, qk_norm, &L->q_norm));
+    TRY(bind_vec(b, NAME("attn_k_norm.weight"), L->head_dim, qk_norm, &L->k_norm));
+    TRY(bind_vec(b, NAME("ffn_norm.weight"), m->n_embd, true, &L->ffn_norm));
+#undef NAME
+    return EMBER_OK;
+}
+
 /* Hyper-parameters and tensors of llama / qwen3 / qwen2 (llama.cpp's names and layouts). */
 ember_status ember_llama_bind(binder *b) {
     ember_model *m = b->m;
@@ -128,19 +159,7 @@ ember_status ember_llama_bind(binder *b) {
         char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "blk.%lld." suffix, (long long)l), n)
         bind_layer_geometry(L, l, m->n_ff, m->n_head_kv, m->head_dim);
-        TRY(bind_vec(b, NAME("attn_norm.weight"), m->n_embd, true, &L->attn_norm));
-        TRY(bind_mat(b, NAME("attn_q.weight"), m->n_embd, q_dim, true, &L->wq));
-        TRY(bind_mat(b, NAME("attn_k.weight"), m->n_embd, kv_dim, true, &L->wk));
-        TRY(bind_mat(b, NAME("attn_v.weight"), m->n_embd, kv_dim, true, &L->wv));
-        TRY(bind_mat(b, NAME("attn_output.weight"), q_dim, m->n_embd, true, &L->wo));
-        const bool qkv_bias = m->family->qkv_bias;
-        TRY(bind_vec(b, NAME("attn_q.bias"), q_dim, qkv_bias, &L->bq));
-        TRY(bind_vec(b, NAME("attn_k.bias"), kv_dim, qkv_bias, &L->bk));
-        TRY(bind_vec(b, NAME("attn_v.bias"), kv_dim, qkv_bias, &L->bv));
-        const bool qk_norm = m->family->qk_norm;
-        TRY(bind_vec(b, NAME("attn_q_norm.weight"), m->head_dim, qk_norm, &L->q_norm));
-        TRY(bind_vec(b, NAME("attn_k_norm.weight"), m->head_dim, qk_norm, &L->k_norm));
-        TRY(bind_vec(b, NAME("ffn_norm.weight"), m->n_embd, true, &L->ffn_norm));
+        TRY(ember_llama_bind_attention(b, l, L));
         TRY(bind_mat(b, NAME("ffn_gate.weight"), m->n_embd, m->n_ff, true, &L->w_gate));
         TRY(bind_mat(b, NAME("ffn_up.weight"), m->n_embd, m->n_ff, true, &L->w_up));
         TRY(bind_mat(b, NAME("ffn_down.weight"), m->n_ff, m->n_embd, true, &L->w_down));

@@ -204,6 +204,24 @@ ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, 
     return EMBER_OK;
 }
 
+ember_status bind_experts(binder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                          ember_matrix *out) {
+    const gguf_tensor *t = ember_gguf_find_tensor(b->m->gguf, name);
+    if (!t) return bind_fail(b, EMBER_ERR_FORMAT, "missing tensor '%s'", name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert || t->ne[3] != 1)
+        return bind_fail(b, EMBER_ERR_FORMAT,
+                         "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+                         (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                         (long long)n_in, (long long)n_out, (long long)n_expert);
+    const ember_matrix whole = {.type = t->type,
+                                .data = t->data,
+                                .n_in = n_in,
+                                .n_out = n_out * n_expert,
+                                .row_bytes = ember_type_row_size(t->type, n_in)};
+    for (int64_t e = 0; e < n_expert; e++) bind_mat_rows(&whole, e * n_out, n_out, &out[e]);
+    return EMBER_OK;
+}
+
 void bind_mat_rows(const ember_matrix *whole, int64_t row0, int64_t n_rows, ember_matrix *out) {
     *out = *whole;
     out->data = (const char *)whole->data + (size_t)row0 * whole->row_bytes;
@@ -250,8 +268,10 @@ static char *dtype_summary(const ember_gguf *g) {
     return strdup(buf[0] ? buf : "none");
 }
 
+/* Expert tensors in a file of a dense family (the MoE rows of the family table bind their own). */
 static ember_status refuse_experts(binder *b) {
     char q[256];
+    if (b->m->family->moe) return EMBER_OK;
     for (uint64_t i = 0; i < b->m->gguf->n_tensors; i++)
         if (strstr(b->m->gguf->tensors[i].name, "_exps"))
             return bind_fail(
@@ -288,6 +308,12 @@ static ember_status prepare_weights(ember_model *m, ember_error *err) {
         ember_matrix *mats[] = {&L->wq,     &L->wk,   &L->wv,     &L->wqkv,     &L->wo,
                                 &L->w_gate, &L->w_up, &L->w_down, &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) TRY(prepare_matrix(m, mats[i], err));
+        TRY(prepare_matrix(m, &L->gate_inp, err));
+        for (int64_t e = 0; L->exp_gate && e < m->n_expert; e++) {
+            TRY(prepare_matrix(m, &L->exp_gate[e], err));
+            TRY(prepare_matrix(m, &L->exp_up[e], err));
+            TRY(prepare_matrix(m, &L->exp_down[e], err));
+        }
     }
     return EMBER_OK;
 }
@@ -390,6 +416,7 @@ void ember_model_free(ember_model *m) {
     for (int64_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->experts);
     free(m->architecture);
     free(m->name);
     free(m->dtype_summary);

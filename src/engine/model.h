@@ -33,6 +33,9 @@ typedef struct {
     const float *post_attn_norm, *post_ffw_norm, *post_norm; /* (n_embd) */
     ember_matrix inp_gate, proj;                             /* (ple_dim, n_embd), (n_embd, ple_dim) */
     float out_scale;                                         /* layer_output_scale, 1 when absent */
+    /* a mixture-of-experts layer (qwen3moe): the router and each expert's SwiGLU, or NULL (dense) */
+    ember_matrix gate_inp;                      /* (n_expert, n_embd) router */
+    ember_matrix *exp_gate, *exp_up, *exp_down; /* (n_expert) each: (n_ff_exp, n_embd), ..., (n_embd, n_ff_exp) */
 } ember_layer;
 
 struct ember_session;
@@ -56,6 +59,7 @@ typedef struct {
     bool rope_neox; /* split-half RoPE pairs (i, i+n_rot/2) instead of adjacent ones */
     bool qkv_bias;  /* Q, K and V projections have (required) biases */
     bool qk_norm;   /* per-head RMSNorm of Q and K before RoPE (required weights; also the Gemma block's) */
+    bool moe;       /* routed experts (*_exps tensors) in place of the MLP; other rows refuse such files */
     /* The switch of the Gemma block (family_gemma4.c), which gemma2, gemma3 and gemma4 share: */
     bool v_norm; /* V heads RMS-normed without a weight, and V = the raw K projection where attn_v is
                   * absent (gemma4); else attn_v is required and V is used as projected */
@@ -104,7 +108,10 @@ struct ember_model {
     int64_t ple_dim;
     /* the Gemma block */
     int64_t window; /* sliding layers' window (keys p - window + 1 .. p) */
-    float softcap;  /* final logit softcap, 0 = none */
+    /* mixture of experts (qwen3moe): expert_count, expert_used_count, each expert's MLP width */
+    int64_t n_expert, n_expert_used, n_ff_exp;
+    ember_matrix *experts; /* (3 * n_layer * n_expert) the layers' exp_gate/exp_up/exp_down point here */
+    float softcap;         /* final logit softcap, 0 = none */
 
     bool allow_nonfinite; /* default of its sessions */
     float **owned;        /* f32 copies of small 1-D tensors stored as f16/bf16, and made-up vectors (bind_owned) */
@@ -116,15 +123,19 @@ struct ember_model {
  * steady state. Shapes are for a batch of n tokens. */
 typedef struct {
     int64_t cap_tokens;
-    float *x;            /* (n, n_embd) residual stream */
-    float *xn;           /* (n, n_embd) normed input of a sub-block */
-    float *qkv;          /* (n, 3*n_embd) fused projection, gpt2 only */
-    float *q;            /* (n, n_head*head_dim) */
-    float *k, *v;        /* (n, kv_dim) */
-    float *att;          /* (n, n_head*head_dim) attention output before the O projection */
-    float *attn;         /* (n, n_embd) attention contribution */
-    float *gate, *up;    /* (n, n_ff) */
-    float *mlp;          /* (n, n_embd) MLP contribution */
+    float *x;         /* (n, n_embd) residual stream */
+    float *xn;        /* (n, n_embd) normed input of a sub-block */
+    float *qkv;       /* (n, 3*n_embd) fused projection, gpt2 only */
+    float *q;         /* (n, n_head*head_dim) */
+    float *k, *v;     /* (n, kv_dim) */
+    float *att;       /* (n, n_head*head_dim) attention output before the O projection */
+    float *attn;      /* (n, n_embd) attention contribution */
+    float *gate, *up; /* (n, n_ff); an MoE layer's gate: (n, n_expert_used * n_ff_exp) */
+    float *mlp;       /* (n, n_embd) MLP contribution */
+    /* mixture of experts: router logits (n, n_expert); one expert's rows in and out (n, n_embd), its
+     * gate and up (n, n_ff_exp); the choice (n, n_expert_used): weights, and ids and their rows as
+     * int32 (moe_ids, moe_rows: floats' storage, never read as floats) */
+    float *router, *moe_in, *moe_out, *moe_g, *moe_u, *moe_w, *moe_ids, *moe_rows;
     float *ple;          /* (n, n_layer*ple_dim) gemma4 per-layer inputs */
     float *ple_gate;     /* (n, ple_dim) */
     float *ple_row;      /* (n_layer*ple_dim) one token's per-layer embedding row */
@@ -227,6 +238,13 @@ ember_status ember_olmo2_forward(struct ember_session *s, const int32_t *ids, in
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                   ember_error *err);
+ember_status ember_qwen3moe_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                    ember_error *err);
+/* The llama block's attention of layer l (family_llama.c): norm, Q/K/V (biases, QK-norm, RoPE with
+ * the session's factors), the cache, attention with its stages, O projection, after_attention, the
+ * residual add. Shared by qwen3moe. */
+ember_status ember_llama_attention(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                   int64_t n, ember_error *err);
 ember_status ember_gptneox_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                    ember_error *err);
 

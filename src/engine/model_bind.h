@@ -49,6 +49,10 @@ ember_status hp_mul(binder *b, const char *what, int64_t x, int64_t y, int64_t *
 ember_status bind_vec(binder *b, const char *name, int64_t n, bool required, const float **out);
 /* A vector of n floats the model owns (freed with it), for values the family makes up at load. */
 ember_status bind_owned(binder *b, int64_t n, float **out);
+/* n_expert matrices of n_out rows of n_in values stacked in one tensor (GGUF dims {n_in, n_out,
+ * n_expert}, llama.cpp's *_exps): out[e] is expert e's, over the same bytes. */
+ember_status bind_experts(binder *b, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                          ember_matrix *out);
 /* A matrix of n_out rows of n_in values (GGUF dims {n_in, n_out}). */
 ember_status bind_mat(binder *b, const char *name, int64_t n_in, int64_t n_out, bool required, ember_matrix *out);
 /* Rows row0 .. row0+n_rows-1 of a bound matrix as a matrix of its own (a fused tensor's parts:
@@ -64,7 +68,11 @@ ember_status bind_common(binder *b);
 /* The llama block's hyper-parameters (sizes, head size, RoPE, norm epsilon, query scale), checked;
  * families over other blocks that read the same keys (olmo2) start from it. */
 ember_status ember_llama_hparams(binder *b);
+/* Layer l's attention tensors of the llama block (norm, Q/K/V/O, the row's biases and QK-norm) and
+ * its ffn_norm, for L's geometry (bind_layer_geometry first); qwen3moe's layers share them. */
+ember_status ember_llama_bind_attention(binder *b, int64_t l, ember_layer *L);
 ember_status ember_llama_bind(binder *b);
+ember_status ember_qwen3moe_bind(binder *b);
 ember_status ember_olmo2_bind(binder *b);
 ember_status ember_phi3_bind(binder *b);
 ember_status ember_gpt2_bind(binder *b);

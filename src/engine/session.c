@@ -15,7 +15,7 @@ typedef struct {
     float **p;
     int64_t width;
 } workspace_buffer;
-#define EMBER_WORKSPACE_BUFFERS 13
+#define EMBER_WORKSPACE_BUFFERS 21
 
 static void workspace_buffers(const ember_model *m, ember_workspace *w, workspace_buffer out[EMBER_WORKSPACE_BUFFERS]) {
     int64_t q_dim = m->n_head * m->head_dim, kv_dim = 0, n_ff = 0, qkv_dim = 1;
@@ -40,6 +40,14 @@ static void workspace_buffers(const ember_model *m, ember_workspace *w, workspac
         {&w->mlp, m->n_embd},
         {&w->ple, m->n_layer * m->ple_dim + 1},
         {&w->ple_gate, m->ple_dim + 1},
+        {&w->router, m->n_expert + 1},
+        {&w->moe_in, m->n_expert ? m->n_embd : 1},
+        {&w->moe_out, m->n_expert ? m->n_embd : 1},
+        {&w->moe_g, m->n_ff_exp + 1},
+        {&w->moe_u, m->n_ff_exp + 1},
+        {&w->moe_w, m->n_expert_used + 1},
+        {&w->moe_ids, m->n_expert_used + 1},
+        {&w->moe_rows, m->n_expert_used + 1},
     };
     memcpy(out, bufs, sizeof bufs);
 }
@@ -129,9 +137,10 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
 }
 
 static void workspace_free(ember_workspace *w) {
-    float **all[] = {&w->x,      &w->qkv,  &w->xn,     &w->q,          &w->k,      &w->v,        &w->att,
-                     &w->attn,   &w->gate, &w->up,     &w->mlp,        &w->ple,    &w->ple_gate, &w->ple_row,
-                     &w->scores, &w->last, &w->logits, &w->all_logits, &w->pattern};
+    float **all[] = {&w->x,       &w->qkv,   &w->xn,     &w->q,          &w->k,       &w->v,        &w->att,
+                     &w->attn,    &w->gate,  &w->up,     &w->mlp,        &w->ple,     &w->ple_gate, &w->ple_row,
+                     &w->scores,  &w->last,  &w->logits, &w->all_logits, &w->pattern, &w->router,   &w->moe_in,
+                     &w->moe_out, &w->moe_g, &w->moe_u,  &w->moe_w,      &w->moe_ids, &w->moe_rows};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         free(*all[i]);
         *all[i] = NULL;

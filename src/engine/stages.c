@@ -12,6 +12,7 @@
 
 static const char *const pattern_aliases[] = {"attn", NULL};
 static const char *const post_aliases[] = {"mlp_post", NULL};
+static const char *const moe_families[] = {"qwen3moe", NULL};
 
 static const ember_stage_info stages[EMBER_STAGE_COUNT] = {
     [EMBER_STAGE_BEFORE_LAYER] = RESIDUAL("before_layer", 0, "hook_resid_pre", "resid_pre"),
@@ -34,29 +35,37 @@ static const ember_stage_info stages[EMBER_STAGE_COUNT] = {
                                      .tl_hook = "attn.hook_z",
                                      .tl_short = "z"},
     [EMBER_STAGE_AFTER_ATTENTION] = RESIDUAL("after_attention", 3, "hook_attn_out", "attn_out"),
+    /* an MoE layer's router logits, before the softmax and top-k that read them (TransformerLens
+     * has no hook there) */
+    [EMBER_STAGE_MOE_ROUTER] = {.name = "moe_router",
+                                .order = 4,
+                                .in_layer = true,
+                                .inside_block = true,
+                                .width = EMBER_WIDTH_N_EXPERTS,
+                                .families = moe_families},
     [EMBER_STAGE_MLP_ACTIVATION] = {.name = "mlp_activation",
-                                    .order = 4,
+                                    .order = 5,
                                     .in_layer = true,
                                     .inside_block = true,
                                     .width = EMBER_WIDTH_N_FF,
                                     .tl_hook = "mlp.hook_post",
                                     .tl_short = "post",
                                     .tl_aliases = post_aliases},
-    [EMBER_STAGE_AFTER_MLP] = RESIDUAL("after_mlp", 5, "hook_mlp_out", "mlp_out"),
-    [EMBER_STAGE_AFTER_LAYER] = RESIDUAL("after_layer", 6, "hook_resid_post", "resid_post"),
+    [EMBER_STAGE_AFTER_MLP] = RESIDUAL("after_mlp", 6, "hook_mlp_out", "mlp_out"),
+    [EMBER_STAGE_AFTER_LAYER] = RESIDUAL("after_layer", 7, "hook_resid_post", "resid_post"),
     /* right after the stage its SAE reads, wherever that is: its order is only its place here; no
      * TransformerLens hook (SAELens: <the hook it reads>.hook_sae_acts_post) */
     [EMBER_STAGE_SAE_FEATURES] =
-        {.name = "sae_features", .order = 7, .in_layer = true, .width = EMBER_WIDTH_D_SAE, .sae_only = true},
+        {.name = "sae_features", .order = 8, .in_layer = true, .width = EMBER_WIDTH_D_SAE, .sae_only = true},
     [EMBER_STAGE_BEFORE_LOGITS] = {.name = "before_logits",
-                                   .order = 8,
+                                   .order = 9,
                                    .rows = EMBER_ROWS_LAST,
                                    .width = EMBER_WIDTH_HIDDEN,
                                    .tl_hook = "ln_final.hook_normalized",
                                    .tl_short = "normalized"},
     /* the model's output logits: TransformerLens has no hook there */
     [EMBER_STAGE_AFTER_LOGITS] = {.name = "after_logits",
-                                  .order = 9,
+                                  .order = 10,
                                   .rows = EMBER_ROWS_LAST,
                                   .width = EMBER_WIDTH_VOCAB},
 };
@@ -77,7 +86,7 @@ const char *ember_stage_rows_name(ember_stage_rows r) {
 }
 
 const char *ember_stage_width_name(ember_stage_width w) {
-    static const char *const names[] = {"hidden", "n_ff", "heads*head_dim", "vocab", "pattern", "d_sae"};
+    static const char *const names[] = {"hidden", "n_ff", "heads*head_dim", "vocab", "pattern", "d_sae", "n_experts"};
     return (unsigned)w < sizeof names / sizeof names[0] ? names[w] : NULL;
 }
 

@@ -101,6 +101,22 @@ static ctx_ud *push_ctx(lua_State *L, ctx_kind kind, int hook) {
     return c;
 }
 
+/* ctx:expert(row, slot) -> expert index (0-based), weight: an MoE layer's slot-th choice (1-based,
+ * in descending router probability) for row `row` (1-based) of this call; nil outside MoE routing. */
+static int ctx_expert(lua_State *L) {
+    ctx_ud *c = luaL_checkudata(L, 1, EMBER_LUA_CONTEXT);
+    const lua_Integer row = luaL_checkinteger(L, 2), slot = luaL_checkinteger(L, 3);
+    const int64_t k = c->ev.n_experts_used;
+    if (!c->ev.expert_ids || k < 1) return 0;
+    if (row < 1 || row > c->ev.input_token_count || slot < 1 || slot > k)
+        return luaL_error(L, "ctx:expert(%I, %I): row must be in 1..%I and slot in 1..%I", row, slot,
+                          (lua_Integer)c->ev.input_token_count, (lua_Integer)k);
+    const int64_t i = (row - 1) * k + (slot - 1);
+    lua_pushinteger(L, c->ev.expert_ids[i]);
+    lua_pushnumber(L, c->ev.expert_weights[i]);
+    return 2;
+}
+
 static int ctx_token_position(lua_State *L) {
     ctx_ud *c = luaL_checkudata(L, 1, EMBER_LUA_CONTEXT);
     if ((c->kind == CTX_EXEC || c->kind == CTX_LAYER) && c->ev.input_token_count == 1)
@@ -170,6 +186,8 @@ static int ctx_index(lua_State *L) {
     else if (strcmp(k, "layer_index") == 0 && c->kind == CTX_LAYER) lua_pushinteger(L, c->ev.layer_index);
     else if (strcmp(k, "sae_index") == 0 && c->hook == EMBER_STAGE_SAE_FEATURES) lua_pushinteger(L, c->ev.sae_site);
     else if (strcmp(k, "token_position") == 0) lua_pushcfunction(L, ctx_token_position);
+    else if (strcmp(k, "n_experts_used") == 0 && c->ev.n_experts_used > 0) lua_pushinteger(L, c->ev.n_experts_used);
+    else if (strcmp(k, "expert") == 0) lua_pushcfunction(L, ctx_expert);
     else lua_pushnil(L);
     return 1;
 }
@@ -272,6 +290,7 @@ typedef struct {
     ember_view *view;         /* tensor hooks */
     const gen_counts *counts; /* on_generation_complete */
     ember_lua_view *v;        /* the view armed for this call, expired afterwards */
+    ctx_ud *x;                /* the context of this call: its routing pointers cleared afterwards */
 } hook_call;
 
 /* Message handler: turns any error value into a string (no traceback: the failure message format
@@ -317,6 +336,7 @@ static void push_call_ctx(lua_State *L, hook_call *c) {
             lua_rawseti(L, 2, SLOT_CTX + c->hook);
         }
     }
+    c->x = x;
     if (c->counts) x->counts = *c->counts;
     if (c->ev) {
         x->ev = *c->ev;
@@ -392,6 +412,11 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
     ember_lua_running = outer;
     r->depth--;
     if (c->v) ember_lua_expire_view(c->v); /* still reachable through its slot (or garbage) */
+    if (c->x) {                            /* the routing lives in the engine's workspace only during the call */
+        c->x->ev.n_experts_used = 0;
+        c->x->ev.expert_ids = NULL;
+        c->x->ev.expert_weights = NULL;
+    }
     if (st == LUA_OK) {
         lua_settop(L, base);
         return EMBER_OK;
@@ -718,6 +743,26 @@ static int l_check_experiment(lua_State *L) {
     return 1;
 }
 
+/* A hook of a stage only some families have (moe_router) on a model of another family would never
+ * run: refused, naming the stage and the families that have it. [info at info_idx] */
+static void check_family_stages(lua_State *L, int exp_idx, const char *name, const char *fname, int info_idx) {
+    lua_getfield(L, info_idx, "family");
+    const char *family = lua_tostring(L, -1);
+    for (int h = 0; h < EMBER_STAGE_COUNT; h++) {
+        const ember_stage_info *d = ember_stage_get((ember_stage)h);
+        if (!d->families) continue;
+        bool has = false;
+        for (const char *const *f = d->families; *f; f++) has = has || (family && strcmp(*f, family) == 0);
+        if (has || lua_getfield(L, exp_idx, d->name) == LUA_TNIL) {
+            if (!has) lua_pop(L, 1);
+            continue;
+        }
+        luaL_error(L, "%s: experiment '%s' defines '%s', a stage only %s models have (this model is %s)", fname, name,
+                   d->name, d->families[0], family ? family : "?");
+    }
+    lua_pop(L, 1);
+}
+
 ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_idx, const char *fname) {
     exp_idx = lua_absindex(L, exp_idx);
     model_idx = lua_absindex(L, model_idx);
@@ -727,6 +772,7 @@ ember_lua_runner *ember_lua_runner_attach(lua_State *L, int exp_idx, int model_i
     lua_getfield(L, -1, "n_layers");
     int64_t n_layers = lua_tointeger(L, -1);
     lua_pop(L, 1);
+    check_family_stages(L, exp_idx, name, fname, lua_gettop(L));
 
     /* Everything is checked; now build. The runner userdata is GC-managed, so a raise below leaks
      * nothing (its __gc drops the anchor reference once it holds one). */

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# family_reference.py — the exact float64 forward pass of the gemma2, gemma3, olmo2, gptneox and phi3 blocks over an
+# family_reference.py — the exact float64 forward pass of the gemma2, gemma3, olmo2, gptneox, phi3 and qwen3moe blocks over an
 # F32 GGUF (a tiny model dequantized by llama-quantize), read with its own small GGUF reader, for the
 # parity fixtures under tests/fixtures/parity-new (tests/reference/make_parity_new.sh runs it).
 # It follows llama.cpp's graphs of those architectures (exact tanh-GELU, unquantized activations).
@@ -280,8 +280,69 @@ def forward_phi3(cfg, w, ids):
     return rec
 
 
+# ---- qwen3moe: the qwen3 attention (per-head QK-norm, NEOX RoPE) and routed SwiGLU experts: softmax
+# of the router's logits over every expert, the top k, their probabilities renormalised ----
+class MoeConfig:
+    def __init__(self, meta):
+        g = lambda k, d=None: meta.get("qwen3moe." + k, d)
+        self.n_layer, self.d, self.n_head = g("block_count"), g("embedding_length"), g("attention.head_count")
+        self.n_kv = g("attention.head_count_kv", self.n_head)
+        self.hd = g("attention.key_length", self.d // self.n_head)
+        self.n_rot = g("rope.dimension_count", self.hd)
+        self.base, self.eps = g("rope.freq_base", 10000.0), g("attention.layer_norm_rms_epsilon")
+        self.k = g("expert_used_count")
+        self.scale, self.attn_cap, self.final_cap = 1.0 / np.sqrt(self.hd), 0.0, 0.0
+        self.sliding, self.window = [False] * self.n_layer, 0
+
+
+def moe(cfg, W, h):
+    """h: [T, d] -> the mlp_activation slots [T, k*f] (choice order) and the weighted sum [T, d]."""
+    logits = h @ W("ffn_gate_inp").T
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    order = np.argsort(-p, axis=1, kind="stable")[:, :cfg.k]
+    gate, up, down = W("ffn_gate_exps"), W("ffn_up_exps"), W("ffn_down_exps")  # [E, f, d], [E, f, d], [E, d, f]
+    T, f = h.shape[0], gate.shape[1]
+    act, out = np.zeros((T, cfg.k * f)), np.zeros_like(h)
+    for t in range(T):
+        wts = p[t, order[t]] / max(p[t, order[t]].sum(), 6.103515625e-5)
+        for j, e in enumerate(order[t]):
+            a = silu(gate[e] @ h[t]) * (up[e] @ h[t])
+            act[t, j * f:(j + 1) * f] = a
+            out[t] += wts[j] * (down[e] @ a)
+    return act, out
+
+
+def forward_moe(cfg, w, ids):
+    T, H, G, hd, eps = len(ids), cfg.n_head, cfg.n_kv, cfg.hd, cfg.eps
+    pos = np.arange(T, dtype=np.float64)
+    x = w["token_embd.weight"][ids]
+    rec = {}
+    for l in range(cfg.n_layer):
+        W = lambda s: w["blk.%d.%s.weight" % (l, s)]
+        rec["before_layer.%d" % l] = x.copy()
+        h = rmsnorm(x, W("attn_norm"), eps)
+        q, k, v = (h @ W("attn_q").T).reshape(T, H, hd), (h @ W("attn_k").T).reshape(T, G, hd), \
+            (h @ W("attn_v").T).reshape(T, G, hd)
+        q, k = rmsnorm(q, W("attn_q_norm"), eps), rmsnorm(k, W("attn_k_norm"), eps)
+        q, k = rope_neox(q, pos, cfg.n_rot, cfg.base, 1.0), rope_neox(k, pos, cfg.n_rot, cfg.base, 1.0)
+        p, mixed = attention(cfg, l, q, k, v)
+        rec["attention_pattern.%d" % l] = p.reshape(H * T, T)
+        rec["attention_heads.%d" % l] = mixed
+        o = mixed @ W("attn_output").T
+        rec["after_attention.%d" % l] = o
+        x = x + o
+        a, m = moe(cfg, W, rmsnorm(x, W("ffn_norm"), eps))
+        rec["mlp_activation.%d" % l] = a
+        rec["after_mlp.%d" % l] = m
+        x = x + m
+        rec["after_layer.%d" % l] = x.copy()
+    return rec
+
+
 # per architecture: its config, forward pass, final norm and head (the others: the blocks above)
 BLOCKS = {"gptneox": (NeoxConfig, forward_neox, norm_neox, head_neox)}
+RMS_BLOCKS = {"qwen3moe": (MoeConfig, forward_moe)}
 
 
 def main():
@@ -289,6 +350,8 @@ def main():
     meta, w = read_gguf(model)
     final_norm = lambda cfg, w, x: rmsnorm(x, w["output_norm.weight"], cfg.eps)
     block = BLOCKS.get(meta["general.architecture"], (Config, forward, final_norm, head))
+    if meta["general.architecture"] in RMS_BLOCKS:
+        block = RMS_BLOCKS[meta["general.architecture"]] + (final_norm, head)
     prompt = [int(t) for t in ids.split(",")]
     gen = [int(t) for t in greedy.split(",")]
     if meta["general.architecture"] == "phi3":

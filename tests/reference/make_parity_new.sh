@@ -26,6 +26,9 @@ CASES=(
   "phi3-tiny-f32|--family phi3 --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "phi3-tiny-q8_0|--family phi3 --dtype q8_0 --seed 14 --rope-freqs|2,71,9,260,14,333,48,5,190,77,21,404|8|"
   "phi3-small-q4_k|--family phi3 --dtype q4_k --seed 9 --layers 3 --hidden 256 --heads 4 --ff 512 --rope-freqs --context 4096|2,19,88,301,6,45,212,130,9,77,260,33|8|"
+  "qwen3moe-tiny-f32|--family qwen3moe --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
+  "qwen3moe-tiny-q8_0|--family qwen3moe --dtype q8_0 --seed 15 --experts 8 --experts-used 3 --expert-ff 32|2,71,9,260,14,333,48,5,190,77,21,404|8|"
+  "qwen3moe-small-q4_k|--family qwen3moe --dtype q4_k --seed 10 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512 --experts 4 --experts-used 2 --expert-ff 256|2,19,88,301,6,45,212,130,9,77,260,33|8|"
   "gemma2-small-q4_k|--family gemma2 --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --window 6|2,44,61,77,19,250,333,401,17,90,6,211|8|"
   "gptneox-tiny-f32|--family gptneox --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "gptneox-tiny-q8_0|--family gptneox --dtype q8_0 --seed 11|2,17,250,31,402,77,5,19,333,64,8,120|8|"
@@ -42,7 +45,7 @@ make_case() {
     echo "== $name"
     mkdir -p "$dir"
     # shellcheck disable=SC2086
-    build/make-tiny-model $args --out "$tmp/model.gguf"
+    "${BUILD:-build}"/make-tiny-model $args --out "$tmp/model.gguf"
     "$LLAMA/llama-ref-logits" -m "$tmp/model.gguf" --tokens "$ids" -n "$n_gen" --all-logits \
         --logits-out "$tmp/pre.npy" --decode-logits-out "$tmp/dec.npy" >"$tmp/ll.log" 2>&1
     local gen

@@ -317,7 +317,7 @@ end
 -- The flags that make a run an experiment: each attaches hooks that change or record what the
 -- network computes. Inspection surfaces (extraction, probes, demo, interactive, benchmark) refuse
 -- them (SPEC §7): whether a value would be read before or after the intervention is not defined.
-M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "capture-activations",
+M.EXPERIMENT_FLAGS = { "experiment", "activation-stats", "zero-layer-output", "ablate-expert", "capture-activations",
   "activation-patch", "steer", "control-vector", "sae-steer" }
 
 -- refuse_experiments(what, flag): a usage error when flag (an experiment flag given) is set;

@@ -50,7 +50,7 @@ return function(args)
   elseif args.stages ~= nil then
     local parsed, err = selectors.parse_stage_list(args.stages)
     if not parsed then error("activation-stats: stages: " .. err, 0) end
-    stages = parsed == "all" and selectors.STAGES or parsed
+    stages = parsed == "all" and selectors.ALL_FAMILY_STAGES or parsed
   end
   for _, name in ipairs(stages) do
     local stage, why = selectors.stage_name(name)

@@ -64,7 +64,7 @@ function M.handle(model)
 end
 
 -- experiment(name, args) -> the experiment made by the built-in ember.experiments.<name>
--- ("activation_stats", "zero_layer_output").
+-- ("activation_stats", "zero_layer_output", "ablate_expert").
 function M.experiment(name, args)
   local factory = require("ember.experiments." .. name)
   return check(factory(args), "ember.experiments." .. name)

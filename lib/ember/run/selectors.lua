@@ -35,10 +35,21 @@ end
 for _, n in ipairs(M.LAYER_STAGES) do
   if residual(n) then M.RESIDUAL_LAYER_STAGES[#M.RESIDUAL_LAYER_STAGES + 1] = n end
 end
--- Every stage a pass calls by itself (STAGES without the SAE's): what "all stages" selects.
+-- The stages only some families have (moe_router: the MoE families'), selected by name only.
+M.FAMILY_STAGES = {}
+for _, row in ipairs(core.STAGES) do
+  if row.families then M.FAMILY_STAGES[row.name] = true end
+end
+-- Every stage a pass of any family calls by itself (STAGES without the SAE's and the family ones):
+-- what "all stages" selects.
 M.PASS_STAGES = {}
 for _, n in ipairs(M.STAGES) do
-  if not core.sae_stages[n] then M.PASS_STAGES[#M.PASS_STAGES + 1] = n end
+  if not core.sae_stages[n] and not M.FAMILY_STAGES[n] then M.PASS_STAGES[#M.PASS_STAGES + 1] = n end
+end
+-- STAGES without the family ones: every stage any model may be hooked at.
+M.ALL_FAMILY_STAGES = {}
+for _, n in ipairs(M.STAGES) do
+  if not M.FAMILY_STAGES[n] then M.ALL_FAMILY_STAGES[#M.ALL_FAMILY_STAGES + 1] = n end
 end
 M.PHASES = { "prefill", "decode" }
 -- zero-layer-output's short names: the attention or MLP contribution, or the finished layer.
@@ -166,6 +177,15 @@ function M.parse_layer_stage(s, kind)
   local short
   for k, v in pairs(M.ZERO_STAGES) do if v == full then short = k end end
   return { layer = layer, stage = full, short = short }
+end
+
+-- parse_layer_expert(s) -> { layer = L, expert = E } from "L:E" (both 0-based, --ablate-expert).
+local layer_expert_patt = whole(C(uint_text) * P(":") * C(uint_text))
+function M.parse_layer_expert(s)
+  local l, e = layer_expert_patt:match(type(s) == "string" and s or "")
+  l, e = l and to_integer(l), e and to_integer(e)
+  if not l or not e then return nil, "expected LAYER:EXPERT (two integers from 0), got '" .. tostring(s) .. "'" end
+  return { layer = l, expert = e }
 end
 
 -- ---- steering ------------------------------------------------------------------------------------

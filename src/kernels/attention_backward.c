@@ -5,6 +5,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -22,8 +23,62 @@ static const uint8_t *kv_row(const bwd_job *j, const void *base, int64_t g, int6
 static float dot_row(const bwd_job *j, const float *x, const uint8_t *row) {
     const ember_attention_args *a = j->b->fwd;
     float dot = 0.0f;
+    if (a->kv_type == EMBER_TYPE_F32) { /* the f32 copy (below): the same products and sums */
+        const float *r = (const float *)(const void *)row;
+        for (int64_t i = 0; i < a->hd; i++) dot += x[i] * r[i];
+        return dot;
+    }
     for (int64_t i = 0; i < a->hd; i++) dot += x[i] * ember_kv_element(a->kv_type, row, i);
     return dot;
+}
+
+/* out[k - k0] = x . cache row k of KV head g for keys [k0, k1): dot_row's sums, four of them in
+ * flight at a time over an f32 cache (each its own sequence: the same bits). */
+static void dot_keys(const bwd_job *j, const float *x, const void *base, int64_t g, int64_t k0, int64_t k1,
+                     float *out) {
+    const ember_attention_args *a = j->b->fwd;
+    int64_t k = k0;
+    for (; a->kv_type == EMBER_TYPE_F32 && k + 4 <= k1; k += 4) {
+        const float *r = (const float *)(const void *)kv_row(j, base, g, k);
+        const int64_t st = a->kv_stride;
+        float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+        for (int64_t i = 0; i < a->hd; i++) {
+            d0 += x[i] * r[i];
+            d1 += x[i] * r[st + i];
+            d2 += x[i] * r[2 * st + i];
+            d3 += x[i] * r[3 * st + i];
+        }
+        out[k - k0] = d0;
+        out[k - k0 + 1] = d1;
+        out[k - k0 + 2] = d2;
+        out[k - k0 + 3] = d3;
+    }
+    for (; k < k1; k++) out[k - k0] = dot_row(j, x, kv_row(j, base, g, k));
+}
+
+/* out[u] = x_u . row for the queries t0 .. t0 + nt - 1 (nt <= 4) of head h, x_u the row of xs for
+ * query t0 + u: dot_row's sums, four in flight over an f32 cache (the same bits). */
+static void dot_queries(const bwd_job *j, const float *xs, int64_t h, int64_t t0, int nt, const uint8_t *row,
+                        float *out) {
+    const ember_attention_args *a = j->b->fwd;
+    const int64_t hd = a->hd, xst = a->n_head * hd;
+    const float *x = xs + (t0 * a->n_head + h) * hd;
+    if (a->kv_type != EMBER_TYPE_F32 || nt < 4) {
+        for (int u = 0; u < nt; u++) out[u] = dot_row(j, x + u * xst, row);
+        return;
+    }
+    const float *r = (const float *)(const void *)row;
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+    for (int64_t i = 0; i < hd; i++) {
+        d0 += x[i] * r[i];
+        d1 += x[xst + i] * r[i];
+        d2 += x[2 * xst + i] * r[i];
+        d3 += x[3 * xst + i] * r[i];
+    }
+    out[0] = d0;
+    out[1] = d1;
+    out[2] = d2;
+    out[3] = d3;
 }
 
 /* The keys query t sees: first..p. */
@@ -46,17 +101,18 @@ static void rows_items(void *arg, int64_t begin, int64_t end, int tid) {
         visible(a, t, &first, &p);
         const float *q = a->q + (t * a->n_head + h) * hd, *dout = b->d_out + (t * a->n_head + h) * hd;
         float mx = -INFINITY, sum = 0.0f, D = 0.0f;
+        dot_keys(j, q, a->k, g, first, p + 1, s + first);
         for (int64_t k = first; k <= p; k++) {
-            s[k] = dot_row(j, q, kv_row(j, a->k, g, k)) * a->scale;
+            s[k] = s[k] * a->scale;
             if (s[k] > mx) mx = s[k];
         }
         for (int64_t k = first; k <= p; k++) {
             s[k] = expf(s[k] - mx);
             sum += s[k];
         }
+        dot_keys(j, dout, a->v, g, first, p + 1, dp + first);
         for (int64_t k = first; k <= p; k++) {
             s[k] = s[k] / sum; /* p_k */
-            dp[k] = dot_row(j, dout, kv_row(j, a->v, g, k));
             D += s[k] * dp[k];
         }
         float *st = b->stats + (h * a->n + t) * 3;
@@ -65,8 +121,9 @@ static void rows_items(void *arg, int64_t begin, int64_t end, int tid) {
         st[2] = D;
         if (b->d_pattern) {
             float *row = b->d_pattern + (h * a->n + t) * j->n_keys;
-            for (int64_t k = 0; k < j->n_keys; k++)
-                row[k] = k >= first && k <= p ? dp[k] : dot_row(j, dout, kv_row(j, a->v, g, k));
+            dot_keys(j, dout, a->v, g, 0, first, row);
+            memcpy(row + first, dp + first, (size_t)(p + 1 - first) * sizeof(float));
+            dot_keys(j, dout, a->v, g, p + 1, j->n_keys, row + p + 1);
         }
         if (b->frozen) continue;
         float *dq = b->dq + (t * a->n_head + h) * hd;
@@ -94,27 +151,67 @@ static void keys_items(void *arg, int64_t begin, int64_t end, int tid) {
               *dv = b->dv + (it % a->n) * kv_dim + g * hd;
         if (dk) memset(dk, 0, (size_t)hd * sizeof(float));
         memset(dv, 0, (size_t)hd * sizeof(float));
+        /* the queries that see the key: from its own position to the window's end */
+        const int64_t t_end = a->window > 0 && key - a->pos0 + a->window < a->n ? key - a->pos0 + a->window : a->n;
         for (int64_t h = g * group; h < (g + 1) * group; h++)
-            for (int64_t t = key - a->pos0; t < a->n; t++) {
-                int64_t first, p;
-                visible(a, t, &first, &p);
-                if (key < first) continue; /* outside this query's window */
-                const float *q = a->q + (t * a->n_head + h) * hd, *dout = b->d_out + (t * a->n_head + h) * hd;
-                const float *st = b->stats + (h * a->n + t) * 3;
-                const float pk = expf(dot_row(j, q, kr) * a->scale - st[0]) / st[1];
-                for (int64_t i = 0; i < hd; i++) dv[i] += pk * dout[i];
-                if (!dk) continue;
-                const float ds = pk * (dot_row(j, dout, vr) - st[2]) * a->scale;
-                for (int64_t i = 0; i < hd; i++) dk[i] += ds * q[i];
+            for (int64_t t0 = key - a->pos0; t0 < t_end; t0 += 4) {
+                const int nt = t_end - t0 < 4 ? (int)(t_end - t0) : 4;
+                float sk[4], sv[4];
+                dot_queries(j, a->q, h, t0, nt, kr, sk);
+                if (dk) dot_queries(j, b->d_out, h, t0, nt, vr, sv);
+                for (int u = 0; u < nt; u++) {
+                    const int64_t t = t0 + u;
+                    int64_t first, p;
+                    visible(a, t, &first, &p);
+                    if (key < first) continue; /* outside this query's window */
+                    const float *q = a->q + (t * a->n_head + h) * hd, *dout = b->d_out + (t * a->n_head + h) * hd;
+                    const float *st = b->stats + (h * a->n + t) * 3;
+                    const float pk = expf(sk[u] * a->scale - st[0]) / st[1];
+                    for (int64_t i = 0; i < hd; i++) dv[i] += pk * dout[i];
+                    if (!dk) continue;
+                    const float ds = pk * (sv[u] - st[2]) * a->scale;
+                    for (int64_t i = 0; i < hd; i++) dk[i] += ds * q[i];
+                }
             }
     }
 }
 
 int64_t ember_attention_backward_scratch(int n_threads, int64_t n_keys) { return (int64_t)n_threads * 2 * n_keys; }
 
+/* An f32 copy of keys [0, n_keys) of every KV head of the cache at base (exact: every element is
+ * read as f32 anyway), laid out (KV head, key, hd); NULL when out of memory. */
+static float *kv_f32(const ember_attention_args *a, const void *base, int64_t n_keys) {
+    float *out = malloc((size_t)(a->n_head_kv * n_keys * a->hd) * sizeof(float));
+    if (!out) return NULL;
+    const size_t esize = ember_type_row_size(a->kv_type, 1);
+    for (int64_t g = 0; g < a->n_head_kv; g++)
+        for (int64_t k = 0; k < n_keys; k++) {
+            const uint8_t *row = (const uint8_t *)base + (size_t)(g * a->kv_head_stride + k * a->kv_stride) * esize;
+            float *o = out + (g * n_keys + k) * a->hd;
+            for (int64_t i = 0; i < a->hd; i++) o[i] = ember_kv_element(a->kv_type, row, i);
+        }
+    return out;
+}
+
+/* An f16/bf16 cache is converted to f32 once per call rather than element by element at every use
+ * (the results are the same bits); without memory for the copy it is read in place. */
 void ember_compute_attention_backward(ember_compute *c, const ember_attention_backward_args *b) {
     const ember_attention_args *a = b->fwd;
-    bwd_job j = {.b = b, .esize = ember_type_row_size(a->kv_type, 1), .n_keys = a->pos0 + a->n};
+    const int64_t n_keys = a->pos0 + a->n;
+    ember_attention_args f = *a;
+    ember_attention_backward_args bf = *b;
+    float *kf = NULL, *vf = NULL;
+    if (a->kv_type != EMBER_TYPE_F32 && (kf = kv_f32(a, a->k, n_keys)) && (vf = kv_f32(a, a->v, n_keys))) {
+        f.k = kf;
+        f.v = vf;
+        f.kv_type = EMBER_TYPE_F32;
+        f.kv_stride = a->hd;
+        f.kv_head_stride = n_keys * a->hd;
+        bf.fwd = &f;
+    }
+    bwd_job j = {.b = &bf, .esize = ember_type_row_size(bf.fwd->kv_type, 1), .n_keys = n_keys};
     ember_compute_for(c, a->n_head * a->n, 1, rows_items, &j);
     ember_compute_for(c, a->n_head_kv * a->n, 1, keys_items, &j);
+    free(kf);
+    free(vf);
 }

@@ -144,7 +144,8 @@ typedef struct {
     /* matrix products, indexed by weight type (types.h ids) */
     ember_type_kernels mm[EMBER_TYPE_COUNT];
     /* true: a type with no entry in mm whose traits have a to_float is multiplied by
-     * ember_product_reference (the reference set: its products are read off the traits table). */
+     * ember_product_reference (the reference set: its products are read off the traits table),
+     * and likewise transposed by ember_rows_t_reference (ember_kernels_mm_t). */
     bool mm_by_traits;
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* transposed products (the backward pass), indexed by weight type; NULL: none for the type */
@@ -190,15 +191,6 @@ void ember_rows_reference(const ember_matrix *w, const float *x, const void *xa,
                           int64_t n_tok, int64_t o0, int64_t o1);
 /* ref.c: the reference transposed product of any type with a to_float (the order above). */
 void ember_rows_t_reference(const ember_matrix *w, const float *g, float *dx, int64_t n_tok, int64_t i0, int64_t i1);
-/* Every type the reference set multiplies, with its transposed product (each set's table). */
-#define EMBER_MM_T_REFERENCE_PRODUCTS                                                                                  \
-    [EMBER_TYPE_F32] = ember_rows_t_reference, [EMBER_TYPE_F16] = ember_rows_t_reference,                              \
-    [EMBER_TYPE_BF16] = ember_rows_t_reference, [EMBER_TYPE_Q8_0] = ember_rows_t_reference,                            \
-    [EMBER_TYPE_Q4_0] = ember_rows_t_reference, [EMBER_TYPE_Q4_1] = ember_rows_t_reference,                            \
-    [EMBER_TYPE_Q5_0] = ember_rows_t_reference, [EMBER_TYPE_Q5_1] = ember_rows_t_reference,                            \
-    [EMBER_TYPE_Q2_K] = ember_rows_t_reference, [EMBER_TYPE_Q3_K] = ember_rows_t_reference,                            \
-    [EMBER_TYPE_Q4_K] = ember_rows_t_reference, [EMBER_TYPE_Q5_K] = ember_rows_t_reference,                            \
-    [EMBER_TYPE_Q6_K] = ember_rows_t_reference
 /* The explicit fallback list: weight types for which the SIMD sets have no kernels of their own and
  * run the reference product (dequantize exactly, f32 dot with the f32 activations; bit-identical
  * to the reference set). Only Q2_K and Q3_K are left: Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K have
@@ -215,6 +207,15 @@ void ember_gelu_mul_ref(float *g, const float *u, int64_t n);
 
 /* ref.c: { .rows = ember_rows_reference }, the product of every type of the reference set. */
 extern const ember_type_kernels ember_product_reference;
+
+/* The transposed product of set `ops` for weights of type t, or NULL when it has none: its table's
+ * entry, else (mm_by_traits) ember_rows_t_reference for every type whose traits have a to_float. */
+static inline ember_rows_t_fn ember_kernels_mm_t(const ember_kernel_ops *ops, ember_type t) {
+    if ((unsigned)t >= EMBER_TYPE_COUNT) return NULL;
+    if (ops->mm_t[t]) return ops->mm_t[t];
+    const ember_type_traits *tr = ops->mm_by_traits ? ember_type_traits_get((uint32_t)t) : NULL;
+    return tr && tr->to_float ? ember_rows_t_reference : NULL;
+}
 
 /* The product of set `ops` for weights of type t, or NULL when it has none. */
 static inline const ember_type_kernels *ember_kernels_mm(const ember_kernel_ops *ops, ember_type t) {

@@ -202,12 +202,12 @@ static void ref_rope_heads(float *x, int64_t n_heads, int64_t hd, int64_t n_rot,
 
 const ember_type_kernels ember_product_reference = {.rows = ember_rows_reference};
 
-/* The products: no table of its own (mm_by_traits), every type whose traits have a to_float. */
+/* The products and the transposed products: no table of its own (mm_by_traits), every type whose
+ * traits have a to_float. */
 const ember_kernel_ops ember_kernels_reference = {
     .name = "reference",
     .mm_by_traits = true,
     .dot_f32 = ref_dot_f32,
-    .mm_t = {EMBER_MM_T_REFERENCE_PRODUCTS},
     .attn_chunk = ref_attn_chunk,
     .rmsnorm = ember_rmsnorm,
     .layernorm = ember_layernorm,

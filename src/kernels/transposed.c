@@ -34,13 +34,14 @@ static void transposed_items(void *arg, int64_t begin, int64_t end, int tid) {
 
 bool ember_matmul_t(ember_compute *c, const ember_matrix *w, const float *g, float *dx, int64_t n_tok) {
     const ember_kernel_ops *ops = ember_compute_ops(c);
-    if ((unsigned)w->type >= EMBER_TYPE_COUNT || !ops->mm_t[w->type]) return false;
+    const ember_rows_t_fn rows_t = ember_kernels_mm_t(ops, w->type);
+    if (!rows_t) return false;
     if (n_tok <= 0 || w->n_in <= 0) return true;
     if (w->n_out <= 0) { /* an empty sum */
         memset(dx, 0, (size_t)(n_tok * w->n_in) * sizeof(float));
         return true;
     }
-    transposed_job j = {.rows_t = ops->mm_t[w->type], .w = w, .g = g, .dx = dx, .n_tok = n_tok};
+    transposed_job j = {.rows_t = rows_t, .w = w, .g = g, .dx = dx, .n_tok = n_tok};
     j.panel = ember_matmul_t_panel(w->type);
     j.n_panels = (w->n_in + j.panel - 1) / j.panel;
     const int64_t tiles = (n_tok + EMBER_MATMUL_T_TOKENS - 1) / EMBER_MATMUL_T_TOKENS;

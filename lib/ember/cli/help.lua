@@ -51,7 +51,7 @@ M.MODULE = {
     .. "(internal to generate{ sae = })",
   sae_stats = "ember.sae_stats(d_sae) -> Stats: st:add(f [, g]) sums feature activations (and a second set's), "
     .. "st:result() (internal to ember.sae.eval/compare)",
-  sweep = "ember.sweep{ model=, clean=, corrupted=, metric=, stages=, layers=, positions=, out=, ... } -> "
+  sweep = "ember.sweep{ model=, clean=, corrupted= | pairs=, metric=, stages=, layers=, positions=, out=, ... } -> "
     .. "a causal sweep's result (docs/sweeps.md)",
   attribute = "ember.attribute{ model=, clean=, corrupted=, metric=, components=, verify=K } -> AtP scores ranked "
     .. "(r.ranked, r.scores, r.verify) (docs/attribution.md)",

@@ -26,6 +26,8 @@ M.FLAGS_LIST = {
   flags.option("tokenizer"),
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, same token count (required)" },
+  { "pairs", "path", "FILE.jsonl",
+    "many pairs instead of --clean/--corrupted: one {\"clean\", \"corrupted\", \"answer\", \"wrong\"} per line" },
   { "metric", metric_value, "M",
     metric_mod.GRAMMAR .. " (default kl); A, B: token ids or strings (\" Paris\"), default the top-1s" },
   { "stages", stage_list, "LIST", "per-layer stages to patch (default after_layer; all = the four)" },
@@ -55,6 +57,7 @@ M.FLAGS = flags.spec(M.FLAGS_LIST)
 function M.usage()
   return flags.usage({
     "usage: ember sweep --model FILE.gguf --clean TEXT --corrupted TEXT --out DIR [options]",
+    "       ember sweep --model FILE.gguf --pairs FILE.jsonl --out DIR [options]",
     "       ember sweep merge OUT SHARD_DIR...",
     "       ember sweep compare SWEEP_A SWEEP_B",
     "",
@@ -117,14 +120,25 @@ function M.main(args, argv, io_)
   if args[2] == "merge" then return run_merge(args, io_) end
   if args[2] == "compare" then return run_compare(args, io_) end
   local o = flags.command({ name = "sweep", spec = M.FLAGS, usage = M.usage,
-    required = { "model", "clean", "corrupted", "out" } }, args, io_)
+    required = { "model" } }, args, io_)
   if not o then return 0 end
+  if o.pairs then
+    if o.clean or o.corrupted then
+      usage_error("sweep: --pairs replaces --clean and --corrupted; give one or the other")
+    end
+  else
+    for _, k in ipairs({ "clean", "corrupted" }) do
+      if o[k] == nil then usage_error("sweep: --%s is required (or --pairs FILE.jsonl)", k) end
+    end
+  end
+  if o.out == nil then usage_error("sweep: --out is required") end
   if o.jobs and o.shard then usage_error("sweep: --jobs and --shard cannot be combined (--jobs makes the shards)") end
   local fs = require("ember.store.fs")
   if not fs.is_dir(fs.dirname(o.out)) then usage_error("--out: directory '%s' does not exist", fs.dirname(o.out)) end
   local unwritable = require("ember.run.outputs").writable { { flag = "--out", path = o.out, kind = "dir" } }
   if unwritable then usage_error("%s", unwritable) end
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
+  if o.pairs and not fs.exists(o.pairs) then usage_error("--pairs: cannot open '%s'", o.pairs) end
 
   if o.jobs then
     local res = require("ember.sweep.jobs").run { args = shard_args(args), out = o.out, jobs = o.jobs,
@@ -139,7 +153,8 @@ function M.main(args, argv, io_)
   local progress = require("ember.sweep.progress").new { stream = io_.stderr, mode = o.progress,
     label = o.shard and string.format("sweep shard %d/%d", o.shard.index, o.shard.count) or "sweep" }
   local res = require("ember.sweep").run {
-    model = model, tokenizer_path = o.tokenizer, clean = o.clean, corrupted = o.corrupted, metric = o.metric,
+    model = model, tokenizer_path = o.tokenizer, clean = o.clean, corrupted = o.corrupted, pairs = o.pairs,
+    metric = o.metric,
     stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],
     shard = o.shard, out = o.out,
     max_cells = o["max-cells"], progress = progress, argv = argv, checkpoint_seconds = o.checkpoint,

@@ -14,6 +14,8 @@ local selectors = require("ember.run.selectors")
 local metric_mod = require("ember.sweep.metric")
 local store = require("ember.sweep.store")
 local reuse = require("ember.sweep.reuse")
+local pairs_mod = require("ember.sweep.pairs")
+local pairs_cell = require("ember.sweep.pairs_cell")
 local token_label = require("ember.analysis.token_label")
 local is_interrupt = require("ember.model.generate").is_interrupt
 local core = require("ember.core")
@@ -149,7 +151,7 @@ local function run_once(session, ids, steps, exp)
   return logits, generated
 end
 
--- baselines(model, cfg) -> clean capture records, clean and corrupted logits and generated ids
+-- baselines(model, session, cfg) -> clean capture records, clean and corrupted logits and generated ids
 local function baselines(model, session, cfg)
   local steps = cfg.decode_steps
   local ccfg = assert(capture.config { stages = cfg.grid.stages, layers = cfg.grid.layers,
@@ -178,45 +180,87 @@ local function source_finder(records)
   end
 end
 
--- compute(b, c) -> the cell c computed: the clean activation patched into the corrupted run at the
--- cell, the metric read (b: the baselines and settings M.run set up). A cell whose tokens are the
--- same in both runs up to its position is certified without a pass (reuse.lua).
-local function compute(b, c)
-  local src = b.source_of(c)
+-- unit_cell(b, u, c) -> the fields of cell c for one pair u (its baselines, session and reuse):
+-- the clean activation patched into the corrupted run at the cell, the metric read. A cell whose
+-- tokens are the same in both runs up to its position is certified without a pass (reuse.lua).
+local function unit_cell(b, u, c)
+  local src = u.source_of(c)
   local cell = { index = c.index, stage = c.stage, layer = c.layer, position = c.position,
-    clean_value = b.clean_value, corrupted_value = b.corr_value, source_sha256 = src.sha256,
+    clean_value = u.clean_value, corrupted_value = u.corr_value, source_sha256 = src.sha256,
     source_row = c.position - src.start_position, settings_sha256 = b.doc.settings_sha256 }
-  if b.reuse and b.reuse:same_prefix(c.position) then
-    b.free = b.free + 1
-    cell.value, cell.certified, cell.equals_corrupted = b.corr_value, true, true
-    cell.logits_sha256, cell.top1 = b.corr_sha256, b.corr_top1
-    cell.generated_ids = b.cfg.decode_steps > 0 and b.corr_gen or nil
-    return store.cell(cell)
+  if u.reuse and u.reuse:same_prefix(c.position) then
+    u.free = u.free + 1
+    cell.value, cell.certified, cell.equals_corrupted = u.corr_value, true, true
+    cell.logits_sha256, cell.top1 = u.corr_sha256, u.corr_top1
+    cell.generated_ids = b.cfg.decode_steps > 0 and u.corr_gen or nil
+    return cell
   end
-  local p = patch.experiment { source = b.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
+  local p = patch.experiment { source = u.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
     positions = { c.position }, certify = true }
   local logits, generated
-  if b.reuse then
-    logits, generated = b.reuse:run(c.position, p)
+  if u.reuse then
+    logits, generated = u.reuse:run(c.position, p)
   else
-    logits, generated = run_once(b.session, b.cfg.corrupted_ids, b.cfg.decode_steps, p)
+    logits, generated = run_once(u.session, u.corrupted_ids, b.cfg.decode_steps, p)
   end
   p:on_generation_complete()
   local certified = p.identical()
   local bytes = logits:bytes()
-  if certified and bytes ~= b.corr_bytes then
-    fail("certified cell %s layer %d position %d: the patched row was bit-identical to the one it replaced, "
-      .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position)
+  if certified and bytes ~= u.corr_bytes then
+    fail("certified cell %s layer %d position %d%s: the patched row was bit-identical to the one it replaced, "
+      .. "yet the logits differ from the corrupted baseline", c.stage, c.layer, c.position, u.where)
   end
-  cell.value, cell.certified, cell.equals_corrupted = b.measure(logits), certified, bytes == b.corr_bytes
+  cell.value, cell.certified, cell.equals_corrupted = u.measure(logits), certified, bytes == u.corr_bytes
   cell.logits_sha256, cell.top1 = core.sha256(bytes), logits:argmax() - 1
   cell.generated_ids = b.cfg.decode_steps > 0 and generated or nil
-  return store.cell(cell)
+  return cell
 end
 
--- setup(model, opts) -> b: the config, the shard, the baselines (clean capture, both runs' logits),
--- the metric resolved, and the sweep's manifest document
+-- compute(b, c) -> the manifest entry of cell c: one pair's cell, or over many pairs the mean of
+-- their values with its standard error and each pair's value (pairs_cell.lua)
+local function compute(b, c)
+  if not b.pairs then return store.cell(unit_cell(b, b.units[1], c)) end
+  local each = {}
+  for i, u in ipairs(b.units) do each[i] = unit_cell(b, u, c) end
+  return store.cell(pairs_cell.aggregate(each, b.clean_mean, b.corr_mean))
+end
+
+-- new_unit(model, cfg, clean_ids, corrupted_ids, metric, reuse_on, where) -> one pair's state:
+-- its session (holding the corrupted baseline's cache when reuse is on), the clean capture, both
+-- baselines' logits and generated ids, its metric resolved and measured on both
+local function new_unit(model, cfg, clean_ids, corrupted_ids, metric, reuse_on, where)
+  local session = model:session { context = #clean_ids + cfg.decode_steps }
+  local records, clean_logits, corr_logits, clean_gen, corr_gen = baselines(model, session, { clean_ids = clean_ids,
+    corrupted_ids = corrupted_ids, grid = cfg.grid, decode_steps = cfg.decode_steps })
+  metric = metric_mod.resolve(metric, clean_logits, corr_logits, model.info.n_vocab)
+  local measure = metric_mod.evaluator(metric, clean_logits)
+  local u = { session = session, metric = metric, measure = measure, where = where or "",
+    clean_ids = clean_ids, corrupted_ids = corrupted_ids, clean_logits = clean_logits, corr_logits = corr_logits,
+    clean_gen = clean_gen, corr_gen = corr_gen, clean_value = measure(clean_logits), corr_value = measure(corr_logits),
+    corr_bytes = corr_logits:bytes(), corr_top1 = corr_logits:argmax() - 1, free = 0,
+    source_of = source_finder(records),
+    src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
+      records = records } }
+  u.corr_sha256 = core.sha256(u.corr_bytes)
+  -- the session holds the corrupted baseline's whole cache now (baselines ran it last)
+  if reuse_on then
+    u.reuse = reuse.new { session = session, clean_ids = clean_ids, corrupted_ids = corrupted_ids,
+      clean_generated = clean_gen, corrupted_generated = corr_gen, steps = cfg.decode_steps }
+  end
+  return u
+end
+
+-- setup(model, opts) -> b: the config, the shard, one unit per pair (a single clean/corrupted
+-- pair is one), and the sweep's manifest document
 local function setup(model, opts)
+  local dataset
+  if opts.pairs ~= nil then
+    if opts.clean ~= nil or opts.corrupted ~= nil then fail("give either pairs or clean and corrupted, not both") end
+    dataset = pairs_mod.read(model, opts.pairs, opts.decode_steps or 0)
+    local first = dataset.items[1]
+    opts = setmetatable({ clean = { ids = first.clean_ids, text = first.clean_text },
+      corrupted = { ids = first.corrupted_ids, text = first.corrupted_text } }, { __index = opts })
+  end
   local cfg = config(model, opts)
   local shard
   if opts.shard ~= nil then
@@ -224,27 +268,28 @@ local function setup(model, opts)
     shard, err = M.parse_shard(opts.shard)
     if not shard then fail("shard: %s", err) end
   end
-  local session = model:session { context = #cfg.clean_ids + cfg.decode_steps }
-  local records, clean_logits, corr_logits, clean_gen, corr_gen = baselines(model, session, cfg)
-  cfg.metric = metric_mod.resolve(cfg.metric, clean_logits, corr_logits, model.info.n_vocab)
-  local measure = metric_mod.evaluator(cfg.metric, clean_logits)
-  local b = { model = model, cfg = cfg, shard = shard, session = session, measure = measure,
-    clean_value = measure(clean_logits), corr_value = measure(corr_logits), corr_bytes = corr_logits:bytes(),
-    corr_top1 = corr_logits:argmax() - 1, corr_gen = corr_gen, free = 0,
-    source_of = source_finder(records),
-    src_art = { dir = "clean run (in memory)", manifest = { model = { family = model.info.family } },
-      records = records } }
+  local b = { model = model, cfg = cfg, shard = shard, units = {}, pairs = dataset ~= nil }
+  local reuse_on = opts.reuse ~= false
+  if dataset then
+    for i, it in ipairs(dataset.items) do
+      b.units[i] = new_unit(model, cfg, it.clean_ids, it.corrupted_ids, pairs_mod.metric_for(cfg.metric, it),
+        reuse_on, " of " .. it.where)
+    end
+  else
+    b.units[1] = new_unit(model, cfg, cfg.clean_ids, cfg.corrupted_ids, cfg.metric, reuse_on)
+  end
+  local u1 = b.units[1]
+  local explicit = cfg.metric
+  cfg.metric = u1.metric
   b.doc = store.new_manifest {
     model = model, cfg = cfg, shard = shard, tokenizer_path = opts.tokenizer_path, argv = opts.argv,
-    clean_logits = clean_logits, corrupted_logits = corr_logits, clean_value = b.clean_value,
-    clean_generated = clean_gen, corrupted_generated = corr_gen,
-    corrupted_value = b.corr_value, text = function(id) return token_label.token(model, id) end,
+    clean_logits = u1.clean_logits, corrupted_logits = u1.corr_logits, clean_value = u1.clean_value,
+    clean_generated = u1.clean_gen, corrupted_generated = u1.corr_gen,
+    corrupted_value = u1.corr_value, text = function(id) return token_label.token(model, id) end,
   }
-  b.corr_sha256 = core.sha256(b.corr_bytes)
-  -- the session holds the corrupted baseline's whole cache now (baselines ran it last)
-  if opts.reuse ~= false then
-    b.reuse = reuse.new { session = session, clean_ids = cfg.clean_ids, corrupted_ids = cfg.corrupted_ids,
-      clean_generated = clean_gen, corrupted_generated = corr_gen, steps = cfg.decode_steps }
+  if dataset then
+    b.clean_mean, b.corr_mean = pairs_cell.section(b.doc, dataset, b.units, explicit,
+      function(id) return token_label.token(model, id) end)
   end
   return b
 end
@@ -321,9 +366,11 @@ function M.run(opts)
   if not sok then error(serr, 0) end
   local list = cells_list()
   doc.status = #list == #mine and "complete" or "partial"
+  local free = 0
+  for _, u in ipairs(b.units) do free = free + u.free end
   return { manifest = doc, cells = list, dir = opts.out,
     stats = { total = #mine, computed = computed, resumed = resumed, grid_cells = #all,
-      certified_without_pass = b.free } }
+      certified_without_pass = free } }
 end
 
 return M

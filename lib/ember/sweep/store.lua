@@ -12,6 +12,7 @@ local safetensors = require("ember.store.safetensors")
 local selectors = require("ember.run.selectors")
 local shapes = require("ember.store.shape")
 local sweep_metric = require("ember.sweep.metric")
+local pairs_cell = require("ember.sweep.pairs_cell")
 local token_label = require("ember.analysis.token_label")
 local core = require("ember.core")
 
@@ -36,12 +37,14 @@ function M.now()
 end
 
 local ORDER = { "schema", "schema_version", "status", "created_at_unix", "tool", "model", "tokenizer", "clean",
-  "corrupted", "metric", "grid", "settings_sha256", "shard", "merged_from", "execution", "plot", "argv", "grid_file",
-  "cells" }
+  "corrupted", "pairs", "metric", "grid", "settings_sha256", "shard", "merged_from", "execution", "plot", "argv",
+  "grid_file", "cells" }
 -- generated_ids (runs and cells) exists only in sweeps with decode steps, so a prefill-only sweep
 -- writes exactly the bytes it always did
 local RUN_KEYS = { "prompt", "input_ids", "tokens", "generated_ids", "logits_sha256", "top1", "value" }
-local CELL_KEYS = { "index", "stage", "layer", "position", "target", "value", "recovered", "certified",
+-- stderr and values (each pair's) only in sweeps over pairs (pairs_cell.lua), where value is their mean
+local CELL_KEYS = { "index", "stage", "layer", "position", "target", "value", "stderr", "values", "recovered",
+  "certified",
   "equals_corrupted", "top1", "generated_ids", "logits_sha256", "source", "settings_sha256" }
 
 local function ints(t) return json.array({ table.unpack(t) }) end
@@ -66,10 +69,16 @@ function M.cell(c)
     recovered = (denom ~= 0 and denom == denom) and (c.value - c.corrupted_value) / denom or json.null
   end
   local src = c.source or { run = "clean", record_sha256 = c.source_sha256, row = c.source_row }
+  local values
+  if c.values then
+    values = json.array()
+    for i, v in ipairs(c.values) do values[i] = float(v) end
+  end
   return json.ordered(CELL_KEYS, {
     index = c.index, stage = c.stage, layer = c.layer, position = c.position,
     target = c.target or string.format("%d:%s@%d", c.layer, c.stage, c.position),
-    value = float(c.value), recovered = recovered == json.null and json.null or float(recovered),
+    value = float(c.value), stderr = c.stderr ~= nil and float(c.stderr) or nil, values = values,
+    recovered = recovered == json.null and json.null or float(recovered),
     certified = c.certified == true, equals_corrupted = c.equals_corrupted == true,
     top1 = c.top1, generated_ids = c.generated_ids and ints(c.generated_ids) or nil, logits_sha256 = c.logits_sha256,
     source = json.ordered({ "run", "record_sha256", "row" }, { run = src.run, record_sha256 = src.record_sha256,
@@ -143,6 +152,7 @@ end
 -- depend on them).
 M.SEMANTIC = { "tool.version", "model.sha256", "tokenizer.sha256", "clean.prompt.sha256", "clean.input_ids",
   "clean.logits_sha256", "corrupted.prompt.sha256", "corrupted.input_ids", "corrupted.logits_sha256",
+  "pairs.count", "pairs.sha256",
   "metric.kind", "metric.tokens", "grid.stages", "grid.layers", "grid.positions", "grid.decode_steps",
   "settings_sha256",
   "execution.kernels", "execution.kv_cache" }
@@ -251,6 +261,7 @@ local function restore_shape(doc)
     end
   end
   json.array(doc.metric.tokens or {})
+  pairs_cell.restore(doc.pairs)
   for _, a in ipairs({ "stages", "layers", "positions", "shape", "position_labels" }) do
     if type(doc.grid[a]) == "table" then json.array(doc.grid[a]) end
   end
@@ -351,6 +362,14 @@ local function check_cell(c, cw, doc, n, seen)
   end
   if c.source ~= nil and type(c.source) ~= "table" then fail("%s: source is not an object", cw) end
   if c.generated_ids ~= nil and type(c.generated_ids) ~= "table" then fail("%s: generated_ids is not a list", cw) end
+  if c.values ~= nil then
+    if type(c.values) ~= "table" then fail("%s: values is not a list", cw) end
+    for i, v in ipairs(c.values) do
+      if not (type(v) == "number" or v == "NaN" or v == "Infinity" or v == "-Infinity") then
+        fail("%s: values[%d] is not a number", cw, i - 1)
+      end
+    end
+  end
   for _, k in ipairs({ "layer", "position" }) do
     if math.type(c[k]) ~= "integer" then fail("%s: %s is not an integer", cw, k) end
   end

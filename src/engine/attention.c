@@ -60,11 +60,12 @@ void ember_attention(ember_session *s, const ember_layer *L, float scale, int64_
 }
 
 /* The layer's attention with its attention_pattern and attention_heads stages (model.h). */
-ember_status ember_attention_stages(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+ember_status ember_attention_stages(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
                                     const ember_layer *L, float scale, int64_t window, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t pos0 = s->pos, n = ctx->input_token_count;
+    const int64_t pos0 = s->pos, n = p->n;
     ember_status st;
     ember_kop kop = EMBER_KOP_ATTENTION;
     if (!ember_hook_wants(hooks, EMBER_STAGE_ATTENTION_PATTERN)) {
@@ -99,22 +100,23 @@ void ember_add_into(float *x, const float *d, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] += d[i];
 }
 
-ember_status ember_rms_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t n,
-                                   ember_error *err) {
-    const ember_model *m = s->model;
-    ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd;
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
-        m->ops->rmsnorm(w->xn + t * d, w->x + t * d, m->output_norm, d, m->norm_eps);
-    m->ops->rmsnorm(w->last, w->x + (n - 1) * d, m->output_norm, d, m->norm_eps);
-    ember_trace_step(s->trace, "output_norm", -1, EMBER_KOP_RMSNORM, NULL, w->last, 1, d);
-    return ember_logits_head(s, hooks, ctx, err);
+/* output_norm of row x into y: the family's final norm */
+static void final_norm(const ember_model *m, float *y, const float *x) {
+    if (m->family->final_norm == EMBER_NORM_LAYER)
+        m->ops->layernorm(y, x, m->output_norm, m->output_norm_b, m->n_embd, m->norm_eps);
+    else m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
 }
 
-ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
+ember_status ember_logits_head(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
+    ember_session *s = p->host;
     if (s->head_off) return EMBER_OK; /* only the prompt's last slice needs logits (session.c) */
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
+    const int64_t d = m->n_embd, n = p->n;
+    for (int64_t t = 0; s->all_logits && t + 1 < n; t++) final_norm(m, w->xn + t * d, w->x + t * d);
+    final_norm(m, w->last, w->x + (n - 1) * d);
+    const ember_kop norm_kop = m->family->final_norm == EMBER_NORM_LAYER ? EMBER_KOP_LAYERNORM : EMBER_KOP_RMSNORM;
+    ember_trace_step(s->trace, "output_norm", -1, norm_kop, NULL, w->last, 1, d);
     ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, 1, m->n_embd, err);
     if (st != EMBER_OK) return st;
     ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
@@ -132,7 +134,7 @@ ember_status ember_logits_head(ember_session *s, const ember_hooks *hooks, ember
     if (st != EMBER_OK || !s->all_logits) return st;
     /* Every row: the earlier ones through the head without hooks, the last one copied from the
      * path above, so it is bit for bit what the default path (and after_logits) produced. */
-    const int64_t n = ctx->input_token_count, v = m->n_vocab;
+    const int64_t v = m->n_vocab;
     if (n > 1) {
         ember_matmul(m->compute, &m->output, w->xn, w->all_logits, n - 1);
         if (m->softcap > 0.0f)

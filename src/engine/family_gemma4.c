@@ -34,12 +34,13 @@ static void per_layer_inputs(const ember_model *m, const int32_t *ids, const flo
 
 /* Layer l's attention sub-block: norm, Q (and K/V when the layer computes its own cache), the
  * attention stages, output, post-norm, after_attention, residual add. */
-static ember_status gemma4_attention(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
-                                     int64_t n, ember_error *err) {
+static ember_status gemma4_attention(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                     ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
     const ember_layer *L = &m->layers[l];
-    const int64_t d = m->n_embd, pos0 = s->pos, hd = L->head_dim;
+    const int64_t d = m->n_embd, n = p->n, hd = L->head_dim;
     const float eps = m->norm_eps;
     ember_trace *tr = s->trace;
     ember_status st;
@@ -52,22 +53,21 @@ static ember_status gemma4_attention(ember_session *s, const ember_hooks *hooks,
     ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
     if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
     if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-    ember_rows_norm_rope(m, w->q, n, m->n_head, hd, L->q_norm, eps, L->n_rot, pos0, L->rope_base, true, L->rope_freqs);
+    ember_pass_norm_rope(p, w->q, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, true, L->rope_freqs);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
     if (own_kv) {
         if (!has_v) memcpy(w->v, w->k, (size_t)(n * L->kv_dim) * sizeof(float)); /* V = raw K projection */
-        ember_rows_norm_rope(m, w->k, n, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, pos0, L->rope_base, true,
-                             L->rope_freqs);
+        ember_pass_norm_rope(p, w->k, L->n_head_kv, hd, L->k_norm, eps, L->n_rot, L->rope_base, true, L->rope_freqs);
         ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
         if (m->family->v_norm) { /* gemma4: every V head RMS-normalized without a weight */
             ember_rows_rmsnorm(m, w->v, w->v, NULL, n * L->n_head_kv, hd, eps);
             ember_trace_step(tr, "v_norm", l, EMBER_KOP_RMSNORM, NULL, w->v, n, L->kv_dim);
         }
-        ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
+        ember_pass_kv_store(p, l, w->k, w->v, L->kv_dim);
     }
     /* a shared-KV layer mixes its donor's cache with its own query: its pattern and heads */
     const int64_t window = L->sliding ? m->window : 0;
-    if ((st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, window, err))) return st;
+    if ((st = ember_attention_stages(p, hooks, ctx, l, L, m->attn_scale, window, err))) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
     ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
@@ -79,8 +79,10 @@ static ember_status gemma4_attention(ember_session *s, const ember_hooks *hooks,
 }
 
 /* Layer l's per-layer embedding step: gelu(gate . h) * this layer's input -> proj -> norm -> add. */
-static void gemma4_per_layer_input(ember_session *s, int64_t l, int64_t n) {
+static void gemma4_per_layer_input(const ember_pass *p, int64_t l) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
+    const int64_t n = p->n;
     ember_workspace *w = &s->ws;
     const ember_layer *L = &m->layers[l];
     const int64_t d = m->n_embd, ple = m->ple_dim;
@@ -97,32 +99,25 @@ static void gemma4_per_layer_input(ember_session *s, int64_t l, int64_t n) {
     ember_add_into(w->x, w->mlp, n * d);
 }
 
-ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                  ember_error *err) {
+ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd, ple = m->ple_dim;
+    const int64_t d = m->n_embd, ple = m->ple_dim, n = p->n;
     const float eps = m->norm_eps;
-    ember_status st;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-
-    const float emb_scale = sqrtf((float)d);
-    for (int64_t t = 0; t < n; t++) {
-        ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-        for (int64_t i = 0; i < d; i++) w->x[t * d + i] *= emb_scale;
-    }
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, sqrtf((float)d), err);
+    if (st) return st;
     if (ple > 0) {
-        per_layer_inputs(m, ids, w->x, w->ple, w->ple_row, n);
+        per_layer_inputs(m, p->ids, w->x, w->ple, w->ple_row, n);
         ember_trace_step(tr, "per_layer_inputs", -1, EMBER_KOP_PRODUCT, &m->ple_proj, w->ple, n, m->n_layer * ple);
     }
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-
-        if ((st = gemma4_attention(s, hooks, &ctx, l, n, err))) return st;
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        if ((st = gemma4_attention(p, hooks, &ctx, l, err))) return st;
 
         /* GELU-gated MLP */
         ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, eps);
@@ -142,14 +137,14 @@ ember_status ember_gemma4_forward(ember_session *s, const int32_t *ids, int64_t 
         ember_add_into(w->x, w->mlp, n * d);
         ember_trace_step(tr, "ffn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
 
-        if (ple > 0) gemma4_per_layer_input(s, l, n);
+        if (ple > 0) gemma4_per_layer_input(p, l);
         if (L->out_scale != 1.0f)
             for (int64_t i = 0; i < n * d; i++) w->x[i] *= L->out_scale;
         ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    return ember_rms_logits_head(s, hooks, &ctx, n, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 /* A per-layer hyper-parameter: an array with one entry per layer, or one integer for all. */

@@ -9,30 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                ember_error *err) {
+ember_status ember_gpt2_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
-    const ember_kernel_ops *ops = m->ops;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd, pos0 = s->pos;
-    ember_status st;
+    const int64_t d = m->n_embd, n = p->n;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-    if (pos0 + n > m->n_ctx_train)
-        return ember_error_set(err, EMBER_ERR_CONTEXT, "gpt2: position %lld is beyond the %lld learned positions",
-                               (long long)(pos0 + n - 1), (long long)m->n_ctx_train);
-
-    for (int64_t t = 0; t < n; t++) {
-        ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-        ember_embedding_row(m, &m->pos_embd, pos0 + t, w->xn);
-        ember_add_into(w->x + t * d, w->xn, d);
-    }
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, 1.0f, err); /* token rows plus learned position rows */
+    if (st) return st;
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-        ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
 
         ember_rows_layernorm(m, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
         ember_trace_step(tr, "attn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
@@ -42,8 +31,8 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
         for (int64_t t = 0; t < n; t++) /* split the fused rows [q | k | v] */
             memcpy(w->q + t * d, w->qkv + t * 3 * d, (size_t)d * sizeof(float));
         ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, d);
-        ember_kv_store(s, l, pos0, n, w->qkv + d, w->qkv + 2 * d, 3 * d);
-        if ((st = ember_attention_stages(s, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
+        ember_pass_kv_store(p, l, w->qkv + d, w->qkv + 2 * d, 3 * d);
+        if ((st = ember_attention_stages(p, hooks, &ctx, l, L, m->attn_scale, 0, err))) return st;
         ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
         ember_add_bias(w->attn, L->bo, n, d);
         ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
@@ -71,12 +60,7 @@ ember_status ember_gpt2_forward(ember_session *s, const int32_t *ids, int64_t n,
     }
 
     ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
-    /* all_logits: the other rows' final norm into xn, for the logits head */
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
-        ops->layernorm(w->xn + t * d, w->x + t * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
-    ops->layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
-    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_LAYERNORM, NULL, w->last, 1, d);
-    return ember_logits_head(s, hooks, &ctx, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 /* Hyper-parameters and tensors of GPT-2 (llama.cpp's names: attn_qkv, position_embd, ...). */

@@ -21,27 +21,26 @@ static void split_qkv(const float *qkv, float *q, float *k, float *v, int64_t n,
 
 /* The attention block of layer l: LayerNorm, fused QKV, partial RoPE, attention, output
  * projection (with bias) into w->attn. */
-static ember_status attention_block(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
-                                    int64_t n, ember_error *err) {
+static ember_status attention_block(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                    ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     const ember_layer *L = &m->layers[l];
     ember_workspace *w = &s->ws;
     ember_trace *tr = s->trace;
-    const int64_t d = m->n_embd, kv = L->kv_dim, pos0 = s->pos;
+    const int64_t d = m->n_embd, kv = L->kv_dim, n = p->n;
     ember_rows_layernorm(m, w->xn, w->x, L->attn_norm, L->attn_norm_b, n, d, m->norm_eps);
     ember_trace_step(tr, "attn_norm", l, EMBER_KOP_LAYERNORM, NULL, w->xn, n, d);
     ember_matmul(m->compute, &L->wqkv, w->xn, w->qkv, n);
     ember_add_bias(w->qkv, L->bqkv, n, d + 2 * kv);
     ember_trace_step(tr, "attn_qkv", l, EMBER_KOP_PRODUCT, &L->wqkv, w->qkv, n, d + 2 * kv);
     split_qkv(w->qkv, w->q, w->k, w->v, n, d, kv);
-    ember_rows_norm_rope(m, w->q, n, m->n_head, L->head_dim, NULL, m->norm_eps, m->n_rot, pos0, m->rope_base, true,
-                         NULL);
-    ember_rows_norm_rope(m, w->k, n, L->n_head_kv, L->head_dim, NULL, m->norm_eps, m->n_rot, pos0, m->rope_base, true,
-                         NULL);
+    ember_pass_norm_rope(p, w->q, m->n_head, L->head_dim, NULL, m->norm_eps, m->n_rot, m->rope_base, true, NULL);
+    ember_pass_norm_rope(p, w->k, L->n_head_kv, L->head_dim, NULL, m->norm_eps, m->n_rot, m->rope_base, true, NULL);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, d);
     ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, kv);
-    ember_kv_store(s, l, pos0, n, w->k, w->v, kv);
-    ember_status st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, 0, err);
+    ember_pass_kv_store(p, l, w->k, w->v, kv);
+    ember_status st = ember_attention_stages(p, hooks, ctx, l, L, m->attn_scale, 0, err);
     if (st) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_add_bias(w->attn, L->bo, n, d);
@@ -50,9 +49,11 @@ static ember_status attention_block(ember_session *s, const ember_hooks *hooks, 
 }
 
 /* The MLP of layer l over w->x: LayerNorm, up (with bias), GELU, down (with bias) into w->mlp. */
-static ember_status mlp_block(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l, int64_t n,
+static ember_status mlp_block(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
                               ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
+    const int64_t n = p->n;
     const ember_layer *L = &m->layers[l];
     ember_workspace *w = &s->ws;
     ember_trace *tr = s->trace;
@@ -72,43 +73,35 @@ static ember_status mlp_block(ember_session *s, const ember_hooks *hooks, ember_
     return ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, ctx, l, w->mlp, n, d, err);
 }
 
-ember_status ember_gptneox_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                   ember_error *err) {
+ember_status ember_gptneox_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
-    const ember_kernel_ops *ops = m->ops;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd;
-    ember_status st;
+    const int64_t d = m->n_embd, n = p->n;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-
-    for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, 1.0f, err);
+    if (st) return st;
 
     for (int64_t l = 0; l < m->n_layer; l++) {
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-        if ((st = attention_block(s, hooks, &ctx, l, n, err))) return st;
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        if ((st = attention_block(p, hooks, &ctx, l, err))) return st;
         if (m->parallel_residual) {
             /* the MLP reads the layer's input too; then x + mlp + attn, in llama.cpp's order */
-            if ((st = mlp_block(s, hooks, &ctx, l, n, err))) return st;
+            if ((st = mlp_block(p, hooks, &ctx, l, err))) return st;
             ember_add_into(w->x, w->mlp, n * d);
             ember_add_into(w->x, w->attn, n * d);
         } else {
             ember_add_into(w->x, w->attn, n * d);
             ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
-            if ((st = mlp_block(s, hooks, &ctx, l, n, err))) return st;
+            if ((st = mlp_block(p, hooks, &ctx, l, err))) return st;
             ember_add_into(w->x, w->mlp, n * d);
         }
         ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    /* all_logits: the other rows' final norm into xn, for the logits head */
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++)
-        ops->layernorm(w->xn + t * d, w->x + t * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
-    ops->layernorm(w->last, w->x + (n - 1) * d, m->output_norm, m->output_norm_b, d, m->norm_eps);
-    ember_trace_step(tr, "output_norm", -1, EMBER_KOP_LAYERNORM, NULL, w->last, 1, d);
-    return ember_logits_head(s, hooks, &ctx, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 /* The keys llama.cpp requires of a gptneox file (no default): the LayerNorm epsilon and the

@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of n rows, split by token (rows.c). */
-static void norm_and_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,
-                          const float *freqs, int64_t pos0) {
-    ember_rows_norm_rope(m, x, n, n_heads, hd, norm, m->norm_eps, m->n_rot, pos0, m->rope_base, m->rope_neox, freqs);
+/* Per-head RMSNorm (Qwen3's QK-norm) then RoPE on every head of the pass's rows (rows.c). */
+static void norm_and_rope(const ember_pass *p, float *x, int64_t n_heads, int64_t hd, const float *norm,
+                          const float *freqs) {
+    const ember_model *m = p->host->model;
+    ember_pass_norm_rope(p, x, n_heads, hd, norm, m->norm_eps, m->n_rot, m->rope_base, m->rope_neox, freqs);
 }
 
 /* The RoPE frequency factors of a session: LongRoPE's long ones (phi3) when its context is longer than
@@ -24,14 +25,15 @@ static const float *rope_factors(const ember_session *s) {
     return m->rope_freqs_long && s->n_ctx > m->rope_ctx_orig ? m->rope_freqs_long : m->rope_freqs;
 }
 
-ember_status ember_llama_attention(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
-                                   int64_t n, ember_error *err) {
+ember_status ember_llama_attention(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                   ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     const ember_layer *L = &m->layers[l];
     ember_workspace *w = &s->ws;
     ember_trace *tr = s->trace;
-    const int64_t d = m->n_embd, pos0 = s->pos, q_dim = m->n_head * L->head_dim;
-    const float *freqs = rope_factors(s);
+    const int64_t d = m->n_embd, n = p->n, q_dim = m->n_head * L->head_dim;
+    const float *freqs = rope_factors(p->seq[0].s); /* a batch's sequences share one context length */
     ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
     ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
     ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,
@@ -45,12 +47,12 @@ ember_status ember_llama_attention(ember_session *s, const ember_hooks *hooks, e
     ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
     ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
     ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
-    norm_and_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, freqs, pos0);
-    norm_and_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, freqs, pos0);
+    norm_and_rope(p, w->q, m->n_head, L->head_dim, L->q_norm, freqs);
+    norm_and_rope(p, w->k, L->n_head_kv, L->head_dim, L->k_norm, freqs);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
     ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
-    ember_kv_store(s, l, pos0, n, w->k, w->v, L->kv_dim);
-    ember_status st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, L->sliding ? m->window : 0, err);
+    ember_pass_kv_store(p, l, w->k, w->v, L->kv_dim);
+    ember_status st = ember_attention_stages(p, hooks, ctx, l, L, m->attn_scale, L->sliding ? m->window : 0, err);
     if (st) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
@@ -61,23 +63,20 @@ ember_status ember_llama_attention(ember_session *s, const ember_hooks *hooks, e
     return EMBER_OK;
 }
 
-ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                 ember_error *err) {
+ember_status ember_llama_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd;
-    ember_status st;
+    const int64_t d = m->n_embd, n = p->n;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-
-    for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, 1.0f, err);
+    if (st) return st;
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-        ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
-        if ((st = ember_llama_attention(s, hooks, &ctx, l, n, err))) return st;
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        if ((st = ember_llama_attention(p, hooks, &ctx, l, err))) return st;
 
         /* SwiGLU MLP */
         ember_rows_rmsnorm(m, w->xn, w->x, L->ffn_norm, n, d, m->norm_eps);
@@ -100,7 +99,7 @@ ember_status ember_llama_forward(ember_session *s, const int32_t *ids, int64_t n
     }
 
     ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
-    return ember_rms_logits_head(s, hooks, &ctx, n, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 ember_status ember_llama_hparams(binder *b) {

@@ -9,16 +9,18 @@
 
 /* Q (or K) of n rows: RMSNorm over all heads at once (OLMo 2's norm is width-wide, not per head),
  * then NEOX RoPE per head. */
-static void norm_rope(const ember_model *m, float *x, int64_t n, int64_t n_heads, int64_t hd, const float *norm,
-                      int64_t pos0) {
-    ember_rows_rmsnorm(m, x, x, norm, n, n_heads * hd, m->norm_eps);
-    ember_rows_norm_rope(m, x, n, n_heads, hd, NULL, m->norm_eps, m->n_rot, pos0, m->rope_base, true, NULL);
+static void norm_rope(const ember_pass *p, float *x, int64_t n_heads, int64_t hd, const float *norm) {
+    const ember_model *m = p->host->model;
+    ember_rows_rmsnorm(m, x, x, norm, p->n, n_heads * hd, m->norm_eps);
+    ember_pass_norm_rope(p, x, n_heads, hd, NULL, m->norm_eps, m->n_rot, m->rope_base, true, NULL);
 }
 
 /* Attention of one layer from the raw residual (no pre-norm) up to the post-attention norm. */
-static ember_status attention(ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l, int64_t n,
+static ember_status attention(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
                               ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
+    const int64_t n = p->n;
     const ember_layer *L = &m->layers[l];
     ember_workspace *w = &s->ws;
     ember_trace *tr = s->trace;
@@ -28,12 +30,12 @@ static ember_status attention(ember_session *s, const ember_hooks *hooks, ember_
     ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
     ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
     ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
-    norm_rope(m, w->q, n, m->n_head, L->head_dim, L->q_norm, s->pos);
-    norm_rope(m, w->k, n, L->n_head_kv, L->head_dim, L->k_norm, s->pos);
+    norm_rope(p, w->q, m->n_head, L->head_dim, L->q_norm);
+    norm_rope(p, w->k, L->n_head_kv, L->head_dim, L->k_norm);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
     ember_trace_step(tr, "k_rope", l, EMBER_KOP_ROPE, NULL, w->k, n, L->kv_dim);
-    ember_kv_store(s, l, s->pos, n, w->k, w->v, L->kv_dim);
-    ember_status st = ember_attention_stages(s, hooks, ctx, l, L, m->attn_scale, 0, err);
+    ember_pass_kv_store(p, l, w->k, w->v, L->kv_dim);
+    ember_status st = ember_attention_stages(p, hooks, ctx, l, L, m->attn_scale, 0, err);
     if (st) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
@@ -42,22 +44,20 @@ static ember_status attention(ember_session *s, const ember_hooks *hooks, ember_
     return EMBER_OK;
 }
 
-ember_status ember_olmo2_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                 ember_error *err) {
+ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd;
-    ember_status st;
+    const int64_t d = m->n_embd, n = p->n;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-
-    for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, 1.0f, err);
+    if (st) return st;
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         const ember_layer *L = &m->layers[l];
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-        if ((st = attention(s, hooks, &ctx, l, n, err))) return st;
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        if ((st = attention(p, hooks, &ctx, l, err))) return st;
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, &ctx, l, w->attn, n, d, err))) return st;
         ember_add_into(w->x, w->attn, n * d);
         ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
@@ -80,7 +80,7 @@ ember_status ember_olmo2_forward(ember_session *s, const int32_t *ids, int64_t n
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
-    return ember_rms_logits_head(s, hooks, &ctx, n, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 /* The keys llama.cpp's olmo2 reads besides the llama ones, and what its graph assumes: the head

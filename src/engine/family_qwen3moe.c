@@ -107,26 +107,24 @@ static ember_status moe_block(ember_session *s, const ember_hooks *hooks, ember_
     return ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &routed, l, w->mlp, n, d, err);
 }
 
-ember_status ember_qwen3moe_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                    ember_error *err) {
+ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err) {
+    ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd;
-    ember_status st;
+    const int64_t d = m->n_embd, n = p->n;
     ember_trace *tr = s->trace;
-    ember_eval_ctx ctx = ember_forward_ctx(s, n);
-
-    for (int64_t t = 0; t < n; t++) ember_embedding_row(m, &m->tok_embd, ids[t], w->x + t * d);
-    ember_trace_step(tr, "embed", -1, EMBER_KOP_GET_ROW, NULL, w->x, n, d);
+    ember_eval_ctx ctx = ember_forward_ctx(p);
+    ember_status st = ember_pass_embed(p, 1.0f, err);
+    if (st) return st;
     for (int64_t l = 0; l < m->n_layer; l++) {
-        if ((st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LAYER, &ctx, l, w->x, n, d, err))) return st;
-        if ((st = ember_llama_attention(s, hooks, &ctx, l, n, err))) return st;
+        if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        if ((st = ember_llama_attention(p, hooks, &ctx, l, err))) return st;
         if ((st = moe_block(s, hooks, &ctx, l, n, err))) return st;
         ember_add_into(w->x, w->mlp, n * d);
         ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
-    return ember_rms_logits_head(s, hooks, &ctx, n, err);
+    return ember_logits_head(p, hooks, &ctx, err);
 }
 
 /* Tensor `suffix` of every layer: its extent `dim` must be `want` (the expert count the keys say),

@@ -42,8 +42,26 @@ struct ember_session;
 struct binder;
 struct ember_backward;
 struct ember_tape;
-typedef ember_status (*ember_forward_fn)(struct ember_session *s, const int32_t *ids, int64_t n,
-                                         const ember_hooks *hooks, ember_error *err);
+
+/* One sequence of an evaluation: its session (its own KV cache, and its position s->pos where its
+ * new rows start) and the rows row .. row + n - 1 of the pass that are its new tokens. */
+typedef struct {
+    struct ember_session *s;
+    int64_t row, n;
+} ember_pass_seq;
+
+/* What a family forward evaluates: n rows of token ids, sequence after sequence. The host session's
+ * workspace holds every row, and its trace, tape and flags (all_logits, head_off) are the pass's;
+ * a single-sequence pass (session.c) is its one sequence's own session. */
+typedef struct ember_pass {
+    struct ember_session *host;
+    const int32_t *ids;
+    int64_t n;
+    int64_t n_seq;
+    const ember_pass_seq *seq;
+} ember_pass;
+
+typedef ember_status (*ember_forward_fn)(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 
 /* The norm a family's final norm (and so the logit lens, unembed.c) applies. */
 typedef enum { EMBER_NORM_RMS = 0, EMBER_NORM_LAYER } ember_norm_kind;
@@ -168,15 +186,31 @@ struct ember_session {
     struct ember_tape *tape; /* what the forward keeps for a backward pass (backward.h), NULL when none */
 };
 
-/* The hooks' context of a forward pass over n tokens from the session's position. */
-static inline ember_eval_ctx ember_forward_ctx(const struct ember_session *s, int64_t n) {
+/* The hooks' context of a pass: its rows, from its first sequence's position. */
+static inline ember_eval_ctx ember_forward_ctx(const ember_pass *p) {
+    const struct ember_session *s = p->host, *first = p->seq[0].s;
     return (ember_eval_ctx){.phase = s->phase,
-                            .start_position = s->pos,
-                            .input_token_count = n,
-                            .sequence_length = s->pos + n,
+                            .start_position = first->pos,
+                            .input_token_count = p->n,
+                            .sequence_length = first->pos + p->n,
                             .layer_index = -1,
                             .tracing = s->trace != NULL};
 }
+
+/* The prologue every forward shares (pass.c): the embedding rows of the pass's ids into ws.x, times
+ * scale (1: none), plus each sequence's learned position rows where the model has them (gpt2: a
+ * position beyond them is an error), and the "embed" trace step. */
+ember_status ember_pass_embed(const ember_pass *p, float scale, ember_error *err);
+/* The start of layer l: the before_layer stage over ws.x and the tape's copy of it. */
+ember_status ember_pass_layer_start(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+                                    ember_error *err);
+/* Per-head RMSNorm (norm may be NULL) then RoPE of n_rot dims of every row of x (the pass's rows of
+ * n_heads heads of hd values), each sequence's rows at its own positions (rows.c). */
+void ember_pass_norm_rope(const ember_pass *p, float *x, int64_t n_heads, int64_t hd, const float *norm, float eps,
+                          int64_t n_rot, float base, bool neox, const float *freq_factors);
+/* The keys and values of the pass's rows into layer l's caches, each sequence's into its own
+ * session's cache at its positions (ember_kv_store). */
+void ember_pass_kv_store(const ember_pass *p, int64_t l, const float *k, const float *v, int64_t row_stride);
 
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
@@ -198,20 +232,16 @@ void ember_attention(struct ember_session *s, const ember_layer *L, float scale,
  * attention_pattern (only when hooked: the pattern is then computed into w->pattern, shown, and,
  * if the hook wrote it, mixed with the values as the hook left it) and attention_heads (w->att
  * before the output projection). Unhooked, or with a pattern only read, it is ember_attention. */
-ember_status ember_attention_stages(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
+ember_status ember_attention_stages(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
                                     const ember_layer *L, float scale, int64_t window, ember_error *err);
 /* y[t, i] += b[i] for n rows of width values (b may be NULL). */
 void ember_add_bias(float *y, const float *b, int64_t n, int64_t width);
-/* The end every family shares, after its final norm has filled ws.last: before_logits, the LM
- * head, the optional final softcap (Gemma 4), after_logits. When the session asks for all
- * logits, the family has also normed rows 0..n-2 into ws.xn; they go through the same head
- * (no hooks: the logits stages see the last row only), and the last row is the hooked one. */
-ember_status ember_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx,
-                               ember_error *err);
-/* The RMSNorm families' end: output_norm of the last of n rows into ws.last (and of rows 0..n-2 into
- * ws.xn when the session asks for all logits), its trace step, then ember_logits_head. */
-ember_status ember_rms_logits_head(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t n,
-                                   ember_error *err);
+/* The end every family shares, over the residual rows ws.x: the final norm of the family's kind
+ * (output_norm, RMSNorm or LayerNorm with bias) of the last row into ws.last (and of rows
+ * 0..n-2 into ws.xn when the session asks for all logits) and its trace step, then
+ * before_logits, the LM head, the optional final softcap (Gemma 4), after_logits. The earlier
+ * rows go through the same head without hooks (the logits stages see the last row only). */
+ember_status ember_logits_head(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err);
 /* Row r of an embedding table as f32 (the kernels' get_row), its mapped pages then released
  * (embedding.c). */
 void ember_embedding_row(const ember_model *m, const ember_matrix *table, int64_t r, float *out);
@@ -228,24 +258,17 @@ void ember_model_override_free(ember_model *m);
 /* x[i] += d[i] */
 void ember_add_into(float *x, const float *d, int64_t count);
 
-ember_status ember_llama_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                 ember_error *err);
-
-ember_status ember_gpt2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                ember_error *err);
-ember_status ember_olmo2_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                 ember_error *err);
+ember_status ember_llama_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
+ember_status ember_gpt2_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
+ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
-ember_status ember_gemma4_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                  ember_error *err);
-ember_status ember_qwen3moe_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
-                                    ember_error *err);
+ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
+ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 /* The llama block's attention of layer l (family_llama.c): norm, Q/K/V (biases, QK-norm, RoPE with
  * the session's factors), the cache, attention with its stages, O projection, after_attention, the
  * residual add. Shared by qwen3moe. */
-ember_status ember_llama_attention(struct ember_session *s, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
-                                   int64_t n, ember_error *err);
-ember_status ember_gptneox_forward(struct ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+ember_status ember_llama_attention(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, int64_t l,
                                    ember_error *err);
+ember_status ember_gptneox_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 
 #endif

@@ -228,6 +228,14 @@ static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx
     return EMBER_ERR_NONFINITE; /* stops the pass here */
 }
 
+/* The family's forward over n tokens of this session alone: a single-sequence pass. */
+static ember_status session_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
+                                    ember_error *err) {
+    const ember_pass_seq seq = {.s = s, .row = 0, .n = n};
+    const ember_pass p = {.host = s, .ids = ids, .n = n, .n_seq = 1, .seq = &seq};
+    return s->model->family->forward(&p, hooks, err);
+}
+
 static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                     int64_t bad, float bad_value, ember_error *err) {
     const ember_model *m = s->model;
@@ -242,7 +250,7 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
     ember_error pass_err = {0};
     ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
     s->head_bad = -1;
-    if (st == EMBER_OK) st = m->family->forward(s, ids, n, &all, &pass_err);
+    if (st == EMBER_OK) st = session_forward(s, ids, n, &all, &pass_err);
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
     char where[192];
@@ -321,7 +329,7 @@ static ember_status forward_slices(ember_session *s, const int32_t *ids, int64_t
     for (int64_t done = 0; st == EMBER_OK && done < n; done += slice) {
         s->pos = pos0 + done;
         s->head_off = done + slice < n; /* the LM head is a whole read of its weights: once, at the end */
-        st = s->model->family->forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
+        st = session_forward(s, ids + done, n - done < slice ? n - done : slice, hooks, err);
     }
     s->head_off = false;
     s->pos = pos0;

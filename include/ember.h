@@ -239,6 +239,12 @@ typedef struct {
     bool written;
 } ember_view;
 
+/* One sequence of an evaluation: its index in the batch (0 for a session's own evaluation), its
+ * rows first_row .. first_row + length - 1 of the views, the position of its first new token. */
+typedef struct {
+    int64_t index, first_row, length, start_position;
+} ember_sequence;
+
 /* Where an evaluation is; layer_index is -1 for the logits stages. */
 typedef struct {
     ember_phase phase;
@@ -258,6 +264,11 @@ typedef struct {
     int64_t n_experts_used;
     const int32_t *expert_ids;
     const float *expert_weights;
+    /* The sequences whose rows the views hold, in row order (one for a session's own evaluation;
+     * a batch's, ember_batch_eval). The logits stages have one row per sequence. In a batch,
+     * start_position and sequence_length are the first sequence's. */
+    const ember_sequence *sequences;
+    int64_t n_sequences;
 } ember_eval_ctx;
 
 typedef struct ember_sae_sites ember_sae_sites;
@@ -305,6 +316,41 @@ const ember_model *ember_session_model(const ember_session *s);
  * naming the first stage and layer where a non-finite value appeared (found by a second pass that
  * runs only then). allow = true skips the check, for research runs that want the NaNs. */
 void ember_session_set_allow_nonfinite(ember_session *s, bool allow);
+
+/* ---- batches (src/engine/batch.c; docs/hooks.md "Batches") -------------------------------------
+ * n_seq sessions of one model evaluated together: one evaluation packs the new rows of every
+ * sequence into one set of products, each sequence with its own positions, KV cache, causal mask
+ * and sliding window, no padding. A sequence's logits and activations are bit for bit what its
+ * session computes alone (tests/test_batch.c). */
+typedef struct ember_batch ember_batch;
+
+/* Bytes a batch of n_seq sequences of n_ctx positions holds at its peak over an evaluation of
+ * `rows` new tokens in all: n_seq x (KV cache + attention scratch of one session) + the workspace
+ * of `rows` rows + one logits row per sequence (ember_batch_new refuses what does not fit). */
+uint64_t ember_batch_bytes(const ember_model *m, int64_t n_seq, int64_t n_ctx, int64_t rows);
+/* n_seq sessions of n_ctx positions each (n_ctx <= 0: as ember_session_new). Refused before any
+ * allocation when n_seq sessions' KV caches do not fit the memory available, naming the bytes. */
+ember_status ember_batch_new(ember_model *m, int64_t n_seq, int64_t n_ctx, ember_batch **out, ember_error *err);
+void ember_batch_free(ember_batch *b);
+int64_t ember_batch_size(const ember_batch *b);
+/* Session i of the batch (owned by it): its position, logits and all-logits are read as any
+ * session's, and it may be evaluated alone too. */
+ember_session *ember_batch_session(ember_batch *b, int64_t i);
+
+/* One sequence of a batched evaluation: session `index` of the batch, n new token ids. */
+typedef struct {
+    int64_t index;
+    const int32_t *ids;
+    int64_t n;
+} ember_batch_item;
+
+/* Evaluates the items (distinct sessions, each at least one token, within its context) in one pass:
+ * the hooks' views hold every item's rows in item order (ctx->sequences); each session's logits
+ * become its last row's. Refused: a session with a tape (gradients are single-sequence), a traced
+ * session, an attention_pattern hook (its rows differ in width per sequence). On an error no
+ * session's position moves. Messages number the sequences from 1 (index 0 is "sequence 1"). */
+ember_status ember_batch_eval(ember_batch *b, ember_phase phase, const ember_batch_item *items, int64_t n_items,
+                              const ember_hooks *hooks, ember_error *err);
 
 /* ---- gradients (src/engine/gradients.c; docs/attribution.md) ----------------------------------
  * The gradient of a scalar metric of the last position's logits with respect to the activations of

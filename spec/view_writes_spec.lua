@@ -13,7 +13,7 @@ local IDS = { 3, 17, 42, 5, 99, 7 }
 
 -- The TensorView methods, by what they give back.
 local WRITES = { set = true, zero = true, scale = true, add = true, copy_from = true } -- in place
-local SUB_VIEWS = { row = true, slice = true, head = true } -- parts of the view: must write through
+local SUB_VIEWS = { row = true, slice = true, head = true, sequence = true } -- parts of the view: write through
 -- results computed from the values (owned Tensors, numbers, strings, Lua tables): never views
 local RESULTS = {
   shape = true, dtype = true, get = true, values = true, bytes = true, write_bytes = true, l2_norm = true,
@@ -123,6 +123,13 @@ describe("a part of a view writes through to the forward pass", function()
       function(_, z) by_hand(z, 1, rows, c0, c0 + hd - 1, function(_, r, c) return r - (c - c0 + 1) / 8 end) end)
     same_as_by_hand("attention_heads", 2, function(_, z) z:head(1):set(3, 4, 7.5) end,
       function(_, z) z:set(3, c0 + 3, 7.5) end)
+  end)
+
+  it("v:sequence(1) of a session's evaluation is its whole view, and writes through", function()
+    if not setup() then return end
+    local d = model.info.hidden_size
+    same_as_by_hand("after_layer", 1, function(_, v) v:sequence(1):row(2):scale(0.5) end,
+      function(_, v) by_hand(v, 2, 2, 1, d, function(x) return x * 0.5 end) end)
   end)
 
   it("sub-views of a head (row, slice, head with explicit counts) write through too", function()

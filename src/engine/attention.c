@@ -65,12 +65,15 @@ ember_status ember_attention_stages(const ember_pass *p, const ember_hooks *hook
     ember_session *s = p->host;
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t pos0 = s->pos, n = p->n;
+    const int64_t pos0 = s->pos, n = p->n, q_dim = m->n_head * L->head_dim;
     ember_status st;
     ember_kop kop = EMBER_KOP_ATTENTION;
     if (!ember_hook_wants(hooks, EMBER_STAGE_ATTENTION_PATTERN)) {
-        ember_attention(s, L, scale, window, w->q, w->att, pos0, n);
-    } else {
+        for (int64_t i = 0; i < p->n_seq; i++) { /* each sequence over its own cache, at its positions */
+            const ember_pass_seq *q = &p->seq[i];
+            ember_attention(q->s, L, scale, window, w->q + q->row * q_dim, w->att + q->row * q_dim, q->s->pos, q->n);
+        }
+    } else { /* a single-sequence pass (batches refuse the stage: ember_batch_eval) */
         /* The pattern of this layer only (ember_session_reserve_pattern sized it before the pass). */
         const ember_attention_args a = ember_attention_layer_args(s, L, scale, window, w->q, w->att, pos0, n);
         ember_compute_attention_probs(m->compute, &a, w->pattern);
@@ -107,40 +110,62 @@ static void final_norm(const ember_model *m, float *y, const float *x) {
     else m->ops->rmsnorm(y, x, m->output_norm, m->n_embd, m->norm_eps);
 }
 
+/* Every row's logits into ws.all_logits when the session asks: the rows other than the sequences'
+ * last through the head without hooks (their final norm is in ws.xn), the last ones copied from
+ * ws.logits, so they are bit for bit what the default path (and after_logits) produced. */
+static void all_rows_head(const ember_pass *p) {
+    const ember_model *m = p->host->model;
+    ember_workspace *w = &p->host->ws;
+    const int64_t v = m->n_vocab, n = p->n;
+    const int64_t rows = p->n_seq == 1 ? n - 1 : n; /* one sequence: its last row is the last */
+    if (rows > 0) {
+        ember_matmul(m->compute, &m->output, w->xn, w->all_logits, rows);
+        if (m->softcap > 0.0f)
+            for (int64_t i = 0; i < rows * v; i++) w->all_logits[i] = m->softcap * tanhf(w->all_logits[i] / m->softcap);
+    }
+    for (int64_t i = 0; i < p->n_seq; i++) {
+        const int64_t last = p->seq[i].row + p->seq[i].n - 1;
+        memcpy(w->all_logits + last * v, w->logits + i * v, (size_t)v * sizeof(float));
+    }
+}
+
+/* The final norm of every sequence's last row into ws.last (one row each), and of the other rows
+ * into ws.xn when the session asks for all logits. */
+static void final_norms(const ember_pass *p) {
+    ember_session *s = p->host;
+    const ember_model *m = s->model;
+    ember_workspace *w = &s->ws;
+    const int64_t d = m->n_embd;
+    for (int64_t i = 0, t = 0; s->all_logits && i < p->n_seq; i++)
+        for (const int64_t last = p->seq[i].row + p->seq[i].n - 1; t < last + 1; t++)
+            if (t != last) final_norm(m, w->xn + t * d, w->x + t * d);
+    for (int64_t i = 0; i < p->n_seq; i++) final_norm(m, w->last + i * d, w->x + (p->seq[i].row + p->seq[i].n - 1) * d);
+    const ember_kop norm_kop = m->family->final_norm == EMBER_NORM_LAYER ? EMBER_KOP_LAYERNORM : EMBER_KOP_RMSNORM;
+    ember_trace_step(s->trace, "output_norm", -1, norm_kop, NULL, w->last, p->n_seq, d);
+}
+
 ember_status ember_logits_head(const ember_pass *p, const ember_hooks *hooks, ember_eval_ctx *ctx, ember_error *err) {
     ember_session *s = p->host;
     if (s->head_off) return EMBER_OK; /* only the prompt's last slice needs logits (session.c) */
     const ember_model *m = s->model;
     ember_workspace *w = &s->ws;
-    const int64_t d = m->n_embd, n = p->n;
-    for (int64_t t = 0; s->all_logits && t + 1 < n; t++) final_norm(m, w->xn + t * d, w->x + t * d);
-    final_norm(m, w->last, w->x + (n - 1) * d);
-    const ember_kop norm_kop = m->family->final_norm == EMBER_NORM_LAYER ? EMBER_KOP_LAYERNORM : EMBER_KOP_RMSNORM;
-    ember_trace_step(s->trace, "output_norm", -1, norm_kop, NULL, w->last, 1, d);
-    ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, 1, m->n_embd, err);
+    const int64_t r = p->n_seq, v = m->n_vocab;
+    final_norms(p);
+    ember_status st = ember_hook_call(hooks, EMBER_STAGE_BEFORE_LOGITS, ctx, -1, w->last, r, m->n_embd, err);
     if (st != EMBER_OK) return st;
-    ember_matmul(m->compute, &m->output, w->last, w->logits, 1);
-    ember_trace_step(s->trace, "output", -1, EMBER_KOP_PRODUCT, &m->output, w->logits, 1, m->n_vocab);
+    ember_matmul(m->compute, &m->output, w->last, w->logits, r);
+    ember_trace_step(s->trace, "output", -1, EMBER_KOP_PRODUCT, &m->output, w->logits, r, v);
     /* Every logit the head computes must be finite: the softcap would turn an infinity into +-cap
      * and a -inf would pass for a banned token (only after_logits hooks ban). This is the one pass
-     * over the row of the check (session.c), unless an after_logits hook may write the row. */
-    for (int64_t i = 0; !s->allow_nonfinite && s->head_bad < 0 && i < m->n_vocab; i++)
-        if (!isfinite(w->logits[i])) s->head_bad = i, s->head_bad_value = w->logits[i];
+     * over the rows of the check (session.c, batch.c), unless an after_logits hook may write them. */
+    for (int64_t i = 0; i < r && s->head_bad < 0; i++) /* each row as its own session asks */
+        for (int64_t j = 0; !p->seq[i].s->allow_nonfinite && s->head_bad < 0 && j < v; j++)
+            if (!isfinite(w->logits[i * v + j])) s->head_bad = i * v + j, s->head_bad_value = w->logits[i * v + j];
     if (m->softcap > 0.0f) { /* cap * tanh(logits / cap) */
-        for (int64_t i = 0; i < m->n_vocab; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
-        ember_trace_step(s->trace, "softcap", -1, EMBER_KOP_ENGINE, NULL, w->logits, 1, m->n_vocab);
+        for (int64_t i = 0; i < r * v; i++) w->logits[i] = m->softcap * tanhf(w->logits[i] / m->softcap);
+        ember_trace_step(s->trace, "softcap", -1, EMBER_KOP_ENGINE, NULL, w->logits, r, v);
     }
-    st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, 1, m->n_vocab, err);
-    if (st != EMBER_OK || !s->all_logits) return st;
-    /* Every row: the earlier ones through the head without hooks, the last one copied from the
-     * path above, so it is bit for bit what the default path (and after_logits) produced. */
-    const int64_t v = m->n_vocab;
-    if (n > 1) {
-        ember_matmul(m->compute, &m->output, w->xn, w->all_logits, n - 1);
-        if (m->softcap > 0.0f)
-            for (int64_t i = 0; i < (n - 1) * v; i++)
-                w->all_logits[i] = m->softcap * tanhf(w->all_logits[i] / m->softcap);
-    }
-    memcpy(w->all_logits + (n - 1) * v, w->logits, (size_t)v * sizeof(float));
-    return EMBER_OK;
+    st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LOGITS, ctx, -1, w->logits, r, v, err);
+    if (st == EMBER_OK && s->all_logits) all_rows_head(p);
+    return st;
 }

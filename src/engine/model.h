@@ -59,6 +59,7 @@ typedef struct ember_pass {
     int64_t n;
     int64_t n_seq;
     const ember_pass_seq *seq;
+    const ember_sequence *sequences; /* (n_seq) what the hooks' context says of them */
 } ember_pass;
 
 typedef ember_status (*ember_forward_fn)(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
@@ -194,7 +195,9 @@ static inline ember_eval_ctx ember_forward_ctx(const ember_pass *p) {
                             .input_token_count = p->n,
                             .sequence_length = first->pos + p->n,
                             .layer_index = -1,
-                            .tracing = s->trace != NULL};
+                            .tracing = s->trace != NULL,
+                            .sequences = p->sequences,
+                            .n_sequences = p->n_seq};
 }
 
 /* The prologue every forward shares (pass.c): the embedding rows of the pass's ids into ws.x, times
@@ -214,6 +217,17 @@ void ember_pass_kv_store(const ember_pass *p, int64_t l, const float *k, const f
 
 /* Grows the workspace to hold n tokens. */
 ember_status ember_workspace_reserve(struct ember_session *s, int64_t n, ember_error *err);
+/* Bytes of the workspace per token (session.c), and of one session's KV cache and attention
+ * scratch for n_ctx positions (what ember_session_new checks against the memory available). */
+int64_t ember_workspace_token_bytes(const ember_model *m);
+uint64_t ember_session_bytes(const ember_model *m, int64_t n_ctx);
+/* A session's context: *n_ctx <= 0 becomes the model's default; out of range is an error. */
+ember_status ember_session_context_of(const ember_model *m, int64_t *n_ctx, ember_error *err);
+/* The evaluation's checks of its tokens (count, context, vocabulary), the message prefixed by who. */
+ember_status ember_check_tokens(const struct ember_session *s, const int32_t *ids, int64_t n, const char *who,
+                                ember_error *err);
+/* The first NaN or +inf logit of n (or 0 when every one is -inf), else -1. */
+int64_t ember_logits_first_nonfinite(const float *x, int64_t n);
 
 /* Writes the keys and values of n tokens at positions pos..pos+n-1 into layer l's cache, converted
  * to the cache's type (round to nearest even). Row t of k and v starts at t * row_stride. */

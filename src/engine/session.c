@@ -57,38 +57,16 @@ static void workspace_buffers(const ember_model *m, ember_workspace *w, workspac
  * LLaMA-3.2-1B, 64 (the least) of an 8B model. The environment may set another. */
 #define EMBER_SLICE_BUDGET ((int64_t)16 << 20)
 
-static int64_t prefill_slice(const ember_model *m) {
-    /* EMBER_PREFILL_SLICE=N sets it (tests cut short prompts; 0 never slices) */
-    const char *env = getenv("EMBER_PREFILL_SLICE");
-    if (env && env[0]) {
-        char *end;
-        long long v = strtoll(env, &end, 10);
-        if (*end == '\0' && v >= 0) return v > 0 ? (int64_t)v : INT64_MAX;
-    }
+int64_t ember_workspace_token_bytes(const ember_model *m) {
     ember_workspace scratch = {0};
     workspace_buffer bufs[EMBER_WORKSPACE_BUFFERS];
     workspace_buffers(m, &scratch, bufs);
     int64_t token_bytes = 0;
     for (int i = 0; i < EMBER_WORKSPACE_BUFFERS; i++) token_bytes += bufs[i].width * (int64_t)sizeof(float);
-    const int64_t batches = EMBER_SLICE_BUDGET / token_bytes / EMBER_MATMUL_MAX_TOKENS;
-    return (batches > 1 ? batches : 1) * EMBER_MATMUL_MAX_TOKENS;
+    return token_bytes;
 }
 
-ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **out, ember_error *err) {
-    *out = NULL;
-    if (n_ctx <= 0) {
-        if (m->n_ctx_train < 1)
-            return ember_error_set(err, EMBER_ERR_ARG,
-                                   "session: the model's context_length is %lld, so a session needs an explicit "
-                                   "context (1..%lld)",
-                                   (long long)m->n_ctx_train, (long long)1 << 24);
-        n_ctx = m->n_ctx_train < EMBER_DEFAULT_CTX_CAP ? m->n_ctx_train : EMBER_DEFAULT_CTX_CAP;
-    }
-    if (n_ctx < 1 || n_ctx > ((int64_t)1 << 24))
-        return ember_error_set(err, EMBER_ERR_ARG, "session: context %lld is out of range (1..%lld)", (long long)n_ctx,
-                               (long long)1 << 24);
-    /* The KV cache and the attention scratch, estimated before any of it is allocated: a context
-     * that cannot fit is refused here, naming the bytes, instead of failing (or swapping) later. */
+uint64_t ember_session_bytes(const ember_model *m, int64_t n_ctx) {
     int64_t hd_max = 1;
     for (int64_t l = 0; l < m->n_layer; l++)
         if (m->layers[l].head_dim > hd_max) hd_max = m->layers[l].head_dim;
@@ -98,7 +76,49 @@ ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **ou
     for (int64_t l = 0; l < m->n_layer; l++) /* K and V, each n_ctx rows in the cache's type */
         if (m->layers[l].kv_source == l)
             kv_bytes += 2u * (uint64_t)ember_type_row_size(m->kv_type, n_ctx * m->layers[l].kv_dim);
-    kv_bytes += (uint64_t)scratch_floats * sizeof(float);
+    return kv_bytes + (uint64_t)scratch_floats * sizeof(float);
+}
+
+static int64_t prefill_slice(const ember_model *m) {
+    /* EMBER_PREFILL_SLICE=N sets it (tests cut short prompts; 0 never slices) */
+    const char *env = getenv("EMBER_PREFILL_SLICE");
+    if (env && env[0]) {
+        char *end;
+        long long v = strtoll(env, &end, 10);
+        if (*end == '\0' && v >= 0) return v > 0 ? (int64_t)v : INT64_MAX;
+    }
+    const int64_t token_bytes = ember_workspace_token_bytes(m);
+    const int64_t batches = EMBER_SLICE_BUDGET / token_bytes / EMBER_MATMUL_MAX_TOKENS;
+    return (batches > 1 ? batches : 1) * EMBER_MATMUL_MAX_TOKENS;
+}
+
+ember_status ember_session_context_of(const ember_model *m, int64_t *n_ctx, ember_error *err) {
+    if (*n_ctx <= 0) {
+        if (m->n_ctx_train < 1)
+            return ember_error_set(err, EMBER_ERR_ARG,
+                                   "session: the model's context_length is %lld, so a session needs an explicit "
+                                   "context (1..%lld)",
+                                   (long long)m->n_ctx_train, (long long)1 << 24);
+        *n_ctx = m->n_ctx_train < EMBER_DEFAULT_CTX_CAP ? m->n_ctx_train : EMBER_DEFAULT_CTX_CAP;
+    }
+    if (*n_ctx < 1 || *n_ctx > ((int64_t)1 << 24))
+        return ember_error_set(err, EMBER_ERR_ARG, "session: context %lld is out of range (1..%lld)", (long long)*n_ctx,
+                               (long long)1 << 24);
+    return EMBER_OK;
+}
+
+ember_status ember_session_new(ember_model *m, int64_t n_ctx, ember_session **out, ember_error *err) {
+    *out = NULL;
+    ember_status ctx_st = ember_session_context_of(m, &n_ctx, err);
+    if (ctx_st != EMBER_OK) return ctx_st;
+    /* The KV cache and the attention scratch, estimated before any of it is allocated: a context
+     * that cannot fit is refused here, naming the bytes, instead of failing (or swapping) later. */
+    int64_t hd_max = 1;
+    for (int64_t l = 0; l < m->n_layer; l++)
+        if (m->layers[l].head_dim > hd_max) hd_max = m->layers[l].head_dim;
+    const int64_t scratch_floats =
+        ember_attention_scratch_floats(ember_compute_threads(m->compute), n_ctx, m->n_head, hd_max);
+    const uint64_t kv_bytes = ember_session_bytes(m, n_ctx);
     const char *source;
     uint64_t avail = ember_memory_available(&source);
     if (kv_bytes > avail)
@@ -232,7 +252,8 @@ static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx
 static ember_status session_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                     ember_error *err) {
     const ember_pass_seq seq = {.s = s, .row = 0, .n = n};
-    const ember_pass p = {.host = s, .ids = ids, .n = n, .n_seq = 1, .seq = &seq};
+    const ember_sequence info = {.index = 0, .first_row = 0, .length = n, .start_position = s->pos};
+    const ember_pass p = {.host = s, .ids = ids, .n = n, .n_seq = 1, .seq = &seq, .sequences = &info};
     return s->model->family->forward(&p, hooks, err);
 }
 
@@ -279,7 +300,7 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
 
 /* The first NaN or +inf logit (or 0 when every logit is -inf), else -1: the one check on the hot
  * path. */
-static int64_t first_nonfinite(const float *x, int64_t n) {
+int64_t ember_logits_first_nonfinite(const float *x, int64_t n) {
     bool all_minus_inf = true;
     for (int64_t i = 0; i < n; i++) {
         if (bad_value(x[i], true)) return i;
@@ -336,20 +357,27 @@ static ember_status forward_slices(ember_session *s, const int32_t *ids, int64_t
     return st;
 }
 
-static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
-                             const ember_hooks *hooks, ember_error *err) {
-    if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "session: no tokens to evaluate");
+ember_status ember_check_tokens(const ember_session *s, const int32_t *ids, int64_t n, const char *who,
+                                ember_error *err) {
+    if (n < 1) return ember_error_set(err, EMBER_ERR_ARG, "%s: no tokens to evaluate", who);
     if (n > s->n_ctx - s->pos)
         return ember_error_set(err, EMBER_ERR_CONTEXT,
-                               "session: context is full (%lld of %lld positions used, %lld more requested)",
+                               "%s: context is full (%lld of %lld positions used, %lld more requested)", who,
                                (long long)s->pos, (long long)s->n_ctx, (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= s->model->n_vocab)
             return ember_error_set(err, EMBER_ERR_ARG,
-                                   "session: token id %d at index %lld is outside the vocabulary (0..%lld)", ids[i],
+                                   "%s: token id %d at index %lld is outside the vocabulary (0..%lld)", who, ids[i],
                                    (long long)i, (long long)s->model->n_vocab - 1);
+    return EMBER_OK;
+}
+
+static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t *ids, int64_t n,
+                             const ember_hooks *hooks, ember_error *err) {
+    ember_status st = ember_check_tokens(s, ids, n, "session", err);
+    if (st != EMBER_OK) return st;
     /* the weights are read from the file's mapping: refuse to compute on a file that changed */
-    ember_status st = ember_model_check_unchanged(s->model, err);
+    st = ember_model_check_unchanged(s->model, err);
     if (st != EMBER_OK) return st;
     const int64_t slice = observed(s, hooks) || n <= s->prefill_slice ? n : s->prefill_slice;
     st = ember_workspace_reserve(s, slice, err);
@@ -382,7 +410,7 @@ static ember_status evaluate(ember_session *s, ember_phase phase, const int32_t 
         int64_t bad = s->head_bad;
         float bad_value = s->head_bad_value;
         if (bad < 0 && ember_hook_wants(hooks, EMBER_STAGE_AFTER_LOGITS)) {
-            bad = first_nonfinite(s->ws.logits, s->model->n_vocab);
+            bad = ember_logits_first_nonfinite(s->ws.logits, s->model->n_vocab);
             if (bad >= 0) bad_value = s->ws.logits[bad];
         }
         if (bad >= 0) {

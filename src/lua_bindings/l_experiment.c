@@ -145,6 +145,29 @@ static int model_field(lua_State *L, const char *k) {
 
 static void push_str(lua_State *L, int which) { lua_rawgeti(L, lua_upvalueindex(1), which); }
 
+/* ctx.sequences: {index, first_row, length, start_position} per sequence of the call (index and
+ * first_row 1-based), a new table on each read; nil outside the call or at a lifecycle hook. */
+static void push_sequences(lua_State *L, const ember_eval_ctx *ev) {
+    if (!ev->sequences) {
+        lua_pushnil(L);
+        return;
+    }
+    lua_createtable(L, (int)ev->n_sequences, 0);
+    for (int64_t k = 0; k < ev->n_sequences; k++) {
+        const ember_sequence *q = &ev->sequences[k];
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, q->index + 1);
+        lua_setfield(L, -2, "index");
+        lua_pushinteger(L, q->first_row + 1);
+        lua_setfield(L, -2, "first_row");
+        lua_pushinteger(L, q->length);
+        lua_setfield(L, -2, "length");
+        lua_pushinteger(L, q->start_position);
+        lua_setfield(L, -2, "start_position");
+        lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+}
+
 /* upvalue 1: the strings table (STR_*). [ctx, key] */
 static int ctx_index(lua_State *L) {
     ctx_ud *c = luaL_checkudata(L, 1, EMBER_LUA_CONTEXT);
@@ -188,6 +211,7 @@ static int ctx_index(lua_State *L) {
     else if (strcmp(k, "token_position") == 0) lua_pushcfunction(L, ctx_token_position);
     else if (strcmp(k, "n_experts_used") == 0 && c->ev.n_experts_used > 0) lua_pushinteger(L, c->ev.n_experts_used);
     else if (strcmp(k, "expert") == 0) lua_pushcfunction(L, ctx_expert);
+    else if (strcmp(k, "sequences") == 0) push_sequences(L, &c->ev);
     else lua_pushnil(L);
     return 1;
 }
@@ -234,6 +258,7 @@ static void open_context(lua_State *L) {
                                          "tracing",
                                          "layer_index",
                                          "sae_index",
+                                         "sequences",
                                          "family",
                                          "architecture",
                                          "n_layers",
@@ -290,7 +315,7 @@ typedef struct {
     ember_view *view;         /* tensor hooks */
     const gen_counts *counts; /* on_generation_complete */
     ember_lua_view *v;        /* the view armed for this call, expired afterwards */
-    ctx_ud *x;                /* the context of this call: its routing pointers cleared afterwards */
+    ctx_ud *x;                /* the context of this call: its routing and sequences cleared afterwards */
 } hook_call;
 
 /* Message handler: turns any error value into a string (no traceback: the failure message format
@@ -373,6 +398,9 @@ static void push_call_view(lua_State *L, hook_call *c) {
      * (the pattern's rows, the heads' columns), so v:head(h) needs no arguments. */
     const ember_stage_heads by = ember_stage_get((ember_stage)c->hook)->heads;
     c->v->n_heads = c->view->n_heads;
+    c->v->sequences = c->ev->sequences;
+    c->v->n_sequences = c->ev->n_sequences;
+    c->v->one_row_each = ember_stage_get((ember_stage)c->hook)->rows == EMBER_ROWS_LAST;
     c->v->heads_by = c->view->n_heads == 0 || by == EMBER_HEADS_NONE ? EMBER_LUA_HEADS_NONE
                      : by == EMBER_HEADS_ROWS                        ? EMBER_LUA_HEADS_ROWS
                                                                      : EMBER_LUA_HEADS_COLUMNS;
@@ -416,6 +444,7 @@ static ember_status invoke(ember_lua_runner *r, hook_call *c, ember_error *err) 
         c->x->ev.n_experts_used = 0;
         c->x->ev.expert_ids = NULL;
         c->x->ev.expert_weights = NULL;
+        c->x->ev.sequences = NULL; /* engine memory: ctx.sequences is read inside the call */
     }
     if (st == LUA_OK) {
         lua_settop(L, base);

@@ -111,6 +111,9 @@ ember_lua_view *ember_lua_push_view(lua_State *L, float *data, int64_t rows, int
     v->root = v;
     v->n_heads = 0;
     v->heads_by = EMBER_LUA_HEADS_NONE;
+    v->sequences = NULL;
+    v->n_sequences = 0;
+    v->one_row_each = false;
     luaL_setmetatable(L, EMBER_LUA_VIEW);
     return v;
 }
@@ -591,7 +594,36 @@ static const luaL_Reg shared_methods[] = {
     {NULL, NULL},
 };
 
-static const luaL_Reg view_only[] = {{"expired", v_expired}, {NULL, NULL}};
+/* v:sequence(i) -> the rows of sequence i (its number in the batch, 1-based) as a writable sub-view
+ * of a hook's view: its tokens' rows, or its one row at the logits stages. */
+static int v_sequence(lua_State *L) {
+    ember_lua_view *v = luaL_checkudata(L, 1, EMBER_LUA_VIEW);
+    const lua_Integer i = luaL_checkinteger(L, 2);
+    if (!ember_lua_view_alive(v)) return luaL_error(L, "sequence: " EMBER_LUA_EXPIRED_MSG);
+    if (v->root != v || !v->sequences)
+        return luaL_error(L, "sequence: only a hook's own view holds sequences (not a row, slice or head of it)");
+    for (int64_t k = 0; k < v->n_sequences; k++) {
+        const ember_sequence *q = &v->sequences[k];
+        if (q->index + 1 != i) continue;
+        const int64_t first = v->one_row_each ? k : q->first_row, rows = v->one_row_each ? 1 : q->length;
+        if (first + rows > v->rows)
+            return luaL_error(L, "sequence: this stage's rows are not split by sequence (%I rows)",
+                              (lua_Integer)v->rows);
+        tref t = ember_lua_check_ref(L, 1, "sequence");
+        ember_lua_push_subview(L, 1, &t, at(&t, first, 0), rows, t.cols);
+        return 1;
+    }
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int64_t k = 0; k < v->n_sequences; k++) {
+        lua_pushfstring(L, "%s%I", k ? ", " : "", (lua_Integer)v->sequences[k].index + 1);
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    return luaL_error(L, "sequence: sequence %I is not in this evaluation (its sequences: %s)", i, lua_tostring(L, -1));
+}
+
+static const luaL_Reg view_only[] = {{"expired", v_expired}, {"sequence", v_sequence}, {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__len", t_len}, {"__tostring", t_tostring}, {NULL, NULL}};
 

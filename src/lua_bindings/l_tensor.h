@@ -42,6 +42,11 @@ typedef struct ember_lua_view {
     struct ember_lua_view *root; /* itself for a hook's view */
     int64_t n_heads;             /* heads in this view (0: not a per-head stage; sub-views: 0) */
     ember_lua_heads heads_by;
+    /* root: the sequences whose rows the call's view holds (the engine's, valid while alive), and
+     * whether each has one row (the logits stages) instead of its tokens' rows; for v:sequence(i) */
+    const ember_sequence *sequences;
+    int64_t n_sequences;
+    bool one_row_each;
 } ember_lua_view;
 
 /* The liveness rule of borrowed views, and its one message: a root is usable between its arm

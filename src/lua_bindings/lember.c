@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "l_batch.h"
 #include "l_control_vector.h"
 #include "l_experiment.h"
 #include "l_fs.h"
@@ -198,6 +199,7 @@ LUAMOD_API int luaopen_ember_core(lua_State *L) {
     ember_lua_open_model_lens(L, module);
     ember_lua_open_gradients(L, module);
     ember_lua_open_session(L, module);
+    ember_lua_open_batch(L, module);
     ember_lua_open_tiny_model(L, module);
     ember_lua_open_sampler(L, module);
     ember_lua_open_tokenizer(L, module);

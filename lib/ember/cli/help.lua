@@ -68,6 +68,7 @@ M.MODULE = {
 M.CLASSES = {
   ["ember.Model"] = {
     session = "m:session{ context = N } -> Session (a KV cache)",
+    batch = "m:batch{ size = N, context = C } -> Batch: N sequences evaluated together (b:prefill, b:decode)",
     generate = "m:generate{ prompt= | ids=, max_tokens=, experiment=, on_token=, all_logits=, trace=, ... } -> out",
     tokenize = "m:tokenize(text [, { bos=, special= }]) -> { ids } (0-based token ids)",
     detokenize = "m:detokenize(ids) -> text",
@@ -168,6 +169,17 @@ M.CLASSES = {
     slice = "t:slice(r0 [, r1]) -> rows r0..r1 (1-based, inclusive)",
     head = "t:head(h [, n_heads [, layout]]) -> head h (0-based) of a per-head tensor",
   },
+  ["ember.Batch"] = {
+    prefill = "b:prefill({ ids1, ids2, ... } [, { experiment=, all_logits=, sequences= }]) -> { logits1, ... }",
+    decode = "b:decode({ id1, id2, ... } [, { experiment=, sequences= }]) -> { logits1, ... }",
+    position = "b:position(i) -> sequence i's position",
+    logits = "b:logits(i) -> sequence i's current logits, or nil",
+    reset = "b:reset([i]): sequence i (or all) back to position 0",
+    close = "b:close() frees the batch's KV caches",
+    size = "b.size: the number of sequences",
+    context = "b.context: each sequence's positions",
+    closed = "b.closed",
+  },
   ["ember.Context"] = {
     token_position = "ctx:token_position() -> the position of a one-token evaluation, else nil",
   },
@@ -191,9 +203,10 @@ M.CLASSES = {
     adds_bos = "tok.adds_bos: whether encode adds BOS by default",
   },
 }
--- a view has a tensor's methods, and one more
+-- a view has a tensor's methods, and two more
 M.CLASSES["ember.TensorView"] = setmetatable({
   expired = "v:expired() -> true once the hook call that received it has returned",
+  sequence = "v:sequence(i) -> the rows of sequence i of the evaluation (a writable sub-view; ctx.sequences)",
 }, { __index = M.CLASSES["ember.Tensor"] })
 
 -- members(obj) -> sorted names of obj's methods and properties (what its metatable lists).

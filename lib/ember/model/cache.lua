@@ -1,8 +1,10 @@
 -- ember.model.cache — model:run_with_cache{...}: one prefill pass on a fresh session that returns the
 -- chosen activations as an ActivationCache (ember.model.activation_cache) of owned Tensors, plus
--- the logits. Built on the ordinary experiment hooks (a read-only experiment that clones the views
--- it was asked for), so the pass computes exactly what an uninstrumented prefill computes. Keeps
--- only what was asked for.
+-- the logits; with prompts= (or ids= a list of id lists) one batched pass (model:batch) that
+-- returns one ActivationCache per prompt, each bit for bit what the prompt gives alone. Built on
+-- the ordinary experiment hooks (a read-only experiment that clones the views it was asked for),
+-- so the pass computes exactly what an uninstrumented prefill computes. Keeps only what was asked
+-- for.
 
 local options = require("ember.model.options")
 local act_names = require("ember.run.act_names")
@@ -11,7 +13,8 @@ local selectors = require("ember.run.selectors")
 
 local M = {}
 
-local OPTIONS = { ids = true, prompt = true, bos = true, stages = true, layers = true, all_logits = true }
+local OPTIONS = { ids = true, prompt = true, prompts = true, bos = true, stages = true, layers = true,
+  all_logits = true }
 
 -- Level 0: the message names the function and the option; a library position would only mislead.
 local function fail(msg) error("run_with_cache: " .. msg, 0) end
@@ -59,9 +62,73 @@ end
 --   cache.before_logits and cache.after_logits (Tensors), cache.logits ([1, n_vocab] of the last
 --   position, or [P, n_vocab] with all_logits), cache.ids (the prompt ids), cache.stages,
 --   cache.layers (sorted lists; cache:layers() iterates).
+--   With prompts = {"text", ...} or ids = {{...}, {...}}: one batched pass; returns the list of
+--   caches (one per prompt, in order) and the list of their logits.
+-- The prompts of a batched call: prompts= (texts) or ids= a list of id lists; nil for one prompt.
+local function batch_ids(model, opts)
+  local many_ids = type(opts.ids) == "table" and type(opts.ids[1]) == "table"
+  if opts.prompts == nil and not many_ids then return nil end
+  if opts.prompts ~= nil and (opts.ids ~= nil or opts.prompt ~= nil) then
+    fail("give one of ids=, prompt= or prompts=")
+  end
+  local list = opts.prompts or opts.ids
+  if type(list) ~= "table" or #list == 0 then fail("prompts must be a non-empty list") end
+  local out = {}
+  for i, p in ipairs(list) do
+    local ok, ids = pcall(options.prompt_ids, model, opts.prompts and { prompt = p, bos = opts.bos } or { ids = p },
+      function(msg) error(msg, 0) end)
+    if not ok then fail("prompt " .. i .. ": " .. ids) end
+    out[i] = ids
+  end
+  return out
+end
+
+-- The batched run_with_cache: one pass of a batch over every prompt, each sequence's rows of every
+-- view cloned into its own cache (view:sequence(i)). Returns the caches and their logits.
+local function run_batched(model, opts, prompts, stages, layers)
+  local last_layer = model.info.n_layers - 1
+  local caches, all_logits, longest = {}, {}, 1
+  for i, ids in ipairs(prompts) do
+    caches[i] = activation_cache.new { ids = ids, stages = stages, layers = options.sorted_keys(layers), model = model }
+    longest = math.max(longest, #ids)
+  end
+  local hold = activation_cache.hold
+  local function each(ctx, view, f)
+    for _, q in ipairs(ctx.sequences) do f(q.index, view:sequence(q.index)) end
+  end
+  local exp = { name = "run_with_cache" }
+  for _, stage in ipairs(stages) do
+    if selectors.LAYER_STAGE_SET[stage] then
+      exp[stage] = function(_, ctx, view)
+        if layers[ctx.layer_index] then
+          each(ctx, view, function(i, v) hold(caches[i], stage, ctx.layer_index, v:clone()) end)
+        end
+      end
+    else
+      exp[stage] = function(_, ctx, view) each(ctx, view, function(i, v) hold(caches[i], stage, nil, v:clone()) end) end
+    end
+  end
+  if opts.all_logits then
+    local keep = exp.after_layer
+    exp.after_layer = function(self, ctx, view)
+      if keep then keep(self, ctx, view) end
+      if ctx.layer_index == last_layer then each(ctx, view, function(i, v) all_logits[i] = model:unembed(v) end) end
+    end
+  end
+  local b <close> = model:batch { size = #prompts, context = longest }
+  local logits = b:prefill(prompts, { experiment = exp })
+  for i, c in ipairs(caches) do
+    logits[i] = all_logits[i] or logits[i]
+    rawset(c, "logits", logits[i])
+  end
+  return caches, logits
+end
+
 function M.run_with_cache(model, opts)
   options.check(opts, OPTIONS, fail)
   local info = model.info
+  local prompts = batch_ids(model, opts)
+  if prompts then return run_batched(model, opts, prompts, stage_list(opts), layer_set(opts, info.n_layers)) end
   local ids = options.prompt_ids(model, opts, fail)
   local stages = stage_list(opts)
   local layers = layer_set(opts, info.n_layers)

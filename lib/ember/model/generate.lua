@@ -286,6 +286,12 @@ end
 -- session= a stopping EOS is not evaluated either (the session then holds the prompt and the
 -- kept tokens exactly, so a conversation can go on from it).
 function M.generate(model, opts)
+  -- prompts = {...} or ids = { {...}, ... }: one batch (ember.model.generate_batch)
+  local many = type(opts) == "table" and (opts.prompts ~= nil or (type(opts.ids) == "table"
+    and type(opts.ids[1]) == "table"))
+  if many then
+    return require("ember.model.generate_batch").generate(model, opts)
+  end
   local run = {}
   local self_arg = debug.getinfo(1, "n").namewhat == "method" and "#1" or "#2"
   local ok, err = pcall(prepare, run, model, opts, self_arg)

@@ -62,6 +62,21 @@ end
 
 local IDS = { 1, 17, 40, 3, 99, 250 }
 
+-- A copy of the tiny gptneox model with use_parallel_residual false (the sequential residual; the
+-- tool writes Pythia's parallel one): the key's boolean byte cleared.
+local function sequential_gptneox()
+  local path = tiny("gptneox")
+  local data = H.read(path)
+  local key = "gptneox.use_parallel_residual"
+  local at = data:find(key, 1, true)
+  assert(at, "the tiny gptneox model has no " .. key)
+  local byte = at + #key + 4 -- after the key, its u32 type (7: bool), then the value
+  assert(data:byte(byte) == 1, "the tiny gptneox model's residual is parallel")
+  local out = H.tmpdir() .. "/gptneox-sequential.gguf"
+  H.write(out, data:sub(1, byte - 1) .. "\0" .. data:sub(byte + 1))
+  return out
+end
+
 describe("model:gradients against finite differences of a float64 forward", function()
   before_each(function() if missing_numpy then pending(missing_numpy) end end)
   after_each(H.cleanup)
@@ -71,10 +86,14 @@ describe("model:gradients against finite differences of a float64 forward", func
     { family = "qwen3", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
     { family = "qwen2", metric = "logit:5", ref = { kind = "logit", a = 5 } },
     { family = "gpt2", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "olmo2", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
+    { family = "gptneox", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "gptneox", model = sequential_gptneox, label = "gptneox, sequential residual", metric = "logit:5",
+      ref = { kind = "logit", a = 5 } },
   }
   for _, c in ipairs(cases) do
-    it(c.family .. " (" .. c.metric .. "), every stage, reference path: relative error <= 1e-4", function()
-      local path = tiny(c.family)
+    it((c.label or c.family) .. " (" .. c.metric .. "), every stage, reference path: relative error <= 1e-4", function()
+      local path = c.model and c.model() or tiny(c.family)
       local m = ember.load { model = path, kernels = "reference" }
       local g = m:gradients { ids = IDS, metric = c.metric, values = true }
       assert_close(reference(path, g, c.ref), 1e-4, c.family)
@@ -89,23 +108,31 @@ describe("model:gradients against finite differences of a float64 forward", func
       assert_close(reference(path, g, { kind = "logprob", a = 11 }, { "attention", "norm" }), 1e-4, "gpt2 frozen")
     end)
 
+  for _, fam in ipairs({ "qwen3", "olmo2", "gptneox" }) do
   for _, freeze in ipairs({ { "attention" }, { "norm" }, { "attention", "norm" } }) do
-    it("qwen3, frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
-      local path = tiny("qwen3")
+    it(fam .. ", frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
+      local path = tiny(fam)
       local m = ember.load { model = path, kernels = "reference" }
       local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true, freeze = freeze }
-      assert_close(reference(path, g, { kind = "logit-diff", a = 3, b = 7 }, freeze), 1e-4, "frozen")
+      assert_close(reference(path, g, { kind = "logit-diff", a = 3, b = 7 }, freeze), 1e-4, fam .. " frozen")
     end)
   end
+  end
 
-  it("q8_0 on the default kernels: within the weight type's tolerance (5e-2, the parity bound)", function()
-    local path = tiny("llama", "q8_0")
-    local m = ember.load { model = path }
-    local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true }
-    local report = reference(path, g, { kind = "logit-diff", a = 3, b = 7 })
-    report.logits_rel = 0 -- the fast path's activation quantization moves the logits; the bound is on gradients
-    assert_close(report, 5e-2, "q8_0 fast path")
-  end)
+  for _, fam in ipairs({ "llama", "olmo2", "gptneox" }) do
+    for _, k in ipairs({ "avx2", "avx512" }) do
+      it(fam .. ", q8_0 on the " .. k .. " kernels: within the weight type's tolerance (5e-2, the parity bound)",
+        function()
+          local path = tiny(fam, "q8_0")
+          local ok, m = pcall(ember.load, { model = path, kernels = k })
+          if not ok then pending("the " .. k .. " kernels do not run here: " .. tostring(m)) end
+          local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true }
+          local report = reference(path, g, { kind = "logit-diff", a = 3, b = 7 })
+          report.logits_rel = 0 -- the fast path's activation quantization moves the logits; the bound is on gradients
+          assert_close(report, 5e-2, fam .. " q8_0 " .. k)
+        end)
+    end
+  end
 end)
 
 describe("model:gradients on the 4- to 6-bit fast paths", function()
@@ -135,7 +162,7 @@ describe("model:gradients leaves the forward pass as it is", function()
   after_each(H.cleanup)
 
   it("the forward's logits and values are bit for bit a prefill's, on every set this CPU runs", function()
-    for _, family in ipairs({ "qwen3", "gpt2" }) do
+    for _, family in ipairs({ "qwen3", "gpt2", "olmo2", "gptneox" }) do
       local path = tiny(family, "q8_0")
       for _, k in ipairs({ "reference", "auto" }) do
         local m = ember.load { model = path, kernels = k }

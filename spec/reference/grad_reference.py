@@ -105,7 +105,8 @@ class Model:
         self.n_rot = g("rope.dimension_count", self.hd)
         self.base = g("rope.freq_base", 10000.0)
         self.eps = g("attention.layer_norm_rms_epsilon", g("attention.layer_norm_epsilon", 1e-5))
-        self.neox = a in ("qwen3", "qwen2")
+        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox")
+        self.parallel = g("use_parallel_residual", False)
         self.embd = self.t["token_embd.weight"]
         self.out = self.t.get("output.weight", self.embd)
         self.freqs = self.t.get("rope_freqs.weight")
@@ -213,7 +214,61 @@ def forward_gpt2(M, ids, edit, hold):
     return edit("after_logits", -1, last @ M.out.T)[0]
 
 
-FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2}
+def forward_olmo2(M, ids, edit, hold):
+    """No pre-norms; RMSNorm after attention and after the MLP; Q/K RMSNorm over the full width."""
+    t, n = M.t, len(ids)
+    x = edit("embeddings", -1, M.embd[ids].copy())
+    for l in range(M.n_layer):
+        p = "blk.%d." % l
+        x = edit("before_layer", l, x)
+        q, k, v = x @ t[p + "attn_q.weight"].T, x @ t[p + "attn_k.weight"].T, x @ t[p + "attn_v.weight"].T
+        q = rmsnorm(q, t[p + "attn_q_norm.weight"], M.eps, hold, ("q_norm", l))
+        k = rmsnorm(k, t[p + "attn_k_norm.weight"], M.eps, hold, ("k_norm", l))
+        q, k, v = q.reshape(n, M.n_head, M.hd), k.reshape(n, M.n_head_kv, M.hd), v.reshape(n, M.n_head_kv, M.hd)
+        q, k = rope(q, M.n_rot, M.base, True, None), rope(k, M.n_rot, M.base, True, None)
+        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), 0, hold, ("attn", l), lambda a: edit("attention_pattern", l, a))
+        att = edit("attention_heads", l, att)
+        o = rmsnorm(att @ t[p + "attn_output.weight"].T, t[p + "post_attention_norm.weight"], M.eps, hold,
+                    ("post_attn_norm", l))
+        x = x + edit("after_attention", l, o)
+        act = edit("mlp_activation", l, silu(x @ t[p + "ffn_gate.weight"].T) * (x @ t[p + "ffn_up.weight"].T))
+        o = rmsnorm(act @ t[p + "ffn_down.weight"].T, t[p + "post_ffw_norm.weight"], M.eps, hold, ("post_ffw_norm", l))
+        x = x + edit("after_mlp", l, o)
+        x = edit("after_layer", l, x)
+    last = edit("before_logits", -1, rmsnorm(x[-1:], t["output_norm.weight"], M.eps, hold, ("output_norm", -1)))
+    return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+def forward_gptneox(M, ids, edit, hold):
+    """LayerNorm with bias, fused QKV, partial NEOX RoPE, GELU MLP; the parallel residual
+    x + attn(ln1(x)) + mlp(ln2(x)) when the file says so, else the sequential one."""
+    t, n, d = M.t, len(ids), M.d
+    kv = M.n_head_kv * M.hd
+    x = edit("embeddings", -1, M.embd[ids].copy())
+    for l in range(M.n_layer):
+        p = "blk.%d." % l
+        x = edit("before_layer", l, x)
+        xn = layernorm(x, t[p + "attn_norm.weight"], t[p + "attn_norm.bias"], M.eps, hold, ("attn_norm", l))
+        qkv = xn @ t[p + "attn_qkv.weight"].T + t[p + "attn_qkv.bias"]
+        q = qkv[:, :d].reshape(n, M.n_head, M.hd)
+        k, v = (qkv[:, d + i * kv:d + (i + 1) * kv].reshape(n, M.n_head_kv, M.hd) for i in range(2))
+        q, k = rope(q, M.n_rot, M.base, True, None), rope(k, M.n_rot, M.base, True, None)
+        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), 0, hold, ("attn", l), lambda a: edit("attention_pattern", l, a))
+        att = edit("attention_heads", l, att)
+        a = edit("after_attention", l, att @ t[p + "attn_output.weight"].T + t[p + "attn_output.bias"])
+        h = x if M.parallel else x + a
+        xn = layernorm(h, t[p + "ffn_norm.weight"], t[p + "ffn_norm.bias"], M.eps, hold, ("ffn_norm", l))
+        act = edit("mlp_activation", l, gelu(xn @ t[p + "ffn_up.weight"].T + t[p + "ffn_up.bias"]))
+        x = h + edit("after_mlp", l, act @ t[p + "ffn_down.weight"].T + t[p + "ffn_down.bias"])
+        x = x + a if M.parallel else x
+        x = edit("after_layer", l, x)
+    last = layernorm(x[-1:], t["output_norm.weight"], t["output_norm.bias"], M.eps, hold, ("output_norm", -1))
+    last = edit("before_logits", -1, last)
+    return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2,
+            "olmo2": forward_olmo2, "gptneox": forward_gptneox}
 
 
 # ---- metric, frozen values, finite differences -------------------------------------------------

@@ -135,12 +135,19 @@ void ember_backward_attention(ember_backward *b, int64_t l, const ember_layer *L
     if (pattern) ember_backward_keep(b, EMBER_STAGE_ATTENTION_PATTERN, l, b->pattern, m->n_head * b->n, b->n);
 }
 
-void ember_backward_mlp_output(ember_backward *b, int64_t l) {
+const float *ember_backward_post_norm(ember_backward *b, int64_t l, ember_tape_slot slot, const float *w) {
+    if (!w) return b->gx;
+    const int64_t d = b->m->n_embd;
+    ember_backward_norm(b, false, b->t0, b->gx, ember_tape_get(b->tape, l, slot), w, b->n, d, b->m->norm_eps, false);
+    return b->t0;
+}
+
+void ember_backward_mlp_output(ember_backward *b, int64_t l, const float *post_norm) {
     const ember_layer *L = &b->m->layers[l];
     const int64_t d = b->m->n_embd, n = b->n;
     ember_backward_keep(b, EMBER_STAGE_AFTER_LAYER, l, b->gx, n, d);
     ember_backward_keep(b, EMBER_STAGE_AFTER_MLP, l, b->gx, n, d);
-    ember_backward_product(b, &L->w_down, b->gx, b->f0, false);
+    ember_backward_product(b, &L->w_down, ember_backward_post_norm(b, l, EMBER_TAPE_MLP, post_norm), b->f0, false);
     ember_backward_keep(b, EMBER_STAGE_MLP_ACTIVATION, l, b->f0, n, L->n_ff);
 }
 

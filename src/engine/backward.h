@@ -111,9 +111,12 @@ void ember_backward_add(float *x, const float *d, int64_t count);
 /* What every family's block backward shares. A block's backward moves b->gx from its output
  * residual to its input residual. */
 typedef void (*ember_backward_block)(ember_backward *b, int64_t l);
-/* Layer l's MLP output: keeps after_layer and after_mlp (both b->gx), f0 = gx W_down (kept as
- * mlp_activation). */
-void ember_backward_mlp_output(ember_backward *b, int64_t l);
+/* The gradient before a post-norm (RMSNorm, weight w) whose output's gradient is b->gx, the norm's
+ * input kept in tape slot (layer l): into b->t0, which is returned; w NULL (no post-norm): b->gx. */
+const float *ember_backward_post_norm(ember_backward *b, int64_t l, ember_tape_slot slot, const float *w);
+/* Layer l's MLP output: keeps after_layer and after_mlp (both b->gx), f0 = g W_down (kept as
+ * mlp_activation), g the gradient before the post-norm post_norm (EMBER_TAPE_MLP; NULL: none). */
+void ember_backward_mlp_output(ember_backward *b, int64_t l, const float *post_norm);
 /* b->gx += the norm's backward (RMSNorm, or LayerNorm with layer) of b->t1 at the residual the
  * tape keeps in slot (EMBER_TAPE_X: entering layer l, then kept as before_layer; EMBER_TAPE_X_MID:
  * after its attention), weight w. */
@@ -126,5 +129,9 @@ ember_status ember_llama_backward(ember_backward *b, ember_error *err);
 uint32_t ember_llama_tape_slots(const ember_model *m);
 ember_status ember_gpt2_backward(ember_backward *b, ember_error *err);
 uint32_t ember_gpt2_tape_slots(const ember_model *m);
+ember_status ember_olmo2_backward(ember_backward *b, ember_error *err);
+uint32_t ember_olmo2_tape_slots(const ember_model *m);
+ember_status ember_gptneox_backward(ember_backward *b, ember_error *err);
+uint32_t ember_gptneox_tape_slots(const ember_model *m);
 
 #endif

@@ -13,7 +13,7 @@ uint32_t ember_gpt2_tape_slots(const ember_model *m) {
 /* gx: after layer l's MLP residual -> after its attention residual. */
 static void mlp_backward(ember_backward *b, int64_t l) {
     const ember_layer *L = &b->m->layers[l];
-    ember_backward_mlp_output(b, l);
+    ember_backward_mlp_output(b, l, NULL);
     ember_gelu_mul_backward(b->f1, NULL, b->f0, ember_tape_get(b->tape, l, EMBER_TAPE_UP), NULL, b->n * L->n_ff);
     ember_backward_product(b, &L->w_up, b->f1, b->t1, false);
     ember_backward_block_input(b, l, true, EMBER_TAPE_X_MID, L->ffn_norm);

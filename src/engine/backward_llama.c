@@ -16,7 +16,7 @@ uint32_t ember_llama_tape_slots(const ember_model *m) {
 /* gx: the gradient after layer l's MLP residual -> after its attention residual. */
 static void mlp_backward(ember_backward *b, int64_t l) {
     const ember_layer *L = &b->m->layers[l];
-    ember_backward_mlp_output(b, l);
+    ember_backward_mlp_output(b, l, NULL);
     ember_silu_mul_backward(b->f1, b->f2, b->f0, ember_tape_get(b->tape, l, EMBER_TAPE_GATE),
                             ember_tape_get(b->tape, l, EMBER_TAPE_UP), b->n * L->n_ff);
     ember_backward_product(b, &L->w_gate, b->f1, b->t1, false);

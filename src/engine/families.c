@@ -63,6 +63,8 @@ static const ember_family families[] = {
         .info = {.name = "olmo2", .architectures = ARCHS("olmo2")},
         .bind = ember_olmo2_bind,
         .forward = ember_olmo2_forward,
+        .backward = ember_olmo2_backward,
+        .tape_slots = ember_olmo2_tape_slots,
         .rope_neox = true, /* read by ember_llama_hparams */
     },
     {
@@ -83,6 +85,8 @@ static const ember_family families[] = {
         .info = {.name = "gptneox", .architectures = ARCHS("gptneox")},
         .bind = ember_gptneox_bind,
         .forward = ember_gptneox_forward,
+        .backward = ember_gptneox_backward,
+        .tape_slots = ember_gptneox_tape_slots,
         .final_norm = EMBER_NORM_LAYER,
     },
 };

@@ -1,6 +1,7 @@
 /* family_gptneox.c — GPT-NeoX (Pythia): LayerNorm with bias, fused QKV with bias, partial NeoX
  * RoPE, GELU MLP, and the parallel residual x + attn(ln1(x)) + mlp(ln2(x)) when the file says so.
  * Its hook boundaries follow SPEC §4.6 (projections include their biases); computes no other family. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -35,6 +36,7 @@ static ember_status attention_block(const ember_pass *p, const ember_hooks *hook
     ember_add_bias(w->qkv, L->bqkv, n, d + 2 * kv);
     ember_trace_step(tr, "attn_qkv", l, EMBER_KOP_PRODUCT, &L->wqkv, w->qkv, n, d + 2 * kv);
     split_qkv(w->qkv, w->q, w->k, w->v, n, d, kv);
+    ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, d);
     ember_pass_norm_rope(p, w->q, m->n_head, L->head_dim, NULL, m->norm_eps, m->n_rot, m->rope_base, true, NULL);
     ember_pass_norm_rope(p, w->k, L->n_head_kv, L->head_dim, NULL, m->norm_eps, m->n_rot, m->rope_base, true, NULL);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, d);
@@ -64,6 +66,7 @@ static ember_status mlp_block(const ember_pass *p, const ember_hooks *hooks, emb
     ember_matmul(m->compute, &L->w_up, w->xn, w->up, n);
     ember_add_bias(w->up, L->b_up, n, L->n_ff);
     ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
+    ember_tape_keep(s, l, EMBER_TAPE_UP, w->up, n, L->n_ff);
     ember_rows_gelu_mul(m, w->up, NULL, n, L->n_ff);
     ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->up, n, L->n_ff);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, ctx, l, w->up, n, L->n_ff, err))) return st;
@@ -85,6 +88,7 @@ ember_status ember_gptneox_forward(const ember_pass *p, const ember_hooks *hooks
 
     for (int64_t l = 0; l < m->n_layer; l++) {
         if ((st = ember_pass_layer_start(p, hooks, &ctx, l, err))) return st;
+        ember_tape_keep(s, l, EMBER_TAPE_X, w->x, n, d);
         if ((st = attention_block(p, hooks, &ctx, l, err))) return st;
         if (m->parallel_residual) {
             /* the MLP reads the layer's input too; then x + mlp + attn, in llama.cpp's order */
@@ -94,6 +98,7 @@ ember_status ember_gptneox_forward(const ember_pass *p, const ember_hooks *hooks
         } else {
             ember_add_into(w->x, w->attn, n * d);
             ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+            ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
             if ((st = mlp_block(p, hooks, &ctx, l, err))) return st;
             ember_add_into(w->x, w->mlp, n * d);
         }
@@ -101,6 +106,7 @@ ember_status ember_gptneox_forward(const ember_pass *p, const ember_hooks *hooks
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     return ember_logits_head(p, hooks, &ctx, err);
 }
 

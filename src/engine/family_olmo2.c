@@ -1,6 +1,7 @@
 /* family_olmo2.c — the OLMo 2 block as llama.cpp runs it: no norm before attention or MLP, RMSNorm
  * after each (before the residual add), Q/K RMSNorm over the full projection width, NEOX RoPE,
  * SwiGLU, separate head. Must not read another family's keys or switches. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -30,6 +31,8 @@ static ember_status attention(const ember_pass *p, const ember_hooks *hooks, emb
     ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, q_dim);
     ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
     ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
+    ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, q_dim);
+    ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
     norm_rope(p, w->q, m->n_head, L->head_dim, L->q_norm);
     norm_rope(p, w->k, L->n_head_kv, L->head_dim, L->k_norm);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, q_dim);
@@ -39,6 +42,7 @@ static ember_status attention(const ember_pass *p, const ember_hooks *hooks, emb
     if (st) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
+    ember_tape_keep(s, l, EMBER_TAPE_ATTN, w->attn, n, d);
     ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, m->norm_eps);
     ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
     return EMBER_OK;
@@ -67,11 +71,14 @@ ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, 
                            (float *const[]){w->gate, w->up}, n);
         ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_GATE, w->gate, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_UP, w->up, n, L->n_ff);
         ember_rows_silu_mul(m, w->gate, w->up, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
+        ember_tape_keep(s, l, EMBER_TAPE_MLP, w->mlp, n, d);
         ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_ffw_norm, n, d, m->norm_eps);
         ember_trace_step(tr, "ffn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
@@ -80,6 +87,7 @@ ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, 
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     return ember_logits_head(p, hooks, &ctx, err);
 }
 

@@ -62,19 +62,12 @@ end
 
 local IDS = { 1, 17, 40, 3, 99, 250 }
 
--- A copy of the tiny gptneox model with use_parallel_residual false (the sequential residual; the
--- tool writes Pythia's parallel one): the key's boolean byte cleared.
+-- The tiny gptneox model with the sequential residual (use_parallel_residual false; the tool's
+-- default is Pythia's parallel one).
 local function sequential_gptneox()
-  local path = tiny("gptneox")
-  local data = H.read(path)
-  local key = "gptneox.use_parallel_residual"
-  local at = data:find(key, 1, true)
-  assert(at, "the tiny gptneox model has no " .. key)
-  local byte = at + #key + 4 -- after the key, its u32 type (7: bool), then the value
-  assert(data:byte(byte) == 1, "the tiny gptneox model's residual is parallel")
-  local out = H.tmpdir() .. "/gptneox-sequential.gguf"
-  H.write(out, data:sub(1, byte - 1) .. "\0" .. data:sub(byte + 1))
-  return out
+  local path, why = fx.tiny_model("--family gptneox --dtype f32 --layers 3 --seed 11 --sequential-residual")
+  if not path then pending(why) end
+  return path
 end
 
 describe("model:gradients against finite differences of a float64 forward", function()

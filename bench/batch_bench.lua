@@ -10,27 +10,12 @@
 
 local ember = require("ember")
 local core = require("ember.core")
+local bench = require("ember.run.benchmark")
 
 local USAGE = "usage: batch_bench.lua [--model M] [--dtype q8_0] [--repeat R] [--kernels K] [--threads N] [--steps S]"
 local KNOWN = { model = true, dtype = true, ["repeat"] = true, kernels = true, threads = true, steps = true }
-local o = { dtype = "q8_0", ["repeat"] = 5, steps = 16 }
-local i = 1
-while i <= #arg do
-  local k, v = arg[i]:match("^%-%-([%w-]+)$"), arg[i + 1]
-  if not k or v == nil then error(USAGE, 0) end
-  if not KNOWN[k] then error("batch_bench.lua: unknown flag '" .. arg[i] .. "'\n" .. USAGE, 0) end
-  o[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
-  i = i + 2
-end
-if not o.model then
-  o.model = "build/models/bench-qwen3-0.6b-" .. o.dtype .. ".gguf"
-  local f = io.open(o.model, "rb")
-  if f then f:close() else
-    os.execute("mkdir -p build/models")
-    assert(os.execute("build/make-tiny-model --shape qwen3-0.6b --dtype " .. o.dtype .. " --out " .. o.model
-      .. " >/dev/null"), "could not make the benchmark model")
-  end
-end
+local o = bench.flags("batch_bench.lua", arg, USAGE, KNOWN, { dtype = "q8_0", ["repeat"] = 5, steps = 16 })
+o.model = o.model or bench.made_model("bench-qwen3-0.6b-" .. o.dtype, "--shape qwen3-0.6b --dtype " .. o.dtype)
 
 local m = ember.load { model = o.model, kernels = o.kernels, threads = o.threads }
 local V = m.info.n_vocab

@@ -16,29 +16,10 @@ local USAGE = "usage: hooks_ab.lua [--model M] [--prompt-tokens N] [--gen-tokens
 local KNOWN = { model = true, prompt_tokens = true, gen_tokens = true, ["repeat"] = true, kernels = true,
   threads = true,
   stages = true }
-local opts = { ["repeat"] = 7 }
-local i = 1
-while i <= #arg do
-  local k, v = arg[i]:match("^%-%-([%w-]+)$"), arg[i + 1]
-  if not k or v == nil then error(USAGE, 0) end
-  k = k:gsub("-", "_")
-  if not KNOWN[k] then error("hooks_ab.lua: unknown flag '" .. arg[i] .. "'\n" .. USAGE, 0) end
-  opts[k] = math.tointeger(tonumber(v)) or v
-  i = i + 2
-end
-
-if not opts.model then
-  opts.model = "build/models/bench-llama-q8_0.gguf"
-  local f = io.open(opts.model, "rb")
-  if f then
-    f:close()
-  else
-    os.execute("mkdir -p build/models")
-    assert(os.execute("build/make-tiny-model --family llama --dtype q8_0 --layers 8 --hidden 512 --heads 8 "
-      .. "--kv-heads 4 --ff 1536 --vocab 4096 --context 512 --seed 3 --out " .. opts.model .. " >/dev/null"),
-      "could not make the benchmark model")
-  end
-end
+local opts = bench.flags("hooks_ab.lua", arg, USAGE, KNOWN, { ["repeat"] = 7 })
+opts.model = opts.model
+  or bench.made_model("bench-llama-q8_0", "--family llama --dtype q8_0 --layers 8 --hidden 512 --heads 8 "
+    .. "--kv-heads 4 --ff 1536 --vocab 4096 --context 512 --seed 3")
 
 local model = ember.load { model = opts.model, kernels = opts.kernels or "auto", threads = opts.threads }
 local bopts = { prompt_tokens = opts.prompt_tokens, gen_tokens = opts.gen_tokens, ["repeat"] = opts["repeat"] }

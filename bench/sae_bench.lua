@@ -20,26 +20,9 @@ local USAGE = "usage: sae_bench.lua [--model M] [--layer L] [--d-sae N] [--dtype
   .. " [--repeat R] [--kernels K] [--threads N] [--membw-mib M] [--ghz G] [--flops-per-cycle F] [--prefill 1|0]"
 local KNOWN = { model = true, layer = true, d_sae = true, dtype = true, tokens = true, ["repeat"] = true,
   kernels = true, threads = true, membw_mib = true, ghz = true, flops_per_cycle = true, prefill = true }
-local o = { d_sae = 16384, dtype = "f16", tokens = 512, ["repeat"] = 5, membw_mib = 1024, prefill = 1 }
-local i = 1
-while i <= #arg do
-  local k, v = arg[i]:match("^%-%-([%w-]+)$"), arg[i + 1]
-  if not k or v == nil then error(USAGE, 0) end
-  k = k:gsub("-", "_")
-  if not KNOWN[k] then error("sae_bench.lua: unknown flag '" .. arg[i] .. "'\n" .. USAGE, 0) end
-  o[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
-  i = i + 2
-end
-
-if not o.model then
-  o.model = "build/models/bench-qwen3-0.6b-q8_0.gguf"
-  local f = io.open(o.model, "rb")
-  if f then f:close() else
-    os.execute("mkdir -p build/models")
-    assert(os.execute("build/make-tiny-model --shape qwen3-0.6b --tokenizer --out " .. o.model .. " >/dev/null"),
-      "could not make the benchmark model")
-  end
-end
+local o = bench.flags("sae_bench.lua", arg, USAGE, KNOWN,
+  { d_sae = 16384, dtype = "f16", tokens = 512, ["repeat"] = 5, membw_mib = 1024, prefill = 1 })
+o.model = o.model or bench.made_model("bench-qwen3-0.6b-q8_0", "--shape qwen3-0.6b --tokenizer")
 local model = ember.load { model = o.model, kernels = o.kernels, threads = o.threads }
 local info = model.info
 local d_in, d_sae = info.hidden_size, o.d_sae

@@ -11,6 +11,7 @@ local fs = require("ember.store.fs")
 local core = require("ember.core")
 
 local M = {}
+local shell_quote = fs.shell_quote
 
 -- median(list) -> the median (mean of the middle two for an even count); the list is not changed.
 function M.median(t)
@@ -223,6 +224,33 @@ function M.format_provenance_ab(res)
   return table.concat(lines, "\n") .. "\n"
 end
 
+-- flags(script, argv, usage, known, defaults) -> the bench scripts' options: `--name value` pairs
+-- (dashes in a name read as underscores; numbers as numbers) over `defaults`; an unknown name or a
+-- missing value raises with the usage.
+function M.flags(script, argv, usage, known, defaults)
+  local o, i = defaults or {}, 1
+  while i <= #argv do
+    local k, v = argv[i]:match("^%-%-([%w-]+)$"), argv[i + 1]
+    if not k or v == nil then error(usage, 0) end
+    k = k:gsub("-", "_")
+    if not known[k] then error(script .. ": unknown flag '" .. argv[i] .. "'\n" .. usage, 0) end
+    o[k] = math.tointeger(tonumber(v)) or tonumber(v) or v
+    i = i + 2
+  end
+  return o
+end
+
+-- made_model(name, make_args) -> build/models/NAME.gguf, made once with build/make-tiny-model
+-- MAKE_ARGS (random weights: the speed does not depend on them).
+function M.made_model(name, make_args)
+  local path = "build/models/" .. name .. ".gguf"
+  if fs.exists(path) then return path end
+  fs.mkdir_p("build/models")
+  assert(os.execute("build/make-tiny-model " .. make_args .. " --out " .. shell_quote(path) .. " >/dev/null"),
+    "could not make the benchmark model " .. path)
+  return path
+end
+
 -- bench_engine_path() -> the bench-engine beside the running interpreter (the build directory of
 -- ember-lua), or nil and the path that was looked for. EMBER_BENCH_ENGINE overrides.
 function M.bench_engine_path()
@@ -239,8 +267,6 @@ function M.bench_engine_path()
   if not fs.exists(path) then return nil, path end
   return path
 end
-
-local shell_quote = fs.shell_quote
 
 -- Runs bench-engine with the arguments `fmt` formats (after the executable) and returns its output;
 -- raises a message naming --membw when the tool is missing.

@@ -14,27 +14,32 @@ PY=/usr/bin/python3
 HERE=$(dirname "$0")
 
 # name | make-tiny-model arguments | prompt ids | greedy tokens | --inside (boundaries and heads)
+# Three quantized cases keep no boundaries or heads, each for a reason the view-level specs cannot
+# take yet: phi3-tiny-q8_0 runs the long LongRoPE factors, which a session picks from its context, and
+# the hook-view specs open shorter sessions; on avx512 one decode head view of gptneox-tiny-q8_0 is at
+# 0.14 of the logits-derived bound 0.13; qwen3moe-tiny-q8_0's fast router picks another expert on a
+# near-tie in one row, so its mlp_activation there is another expert's.
 CASES=(
   "gemma2-tiny-f32|--family gemma2 --dtype f32 --seed 3 --attn-softcap 2 --window 4|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
-  "gemma2-tiny-q8_0|--family gemma2 --dtype q8_0 --seed 11 --attn-softcap 3|2,17,250,31,402,77,5,19,333,64,8,120|8|"
+  "gemma2-tiny-q8_0|--family gemma2 --dtype q8_0 --seed 11 --attn-softcap 3|2,17,250,31,402,77,5,19,333,64,8,120|8|--inside"
   "gemma3-tiny-f32|--family gemma3 --dtype f32 --seed 3 --layers 7 --window 4|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
-  "gemma3-tiny-q8_0|--family gemma3 --dtype q8_0 --seed 12 --rope-scale 8 --rope-base-swa 20000 --softcap 10|2,31,8,444,96,150,7,3,222,64,51,9|8|"
-  "gemma3-small-q4_k|--family gemma3 --dtype q4_k --seed 6 --layers 6 --hidden 256 --heads 4 --kv-heads 1 --head-dim 128 --ff 512 --window 5|2,13,91,260,7,48,180,310,2,99,140,17|8|"
+  "gemma3-tiny-q8_0|--family gemma3 --dtype q8_0 --seed 12 --rope-scale 8 --rope-base-swa 20000 --softcap 10|2,31,8,444,96,150,7,3,222,64,51,9|8|--inside"
+  "gemma3-small-q4_k|--family gemma3 --dtype q4_k --seed 6 --layers 6 --hidden 256 --heads 4 --kv-heads 1 --head-dim 128 --ff 512 --window 5|2,13,91,260,7,48,180,310,2,99,140,17|8|--inside"
   "olmo2-tiny-f32|--family olmo2 --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
-  "olmo2-tiny-q8_0|--family olmo2 --dtype q8_0 --seed 13 --kv-heads 4 --rope-base 10000|2,71,9,260,14,333,48,5,190,77,21,404|8|"
-  "olmo2-small-q4_k|--family olmo2 --dtype q4_k --seed 8 --layers 3 --hidden 256 --heads 4 --ff 512|2,19,88,301,6,45,212,130,9,77,260,33|8|"
+  "olmo2-tiny-q8_0|--family olmo2 --dtype q8_0 --seed 13 --kv-heads 4 --rope-base 10000|2,71,9,260,14,333,48,5,190,77,21,404|8|--inside"
+  "olmo2-small-q4_k|--family olmo2 --dtype q4_k --seed 8 --layers 3 --hidden 256 --heads 4 --ff 512|2,19,88,301,6,45,212,130,9,77,260,33|8|--inside"
   "phi3-tiny-f32|--family phi3 --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "phi3-tiny-q8_0|--family phi3 --dtype q8_0 --seed 14 --rope-freqs|2,71,9,260,14,333,48,5,190,77,21,404|8|"
-  "phi3-small-q4_k|--family phi3 --dtype q4_k --seed 9 --layers 3 --hidden 256 --heads 4 --ff 512 --rope-freqs --context 4096|2,19,88,301,6,45,212,130,9,77,260,33|8|"
+  "phi3-small-q4_k|--family phi3 --dtype q4_k --seed 9 --layers 3 --hidden 256 --heads 4 --ff 512 --rope-freqs --context 4096|2,19,88,301,6,45,212,130,9,77,260,33|8|--inside"
   "qwen3moe-tiny-f32|--family qwen3moe --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "qwen3moe-tiny-q8_0|--family qwen3moe --dtype q8_0 --seed 15 --experts 8 --experts-used 3 --expert-ff 32|2,71,9,260,14,333,48,5,190,77,21,404|8|"
-  "qwen3moe-small-q4_k|--family qwen3moe --dtype q4_k --seed 10 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512 --experts 4 --experts-used 2 --expert-ff 256|2,19,88,301,6,45,212,130,9,77,260,33|8|"
-  "gemma2-small-q4_k|--family gemma2 --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --window 6|2,44,61,77,19,250,333,401,17,90,6,211|8|"
+  "qwen3moe-small-q4_k|--family qwen3moe --dtype q4_k --seed 10 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 --ff 512 --experts 4 --experts-used 2 --expert-ff 256|2,19,88,301,6,45,212,130,9,77,260,33|8|--inside"
+  "gemma2-small-q4_k|--family gemma2 --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --window 6|2,44,61,77,19,250,333,401,17,90,6,211|8|--inside"
   "gptneox-tiny-f32|--family gptneox --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "gptneox-tiny-q8_0|--family gptneox --dtype q8_0 --seed 11|2,17,250,31,402,77,5,19,333,64,8,120|8|"
   "gptneox-seq-tiny-f32|--family gptneox --dtype f32 --seed 7 --sequential-residual|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
-  "gptneox-seq-tiny-q8_0|--family gptneox --dtype q8_0 --seed 17 --sequential-residual|2,31,8,444,96,150,7,3,222,64,51,9|8|"
-  "gptneox-small-q4_k|--family gptneox --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --ff 512|2,44,61,77,19,250,333,401,17,90,6,211|8|"
+  "gptneox-seq-tiny-q8_0|--family gptneox --dtype q8_0 --seed 17 --sequential-residual|2,31,8,444,96,150,7,3,222,64,51,9|8|--inside"
+  "gptneox-small-q4_k|--family gptneox --dtype q4_k --seed 5 --layers 3 --hidden 256 --heads 4 --ff 512|2,44,61,77,19,250,333,401,17,90,6,211|8|--inside"
 )
 
 tmp=$(mktemp -d)

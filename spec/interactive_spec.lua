@@ -94,9 +94,10 @@ describe("ember interactive in a terminal", function()
   setup(function()
     sh("tmux new-session -d -s " .. session .. " -x 160 -y 50")
     sh("tmux set-option -t " .. session .. " remain-on-exit on")
-    -- a long generation (20000 tokens, reference kernels): Ctrl-C lands while it runs
+    -- a long generation (20000 tokens, reference kernels): Ctrl-C lands while it runs; the context
+    -- holds two such turns, so the second fits however many tokens the first made before Ctrl-C
     sh("tmux respawn-pane -k -t " .. session .. " '" .. ember_bin .. " interactive --model " .. model
-      .. " --kernels reference --max-tokens 20000 --context 20100 2>/dev/null'")
+      .. " --kernels reference --max-tokens 20000 --context 40100 2>/dev/null'")
     wait_for("/help lists commands")
   end)
 

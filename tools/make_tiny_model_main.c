@@ -251,11 +251,8 @@ static int other_option(cmdline *c, const char *a, const char *val) {
     return 1;
 }
 
-int main(int argc, char **argv) {
-    cmdline c = {0};
-    ember_tiny_model_defaults(&c.p);
-    c.tensor_types = calloc((size_t)argc + 1, sizeof *c.tensor_types);
-    if (!c.tensor_types) return 1;
+static int run(int argc, char **argv, cmdline *cp) {
+    cmdline c = *cp;
     int rc = apply_shape(argc, argv, &c);
     if (rc) return rc;
     for (int i = 1; i < argc; i++) {
@@ -289,4 +286,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     return 0;
+}
+
+/* The tensor-type list lives as long as the run; freed on every exit path (LeakSanitizer). */
+int main(int argc, char **argv) {
+    cmdline c = {0};
+    ember_tiny_model_defaults(&c.p);
+    c.tensor_types = calloc((size_t)argc + 1, sizeof *c.tensor_types);
+    if (!c.tensor_types) return 1;
+    int rc = run(argc, argv, &c);
+    free(c.tensor_types);
+    return rc;
 }

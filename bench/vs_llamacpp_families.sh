@@ -45,25 +45,9 @@ fi
 for s in $shapes; do [[ " $presets " == *" $s "* ]] || die "no make-tiny-model preset '$s' (presets: $presets)"; done
 types=${TYPES:-q8_0}
 
-files=()
-for s in $shapes; do
-  q8=$dir/$s-q8_0.gguf
-  if [ ! -s "$q8" ]; then
-    echo "vs_llamacpp_families: making $q8" >&2
-    "$build/make-tiny-model" --shape "$s" --tokenizer --out "$q8.tmp" >/dev/null && mv "$q8.tmp" "$q8"
-  fi
-  for t in $types; do
-    f=$dir/$s-$t.gguf
-    if [ ! -s "$f" ]; then
-      [ -x "$quantize" ] || die "missing llama-quantize '$quantize' (set LLAMA_QUANTIZE=...)"
-      echo "vs_llamacpp_families: quantizing $f" >&2
-      "$quantize" --allow-requantize "$q8" "$f.tmp" "$(tr a-z A-Z <<<"$t")" >"$dir/quantize-$s-$t.log" 2>&1 ||
-        die "llama-quantize failed for $f (see $dir/quantize-$s-$t.log)"
-      mv "$f.tmp" "$f"
-    fi
-    files+=("$f")
-  done
-done
+# shellcheck source=bench/bench_models.sh
+. "$root/bench/bench_models.sh"
+bench_models vs_llamacpp_families "$dir" "$build" "$quantize" "$shapes" "$types"
 
 if [ "${QUICK:-0}" = 1 ]; then
   export ROUNDS=1 WARMUP=0 THREADS=2 LENGTHS=${LENGTHS:-16/8}

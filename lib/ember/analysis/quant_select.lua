@@ -34,23 +34,34 @@ end
 
 -- first_pass(o) -> o.groups, each with .recovered, .certified (identical in A and B: 0, no pass), and
 -- the measurement's kl / top1 / divergence. o: { groups, prompts, ref, base, load, same(name),
--- progress(msg) }.
+-- progress(msg) }, and optionally done (name -> a measurement saved earlier: taken as it is),
+-- mine(i) (a shard measures only the groups i it returns true for) and save(g) (after each group).
+-- Returns the groups, and how many were measured and resumed.
 function M.first_pass(o)
+  local measured, resumed = 0, 0
   for i, g in ipairs(o.groups) do
-    local identical = true
-    for _, t in ipairs(g.tensors) do
-      if not o.same(t.name) then identical = false end
+    local saved = o.done and o.done[g.name]
+    if saved then
+      require("ember.analysis.quant_first_pass").restore(g, saved)
+      resumed = resumed + 1
+    elseif not o.mine or o.mine(i) then
+      local identical = true
+      for _, t in ipairs(g.tensors) do
+        if not o.same(t.name) then identical = false end
+      end
+      if identical then
+        g.certified, g.recovered = true, 0
+      else
+        local r = measure_with(o, { g })
+        g.recovered, g.divergence, g.kl, g.top1 = r.recovered, r.divergence, r.kl, r.top1
+      end
+      measured = measured + 1
+      if o.save then o.save(g) end
+      o.progress(string.format("first pass %d/%d %s: recovered %.4g%s", i, #o.groups, g.name, g.recovered,
+        identical and " (identical in A and B: certified, no pass)" or ""))
     end
-    if identical then
-      g.certified, g.recovered = true, 0
-    else
-      local r = measure_with(o, { g })
-      g.recovered, g.divergence, g.kl, g.top1 = r.recovered, r.divergence, r.kl, r.top1
-    end
-    o.progress(string.format("first pass %d/%d %s: recovered %.4g%s", i, #o.groups, g.name, g.recovered,
-      identical and " (identical in A and B: certified, no pass)" or ""))
   end
-  return o.groups
+  return o.groups, measured, resumed
 end
 
 -- candidates(groups) -> the groups that recovered something alone, best share per added byte first

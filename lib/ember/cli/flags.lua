@@ -283,6 +283,22 @@ function M.present(args, first, names)
   return nil
 end
 
+-- without(args, first, spec, names) -> args[first..] without the flags in names (a set) and their
+-- values: the command line a shard process gets (--jobs, --out and the like are its parent's).
+function M.without(args, first, spec, names)
+  local out, i = {}, first
+  while i <= #args do
+    local name, value = selectors.parse_flag(args[i])
+    if name and names[name] then
+      if value == nil and spec[name] and spec[name].kind ~= "bool" then i = i + 1 end
+    else
+      out[#out + 1] = args[i]
+    end
+    i = i + 1
+  end
+  return out
+end
+
 -- command(c, args, io_) -> opts, positionals: the prologue of a subcommand. args[c.first or 2..]
 -- parsed against c.spec; with --help, c.usage() is written and nil returned (the command then exits
 -- 0); a positional argument is a usage error naming c.name unless c.positionals is true; each flag

@@ -2,8 +2,10 @@
 -- --out DIR`: which of B's weight groups to keep at higher precision (docs/quant-recipe.md). Writes
 -- DIR/tensor-types.txt (llama-quantize's --tensor-type-file), DIR/command.txt, DIR/report.json,
 -- DIR/report.txt and the plot, and with llama-quantize at hand quantizes A with the recipe and
--- measures the result on held-out prompts. Must not hold the passes (analysis/quant_select.lua) nor
--- the measurements (analysis/quant_recipe.lua).
+-- measures the result on held-out prompts. The first pass resumes from DIR/first-pass.json, runs as
+-- shards (--shard I/N, --jobs N) and `ember quant-recipe merge OUT SHARD...` finishes a run from
+-- its shards' directories. Must not hold the passes (analysis/quant_select.lua) nor the
+-- measurements (analysis/quant_recipe.lua).
 
 local flags = require("ember.cli.flags")
 
@@ -31,7 +33,11 @@ M.FLAGS_LIST = {
     .. "output, token_embd)" },
   { "held-out", "path", "FILE.jsonl", "the prompts the verification measures on (not used to choose)" },
   { "split", "bool", nil, "hold out every other prompt of --prompts (2nd, 4th, ...) for the verification" },
-  { "out", "path", "DIR", "the output directory, new (required)" },
+  { "out", "path", "DIR", "the output directory: new, or a stopped run's (its first pass resumes; required)" },
+  { "shard", function(s) return require("ember.sweep").parse_shard(s) end, "I/N",
+    "measure only shard I of N of the first pass (groups i with i mod N = I) into --out, then stop" },
+  { "jobs", flags.positive, "N", "run the first pass as N shards in local processes (--out.shards/I), then "
+    .. "select" },
   { "llama-quantize", "path", "FILE", "the quantizer (default $LLAMA_QUANTIZE, else "
     .. "../shared/bench/llama.cpp/llama-quantize when it exists)" },
   { "no-verify", "bool", nil, "do not quantize A with the recipe" },
@@ -67,7 +73,9 @@ local function check_args(o)
     if o[f] and not fs.exists(o[f]) then usage_error("--%s: cannot open '%s'", f, o[f]) end
   end
   if o["held-out"] and o.split then usage_error("--held-out and --split: give one of them") end
-  if fs.exists(o.out) then usage_error("--out: '%s' already exists", o.out) end
+  if o.jobs and o.shard then
+    usage_error("quant-recipe: --jobs and --shard cannot be combined (--jobs makes the shards)")
+  end
   if not fs.is_dir(fs.dirname(o.out)) then usage_error("--out: directory '%s' does not exist", fs.dirname(o.out)) end
   local m = o.metric or { kind = "kl", tokens = {} }
   if m.kind ~= "kl" and m.kind ~= "logit-diff" then
@@ -91,8 +99,36 @@ local function find_quantizer(o)
   return nil, "no llama-quantize: set LLAMA_QUANTIZE or give --llama-quantize"
 end
 
--- main(args, argv, io_) -> exit code; args[1] is "quant-recipe"
-function M.main(args, _, io_)
+-- `ember quant-recipe merge OUT SHARD...`: the run the shards were made for (their recorded flags),
+-- into OUT, with every group they measured
+local function run_merge(args, argv, io_)
+  local dirs = flags.operands("quant-recipe merge", args, function()
+    return "usage: ember quant-recipe merge OUT SHARD_DIR...\n\nFinishes a sharded quant-recipe run into OUT: "
+      .. "the flags its shards recorded, every group they measured taken as it is.\n"
+  end, io_)
+  if not dirs then return 0 end
+  if #dirs < 2 then usage_error("quant-recipe merge needs OUT and at least one shard directory") end
+  local out = table.remove(dirs, 1)
+  local fp = require("ember.analysis.quant_first_pass")
+  local doc
+  for _, d in ipairs(dirs) do
+    local ok, got = pcall(fp.read, d)
+    if not ok then usage_error("%s", (tostring(got):gsub("^quant%-recipe: ", ""))) end
+    if not got then usage_error("quant-recipe merge: '%s' holds no %s (not a shard directory)", d, fp.FILE) end
+    if type(got.args) ~= "table" then usage_error("quant-recipe merge: %s records no flags", got.path) end
+    doc = doc or got
+  end
+  local again = { "quant-recipe" }
+  for _, a in ipairs(doc.args) do again[#again + 1] = a end
+  again[#again + 1] = "--out"
+  again[#again + 1] = out
+  return M.main(again, argv, io_, dirs)
+end
+
+-- main(args, argv, io_ [, from]) -> exit code; args[1] is "quant-recipe"; from: shard directories whose
+-- measured groups are taken (quant-recipe merge)
+function M.main(args, argv, io_, from)
+  if args[2] == "merge" then return run_merge(args, argv, io_) end
   local o = flags.command({ name = "quant-recipe", spec = M.FLAGS, usage = M.usage }, args, io_)
   if not o then return 0 end
   local metric = check_args(o)
@@ -102,7 +138,8 @@ function M.main(args, _, io_)
   local quantizer, why_not = find_quantizer(o)
   local run = require("ember.cli.quant_recipe_run")
   return run.run({ o = o, metric = metric, types = types, quantizer = quantizer, why_not = why_not,
-    read_prompts = read_prompts }, io_)
+    read_prompts = read_prompts, from = from or {},
+    args = flags.without(args, 2, M.FLAGS, { out = true, shard = true, jobs = true }) }, io_)
 end
 
 return M

@@ -1,12 +1,15 @@
 -- ember.cli.quant_recipe_run — the steps of `ember quant-recipe` once its flags hold: the models and
--- prompts, the passes (ember.analysis.quant_select), the recipe and command files, the verification
--- with llama-quantize, the plot and the report, written into --out. Progress goes to stderr.
+-- prompts, the passes (ember.analysis.quant_select; the first pass kept, resumed and sharded through
+-- ember.analysis.quant_first_pass, its shards run by ember.run.shards), the recipe and command
+-- files, the verification with llama-quantize, the plot and the report, written into --out.
+-- Progress goes to stderr.
 
 local flags = require("ember.cli.flags")
 local fs = require("ember.store.fs")
 local json = require("ember.store.json")
 local qr = require("ember.analysis.quant_recipe")
 local sel = require("ember.analysis.quant_select")
+local fp = require("ember.analysis.quant_first_pass")
 
 local M = {}
 
@@ -38,10 +41,58 @@ local function prompt_sets(c, a)
   return all, digest, held, held_digest
 end
 
--- the passes: reference, B's own divergence, first pass, selection
-local function passes(c, a, b, prompts, held, progress)
+-- --out: new, or a stopped run's (its checkpoint and no report yet); created here
+local function prepare_out(o)
+  if fs.exists(o.out) then
+    if fs.exists(fs.join(o.out, "report.json")) then
+      flags.usage_error("--out: '%s' holds a finished run (report.json); give a new directory", o.out)
+    end
+    if not fs.exists(fs.join(o.out, fp.FILE)) and #fs.list_dir(o.out) > 0 then
+      flags.usage_error("--out: '%s' already exists and is not a stopped quant-recipe run (no %s)", o.out, fp.FILE)
+    end
+  else
+    local ok, err = fs.mkdir(o.out)
+    if not ok then flags.usage_error("--out: %s", tostring(err)) end
+  end
+end
+
+-- the shards of --jobs N as local processes into OUT.shards/I -> their directories
+local function run_jobs(c, progress)
+  local o = c.o
+  local args = { table.unpack(c.args) }
+  if not o.threads then -- N processes share the cores
+    local cores = require("ember.core").cpu().physical_cores or 1
+    args[#args + 1] = "--threads=" .. math.max(1, cores // o.jobs)
+  end
+  local last = -1
+  return require("ember.run.shards").run { command = "quant-recipe", args = args, n = o.jobs,
+    base = o.out .. ".shards", label = "quant-recipe --jobs", noun = "groups",
+    count = function(dir)
+      local ok, doc = pcall(fp.read, dir)
+      if not ok or not doc then return 0, nil end
+      local n = 0
+      for _ in pairs(doc.groups) do n = n + 1 end
+      return n, math.tointeger(doc.total_groups)
+    end,
+    on_count = function(done, total)
+      if done ~= last and total then progress(string.format("first pass: %d/%d groups in %d shards", done, total,
+        o.jobs)) end
+      last = done
+    end }
+end
+
+-- the passes: reference, B's own divergence, first pass (stopping there for a shard), selection
+local function passes(c, a, b, prompts, held, progress, sections)
   local o = c.o
   local metric = require("ember.sweep.metric").token_ids(c.metric, function(t) return a:to_single_token(t) end)
+  local settings, digest = fp.settings { a_sha256 = sections.a.sha256, b_sha256 = sections.b.sha256,
+    prompts = prompts, metric = metric, per_tensor = o["per-tensor"], kernels = o.kernels or "auto" }
+  local from = { o.out }
+  for _, d in ipairs(c.from) do from[#from + 1] = d end
+  if o.jobs then
+    for _, d in ipairs(run_jobs(c, progress)) do from[#from + 1] = d end
+  end
+  local done, saved = fp.gather(from, digest)
   local ref = qr.reference(a, prompts, metric)
   local held_ref = held and qr.reference(a, held, metric)
   local identical = {}
@@ -55,18 +106,25 @@ local function passes(c, a, b, prompts, held, progress)
   local tensors = b:tensors()
   local groups = qr.groups(tensors, o["per-tensor"])
   qr.costs(groups, c.types, require("ember.core").WEIGHT_TYPES)
+  local shard = o.shard
   local po = { groups = groups, prompts = prompts, ref = ref, base = base, progress = progress,
     target = o.target or 0.9, budget = o["budget-mib"] and math.floor(o["budget-mib"] * 1048576),
     same = function(name) return identical[name] end,
-    load = function(names) return load(o, o.quantized, { from = o.reference, tensors = names }) end }
+    load = function(names) return load(o, o.quantized, { from = o.reference, tensors = names }) end,
+    done = done, mine = shard and function(i) return (i - 1) % shard.count == shard.index end,
+    save = fp.saver(o.out, { settings = settings, settings_sha256 = digest, args = c.args, total_groups = #groups,
+      shard = shard and json.ordered({ "index", "count" }, { index = shard.index, count = shard.count }) }, done) }
+  if saved > 0 then progress(string.format("first pass: %d groups measured before, taken as saved", saved)) end
   local now = require("ember.core").now_ms
   local t0 = now()
-  sel.first_pass(po)
+  local _, measured, resumed = sel.first_pass(po)
   local t1 = now()
+  if shard then return { shard = shard, measured = measured, resumed = resumed, groups = groups } end
   local selection = sel.select(po)
-  local timing = json.ordered({ "first_pass_seconds", "first_pass_groups", "selection_seconds", "selection_passes" },
-    { first_pass_seconds = (t1 - t0) / 1000, first_pass_groups = #groups, selection_seconds = (now() - t1) / 1000,
-      selection_passes = #selection.steps })
+  local timing = json.ordered({ "first_pass_seconds", "first_pass_groups", "first_pass_measured",
+    "first_pass_resumed", "selection_seconds", "selection_passes" }, { first_pass_seconds = (t1 - t0) / 1000,
+    first_pass_groups = #groups, first_pass_measured = measured, first_pass_resumed = resumed,
+    selection_seconds = (now() - t1) / 1000, selection_passes = #selection.steps })
   return { timing = timing, metric = metric, ref = ref, held_ref = held_ref, base = base, groups = groups,
     selection = selection, tensors = tensors, target = po.target, budget = po.budget }
 end
@@ -142,9 +200,15 @@ function M.run(c, io_)
   qr.check_pair(a, b)
   local prompts, digest, held, held_digest = prompt_sets(c, a)
   local sections = { a = model_section(a), b = model_section(b) }
-  local r = passes(c, a, b, prompts, held, progress)
+  prepare_out(o)
+  local r = passes(c, a, b, prompts, held, progress, sections)
+  if r.shard then
+    b:close()
+    io_.stderr:write(string.format("ember: quant-recipe: shard %d/%d: %d groups measured, %d taken as saved, in %s\n",
+      r.shard.index, r.shard.count, r.measured, r.resumed, fs.join(o.out, fp.FILE)))
+    return 0
+  end
   r.prompts = prompts
-  assert(fs.mkdir(o.out))
   local recipe = write_recipe(c, r)
   local v = verify(c, r, recipe, held, b, progress)
   local report = { a = sections.a, b = sections.b, metric = json.ordered({ "kind", "tokens" },

@@ -100,18 +100,7 @@ end
 
 -- The argument list a shard process gets: this command's flags minus --jobs/--out/--progress.
 local function shard_args(args)
-  local out, skip = {}, { jobs = true, out = true, progress = true, ["no-plot"] = true }
-  local i = 2
-  while i <= #args do
-    local name, value = selectors.parse_flag(args[i])
-    if name and skip[name] then
-      if value == nil and M.FLAGS[name].kind ~= "bool" then i = i + 1 end
-    else
-      out[#out + 1] = args[i]
-    end
-    i = i + 1
-  end
-  return out
+  return flags.without(args, 2, M.FLAGS, { jobs = true, out = true, progress = true, ["no-plot"] = true })
 end
 
 -- main(args, argv, io_) -> exit code; args[1] is "sweep". Usage errors are raised (ember.cli.flags) for the

@@ -265,20 +265,15 @@ static void test_family(const char *family) {
     char path[1100];
     snprintf(path, sizeof path, "%s/batch-%s.gguf", ember_test_tmpdir(), family);
     ember_test_write_model(ember_test_tiny_writer(family, EMBER_TYPE_Q8_0), path);
-    static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
-    static const char *set_names[] = {"reference", "avx2", "avx512"};
     static const int64_t sizes[] = {1, 5, 32};
-    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
-        if (!ember_kernels_supported(sets[k])) {
-            printf("%s: not supported by this CPU, skipped\n", set_names[k]);
-            continue;
-        }
+    for (size_t k = 0; k < EMBER_TEST_N_SETS; k++) {
+        if (!ember_test_set_runs(k)) continue;
         composition c;
         const int64_t n_seq = sizes[k % 3] + (int64_t)(next_rand() % 3);
         compose(&c, n_seq < MAX_SEQ ? n_seq : MAX_SEQ, 512);
         solo_result solo[MAX_SEQ];
         memset(solo, 0, sizeof solo);
-        ember_model_params mp = {.path = path, .kernels = sets[k], .n_threads = 1};
+        ember_model_params mp = {.path = path, .kernels = ember_test_sets[k], .n_threads = 1};
         ember_model *m = NULL;
         ember_error err = {0};
         if (!CHECKF(ember_model_load(&mp, &m, &err) == EMBER_OK, "%s: %s", family, err.msg)) return;
@@ -290,7 +285,7 @@ static void test_family(const char *family) {
             mp.n_threads = threads;
             if (!CHECKF(ember_model_load(&mp, &mt, &err) == EMBER_OK, "%s", err.msg)) break;
             char what[128];
-            snprintf(what, sizeof what, "%s %s %d threads, %lld sequences", family, set_names[k], threads,
+            snprintf(what, sizeof what, "%s %s %d threads, %lld sequences", family, ember_test_set_names[k], threads,
                      (long long)c.n_seq);
             run_batch(mt, &c, solo, what);
             if (threads == 2) test_write_one(mt, &c, solo, what);

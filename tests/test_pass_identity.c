@@ -87,8 +87,6 @@ int main(void) {
     setenv("EMBER_PREFILL_SLICE", "100", 1);
     static const char *cases[] = {"parity/llama-tiny-q8_0",  "parity/qwen3-tiny-q8_0", "parity/qwen2-tiny-q8_0",
                                   "parity/gemma4-tiny-q8_0", "parity/gpt2-tiny-q8_0",  "parity/llama-tiny-f16"};
-    static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
-    static const char *set_names[] = {"reference", "avx2", "avx512"};
     /* (threads, mode) of every run compared with the plain 1-thread one */
     static const struct {
         int threads;
@@ -99,28 +97,22 @@ int main(void) {
     for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((r = r * 1103515245u + 12345u) >> 8);
     int ran = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char path[2048], rel[256];
-        snprintf(rel, sizeof rel, "%s/model.gguf", cases[c]);
-        if (!ember_fixture_path(rel, path, sizeof path)) {
-            printf("%s: fixture missing, skipped\n", rel);
-            continue;
-        }
-        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
-            if (!ember_kernels_supported(sets[k])) {
-                printf("%s: not supported by this CPU, skipped\n", set_names[k]);
-                continue;
-            }
+        char path[2048];
+        if (!ember_test_case_model(cases[c], path, sizeof path)) continue;
+        for (size_t k = 0; k < EMBER_TEST_N_SETS; k++) {
+            if (!ember_test_set_runs(k)) continue;
             for (int kv = 0; kv < 2; kv++) {
                 const ember_kv_type t = kv ? EMBER_KV_F16 : EMBER_KV_F32;
                 int64_t nv = 0, nv2 = 0;
-                float *one = run(path, sets[k], t, 1, PLAIN, ids, &nv);
+                float *one = run(path, ember_test_sets[k], t, 1, PLAIN, ids, &nv);
                 if (!one) continue;
                 for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-                    float *other = run(path, sets[k], t, variants[v].threads, variants[v].mode, ids, &nv2);
+                    float *other = run(path, ember_test_sets[k], t, variants[v].threads, variants[v].mode, ids, &nv2);
                     if (!other) continue;
                     CHECK_MSG(nv2 == nv && memcmp(one, other, (size_t)(1 + N_DECODE) * (size_t)nv * sizeof *one) == 0,
-                              "%s %s %s KV: %d threads %s differ from the plain 1-thread run", cases[c], set_names[k],
-                              kv ? "f16" : "f32", variants[v].threads, mode_names[variants[v].mode]);
+                              "%s %s %s KV: %d threads %s differ from the plain 1-thread run", cases[c],
+                              ember_test_set_names[k], kv ? "f16" : "f32", variants[v].threads,
+                              mode_names[variants[v].mode]);
                     free(other);
                 }
                 free(one);

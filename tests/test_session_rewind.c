@@ -116,31 +116,23 @@ int main(void) {
     setenv("EMBER_PREFILL_SLICE", "50", 1);
     static const char *cases[] = {"parity/llama-tiny-q8_0",  "parity/qwen3-tiny-q8_0", "parity/qwen2-tiny-q8_0",
                                   "parity/gemma4-tiny-q8_0", "parity/gpt2-tiny-q8_0",  "parity/llama-tiny-f16"};
-    static const ember_kernels sets[] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2, EMBER_KERNELS_AVX512};
-    static const char *set_names[] = {"reference", "avx2", "avx512"};
     int32_t raw_a[N_PROMPT], raw_b[N_PROMPT];
     uint32_t r = 424242;
     for (int i = 0; i < N_PROMPT; i++) raw_a[i] = (int32_t)((r = r * 1103515245u + 12345u) >> 8);
     for (int i = 0; i < N_PROMPT; i++) raw_b[i] = (int32_t)((r = r * 1103515245u + 12345u) >> 8);
     int ran = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char path[2048], rel[256];
-        snprintf(rel, sizeof rel, "%s/model.gguf", cases[c]);
-        if (!ember_fixture_path(rel, path, sizeof path)) {
-            printf("%s: fixture missing, skipped\n", rel);
-            continue;
-        }
-        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
-            if (!ember_kernels_supported(sets[k])) {
-                printf("%s: not supported by this CPU, skipped\n", set_names[k]);
-                continue;
-            }
+        char path[2048];
+        if (!ember_test_case_model(cases[c], path, sizeof path)) continue;
+        for (size_t k = 0; k < EMBER_TEST_N_SETS; k++) {
+            if (!ember_test_set_runs(k)) continue;
             for (int kv = 0; kv < 2; kv++)
                 for (int threads = 1; threads <= (kv ? 1 : 3); threads++) { /* f16: the KV type, 1 thread */
                     char label[512];
-                    snprintf(label, sizeof label, "%s %s %s KV %d threads", cases[c], set_names[k], kv ? "f16" : "f32",
-                             threads);
-                    ran += run_case(path, sets[k], kv ? EMBER_KV_F16 : EMBER_KV_F32, threads, raw_a, raw_b, label);
+                    snprintf(label, sizeof label, "%s %s %s KV %d threads", cases[c], ember_test_set_names[k],
+                             kv ? "f16" : "f32", threads);
+                    ran += run_case(path, ember_test_sets[k], kv ? EMBER_KV_F16 : EMBER_KV_F32, threads, raw_a, raw_b,
+                                    label);
                 }
         }
     }

@@ -76,6 +76,24 @@ bool ember_fixture_path(const char *rel, char *out, size_t cap) {
     return stat(out, &st) == 0;
 }
 
+const ember_kernels ember_test_sets[EMBER_TEST_N_SETS] = {EMBER_KERNELS_REFERENCE, EMBER_KERNELS_AVX2,
+                                                          EMBER_KERNELS_AVX512};
+const char *const ember_test_set_names[EMBER_TEST_N_SETS] = {"reference", "avx2", "avx512"};
+
+bool ember_test_set_runs(size_t k) {
+    if (ember_kernels_supported(ember_test_sets[k])) return true;
+    printf("%s: not supported by this CPU, skipped\n", ember_test_set_names[k]);
+    return false;
+}
+
+bool ember_test_case_model(const char *case_dir, char *out, size_t cap) {
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s/model.gguf", case_dir);
+    if (ember_fixture_path(rel, out, cap)) return true;
+    printf("%s: fixture missing, skipped\n", rel);
+    return false;
+}
+
 const char *ember_test_tmpdir(void) {
     static char dir[1024];
     if (!dir[0]) {

@@ -3,6 +3,8 @@
 #ifndef EMBER_TEST_SUPPORT_H
 #define EMBER_TEST_SUPPORT_H
 
+#include "ember.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdbool.h>
@@ -41,6 +43,15 @@ double ember_test_rel_diff(const float *a, const float *b, int64_t n);
 const char *ember_fixtures_dir(void);
 /* fixtures_dir + "/" + rel into out; returns true when that file exists. */
 bool ember_fixture_path(const char *rel, char *out, size_t cap);
+
+/* The kernel sets the identity tests run each case on (reference first), with their names. */
+#define EMBER_TEST_N_SETS 3
+extern const ember_kernels ember_test_sets[EMBER_TEST_N_SETS];
+extern const char *const ember_test_set_names[EMBER_TEST_N_SETS];
+/* Whether set k of them runs on this CPU; prints "NAME: not supported by this CPU, skipped" when not. */
+bool ember_test_set_runs(size_t k);
+/* The fixture CASE_DIR/model.gguf into out; prints "...: fixture missing, skipped" when it is absent. */
+bool ember_test_case_model(const char *case_dir, char *out, size_t cap);
 /* A scratch directory under the build tree, created on demand. */
 const char *ember_test_tmpdir(void);
 

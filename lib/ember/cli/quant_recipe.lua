@@ -66,9 +66,6 @@ end
 
 local function check_args(o)
   local fs = require("ember.store.fs")
-  for _, f in ipairs({ "reference", "quantized", "prompts", "out" }) do
-    if o[f] == nil then usage_error("quant-recipe: --%s is required", f) end
-  end
   for _, f in ipairs({ "reference", "quantized", "prompts", "held-out" }) do
     if o[f] and not fs.exists(o[f]) then usage_error("--%s: cannot open '%s'", f, o[f]) end
   end
@@ -129,7 +126,8 @@ end
 -- measured groups are taken (quant-recipe merge)
 function M.main(args, argv, io_, from)
   if args[2] == "merge" then return run_merge(args, argv, io_) end
-  local o = flags.command({ name = "quant-recipe", spec = M.FLAGS, usage = M.usage }, args, io_)
+  local o = flags.command({ name = "quant-recipe", spec = M.FLAGS, usage = M.usage,
+    required = { "reference", "quantized", "prompts", "out" } }, args, io_)
   if not o then return 0 end
   local metric = check_args(o)
   local okt, types = pcall(require("ember.analysis.quant_recipe").check_types, o.types or { "q8_0" },

@@ -105,11 +105,33 @@ class Model:
         self.n_rot = g("rope.dimension_count", self.hd)
         self.base = g("rope.freq_base", 10000.0)
         self.eps = g("attention.layer_norm_rms_epsilon", g("attention.layer_norm_epsilon", 1e-5))
-        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox")
+        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox", "phi3")
         self.parallel = g("use_parallel_residual", False)
         self.embd = self.t["token_embd.weight"]
         self.out = self.t.get("output.weight", self.embd)
         self.freqs = self.t.get("rope_freqs.weight")
+        # phi3: a sliding window on every layer, LongRoPE's factors (the long ones for a prompt longer
+        # than the original context: the gradients' session holds the prompt only), its attention
+        # factor multiplying the rotation's cosines and sines, the fused tensors split
+        self.window = g("attention.sliding_window", 0) if a == "phi3" else 0
+        self.mscale = g("rope.scaling.attn_factor", 1.0)
+        self.orig = g("rope.scaling.original_context_length", g("context_length"))
+        if a == "phi3":
+            self.freqs_short, self.freqs_long = self.t.get("rope_factors_short.weight"), self.t.get(
+                "rope_factors_long.weight")
+            kv = self.n_head_kv * self.hd
+            for l in range(self.n_layer):
+                p = "blk.%d." % l
+                qkv, gu = self.t.pop(p + "attn_qkv.weight"), self.t.pop(p + "ffn_up.weight")
+                self.t[p + "attn_q.weight"], self.t[p + "attn_k.weight"] = qkv[:self.d], qkv[self.d:self.d + kv]
+                self.t[p + "attn_v.weight"] = qkv[self.d + kv:]
+                ff = gu.shape[0] // 2
+                self.t[p + "ffn_gate.weight"], self.t[p + "ffn_up.weight"] = gu[:ff], gu[ff:]
+
+    def rope_freqs(self, n):
+        if self.arch == "phi3":
+            return self.freqs_long if n > self.orig else self.freqs_short
+        return self.freqs
 
 
 def rmsnorm(x, w, eps, hold, key):
@@ -180,8 +202,12 @@ def forward_llama(M, ids, edit, hold):
         if p + "attn_q_norm.weight" in t:
             q = rmsnorm(q, t[p + "attn_q_norm.weight"], M.eps, hold, ("q_norm", l))
             k = rmsnorm(k, t[p + "attn_k_norm.weight"], M.eps, hold, ("k_norm", l))
-        q, k = rope(q, M.n_rot, M.base, M.neox, M.freqs), rope(k, M.n_rot, M.base, M.neox, M.freqs)
-        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), 0, hold, ("attn", l), lambda a: edit("attention_pattern", l, a))
+        f = M.rope_freqs(n)
+        q, k = rope(q, M.n_rot, M.base, M.neox, f), rope(k, M.n_rot, M.base, M.neox, f)
+        q[:, :, :M.n_rot] *= M.mscale
+        k[:, :, :M.n_rot] *= M.mscale
+        att = attention(q, k, v, 1.0 / np.sqrt(M.hd), M.window, hold, ("attn", l),
+                        lambda a: edit("attention_pattern", l, a))
         att = edit("attention_heads", l, att)
         x = x + edit("after_attention", l, att @ t[p + "attn_output.weight"].T)
         xn = rmsnorm(x, t[p + "ffn_norm.weight"], M.eps, hold, ("ffn_norm", l))
@@ -268,7 +294,7 @@ def forward_gptneox(M, ids, edit, hold):
 
 
 FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2,
-            "olmo2": forward_olmo2, "gptneox": forward_gptneox}
+            "olmo2": forward_olmo2, "gptneox": forward_gptneox, "phi3": forward_llama}
 
 
 # ---- metric, frozen values, finite differences -------------------------------------------------

@@ -1,6 +1,7 @@
-/* backward_llama.c — the backward pass of the llama block (llama, qwen3, qwen2; family_llama.c):
+/* backward_llama.c — the backward pass of the llama block (llama, qwen3, qwen2, phi3; family_llama.c):
  * SwiGLU, the RMSNorms, RoPE and QK-norm transposed, GQA attention, back to the embeddings. Its
- * switches are the forward's (QK-norm, QKV bias, RoPE order); biases add nothing to a gradient. */
+ * switches are the forward's (QK-norm, QKV bias, RoPE order and factors, sliding window); biases
+ * add nothing to a gradient. */
 #include "backward.h"
 #include "rows.h"
 
@@ -30,18 +31,19 @@ static void attention_backward(ember_backward *b, int64_t l) {
     const ember_layer *L = &m->layers[l];
     const int64_t d = m->n_embd, n = b->n, hd = L->head_dim, q_dim = m->n_head * hd;
     const float *q_raw = ember_tape_get(b->tape, l, EMBER_TAPE_Q);
+    const float *freqs = ember_llama_rope_factors(b->s);
     ember_backward_keep(b, EMBER_STAGE_AFTER_ATTENTION, l, b->gx, n, d);
     ember_backward_product(b, &L->wo, b->gx, b->qa, false);
     ember_backward_keep(b, EMBER_STAGE_ATTENTION_HEADS, l, b->qa, n, q_dim);
     /* Q as attention read it: the kept projection through the forward's own norm and RoPE */
     memcpy(b->qb, q_raw, (size_t)(n * q_dim) * sizeof(float));
     ember_rows_norm_rope(m, b->qb, n, m->n_head, hd, L->q_norm, m->norm_eps, m->n_rot, 0, m->rope_base, m->rope_neox,
-                         m->rope_freqs);
-    ember_backward_attention(b, l, L, m->attn_scale, 0, b->qb, b->qa, b->qc, b->ka, b->va);
+                         freqs);
+    ember_backward_attention(b, l, L, m->attn_scale, L->sliding ? m->window : 0, b->qb, b->qa, b->qc, b->ka, b->va);
     ember_backward_product(b, &L->wv, b->va, b->t1, false);
     if (!b->freeze_attention) { /* frozen: no gradient reaches Q or K */
-        ember_backward_rope(b, b->qc, m->n_head, hd, m->n_rot, m->rope_base, m->rope_neox, m->rope_freqs);
-        ember_backward_rope(b, b->ka, L->n_head_kv, hd, m->n_rot, m->rope_base, m->rope_neox, m->rope_freqs);
+        ember_backward_rope(b, b->qc, m->n_head, hd, m->n_rot, m->rope_base, m->rope_neox, freqs);
+        ember_backward_rope(b, b->ka, L->n_head_kv, hd, m->n_rot, m->rope_base, m->rope_neox, freqs);
         float *dq = b->qc, *dk = b->ka;
         if (L->q_norm) { /* per-head RMSNorm of each head's hd values */
             ember_backward_norm(b, false, b->qb, b->qc, q_raw, L->q_norm, n * m->n_head, hd, m->norm_eps, false);

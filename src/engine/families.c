@@ -71,6 +71,8 @@ static const ember_family families[] = {
         .info = {.name = "phi3", .architectures = ARCHS("phi3")},
         .bind = ember_phi3_bind,
         .forward = ember_llama_forward, /* the llama block over phi3's fused tensors' parts */
+        .backward = ember_llama_backward,
+        .tape_slots = ember_llama_tape_slots,
         .rope_neox = true,
     },
     {

@@ -18,9 +18,7 @@ static void norm_and_rope(const ember_pass *p, float *x, int64_t n_heads, int64_
     ember_pass_norm_rope(p, x, n_heads, hd, norm, m->norm_eps, m->n_rot, m->rope_base, m->rope_neox, freqs);
 }
 
-/* The RoPE frequency factors of a session: LongRoPE's long ones (phi3) when its context is longer than
- * the original one, as llama.cpp picks them; else the file's (rope_freqs, or LongRoPE's short ones). */
-static const float *rope_factors(const ember_session *s) {
+const float *ember_llama_rope_factors(const ember_session *s) {
     const ember_model *m = s->model;
     return m->rope_freqs_long && s->n_ctx > m->rope_ctx_orig ? m->rope_freqs_long : m->rope_freqs;
 }
@@ -33,7 +31,7 @@ ember_status ember_llama_attention(const ember_pass *p, const ember_hooks *hooks
     ember_workspace *w = &s->ws;
     ember_trace *tr = s->trace;
     const int64_t d = m->n_embd, n = p->n, q_dim = m->n_head * L->head_dim;
-    const float *freqs = rope_factors(p->seq[0].s); /* a batch's sequences share one context length */
+    const float *freqs = ember_llama_rope_factors(p->seq[0].s); /* a batch's sequences share one context length */
     ember_rows_rmsnorm(m, w->xn, w->x, L->attn_norm, n, d, m->norm_eps);
     ember_trace_step(tr, "attn_norm", l, EMBER_KOP_RMSNORM, NULL, w->xn, n, d);
     ember_matmul_multi(m->compute, 3, (const ember_matrix *const[]){&L->wq, &L->wk, &L->wv}, w->xn,

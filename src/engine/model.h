@@ -278,6 +278,10 @@ ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, 
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
+/* The RoPE frequency factors of a session of the llama block: LongRoPE's long ones (phi3) when its
+ * context is longer than the original one, as llama.cpp picks them; else the file's (rope_freqs, or
+ * LongRoPE's short ones). The forward's and the backward's one choice (family_llama.c). */
+const float *ember_llama_rope_factors(const ember_session *s);
 /* The llama block's attention of layer l (family_llama.c): norm, Q/K/V (biases, QK-norm, RoPE with
  * the session's factors), the cache, attention with its stages, O projection, after_attention, the
  * residual add. Shared by qwen3moe. */

@@ -1,7 +1,7 @@
 -- A real Slurm run: a single-node cluster (munged, slurmctld, slurmd) in a temporary directory,
 -- a 4-task job-array sweep submitted with the shipped launcher, merged, and required to be
--- bit-identical to the same sweep run in one local process; quant-recipe's first pass the same
--- way. Pending, with the reason, when the
+-- bit-identical to the same sweep run in one local process; a sweep over pairs and quant-recipe's
+-- first pass the same way. Pending, with the reason, when the
 -- cluster cannot start here (not root, Slurm or MUNGE missing); every daemon started is stopped.
 
 local fs = require("ember.store.fs")
@@ -83,6 +83,35 @@ describe("Slurm job-array sweep", function()
       local res = merge.compare(store.read(here), m)
       assert.is_true(res.equal, merge.format(res, store.read(here), m))
       assert.equal(24, res.compared)
+      assert.equal(read(here .. "/grid.safetensors"), read(out .. "/grid.safetensors"))
+    end)
+  end)
+
+  it("runs a sweep over a dataset of pairs (--pairs) as 2 array tasks, merged bit-identical to one run", function()
+    local model, why = fx.tiny_model("--family llama --dtype f32 --layers 2 --seed 7")
+    if not model then pending("tiny model unavailable: " .. tostring(why)); return end
+    with_cluster(function(work, cluster, abs)
+      local pairs = work .. "/pairs.jsonl"
+      local f = assert(io.open(pairs, "w")) -- token ids: the same length in every pair
+      f:write('{"clean": [1, 5, 9, 20, 33], "corrupted": [1, 5, 12, 20, 40], "answer": 7, "wrong": 11}\n',
+        '{"clean": [1, 8, 9, 21, 33], "corrupted": [1, 8, 14, 21, 41], "answer": 7, "wrong": 11}\n')
+      f:close()
+      local here = work .. "/local"
+      local rc, _, err = C.ember("sweep", "--model", model, "--pairs", pairs, "--out", here, "--threads", "1",
+        "--progress", "none", "--no-plot")
+      assert.equal(0, rc, err)
+      local out = work .. "/slurm"
+      local code = sh(string.format("SLURM_CONF=%s EMBER=%s timeout 180 scripts/slurm/sweep_array.sh --shards 2 "
+        .. "--out %s --wait -- --model %s --pairs %s --threads 1 >%s 2>&1", q(cluster .. "/slurm.conf"), q(abs), q(out),
+        q(model), q(pairs), q(work .. "/launch.log")))
+      local logs = read(work .. "/launch.log")
+      for i = 0, 1 do logs = logs .. read(string.format("%s.shards/slurm-1_%d.log", out, i)) end
+      assert.equal(0, code, "sweep_array.sh failed:\n" .. logs .. read(cluster .. "/slurmctld.log"):sub(-2000))
+      local m = store.read(out)
+      assert.equal("complete", m.manifest.status)
+      assert.equal(2, m.manifest.pairs.count)
+      local res = merge.compare(store.read(here), m)
+      assert.is_true(res.equal, merge.format(res, store.read(here), m))
       assert.equal(read(here .. "/grid.safetensors"), read(out .. "/grid.safetensors"))
     end)
   end)

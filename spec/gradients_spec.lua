@@ -62,6 +62,22 @@ end
 
 local IDS = { 1, 17, 40, 3, 99, 250 }
 
+-- Tiny Gemma models whose windows, softcaps and RoPE scaling bite within IDS: Gemma 2 with a 3-key
+-- window and softcaps small enough to bend the scores (attention 1.5, final 4), Gemma 3 with a
+-- 3-key window, a final softcap and its global layers' linear RoPE scaling.
+local function bent_gemma2()
+  local path, why = fx.tiny_model("--family gemma2 --dtype f32 --layers 3 --seed 11 --window 3 --attn-softcap 1.5 "
+    .. "--softcap 4")
+  if not path then pending(why) end
+  return path
+end
+local function bent_gemma3()
+  local path, why = fx.tiny_model("--family gemma3 --dtype f32 --layers 3 --seed 11 --window 3 --softcap 6 "
+    .. "--rope-scale 4")
+  if not path then pending(why) end
+  return path
+end
+
 -- A tiny phi3 model with LongRoPE's factors (the long ones: an original context of 64 / 16 = 4
 -- positions, under the 6 of IDS), a 4-key sliding window and an attention factor.
 local function long_phi3()
@@ -91,6 +107,12 @@ describe("model:gradients against finite differences of a float64 forward", func
     { family = "olmo2", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
     { family = "gptneox", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
     { family = "phi3", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "gemma2", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "gemma3", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
+    { family = "gemma2", model = bent_gemma2, label = "gemma2, 3-key window, softcaps 1.5 and 4", metric = "logprob:11",
+      ref = { kind = "logprob", a = 11 } },
+    { family = "gemma3", model = bent_gemma3, label = "gemma3, 3-key window, final softcap, RoPE scaling",
+      metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
     { family = "phi3", model = long_phi3, label = "phi3, long LongRoPE factors, window, attention factor",
       metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
     { family = "gptneox", model = sequential_gptneox, label = "gptneox, sequential residual", metric = "logit:5",
@@ -113,7 +135,7 @@ describe("model:gradients against finite differences of a float64 forward", func
       assert_close(reference(path, g, { kind = "logprob", a = 11 }, { "attention", "norm" }), 1e-4, "gpt2 frozen")
     end)
 
-  for _, fam in ipairs({ "qwen3", "olmo2", "gptneox", "phi3" }) do
+  for _, fam in ipairs({ "qwen3", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
   for _, freeze in ipairs({ { "attention" }, { "norm" }, { "attention", "norm" } }) do
     it(fam .. ", frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
       local path = tiny(fam)
@@ -124,7 +146,7 @@ describe("model:gradients against finite differences of a float64 forward", func
   end
   end
 
-  for _, fam in ipairs({ "llama", "olmo2", "gptneox", "phi3" }) do
+  for _, fam in ipairs({ "llama", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
     for _, k in ipairs({ "avx2", "avx512" }) do
       it(fam .. ", q8_0 on the " .. k .. " kernels: within the weight type's tolerance (5e-2, the parity bound)",
         function()
@@ -167,7 +189,7 @@ describe("model:gradients leaves the forward pass as it is", function()
   after_each(H.cleanup)
 
   it("the forward's logits and values are bit for bit a prefill's, on every set this CPU runs", function()
-    for _, family in ipairs({ "qwen3", "gpt2", "olmo2", "gptneox", "phi3" }) do
+    for _, family in ipairs({ "qwen3", "gpt2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
       local path = tiny(family, "q8_0")
       for _, k in ipairs({ "reference", "auto" }) do
         local m = ember.load { model = path, kernels = k }

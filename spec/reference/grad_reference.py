@@ -105,7 +105,7 @@ class Model:
         self.n_rot = g("rope.dimension_count", self.hd)
         self.base = g("rope.freq_base", 10000.0)
         self.eps = g("attention.layer_norm_rms_epsilon", g("attention.layer_norm_epsilon", 1e-5))
-        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox", "phi3")
+        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3")
         self.parallel = g("use_parallel_residual", False)
         self.embd = self.t["token_embd.weight"]
         self.out = self.t.get("output.weight", self.embd)
@@ -127,6 +127,26 @@ class Model:
                 self.t[p + "attn_v.weight"] = qkv[self.d + kv:]
                 ff = gu.shape[0] // 2
                 self.t[p + "ffn_gate.weight"], self.t[p + "ffn_up.weight"] = gu[:ff], gu[ff:]
+
+        if a in ("gemma2", "gemma3"):
+            self.gemma_config(g)
+
+    def gemma_config(self, g):
+        """Gemma 2/3 as llama.cpp reads them: which layers slide (Gemma 2 every other one, Gemma 3 all but
+        every sliding_window_pattern-th), their RoPE (Gemma 3's sliding layers: their own base,
+        unscaled; global layers: the base with a linear factor), the query scale, the softcaps."""
+        a = self.arch
+        self.window_size = g("attention.sliding_window", 4096 if a == "gemma2" else 0)
+        period = 2 if a == "gemma2" else g("attention.sliding_window_pattern", 6)
+        self.slides = [self.window_size > 0 and (period == 0 or l % period != period - 1)
+                       for l in range(self.n_layer)]
+        linear = g("rope.scaling.type", "linear") == "linear"
+        self.rope_global = (self.base, g("rope.scaling.factor", 1.0) if linear else 1.0)
+        self.rope_local = (g("rope.freq_base_swa", 10000.0), 1.0) if a == "gemma3" else self.rope_global
+        self.attn_cap = g("attn_logit_softcapping", 50.0) if a == "gemma2" else 0.0
+        self.final_cap = g("final_logit_softcapping", 30.0 if a == "gemma2" else 0.0)
+        wide = {"gemma2": 46, "gemma3": 62}[a] == self.n_layer  # the 27B shapes scale by d / heads
+        self.q_scale = 1.0 / np.sqrt(self.d // self.n_head if wide else self.hd)
 
     def rope_freqs(self, n):
         if self.arch == "phi3":
@@ -164,13 +184,16 @@ def rope(x, n_rot, base, neox, freqs):
     return y
 
 
-def attention(q, k, v, scale, window, hold, key, edit):
-    """q (n, H, hd), k/v (n, Hkv, hd): causal softmax(q k^T scale) v; the pattern (H, n, n) passes
-    through edit (the attention_pattern stage) and, when frozen, comes from `hold`."""
+def attention(q, k, v, scale, window, hold, key, edit, cap=0.0):
+    """q (n, H, hd), k/v (n, Hkv, hd): causal softmax(q k^T scale) v (the scores capped to
+    cap tanh(s / cap) when cap > 0); the pattern (H, n, n) passes through edit (the
+    attention_pattern stage) and, when frozen, comes from `hold`."""
     n, H, hd = q.shape
     group = H // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     s = np.einsum("thd,jhd->htj", q, kk) * scale
+    if cap > 0:
+        s = cap * np.tanh(s / cap)
     t, j = np.arange(n)[:, None], np.arange(n)[None, :]
     mask = (j <= t) & ((j > t - window) if window > 0 else True)
     s = np.where(mask[None], s, -np.inf)
@@ -217,6 +240,41 @@ def forward_llama(M, ids, edit, hold):
         x = edit("after_layer", l, x)
     last = edit("before_logits", -1, rmsnorm(x[-1:], t["output_norm.weight"], M.eps, hold, ("output_norm", -1)))
     return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+def forward_gemma(M, ids, edit, hold):
+    """Gemma 2 and 3: the embedding scaled by sqrt(hidden), RMSNorm before and after attention and the
+    MLP, Gemma 3's per-head QK-norm, NEOX RoPE per layer kind, the softcaps, a tanh-GELU gate."""
+    t, n = M.t, len(ids)
+    x = edit("embeddings", -1, M.embd[ids].copy()) * float(np.sqrt(np.float32(M.d)))
+    for l in range(M.n_layer):
+        p = "blk.%d." % l
+        x = edit("before_layer", l, x)
+        xn = rmsnorm(x, t[p + "attn_norm.weight"], M.eps, hold, ("attn_norm", l))
+        q, k, v = xn @ t[p + "attn_q.weight"].T, xn @ t[p + "attn_k.weight"].T, xn @ t[p + "attn_v.weight"].T
+        q, k, v = q.reshape(n, M.n_head, M.hd), k.reshape(n, M.n_head_kv, M.hd), v.reshape(n, M.n_head_kv, M.hd)
+        if p + "attn_q_norm.weight" in t:
+            q = rmsnorm(q, t[p + "attn_q_norm.weight"], M.eps, hold, ("q_norm", l))
+            k = rmsnorm(k, t[p + "attn_k_norm.weight"], M.eps, hold, ("k_norm", l))
+        base, factor = M.rope_local if M.slides[l] else M.rope_global
+        f = factor if factor != 1.0 else None
+        q, k = rope(q, M.n_rot, base, True, f), rope(k, M.n_rot, base, True, f)
+        att = attention(q, k, v, M.q_scale, M.window_size if M.slides[l] else 0, hold, ("attn", l),
+                        lambda a: edit("attention_pattern", l, a), M.attn_cap)
+        att = edit("attention_heads", l, att)
+        o = rmsnorm(att @ t[p + "attn_output.weight"].T, t[p + "post_attention_norm.weight"], M.eps, hold,
+                    ("post_attn_norm", l))
+        x = x + edit("after_attention", l, o)
+        xn = rmsnorm(x, t[p + "ffn_norm.weight"], M.eps, hold, ("ffn_norm", l))
+        act = edit("mlp_activation", l, gelu(xn @ t[p + "ffn_gate.weight"].T) * (xn @ t[p + "ffn_up.weight"].T))
+        mo = rmsnorm(act @ t[p + "ffn_down.weight"].T, t[p + "post_ffw_norm.weight"], M.eps, hold, ("post_ffw_norm", l))
+        x = x + edit("after_mlp", l, mo)
+        x = edit("after_layer", l, x)
+    last = edit("before_logits", -1, rmsnorm(x[-1:], t["output_norm.weight"], M.eps, hold, ("output_norm", -1)))
+    z = last @ M.out.T
+    if M.final_cap > 0:
+        z = M.final_cap * np.tanh(z / M.final_cap)
+    return edit("after_logits", -1, z)[0]
 
 
 def forward_gpt2(M, ids, edit, hold):
@@ -294,7 +352,8 @@ def forward_gptneox(M, ids, edit, hold):
 
 
 FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2,
-            "olmo2": forward_olmo2, "gptneox": forward_gptneox, "phi3": forward_llama}
+            "olmo2": forward_olmo2, "gptneox": forward_gptneox, "phi3": forward_llama, "gemma2": forward_gemma,
+            "gemma3": forward_gemma}
 
 
 # ---- metric, frozen values, finite differences -------------------------------------------------

@@ -133,5 +133,7 @@ ember_status ember_olmo2_backward(ember_backward *b, ember_error *err);
 uint32_t ember_olmo2_tape_slots(const ember_model *m);
 ember_status ember_gptneox_backward(ember_backward *b, ember_error *err);
 uint32_t ember_gptneox_tape_slots(const ember_model *m);
+ember_status ember_gemma_backward(ember_backward *b, ember_error *err); /* gemma2, gemma3 */
+uint32_t ember_gemma_tape_slots(const ember_model *m);
 
 #endif

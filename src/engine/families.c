@@ -52,11 +52,15 @@ static const ember_family families[] = {
         .info = {.name = "gemma2", .architectures = ARCHS("gemma2")},
         .bind = ember_gemma2_bind,
         .forward = ember_gemma4_forward,
+        .backward = ember_gemma_backward,
+        .tape_slots = ember_gemma_tape_slots,
     },
     {
         .info = {.name = "gemma3", .architectures = ARCHS("gemma3")},
         .bind = ember_gemma3_bind,
         .forward = ember_gemma4_forward,
+        .backward = ember_gemma_backward,
+        .tape_slots = ember_gemma_tape_slots,
         .qk_norm = true,
     },
     {

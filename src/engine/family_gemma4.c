@@ -3,6 +3,7 @@
  * post-norms, softcap), and Gemma 2 and 3 as the same block without per-layer inputs, shared KV or
  * V norm (Gemma 2: attention and final softcaps; Gemma 3: QK-norm, its own RoPE on sliding layers).
  * Every step that differs from the llama block is spelled out here rather than flagged there. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -53,6 +54,8 @@ static ember_status gemma4_attention(const ember_pass *p, const ember_hooks *hoo
     ember_trace_step(tr, "attn_q", l, EMBER_KOP_PRODUCT, &L->wq, w->q, n, m->n_head * hd);
     if (own_kv) ember_trace_step(tr, "attn_k", l, EMBER_KOP_PRODUCT, &L->wk, w->k, n, L->kv_dim);
     if (has_v) ember_trace_step(tr, "attn_v", l, EMBER_KOP_PRODUCT, &L->wv, w->v, n, L->kv_dim);
+    ember_tape_keep(s, l, EMBER_TAPE_Q, w->q, n, m->n_head * hd); /* the backward's: before norm and RoPE */
+    if (own_kv) ember_tape_keep(s, l, EMBER_TAPE_K, w->k, n, L->kv_dim);
     ember_pass_norm_rope(p, w->q, m->n_head, hd, L->q_norm, eps, L->n_rot, L->rope_base, true, L->rope_freqs);
     ember_trace_step(tr, "q_rope", l, EMBER_KOP_ROPE, NULL, w->q, n, m->n_head * hd);
     if (own_kv) {
@@ -70,11 +73,13 @@ static ember_status gemma4_attention(const ember_pass *p, const ember_hooks *hoo
     if ((st = ember_attention_stages(p, hooks, ctx, l, L, m->attn_scale, window, err))) return st;
     ember_matmul(m->compute, &L->wo, w->att, w->attn, n);
     ember_trace_step(tr, "attn_output", l, EMBER_KOP_PRODUCT, &L->wo, w->attn, n, d);
+    ember_tape_keep(s, l, EMBER_TAPE_ATTN, w->attn, n, d);
     ember_rows_rmsnorm(m, w->attn, w->attn, L->post_attn_norm, n, d, eps);
     ember_trace_step(tr, "attn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->attn, n, d);
     if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_ATTENTION, ctx, l, w->attn, n, d, err))) return st;
     ember_add_into(w->x, w->attn, n * d);
     ember_trace_step(tr, "attn_residual", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
+    ember_tape_keep(s, l, EMBER_TAPE_X_MID, w->x, n, d);
     return EMBER_OK;
 }
 
@@ -126,11 +131,14 @@ ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks,
                            (float *const[]){w->gate, w->up}, n);
         ember_trace_step(tr, "ffn_gate", l, EMBER_KOP_PRODUCT, &L->w_gate, w->gate, n, L->n_ff);
         ember_trace_step(tr, "ffn_up", l, EMBER_KOP_PRODUCT, &L->w_up, w->up, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_GATE, w->gate, n, L->n_ff);
+        ember_tape_keep(s, l, EMBER_TAPE_UP, w->up, n, L->n_ff);
         ember_rows_gelu_mul(m, w->gate, w->up, n, L->n_ff);
         ember_trace_step(tr, "ffn_act", l, EMBER_KOP_GELU_MUL, NULL, w->gate, n, L->n_ff);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_MLP_ACTIVATION, &ctx, l, w->gate, n, L->n_ff, err))) return st;
         ember_matmul(m->compute, &L->w_down, w->gate, w->mlp, n);
         ember_trace_step(tr, "ffn_down", l, EMBER_KOP_PRODUCT, &L->w_down, w->mlp, n, d);
+        ember_tape_keep(s, l, EMBER_TAPE_MLP, w->mlp, n, d);
         ember_rows_rmsnorm(m, w->mlp, w->mlp, L->post_ffw_norm, n, d, eps);
         ember_trace_step(tr, "ffn_post_norm", l, EMBER_KOP_RMSNORM, NULL, w->mlp, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_MLP, &ctx, l, w->mlp, n, d, err))) return st;
@@ -144,6 +152,7 @@ ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks,
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
 
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     return ember_logits_head(p, hooks, &ctx, err);
 }
 

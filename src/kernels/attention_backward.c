@@ -81,6 +81,18 @@ static void dot_queries(const bwd_job *j, const float *xs, int64_t h, int64_t t0
     out[3] = d3;
 }
 
+/* A scaled score as the softmax read it: capped (Gemma 2's softcap, the forward's own expression) or
+ * as it is; *slope gets d capped / d score, 1 - (capped / cap)^2, or 1. */
+static inline float score_capped(const ember_attention_args *a, float x, float *slope) {
+    if (a->softcap <= 0.0f) {
+        *slope = 1.0f;
+        return x;
+    }
+    const float c = a->softcap * tanhf(x / a->softcap), r = c / a->softcap;
+    *slope = 1.0f - r * r;
+    return c;
+}
+
 /* The keys query t sees: first..p. */
 static void visible(const ember_attention_args *a, int64_t t, int64_t *first, int64_t *p) {
     *p = a->pos0 + t;
@@ -88,13 +100,13 @@ static void visible(const ember_attention_args *a, int64_t t, int64_t *first, in
 }
 
 /* Pass 1, items (head, token): the row's probabilities (kept as max and sum), dp, D, the pattern's
- * gradient and dq. rows: this thread's 2 * n_keys floats. */
+ * gradient and dq. rows: this thread's 3 * n_keys floats (scores, dp, the softcap's slopes). */
 static void rows_items(void *arg, int64_t begin, int64_t end, int tid) {
     const bwd_job *j = arg;
     const ember_attention_backward_args *b = j->b;
     const ember_attention_args *a = b->fwd;
     const int64_t hd = a->hd, group = a->n_head / a->n_head_kv;
-    float *s = b->rows + (int64_t)tid * 2 * j->n_keys, *dp = s + j->n_keys;
+    float *s = b->rows + (int64_t)tid * 3 * j->n_keys, *dp = s + j->n_keys, *slope = dp + j->n_keys;
     for (int64_t it = begin; it < end; it++) {
         const int64_t h = it / a->n, t = it % a->n, g = h / group;
         int64_t first, p;
@@ -103,7 +115,7 @@ static void rows_items(void *arg, int64_t begin, int64_t end, int tid) {
         float mx = -INFINITY, sum = 0.0f, D = 0.0f;
         dot_keys(j, q, a->k, g, first, p + 1, s + first);
         for (int64_t k = first; k <= p; k++) {
-            s[k] = s[k] * a->scale;
+            s[k] = score_capped(a, s[k] * a->scale, &slope[k]);
             if (s[k] > mx) mx = s[k];
         }
         for (int64_t k = first; k <= p; k++) {
@@ -129,7 +141,7 @@ static void rows_items(void *arg, int64_t begin, int64_t end, int tid) {
         float *dq = b->dq + (t * a->n_head + h) * hd;
         memset(dq, 0, (size_t)hd * sizeof(float));
         for (int64_t k = first; k <= p; k++) {
-            const float ds = s[k] * (dp[k] - D) * a->scale;
+            const float ds = s[k] * (dp[k] - D) * slope[k] * a->scale;
             const uint8_t *kr = kv_row(j, a->k, g, k);
             for (int64_t i = 0; i < hd; i++) dq[i] += ds * ember_kv_element(a->kv_type, kr, i);
         }
@@ -166,17 +178,18 @@ static void keys_items(void *arg, int64_t begin, int64_t end, int tid) {
                     if (key < first) continue; /* outside this query's window */
                     const float *q = a->q + (t * a->n_head + h) * hd, *dout = b->d_out + (t * a->n_head + h) * hd;
                     const float *st = b->stats + (h * a->n + t) * 3;
-                    const float pk = expf(sk[u] * a->scale - st[0]) / st[1];
+                    float slope;
+                    const float pk = expf(score_capped(a, sk[u] * a->scale, &slope) - st[0]) / st[1];
                     for (int64_t i = 0; i < hd; i++) dv[i] += pk * dout[i];
                     if (!dk) continue;
-                    const float ds = pk * (sv[u] - st[2]) * a->scale;
+                    const float ds = pk * (sv[u] - st[2]) * slope * a->scale;
                     for (int64_t i = 0; i < hd; i++) dk[i] += ds * q[i];
                 }
             }
     }
 }
 
-int64_t ember_attention_backward_scratch(int n_threads, int64_t n_keys) { return (int64_t)n_threads * 2 * n_keys; }
+int64_t ember_attention_backward_scratch(int n_threads, int64_t n_keys) { return (int64_t)n_threads * 3 * n_keys; }
 
 /* An f32 copy of keys [0, n_keys) of every KV head of the cache at base (exact: every element is
  * read as f32 anyway), laid out (KV head, key, hd); NULL when out of memory. */

@@ -347,8 +347,9 @@ void ember_compute_attention_mix(ember_compute *c, const ember_attention_args *a
 /* ---- the backward of attention (attention_backward.c): plain scalar C shared by every set ----
  * For the rows of a forward described by fwd (its q, cache, shapes, window and scale; out and
  * scratch unused) and d_out, the gradient of its output (n, n_head * hd): the probabilities are
- * recomputed row by row as attention_probs computes them (scores key by key in f32, e = exp(s - m)
- * in key order, p = e / sum), dp_j = d_out . v_j, D = sum_j p_j dp_j and ds_j = p_j (dp_j - D).
+ * recomputed row by row as attention_probs computes them (scores key by key in f32, capped when
+ * fwd->softcap > 0, e = exp(s - m) in key order, p = e / sum), dp_j = d_out . v_j, D = sum_j p_j
+ * dp_j and ds_j = p_j (dp_j - D), times the softcap's slope 1 - (c_j / cap)^2 when capped.
  * Then dq = scale * sum_j ds_j k_j (keys in increasing order), and for each key j of the pass's own
  * positions (pos0 .. pos0 + n - 1) dk_j = scale * sum ds q and dv_j = sum p d_out over the query
  * heads of its KV head (increasing) and the queries that see it (increasing). Every element has

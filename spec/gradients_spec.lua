@@ -47,17 +47,19 @@ local function reference(path, g, metric, freeze)
   return cjson.decode(out)
 end
 
--- Every check within tol (coordinates and a random direction), and the two forwards agreeing.
-local function assert_close(report, tol, what)
+-- Every check within tol (coordinates and a random direction; per_stage: a stage's own), and the two
+-- forwards agreeing.
+local function assert_close(report, tol, what, per_stage)
   assert.is_true(report.logits_rel <= 1e-4,
     string.format("%s: the float64 forward's logits differ from ember's by %.3g", what, report.logits_rel))
   local worst, where = 0, ""
   for _, c in ipairs(report.checks) do
-    local r = math.max(c.coord_rel, c.dir_rel)
+    local r = math.max(c.coord_rel, c.dir_rel) / ((per_stage and per_stage[c.stage] or tol) / tol)
     if r > worst or r ~= r then worst, where = r, c.stage .. " " .. c.layer end
   end
   assert.is_true(#report.checks > 0, what .. ": nothing was checked")
-  assert.is_true(worst <= tol, string.format("%s: relative error %.3g at %s (tolerance %g)", what, worst, where, tol))
+  assert.is_true(worst <= tol, string.format("%s: relative error %.3g at %s (tolerance %g%s)", what, worst, where, tol,
+    per_stage and ", scaled per stage" or ""))
 end
 
 local IDS = { 1, 17, 40, 3, 99, 250 }
@@ -74,6 +76,13 @@ end
 local function bent_gemma3()
   local path, why = fx.tiny_model("--family gemma3 --dtype f32 --layers 3 --seed 11 --window 3 --softcap 6 "
     .. "--rope-scale 4")
+  if not path then pending(why) end
+  return path
+end
+
+-- A tiny qwen3moe model with more experts and more of them used than the tool's default (4, 2).
+local function wide_moe()
+  local path, why = fx.tiny_model("--family qwen3moe --dtype f32 --layers 3 --seed 11 --experts 8 --experts-used 3")
   if not path then pending(why) end
   return path
 end
@@ -109,6 +118,9 @@ describe("model:gradients against finite differences of a float64 forward", func
     { family = "phi3", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
     { family = "gemma2", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
     { family = "gemma3", metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
+    { family = "qwen3moe", metric = "logit-diff:3,7", ref = { kind = "logit-diff", a = 3, b = 7 } },
+    { family = "qwen3moe", model = wide_moe, label = "qwen3moe, 8 experts, 3 used (moe_router too)",
+      metric = "logprob:11", ref = { kind = "logprob", a = 11 } },
     { family = "gemma2", model = bent_gemma2, label = "gemma2, 3-key window, softcaps 1.5 and 4", metric = "logprob:11",
       ref = { kind = "logprob", a = 11 } },
     { family = "gemma3", model = bent_gemma3, label = "gemma3, 3-key window, final softcap, RoPE scaling",
@@ -135,7 +147,7 @@ describe("model:gradients against finite differences of a float64 forward", func
       assert_close(reference(path, g, { kind = "logprob", a = 11 }, { "attention", "norm" }), 1e-4, "gpt2 frozen")
     end)
 
-  for _, fam in ipairs({ "qwen3", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
+  for _, fam in ipairs({ "qwen3", "olmo2", "gptneox", "phi3", "gemma2", "gemma3", "qwen3moe" }) do
   for _, freeze in ipairs({ { "attention" }, { "norm" }, { "attention", "norm" } }) do
     it(fam .. ", frozen " .. table.concat(freeze, " and ") .. ": against the forward with those values held", function()
       local path = tiny(fam)
@@ -146,7 +158,7 @@ describe("model:gradients against finite differences of a float64 forward", func
   end
   end
 
-  for _, fam in ipairs({ "llama", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
+  for _, fam in ipairs({ "llama", "olmo2", "gptneox", "phi3", "gemma2", "gemma3", "qwen3moe" }) do
     for _, k in ipairs({ "avx2", "avx512" }) do
       it(fam .. ", q8_0 on the " .. k .. " kernels: within the weight type's tolerance (5e-2, the parity bound)",
         function()
@@ -156,7 +168,9 @@ describe("model:gradients against finite differences of a float64 forward", func
           local g = m:gradients { ids = IDS, metric = "logit-diff:3,7", values = true }
           local report = reference(path, g, { kind = "logit-diff", a = 3, b = 7 })
           report.logits_rel = 0 -- the fast path's activation quantization moves the logits; the bound is on gradients
-          assert_close(report, 5e-2, fam .. " q8_0 " .. k)
+          -- the routing weights' gradient w_i (dw_i - sum_j w_j dw_j) is a difference of terms that each
+          -- carry the 2-3 % of every other stage here: measured 0.079 of its own size at worst
+          assert_close(report, 5e-2, fam .. " q8_0 " .. k, { moe_router = 1e-1 })
         end)
     end
   end
@@ -189,7 +203,7 @@ describe("model:gradients leaves the forward pass as it is", function()
   after_each(H.cleanup)
 
   it("the forward's logits and values are bit for bit a prefill's, on every set this CPU runs", function()
-    for _, family in ipairs({ "qwen3", "gpt2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3" }) do
+    for _, family in ipairs({ "qwen3", "gpt2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3", "qwen3moe" }) do
       local path = tiny(family, "q8_0")
       for _, k in ipairs({ "reference", "auto" }) do
         local m = ember.load { model = path, kernels = k }
@@ -259,6 +273,9 @@ describe("model:gradients refuses bad input by name", function()
   end)
   it("an experiment (gradients are of the model as it is)", function()
     refuses({ ids = IDS, metric = "logit:3", experiment = { name = "x" } }, "experiments are refused")
+  end)
+  it("moe_router on a dense model", function()
+    refuses({ ids = IDS, metric = "logit:3", stages = { "moe_router" } }, "the llama family has no stage 'moe_router'")
   end)
   it("the kl metric without its reference", function()
     refuses({ ids = IDS, metric = "kl" }, "the kl metric needs reference")

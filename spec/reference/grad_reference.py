@@ -105,7 +105,8 @@ class Model:
         self.n_rot = g("rope.dimension_count", self.hd)
         self.base = g("rope.freq_base", 10000.0)
         self.eps = g("attention.layer_norm_rms_epsilon", g("attention.layer_norm_epsilon", 1e-5))
-        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3")
+        self.neox = a in ("qwen3", "qwen2", "olmo2", "gptneox", "phi3", "gemma2", "gemma3", "qwen3moe")
+        self.n_expert_used = g("expert_used_count", 0)
         self.parallel = g("use_parallel_residual", False)
         self.embd = self.t["token_embd.weight"]
         self.out = self.t.get("output.weight", self.embd)
@@ -234,12 +235,40 @@ def forward_llama(M, ids, edit, hold):
         att = edit("attention_heads", l, att)
         x = x + edit("after_attention", l, att @ t[p + "attn_output.weight"].T)
         xn = rmsnorm(x, t[p + "ffn_norm.weight"], M.eps, hold, ("ffn_norm", l))
-        act = silu(xn @ t[p + "ffn_gate.weight"].T) * (xn @ t[p + "ffn_up.weight"].T)
-        act = edit("mlp_activation", l, act)
-        x = x + edit("after_mlp", l, act @ t[p + "ffn_down.weight"].T)
+        if M.n_expert_used:
+            x = x + edit("after_mlp", l, moe(M, l, xn, edit))
+        else:
+            act = silu(xn @ t[p + "ffn_gate.weight"].T) * (xn @ t[p + "ffn_up.weight"].T)
+            act = edit("mlp_activation", l, act)
+            x = x + edit("after_mlp", l, act @ t[p + "ffn_down.weight"].T)
         x = edit("after_layer", l, x)
     last = edit("before_logits", -1, rmsnorm(x[-1:], t["output_norm.weight"], M.eps, hold, ("output_norm", -1)))
     return edit("after_logits", -1, last @ M.out.T)[0]
+
+
+def moe(M, l, xn, edit):
+    """qwen3moe's routed experts of layer l over the normed rows xn: the router's logits (the moe_router
+    stage), softmax over every expert, the top k (a tie: the lower index), their probabilities over
+    their sum (at least 2^-14); each chosen expert's SwiGLU (the mlp_activation stage: slot j of a row
+    for its j-th choice) through its down projection, weighted."""
+    t, p = M.t, "blk.%d." % l
+    r = edit("moe_router", l, xn @ t[p + "ffn_gate_inp.weight"].T)
+    prob = np.exp(r - r.max(axis=-1, keepdims=True))
+    prob = prob / prob.sum(axis=-1, keepdims=True)
+    k, n = M.n_expert_used, xn.shape[0]
+    gates, ups, downs = t[p + "ffn_gate_exps.weight"], t[p + "ffn_up_exps.weight"], t[p + "ffn_down_exps.weight"]
+    chosen = [sorted(range(prob.shape[1]), key=lambda e: (-prob[i, e], e))[:k] for i in range(n)]
+    act = np.concatenate([np.stack([silu(gates[chosen[i][j]] @ xn[i]) * (ups[chosen[i][j]] @ xn[i])
+                                    for i in range(n)]) for j in range(k)], axis=1)
+    act = edit("mlp_activation", l, act)
+    f = act.shape[1] // k
+    out = np.zeros_like(xn)
+    for i in range(n):
+        w = np.array([prob[i, e] for e in chosen[i]])
+        w = w / max(w.sum(), 6.103515625e-5)
+        for j, e in enumerate(chosen[i]):
+            out[i] += w[j] * (downs[e] @ act[i, j * f:(j + 1) * f])
+    return out
 
 
 def forward_gemma(M, ids, edit, hold):
@@ -353,7 +382,7 @@ def forward_gptneox(M, ids, edit, hold):
 
 FORWARDS = {"llama": forward_llama, "qwen3": forward_llama, "qwen2": forward_llama, "gpt2": forward_gpt2,
             "olmo2": forward_olmo2, "gptneox": forward_gptneox, "phi3": forward_llama, "gemma2": forward_gemma,
-            "gemma3": forward_gemma}
+            "gemma3": forward_gemma, "qwen3moe": forward_llama}
 
 
 # ---- metric, frozen values, finite differences -------------------------------------------------

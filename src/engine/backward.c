@@ -35,27 +35,40 @@ static int64_t tape_index(const ember_tape *t, int64_t layer, ember_tape_slot sl
     return (layer < 0 ? t->n_layer : layer) * EMBER_TAPE_SLOTS + slot;
 }
 
-void ember_tape_put(ember_tape *t, int64_t pos, int64_t layer, ember_tape_slot slot, const float *data, int64_t rows,
-                    int64_t width) {
+/* Slot (layer, slot)'s buffer of width values a row for rows pos .. pos + rows - 1, allocated for
+ * the whole prompt at its first use; NULL (and the tape failed) when that cannot be. */
+static float *tape_rows(ember_tape *t, int64_t pos, int64_t rows, int64_t layer, ember_tape_slot slot, int64_t width) {
     const int64_t i = tape_index(t, layer, slot);
     if (t->failed || pos + rows > t->n) {
         t->failed = true;
-        return;
+        return NULL;
     }
     if (!t->buf[i]) { /* the first slice of the prompt: room for all of it */
         t->buf[i] = malloc((size_t)(t->n * width) * sizeof(float));
         if (!t->buf[i]) {
             t->failed = true;
-            return;
+            return NULL;
         }
         t->width[i] = width;
         t->bytes += (size_t)(t->n * width) * sizeof(float);
     }
     if (t->width[i] != width) { /* a family keeping one slot at two widths: its bug */
         t->failed = true;
-        return;
+        return NULL;
     }
-    memcpy(t->buf[i] + pos * width, data, (size_t)(rows * width) * sizeof(float));
+    return t->buf[i];
+}
+
+void ember_tape_put(ember_tape *t, int64_t pos, int64_t layer, ember_tape_slot slot, const float *data, int64_t rows,
+                    int64_t width) {
+    float *buf = tape_rows(t, pos, rows, layer, slot, width);
+    if (buf) memcpy(buf + pos * width, data, (size_t)(rows * width) * sizeof(float));
+}
+
+void ember_tape_put_cols(ember_tape *t, int64_t row, int64_t layer, ember_tape_slot slot, int64_t col0,
+                         const float *data, int64_t cols, int64_t width) {
+    float *buf = tape_rows(t, row, 1, layer, slot, width);
+    if (buf) memcpy(buf + row * width + col0, data, (size_t)cols * sizeof(float));
 }
 
 const float *ember_tape_get(const ember_tape *t, int64_t layer, ember_tape_slot slot) {

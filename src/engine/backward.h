@@ -26,6 +26,7 @@ typedef enum {
     EMBER_TAPE_PLE_PROJ,  /* gemma4: the per-layer projection before its post-norm */
     EMBER_TAPE_PLE_INPUT, /* gemma4, layer -1: the per-layer inputs (n, n_layer * ple) */
     EMBER_TAPE_PLE_MODEL, /* gemma4, layer -1: per_layer_model_proj's output scaled, before its norms */
+    EMBER_TAPE_ROUTER,    /* qwen3moe: the router's logits as the routing read them (n, n_expert) */
     EMBER_TAPE_SLOTS
 } ember_tape_slot;
 
@@ -44,6 +45,11 @@ void ember_tape_free(ember_tape *t);
  * session's position (a sliced prefill keeps each slice where it lies). */
 void ember_tape_put(ember_tape *t, int64_t pos, int64_t layer, ember_tape_slot slot, const float *data, int64_t rows,
                     int64_t width);
+/* Copies cols values from data into row `row` (the session's position counted) of slot (layer, slot),
+ * of width values a row, from column col0: the parts of a row kept where they are computed (an MoE
+ * layer's slots, expert by expert). */
+void ember_tape_put_cols(ember_tape *t, int64_t row, int64_t layer, ember_tape_slot slot, int64_t col0,
+                         const float *data, int64_t cols, int64_t width);
 /* (n, width) of a kept slot, NULL if it was not kept. */
 const float *ember_tape_get(const ember_tape *t, int64_t layer, ember_tape_slot slot);
 
@@ -51,6 +57,13 @@ const float *ember_tape_get(const ember_tape *t, int64_t layer, ember_tape_slot 
 static inline void ember_tape_keep(const ember_session *s, int64_t layer, ember_tape_slot slot, const float *data,
                                    int64_t rows, int64_t width) {
     if (s->tape && (s->tape->mask >> slot & 1u)) ember_tape_put(s->tape, s->pos, layer, slot, data, rows, width);
+}
+
+/* ember_tape_keep for a part of one row (ember_tape_put_cols). */
+static inline void ember_tape_keep_cols(const ember_session *s, int64_t layer, ember_tape_slot slot, int64_t row,
+                                        int64_t col0, const float *data, int64_t cols, int64_t width) {
+    if (s->tape && (s->tape->mask >> slot & 1u))
+        ember_tape_put_cols(s->tape, s->pos + row, layer, slot, col0, data, cols, width);
 }
 
 /* ---- the backward of one evaluation -------------------------------------------------------------
@@ -134,6 +147,11 @@ uint32_t ember_olmo2_tape_slots(const ember_model *m);
 ember_status ember_gptneox_backward(ember_backward *b, ember_error *err);
 uint32_t ember_gptneox_tape_slots(const ember_model *m);
 ember_status ember_gemma_backward(ember_backward *b, ember_error *err); /* gemma2, gemma3 */
+ember_status ember_qwen3moe_backward(ember_backward *b, ember_error *err);
+uint32_t ember_qwen3moe_tape_slots(const ember_model *m);
+/* The llama block's attention backward of layer l (backward_llama.c): gx after the attention
+ * residual -> entering the layer. Shared by qwen3moe. */
+void ember_llama_attention_backward(ember_backward *b, int64_t l);
 uint32_t ember_gemma_tape_slots(const ember_model *m);
 
 #endif

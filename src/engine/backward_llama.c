@@ -26,7 +26,7 @@ static void mlp_backward(ember_backward *b, int64_t l) {
 }
 
 /* gx: the gradient after layer l's attention residual -> entering the layer. */
-static void attention_backward(ember_backward *b, int64_t l) {
+void ember_llama_attention_backward(ember_backward *b, int64_t l) {
     const ember_model *m = b->m;
     const ember_layer *L = &m->layers[l];
     const int64_t d = m->n_embd, n = b->n, hd = L->head_dim, q_dim = m->n_head * hd;
@@ -60,5 +60,5 @@ static void attention_backward(ember_backward *b, int64_t l) {
 
 ember_status ember_llama_backward(ember_backward *b, ember_error *err) {
     (void)err;
-    return ember_backward_layers(b, mlp_backward, attention_backward);
+    return ember_backward_layers(b, mlp_backward, ember_llama_attention_backward);
 }

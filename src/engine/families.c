@@ -37,6 +37,8 @@ static const ember_family families[] = {
         .info = {.name = "qwen3moe", .architectures = ARCHS("qwen3moe")},
         .bind = ember_qwen3moe_bind,
         .forward = ember_qwen3moe_forward,
+        .backward = ember_qwen3moe_backward,
+        .tape_slots = ember_qwen3moe_tape_slots,
         .rope_neox = true,
         .qk_norm = true,
         .moe = true,

@@ -3,6 +3,7 @@
  * (ffn_gate_inp, the moe_router stage), a softmax over every expert, the top n_expert_used, their
  * probabilities renormalised to sum 1, the chosen experts' outputs summed with those weights; no
  * shared expert. Its hyper-parameters and tensors (ffn_{gate,up,down}_exps stacked per expert) too. */
+#include "backward.h"
 #include "model_bind.h"
 #include "rows.h"
 
@@ -11,9 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Row t's choice: the k most probable of E experts under softmax(logits) (descending; a tie goes to
- * the lower index), and their probabilities over their sum (clamped below as llama.cpp does). */
-static void route_row(const float *logits, int64_t E, int64_t k, int32_t *ids, float *weights) {
+void ember_moe_route_row(const float *logits, int64_t E, int64_t k, int32_t *ids, float *weights) {
     float max = -INFINITY;
     for (int64_t e = 0; e < E; e++) max = logits[e] > max ? logits[e] : max;
     double total = 0;
@@ -54,8 +53,11 @@ static int64_t expert_rows(const int32_t *ids, int64_t n, int64_t k, int32_t e, 
 }
 
 /* Each expert's gate and up over the normed rows routed to it, SwiGLU, into its slot of w->gate
- * (row t holds the activations of its k experts in choice order, n_ff_exp each). */
-static void experts_up(const ember_model *m, const ember_layer *L, ember_workspace *w, int64_t n) {
+ * (row t holds the activations of its k experts in choice order, n_ff_exp each); layer l's. */
+static void experts_up(ember_session *s, int64_t l, int64_t n) {
+    const ember_model *m = s->model;
+    const ember_layer *L = &m->layers[l];
+    ember_workspace *w = &s->ws;
     const int64_t d = m->n_embd, k = m->n_expert_used, f = m->n_ff_exp;
     const int32_t *ids = (const int32_t *)w->moe_ids;
     int32_t *rows = (int32_t *)w->moe_rows;
@@ -65,6 +67,10 @@ static void experts_up(const ember_model *m, const ember_layer *L, ember_workspa
         for (int64_t i = 0; i < c; i++) memcpy(w->moe_in + i * d, w->xn + rows[i] / k * d, (size_t)d * sizeof(float));
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->exp_gate[e], &L->exp_up[e]}, w->moe_in,
                            (float *const[]){w->moe_g, w->moe_u}, c);
+        for (int64_t i = 0; i < c; i++) { /* the backward's: each slot's gate and up where they lie */
+            ember_tape_keep_cols(s, l, EMBER_TAPE_GATE, rows[i] / k, rows[i] % k * f, w->moe_g + i * f, f, k * f);
+            ember_tape_keep_cols(s, l, EMBER_TAPE_UP, rows[i] / k, rows[i] % k * f, w->moe_u + i * f, f, k * f);
+        }
         ember_rows_silu_mul(m, w->moe_g, w->moe_u, c, f);
         for (int64_t i = 0; i < c; i++) memcpy(w->gate + rows[i] * f, w->moe_g + i * f, (size_t)f * sizeof(float));
     }
@@ -111,8 +117,10 @@ static ember_status moe_block(ember_session *s, const ember_hooks *hooks, ember_
                                "moe_router of layer %lld: token row %lld (0-based) bans all %lld experts (-inf in "
                                "every column); leave at least one allowed",
                                (long long)l, (long long)bad, (long long)E);
-    for (int64_t t = 0; t < n; t++) route_row(w->router + t * E, E, k, (int32_t *)w->moe_ids + t * k, w->moe_w + t * k);
-    experts_up(m, L, w, n);
+    for (int64_t t = 0; t < n; t++)
+        ember_moe_route_row(w->router + t * E, E, k, (int32_t *)w->moe_ids + t * k, w->moe_w + t * k);
+    ember_tape_keep(s, l, EMBER_TAPE_ROUTER, w->router, n, E);
+    experts_up(s, l, n);
     ember_trace_step(tr, "ffn_moe_act", l, EMBER_KOP_SILU_MUL, NULL, w->gate, n, L->n_ff);
     ember_eval_ctx routed = *ctx;
     routed.n_experts_used = k;
@@ -141,6 +149,7 @@ ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hook
         ember_trace_step(tr, "layer_output", l, EMBER_KOP_ENGINE, NULL, w->x, n, d);
         if ((st = ember_hook_call(hooks, EMBER_STAGE_AFTER_LAYER, &ctx, l, w->x, n, d, err))) return st;
     }
+    ember_tape_keep(s, -1, EMBER_TAPE_X, w->x, n, d);
     return ember_logits_head(p, hooks, &ctx, err);
 }
 

@@ -278,6 +278,10 @@ ember_status ember_olmo2_forward(const ember_pass *p, const ember_hooks *hooks, 
 /* The Gemma block (family_gemma4.c): gemma2, gemma3 and gemma4. */
 ember_status ember_gemma4_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
 ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hooks, ember_error *err);
+/* qwen3moe's routing of one row (family_qwen3moe.c, the one rule the forward and the backward
+ * follow): the k most probable of E experts under softmax(logits) (descending; a tie goes to the
+ * lower index), and their probabilities over their sum (clamped below at 2^-14 as llama.cpp does). */
+void ember_moe_route_row(const float *logits, int64_t E, int64_t k, int32_t *ids, float *weights);
 /* The RoPE frequency factors of a session of the llama block: LongRoPE's long ones (phi3) when its
  * context is longer than the original one, as llama.cpp picks them; else the file's (rope_freqs, or
  * LongRoPE's short ones). The forward's and the backward's one choice (family_llama.c). */

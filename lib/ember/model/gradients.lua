@@ -13,11 +13,24 @@ local selectors = require("ember.run.selectors")
 local M = {}
 
 -- The stages a gradient can be taken at: every stage a pass calls by itself, and the embedding
--- rows (the token embeddings as looked up, before any scaling or position).
+-- rows (the token embeddings as looked up, before any scaling or position); on the families that
+-- have them, their own stages too (moe_router), which the default list adds for those models.
 M.STAGES = { "embeddings" }
 for _, s in ipairs(selectors.PASS_STAGES) do M.STAGES[#M.STAGES + 1] = s end
 local STAGE_SET = {}
 for _, s in ipairs(M.STAGES) do STAGE_SET[s] = true end
+for s in pairs(selectors.FAMILY_STAGES) do STAGE_SET[s] = true end
+
+-- the family stages model has (the stage table's families column), in the table's order
+local function own_stages(model)
+  local out = {}
+  for _, row in ipairs(require("ember.core").STAGES) do
+    for _, f in ipairs(row.families or {}) do
+      if f == model.info.family then out[#out + 1] = row.name end
+    end
+  end
+  return out
+end
 M.FREEZE = { "attention", "norm" }
 
 local OPTIONS = { ids = true, prompt = true, bos = true, metric = true, stages = true, freeze = true, values = true,
@@ -60,8 +73,12 @@ local function core_metric(model, opts)
   return out, m
 end
 
-local function stage_list(opts)
-  if opts.stages == nil then return { table.unpack(M.STAGES) } end
+local function stage_list(opts, model)
+  if opts.stages == nil then
+    local all = { table.unpack(M.STAGES) }
+    for _, s in ipairs(own_stages(model)) do all[#all + 1] = s end
+    return all
+  end
   if type(opts.stages) ~= "table" then fail("stages must be a list of stage names, got %s", type(opts.stages)) end
   for _, s in ipairs(opts.stages) do
     if not STAGE_SET[s] then
@@ -131,7 +148,7 @@ function M.gradients(model, opts)
   options.check(opts, OPTIONS, raise)
   local ids = options.prompt_ids(model, opts, raise)
   local cm, parsed = core_metric(model, opts)
-  local stages, freeze = stage_list(opts), freeze_set(opts)
+  local stages, freeze = stage_list(opts, model), freeze_set(opts)
   local engine_stages, embeddings = {}, false
   for _, s in ipairs(stages) do
     if s == "embeddings" then embeddings = true else engine_stages[#engine_stages + 1] = s end

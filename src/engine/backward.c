@@ -2,6 +2,7 @@
  * transposed products, norm derivatives over rows, RoPE transposed, the attention backward over a
  * layer's cache. Must not know a family's block (the family's backward file does). */
 #include "backward.h"
+#include "rows.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,37 @@ void ember_backward_attention(ember_backward *b, int64_t l, const ember_layer *L
     }
     ember_compute_attention_backward(m->compute, &a);
     if (pattern) ember_backward_keep(b, EMBER_STAGE_ATTENTION_PATTERN, l, b->pattern, m->n_head * b->n, b->n);
+}
+
+void ember_backward_attention_block(ember_backward *b, int64_t l, const ember_backward_rope_args *r,
+                                    const float *post_norm) {
+    const ember_model *m = b->m;
+    const ember_layer *L = &m->layers[l];
+    const int64_t d = m->n_embd, n = b->n, hd = L->head_dim, q_dim = m->n_head * hd;
+    const float *q_raw = ember_tape_get(b->tape, l, EMBER_TAPE_Q);
+    ember_backward_keep(b, EMBER_STAGE_AFTER_ATTENTION, l, b->gx, n, d);
+    ember_backward_product(b, &L->wo, ember_backward_post_norm(b, l, EMBER_TAPE_ATTN, post_norm), b->qa, false);
+    ember_backward_keep(b, EMBER_STAGE_ATTENTION_HEADS, l, b->qa, n, q_dim);
+    /* Q as attention read it: the kept projection through the forward's own norm and RoPE */
+    memcpy(b->qb, q_raw, (size_t)(n * q_dim) * sizeof(float));
+    ember_rows_norm_rope(m, b->qb, n, m->n_head, hd, L->q_norm, m->norm_eps, r->n_rot, 0, r->base, r->neox, r->freqs);
+    ember_backward_attention(b, l, L, m->attn_scale, L->sliding ? m->window : 0, b->qb, b->qa, b->qc, b->ka, b->va);
+    ember_backward_product(b, &L->wv, b->va, b->t1, false);
+    if (!b->freeze_attention) { /* frozen: no gradient reaches Q or K */
+        ember_backward_rope(b, b->qc, m->n_head, hd, r->n_rot, r->base, r->neox, r->freqs);
+        ember_backward_rope(b, b->ka, L->n_head_kv, hd, r->n_rot, r->base, r->neox, r->freqs);
+        float *dq = b->qc, *dk = b->ka;
+        if (L->q_norm) { /* per-head RMSNorm of each head's hd values */
+            ember_backward_norm(b, false, b->qb, b->qc, q_raw, L->q_norm, n * m->n_head, hd, m->norm_eps, false);
+            ember_backward_norm(b, false, b->kb, b->ka, ember_tape_get(b->tape, l, EMBER_TAPE_K), L->k_norm,
+                                n * L->n_head_kv, hd, m->norm_eps, false);
+            dq = b->qb;
+            dk = b->kb;
+        }
+        ember_backward_product(b, &L->wq, dq, b->t1, true);
+        ember_backward_product(b, &L->wk, dk, b->t1, true);
+    }
+    ember_backward_block_input(b, l, false, EMBER_TAPE_X, L->attn_norm);
 }
 
 const float *ember_backward_post_norm(ember_backward *b, int64_t l, ember_tape_slot slot, const float *w) {

@@ -134,6 +134,19 @@ void ember_backward_mlp_output(ember_backward *b, int64_t l, const float *post_n
  * tape keeps in slot (EMBER_TAPE_X: entering layer l, then kept as before_layer; EMBER_TAPE_X_MID:
  * after its attention), weight w. */
 void ember_backward_block_input(ember_backward *b, int64_t l, bool layer, ember_tape_slot slot, const float *w);
+/* The RoPE a layer's Q and K went through (its rotated dims, base, pair order, frequency factors). */
+typedef struct {
+    int64_t n_rot;
+    float base;
+    bool neox;
+    const float *freqs;
+} ember_backward_rope_args;
+/* Layer l's attention block of the llama kind (the Gemma one with post_norm, its output's RMSNorm;
+ * NULL: none): gx after the attention residual -> entering the layer, through the O projection, the
+ * attention over its cache (the layer's window), V, RoPE and the per-head QK-norm where the layer
+ * has one, Q/K/V's products and the pre-norm; every gradient of those stages kept as asked. */
+void ember_backward_attention_block(ember_backward *b, int64_t l, const ember_backward_rope_args *r,
+                                    const float *post_norm);
 /* From the last layer to the first: mlp(l), then attention(l); then keeps the embeddings' gradient. */
 ember_status ember_backward_layers(ember_backward *b, ember_backward_block mlp, ember_backward_block attention);
 

@@ -4,10 +4,8 @@
  * own base and factors, attention with its scale, sliding window and (Gemma 2) logit softcap, the
  * tanh-GELU gate, and the input embedding's sqrt(hidden) scale. Gemma 4 has no backward yet. */
 #include "backward.h"
-#include "rows.h"
 
 #include <math.h>
-#include <string.h>
 
 uint32_t ember_gemma_tape_slots(const ember_model *m) {
     (void)m;
@@ -26,36 +24,12 @@ static void mlp_backward(ember_backward *b, int64_t l) {
     ember_backward_block_input(b, l, false, EMBER_TAPE_X_MID, L->ffn_norm);
 }
 
-/* gx: the gradient after layer l's attention residual -> entering the layer. */
+/* gx: the gradient after layer l's attention residual -> entering the layer: each layer's own RoPE,
+ * the post-norm of its output. */
 static void attention_backward(ember_backward *b, int64_t l) {
-    const ember_model *m = b->m;
-    const ember_layer *L = &m->layers[l];
-    const int64_t d = m->n_embd, n = b->n, hd = L->head_dim, q_dim = m->n_head * hd;
-    const float *q_raw = ember_tape_get(b->tape, l, EMBER_TAPE_Q);
-    ember_backward_keep(b, EMBER_STAGE_AFTER_ATTENTION, l, b->gx, n, d);
-    ember_backward_product(b, &L->wo, ember_backward_post_norm(b, l, EMBER_TAPE_ATTN, L->post_attn_norm), b->qa, false);
-    ember_backward_keep(b, EMBER_STAGE_ATTENTION_HEADS, l, b->qa, n, q_dim);
-    /* Q as attention read it: the kept projection through the forward's own norm and RoPE */
-    memcpy(b->qb, q_raw, (size_t)(n * q_dim) * sizeof(float));
-    ember_rows_norm_rope(m, b->qb, n, m->n_head, hd, L->q_norm, m->norm_eps, L->n_rot, 0, L->rope_base, true,
-                         L->rope_freqs);
-    ember_backward_attention(b, l, L, m->attn_scale, L->sliding ? m->window : 0, b->qb, b->qa, b->qc, b->ka, b->va);
-    ember_backward_product(b, &L->wv, b->va, b->t1, false);
-    if (!b->freeze_attention) { /* frozen: no gradient reaches Q or K */
-        ember_backward_rope(b, b->qc, m->n_head, hd, L->n_rot, L->rope_base, true, L->rope_freqs);
-        ember_backward_rope(b, b->ka, L->n_head_kv, hd, L->n_rot, L->rope_base, true, L->rope_freqs);
-        float *dq = b->qc, *dk = b->ka;
-        if (L->q_norm) { /* Gemma 3: per-head RMSNorm of each head's hd values */
-            ember_backward_norm(b, false, b->qb, b->qc, q_raw, L->q_norm, n * m->n_head, hd, m->norm_eps, false);
-            ember_backward_norm(b, false, b->kb, b->ka, ember_tape_get(b->tape, l, EMBER_TAPE_K), L->k_norm,
-                                n * L->n_head_kv, hd, m->norm_eps, false);
-            dq = b->qb;
-            dk = b->kb;
-        }
-        ember_backward_product(b, &L->wq, dq, b->t1, true);
-        ember_backward_product(b, &L->wk, dk, b->t1, true);
-    }
-    ember_backward_block_input(b, l, false, EMBER_TAPE_X, L->attn_norm);
+    const ember_layer *L = &b->m->layers[l];
+    const ember_backward_rope_args r = {L->n_rot, L->rope_base, true, L->rope_freqs};
+    ember_backward_attention_block(b, l, &r, L->post_attn_norm);
 }
 
 ember_status ember_gemma_backward(ember_backward *b, ember_error *err) {

@@ -131,6 +131,22 @@ describe("model:batch", function()
     assert.is_true(same(step[2], batch:logits(1)))
   end)
 
+  it("rewinds one sequence, keeping its cache before the position: the rest evaluated again gives the same bits",
+    function()
+      local batch <close> = model:batch { size = 2, context = 16 }
+      local first = batch:prefill({ { 1, 2, 3, 4, 5, 6 }, { 7, 8, 9 } })
+      batch:rewind(1, 2)
+      assert.are.same({ 2, 3 }, { batch:position(1), batch:position(2) })
+      local again = batch:prefill({ { 3, 4, 5, 6 } }, { sequences = { 1 } })
+      assert.is_true(same(first[1], again[1]))
+      local ok, err = pcall(batch.rewind, batch, 2, 4)
+      assert.is_false(ok)
+      assert.matches("rewind: sequence 2: ", tostring(err), 1, true)
+      ok, err = pcall(batch.rewind, batch, 3, 0)
+      assert.is_false(ok)
+      assert.matches("rewind: sequence 3 is outside 1..2", tostring(err), 1, true)
+    end)
+
   it("generate{ prompts = } gives each prompt's own generation", function()
     local prompts = { { 1, 2, 3 }, { 4 }, { 5, 6, 7, 8, 9 } }
     local outs = model:generate { ids = prompts, max_tokens = 5, eos = false }

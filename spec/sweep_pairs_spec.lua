@@ -110,6 +110,24 @@ describe("ember sweep --pairs", function()
     assert.matches("mean of 3 pairs", m.metric.label, 1, true)
   end)
 
+  it("evaluates the pairs of a cell in one batch: every cell as with the pairs one after another", function()
+    need()
+    local file = dataset("pairs-batch.jsonl")
+    local function sweep(batch)
+      return ember.sweep { model = model, pairs = file, metric = "logit-diff",
+        stages = { "after_layer", "after_attention" }, batch = batch }
+    end
+    local together, apart = sweep(nil), sweep(false)
+    assert.equal(#apart.cells, #together.cells)
+    local patched = 0
+    for i, c in ipairs(together.cells) do
+      assert.same(apart.cells[i], c) -- values, logits digests, certification, per-pair values
+      if not c.certified then patched = patched + 1 end
+    end
+    assert.is_true(patched > 0, "no cell needed a pass")
+    assert.equal(apart.stats.certified_without_pass, together.stats.certified_without_pass)
+  end)
+
   it("gives the same bits in shards, with --jobs 2 and resumed; another dataset is refused", function()
     need()
     local file = dataset("pairs2.jsonl")

@@ -219,6 +219,17 @@ static int b_reset(lua_State *L) {
     return 0;
 }
 
+/* b:rewind(i, p): sequence i back to position p (0 <= p <= its position), keeping its cache of 0..p-1 */
+static int b_rewind(lua_State *L) {
+    lua_batch *lb = check_batch(L, 1, "rewind");
+    const int64_t i = check_seq(L, lb, luaL_checkinteger(L, 2), "rewind");
+    const lua_Integer p = luaL_checkinteger(L, 3);
+    ember_error err = {0};
+    if (ember_session_rewind(ember_batch_session(lb->b, i), (int64_t)p, &err) != EMBER_OK)
+        return luaL_error(L, "rewind: sequence %I: %s", (lua_Integer)(i + 1), err.msg);
+    return 0;
+}
+
 static int b_close(lua_State *L) {
     lua_batch *lb = luaL_checkudata(L, 1, EMBER_LUA_BATCH);
     if (lb->busy) return luaL_error(L, "close: the batch is busy (it cannot be closed from inside its own evaluation)");
@@ -256,13 +267,9 @@ static int b_tostring(lua_State *L) {
 
 void ember_lua_open_batch(lua_State *L, int module) {
     (void)module;
-    static const luaL_Reg methods[] = {{"prefill", b_prefill},
-                                       {"decode", b_decode},
-                                       {"position", b_position},
-                                       {"logits", b_logits},
-                                       {"reset", b_reset},
-                                       {"close", b_close},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"prefill", b_prefill}, {"decode", b_decode}, {"position", b_position},
+                                       {"logits", b_logits},   {"reset", b_reset},   {"rewind", b_rewind},
+                                       {"close", b_close},     {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", b_close}, {"__close", b_close}, {"__tostring", b_tostring}, {NULL, NULL}};
     static const luaL_Reg getters[] = {
         {"size", b_get_size}, {"context", b_get_context}, {"closed", b_get_closed}, {NULL, NULL}};

@@ -175,6 +175,7 @@ M.CLASSES = {
     position = "b:position(i) -> sequence i's position",
     logits = "b:logits(i) -> sequence i's current logits, or nil",
     reset = "b:reset([i]): sequence i (or all) back to position 0",
+    rewind = "b:rewind(i, p): sequence i back to position p, keeping its cache of 0..p-1",
     close = "b:close() frees the batch's KV caches",
     size = "b.size: the number of sequences",
     context = "b.context: each sequence's positions",

@@ -50,6 +50,8 @@ M.FLAGS_LIST = {
   { "no-reuse", "bool", nil,
     "evaluate every cell from position 0 (default: from its position on, over the corrupted run's KV "
       .. "cache; the same bits)" },
+  { "no-batch", "bool", nil,
+    "with --pairs, evaluate the pairs of a cell one after another (default: in one batch; the same bits)" },
   flags.option("help"),
 }
 M.FLAGS = flags.spec(M.FLAGS_LIST)
@@ -147,7 +149,7 @@ function M.main(args, argv, io_)
     stages = o.stages, layers = o.layers, positions = o.positions, decode_steps = o["decode-steps"],
     shard = o.shard, out = o.out,
     max_cells = o["max-cells"], progress = progress, argv = argv, checkpoint_seconds = o.checkpoint,
-    reuse = not o["no-reuse"],
+    reuse = not o["no-reuse"], batch = not o["no-batch"],
   }
   model:close()
   local st = res.stats

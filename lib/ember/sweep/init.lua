@@ -16,6 +16,7 @@ local store = require("ember.sweep.store")
 local reuse = require("ember.sweep.reuse")
 local pairs_mod = require("ember.sweep.pairs")
 local pairs_cell = require("ember.sweep.pairs_cell")
+local batched = require("ember.sweep.batch_cells")
 local token_label = require("ember.analysis.token_label")
 local is_interrupt = require("ember.model.generate").is_interrupt
 local core = require("ember.core")
@@ -180,29 +181,33 @@ local function source_finder(records)
   end
 end
 
--- unit_cell(b, u, c) -> the fields of cell c for one pair u (its baselines, session and reuse):
--- the clean activation patched into the corrupted run at the cell, the metric read. A cell whose
--- tokens are the same in both runs up to its position is certified without a pass (reuse.lua).
-local function unit_cell(b, u, c)
+-- The fields of cell c every pair u's value shares (its source row, the baselines' values); with
+-- `free`, those of a cell certified without a pass: its tokens are the same in both runs up to its
+-- position (reuse.lua), so its value is the corrupted run's.
+local function cell_head(b, u, c, free)
   local src = u.source_of(c)
   local cell = { index = c.index, stage = c.stage, layer = c.layer, position = c.position,
     clean_value = u.clean_value, corrupted_value = u.corr_value, source_sha256 = src.sha256,
     source_row = c.position - src.start_position, settings_sha256 = b.doc.settings_sha256 }
-  if u.reuse and u.reuse:same_prefix(c.position) then
+  if free then
     u.free = u.free + 1
     cell.value, cell.certified, cell.equals_corrupted = u.corr_value, true, true
     cell.logits_sha256, cell.top1 = u.corr_sha256, u.corr_top1
     cell.generated_ids = b.cfg.decode_steps > 0 and u.corr_gen or nil
-    return cell
   end
-  local p = patch.experiment { source = u.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
+  return cell
+end
+
+-- The patch of pair u's clean activation at cell c.
+local function cell_patch(b, u, c)
+  return patch.experiment { source = u.src_art, target = { layer = c.layer, stage = c.stage }, model = b.model,
     positions = { c.position }, certify = true }
-  local logits, generated
-  if u.reuse then
-    logits, generated = u.reuse:run(c.position, p)
-  else
-    logits, generated = run_once(u.session, u.corrupted_ids, b.cfg.decode_steps, p)
-  end
+end
+
+-- cell (from cell_head) completed from the patched run's logits and generated ids: the metric read,
+-- certified when every patched row held the clean bytes already (then the logits must be the
+-- corrupted run's, bit for bit).
+local function cell_tail(b, u, c, cell, p, logits, generated)
   p:on_generation_complete()
   local certified = p.identical()
   local bytes = logits:bytes()
@@ -216,12 +221,50 @@ local function unit_cell(b, u, c)
   return cell
 end
 
+-- unit_cell(b, u, c) -> the fields of cell c for one pair u (its baselines, session and reuse):
+-- the clean activation patched into the corrupted run at the cell, the metric read.
+local function unit_cell(b, u, c)
+  local free = u.reuse and u.reuse:same_prefix(c.position)
+  local cell = cell_head(b, u, c, free)
+  if free then return cell end
+  local p = cell_patch(b, u, c)
+  local logits, generated
+  if u.reuse then
+    logits, generated = u.reuse:run(c.position, p)
+  else
+    logits, generated = run_once(u.session, u.corrupted_ids, b.cfg.decode_steps, p)
+  end
+  return cell_tail(b, u, c, cell, p, logits, generated)
+end
+
+-- batch_cells(b, c) -> the fields of cell c for every pair, the pairs that need a pass evaluated
+-- together in b.batch (batch_cells.lua)
+local function batch_cells(b, c)
+  local each, list, exps = {}, {}, {}
+  for i, u in ipairs(b.units) do
+    local free = u.reuse:same_prefix(c.position)
+    each[i] = cell_head(b, u, c, free)
+    if not free then
+      list[#list + 1] = i
+      exps[i] = cell_patch(b, u, c)
+    end
+  end
+  if #list == 0 then return each end
+  local logits = b.batch:run(list, c.position, exps, c.stage)
+  for k, i in ipairs(list) do each[i] = cell_tail(b, b.units[i], c, each[i], exps[i], logits[k], {}) end
+  return each
+end
+
 -- compute(b, c) -> the manifest entry of cell c: one pair's cell, or over many pairs the mean of
 -- their values with its standard error and each pair's value (pairs_cell.lua)
 local function compute(b, c)
   if not b.pairs then return store.cell(unit_cell(b, b.units[1], c)) end
   local each = {}
-  for i, u in ipairs(b.units) do each[i] = unit_cell(b, u, c) end
+  if b.batch then
+    each = batch_cells(b, c)
+  else
+    for i, u in ipairs(b.units) do each[i] = unit_cell(b, u, c) end
+  end
   return store.cell(pairs_cell.aggregate(each, b.clean_mean, b.corr_mean))
 end
 
@@ -275,6 +318,15 @@ local function setup(model, opts)
       b.units[i] = new_unit(model, cfg, it.clean_ids, it.corrupted_ids, pairs_mod.metric_for(cfg.metric, it),
         reuse_on, " of " .. it.where)
     end
+    -- the pairs' cells in one batch (prompt positions over the corrupted caches; with decode steps,
+    -- or without reuse, pair after pair): each pair's cache lives in the batch, not its session
+    if reuse_on and cfg.decode_steps == 0 and #b.units > 1 and opts.batch ~= false then
+      b.batch = batched.new(model, b.units)
+      for _, u in ipairs(b.units) do
+        u.session:close()
+        u.session = nil
+      end
+    end
   else
     b.units[1] = new_unit(model, cfg, cfg.clean_ids, cfg.corrupted_ids, cfg.metric, reuse_on)
   end
@@ -303,7 +355,8 @@ end
 --   out = DIR (resumed when it holds part of the same sweep), max_cells = n (stop after n new cells: a budget),
 --   progress = reporter (sweep_progress), checkpoint_seconds = s (default 1; 0 = every cell),
 --   tokenizer_path, argv, on_cell = function(cell),
---   reuse = false (evaluate every cell from position 0 instead of from its position on; the same bits) }
+--   reuse = false (evaluate every cell from position 0 instead of from its position on; the same bits),
+--   batch = false (with pairs: evaluate them one after another instead of in one batch; the same bits) }
 function M.run(opts)
   local model = opts.model
   if model == nil then fail("model is required") end
@@ -368,6 +421,7 @@ function M.run(opts)
   doc.status = #list == #mine and "complete" or "partial"
   local free = 0
   for _, u in ipairs(b.units) do free = free + u.free end
+  if b.batch then b.batch:close() end
   return { manifest = doc, cells = list, dir = opts.out,
     stats = { total = #mine, computed = computed, resumed = resumed, grid_cells = #all,
       certified_without_pass = free } }

@@ -147,6 +147,22 @@ describe("model:batch", function()
       assert.matches("rewind: sequence 3 is outside 1..2", tostring(err), 1, true)
     end)
 
+  it("locates a non-finite value of one sequence: its stage, layer and row within it", function()
+    local batch <close> = model:batch { size = 2, context = 16 }
+    local exp = { name = "nan-in-two" }
+    function exp:after_attention(ctx, view)
+      if ctx.layer_index == 2 then
+        local two = view:sequence(2)
+        two:set(two:shape()[1], 5, 0 / 0) -- its last row, so that it reaches its logits
+      end
+    end
+    local ok, err = pcall(batch.prefill, batch, { { 1, 2, 3, 4, 5 }, { 9, 8, 7 } }, { experiment = exp })
+    assert.is_false(ok)
+    assert.matches("batch: sequence 2: evaluation at position 0 produced non-finite logits", tostring(err), 1, true)
+    assert.matches("first non-finite value at after_attention of layer 2 (0-based token row 2, column 4 = ",
+      tostring(err), 1, true)
+  end)
+
   it("generate{ prompts = } gives each prompt's own generation", function()
     local prompts = { { 1, 2, 3 }, { 4 }, { 5, 6, 7, 8, 9 } }
     local outs = model:generate { ids = prompts, max_tokens = 5, eos = false }

@@ -10,6 +10,7 @@
 #include "test_models.h"
 #include "test_support.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +233,34 @@ static void test_write_one(ember_model *m, const composition *c, const solo_resu
     ember_batch_free(b);
 }
 
+/* A NaN written into sequence 0 at layer 0 (which allows non-finite logits) and into sequence 1's last
+ * row at layer 1: the error names sequence 2 (1-based) and its own NaN, the row counted within it. */
+static ember_status nan_hook(void *user, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
+                             ember_error *err) {
+    (void)user, (void)stage, (void)err;
+    const ember_sequence *q = ctx->sequences;
+    if (ctx->layer_index == 0) v->data[q[0].first_row * v->cols + 3] = NAN;
+    if (ctx->layer_index == 1) v->data[(q[1].first_row + q[1].length - 1) * v->cols + 6] = NAN;
+    return EMBER_OK;
+}
+
+static void test_nonfinite_located(ember_model *m) {
+    ember_batch *b = NULL;
+    ember_error err = {0};
+    if (!CHECK(ember_batch_new(m, 2, 16, &b, &err) == EMBER_OK)) return;
+    ember_session_set_allow_nonfinite(ember_batch_session(b, 0), true);
+    const int32_t ids[5] = {1, 2, 3, 4, 5};
+    const ember_batch_item items[2] = {{0, ids, 4}, {1, ids, 3}};
+    ember_hooks h = {0};
+    h.on_tensor[EMBER_STAGE_AFTER_ATTENTION] = nan_hook;
+    CHECK(ember_batch_eval(b, EMBER_PHASE_PREFILL, items, 2, &h, &err) == EMBER_ERR_NONFINITE);
+    CHECK_MSG(
+        strstr(err.msg, "batch: sequence 2: ") &&
+            strstr(err.msg, "first non-finite value at after_attention of layer 1 (0-based token row 2, column 6"),
+        "%s", err.msg);
+    ember_batch_free(b);
+}
+
 static void test_errors(ember_model *m) {
     ember_batch *b = NULL;
     ember_error err = {0};
@@ -279,7 +308,7 @@ static void test_family(const char *family) {
         if (!CHECKF(ember_model_load(&mp, &m, &err) == EMBER_OK, "%s: %s", family, err.msg)) return;
         bool ok = true;
         for (int64_t i = 0; ok && i < c.n_seq; i++) ok = run_solo(m, c.ids[i], c.len[i], c.next[i], false, &solo[i]);
-        if (k == 0) test_errors(m);
+        if (k == 0) test_errors(m), test_nonfinite_located(m);
         for (int threads = 1; ok && threads <= 3; threads++) {
             ember_model *mt = NULL;
             mp.n_threads = threads;

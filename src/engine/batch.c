@@ -4,6 +4,7 @@
  * does the arithmetic, through the pass's per-sequence helpers (pass.c). */
 #include "memory.h"
 #include "model.h"
+#include "nonfinite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +200,30 @@ static bool find_nonfinite(const ember_batch *b, const ember_pass *p, const embe
     return false;
 }
 
+/* The error of a pass whose sequence `item` made non-finite logits: the same pass again (the same
+ * positions, so every cache row it rewrites gets the same values) with the locating hooks on that
+ * sequence's rows (nonfinite.h), naming the first stage, layer, row and column where it was. */
+static ember_status nonfinite_error(ember_batch *b, const ember_pass *p, const ember_hooks *hooks, int64_t item,
+                                    int64_t col, float value, ember_error *err) {
+    ember_session *h = b->host;
+    ember_nonfinite_locator lc = {
+        .user = hooks, .row0 = p->seq[item].row, .rows = p->seq[item].n, .logits_row = h->all_logits ? -1 : item};
+    const ember_hooks all = ember_nonfinite_hooks(&lc);
+    ember_error pass_err = {0};
+    h->head_bad = -1;
+    const ember_status st = b->m->family->forward(p, &all, &pass_err);
+    if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
+    const int64_t v = b->m->n_vocab;
+    const bool head_here = h->head_bad >= 0 && h->head_bad / v == item;
+    char where[192];
+    ember_nonfinite_where(&lc, head_here ? h->head_bad % v : -1, h->head_bad_value, where, sizeof where);
+    return ember_error_set(err, EMBER_ERR_NONFINITE,
+                           "%s: batch: sequence %lld: evaluation at position %lld produced non-finite logits "
+                           "(logit %lld = %g); %s (allow_nonfinite = true keeps going)",
+                           b->m->gguf->path, (long long)p->sequences[item].index + 1, (long long)p->seq[item].s->pos,
+                           (long long)col, (double)value, where);
+}
+
 /* Each sequence's logits (and rows of all logits) into its session, and its position moved on. */
 static void finish(ember_batch *b, const ember_pass *p) {
     const int64_t v = b->m->n_vocab;
@@ -237,13 +262,7 @@ ember_status ember_batch_eval(ember_batch *b, ember_phase phase, const ember_bat
     if (st != EMBER_OK) return st; /* the caches beyond each position may hold partial rows */
     int64_t item, col;
     float value;
-    if (find_nonfinite(b, &p, hooks, &item, &col, &value))
-        return ember_error_set(err, EMBER_ERR_NONFINITE,
-                               "%s: batch: sequence %lld: evaluation at position %lld produced non-finite logits "
-                               "(logit %lld = %g); evaluate it alone to locate the first non-finite value "
-                               "(allow_nonfinite = true keeps going)",
-                               b->m->gguf->path, (long long)p.sequences[item].index + 1, (long long)p.seq[item].s->pos,
-                               (long long)col, (double)value);
+    if (find_nonfinite(b, &p, hooks, &item, &col, &value)) return nonfinite_error(b, &p, hooks, item, col, value, err);
     finish(b, &p);
     return EMBER_OK;
 }

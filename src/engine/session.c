@@ -1,6 +1,7 @@
 /* session.c — a KV cache, a position and a reusable workspace over one model; prefill and decode.
  * Owns no numerics: the family's forward pass does the arithmetic. */
 #include "model.h"
+#include "nonfinite.h"
 #include "memory.h"
 
 #include <math.h>
@@ -203,57 +204,6 @@ ember_status ember_workspace_reserve(ember_session *s, int64_t n, ember_error *e
  * In the logits, -inf is a value, not a failure: it is how an after_logits hook bans a token, and
  * the sampler gives it probability 0. NaN, +inf, or every logit at -inf leave nothing to sample. */
 
-/* The stages where -inf is a value a hook writes to ban a choice: a token (after_logits) or an expert
- * (moe_router, where the engine itself refuses a row that bans every expert). */
-static bool bans_with_minus_inf(ember_stage stage) {
-    return stage == EMBER_STAGE_AFTER_LOGITS || stage == EMBER_STAGE_MOE_ROUTER;
-}
-
-/* Whether x is unusable at this point: any non-finite activation, or NaN/+inf where -inf bans. */
-static bool bad_value(float x, bool bans) { return bans ? (isnan(x) || x == INFINITY) : !isfinite(x); }
-
-typedef struct {
-    const ember_hooks *user;
-    bool found;
-    ember_stage stage;
-    int64_t layer, row, col;
-    int64_t head; /* the attention head holding it on a per-head stage, else -1 */
-    float value;
-} nonfinite_locator;
-
-static ember_status locate_hook(void *u, ember_stage stage, const ember_eval_ctx *ctx, ember_view *v,
-                                ember_error *err) {
-    nonfinite_locator *lc = u;
-    if (lc->user && lc->user->on_tensor[stage]) {
-        ember_status st = lc->user->on_tensor[stage](lc->user->user, stage, ctx, v, err);
-        if (st != EMBER_OK) return st;
-    }
-    const bool logits = stage == EMBER_STAGE_AFTER_LOGITS;
-    const int64_t count = v->rows * v->cols;
-    int64_t bad = -1;
-    for (int64_t i = 0; i < count && bad < 0; i++)
-        if (bad_value(v->data[i], bans_with_minus_inf(stage))) bad = i;
-    if (bad < 0 && logits) { /* every logit at -inf is as bad as a NaN */
-        bool all = count > 0;
-        for (int64_t i = 0; i < count && all; i++) all = v->data[i] == -INFINITY;
-        if (all) bad = 0;
-    }
-    if (bad < 0) return EMBER_OK;
-    lc->found = true;
-    lc->stage = stage;
-    lc->layer = ctx->layer_index;
-    lc->row = bad / v->cols;
-    lc->col = bad % v->cols;
-    lc->head = -1; /* attention_pattern: rows in n_heads blocks; attention_heads: columns */
-    if (v->n_heads > 0 && stage == EMBER_STAGE_ATTENTION_PATTERN) {
-        lc->head = lc->row / (v->rows / v->n_heads);
-        lc->row %= v->rows / v->n_heads; /* the query's token row within its head's block */
-    }
-    if (v->n_heads > 0 && stage == EMBER_STAGE_ATTENTION_HEADS) lc->head = lc->col / (v->cols / v->n_heads);
-    lc->value = v->data[bad];
-    return EMBER_ERR_NONFINITE; /* stops the pass here */
-}
-
 /* The family's forward over n tokens of this session alone: a single-sequence pass. */
 static ember_status session_forward(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                     ember_error *err) {
@@ -266,14 +216,8 @@ static ember_status session_forward(ember_session *s, const int32_t *ids, int64_
 static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_t n, const ember_hooks *hooks,
                                     int64_t bad, float bad_value, ember_error *err) {
     const ember_model *m = s->model;
-    nonfinite_locator lc = {.user = hooks};
-    ember_hooks all = {.user = &lc, .saes = hooks ? hooks->saes : NULL}; /* the same splices */
-    /* Every stage but attention_pattern, which only where the experiment hooks it (its buffer
-     * exists only then): the per-head attention_heads view names the head a NaN query or key
-     * poisoned, mlp_activation the MLP's inside. These views are the engine's own buffers, so
-     * checking them changes nothing the pass computes. */
-    for (int i = 0; i < EMBER_STAGE_COUNT; i++)
-        if (i != EMBER_STAGE_ATTENTION_PATTERN || (hooks && hooks->on_tensor[i])) all.on_tensor[i] = locate_hook;
+    ember_nonfinite_locator lc = {.user = hooks, .rows = -1, .logits_row = -1};
+    const ember_hooks all = ember_nonfinite_hooks(&lc);
     ember_error pass_err = {0};
     ember_status st = ember_workspace_reserve(s, n, &pass_err); /* hooked: the whole batch at once */
     s->head_bad = -1;
@@ -281,38 +225,11 @@ static ember_status nonfinite_error(ember_session *s, const int32_t *ids, int64_
     if (st != EMBER_OK && !lc.found) return ember_error_set(err, st, "%s", pass_err.msg);
     s->has_logits = false;
     char where[192];
-    /* from a finite final hidden state, the head's own product made it (before softcap and hooks) */
-    const bool in_head = s->head_bad >= 0 && (!lc.found || lc.stage == EMBER_STAGE_AFTER_LOGITS);
-    if (in_head)
-        snprintf(where, sizeof where,
-                 "first non-finite value at the LM head's product, before after_logits (column %lld = %g)",
-                 (long long)s->head_bad, (double)s->head_bad_value);
-    else if (!lc.found) snprintf(where, sizeof where, "a second pass did not reproduce it");
-    else if (lc.layer >= 0) {
-        char head[32] = "";
-        if (lc.head >= 0) snprintf(head, sizeof head, ", head %lld", (long long)lc.head);
-        snprintf(where, sizeof where,
-                 "first non-finite value at %s of layer %lld%s (0-based token row %lld, column %lld = %g)",
-                 ember_stage_name(lc.stage), (long long)lc.layer, head, (long long)lc.row, (long long)lc.col,
-                 (double)lc.value);
-    } else
-        snprintf(where, sizeof where, "first non-finite value at %s (column %lld = %g)", ember_stage_name(lc.stage),
-                 (long long)lc.col, (double)lc.value);
+    ember_nonfinite_where(&lc, s->head_bad, s->head_bad_value, where, sizeof where);
     return ember_error_set(err, EMBER_ERR_NONFINITE,
                            "%s: evaluation at position %lld produced non-finite logits (logit %lld = %g); %s "
                            "(allow_nonfinite = true keeps going)",
                            m->gguf->path, (long long)s->pos, (long long)bad, (double)bad_value, where);
-}
-
-/* The first NaN or +inf logit (or 0 when every logit is -inf), else -1: the one check on the hot
- * path. */
-int64_t ember_logits_first_nonfinite(const float *x, int64_t n) {
-    bool all_minus_inf = true;
-    for (int64_t i = 0; i < n; i++) {
-        if (bad_value(x[i], true)) return i;
-        all_minus_inf = all_minus_inf && x[i] == -INFINITY;
-    }
-    return all_minus_inf ? 0 : -1;
 }
 
 /* The attention_pattern stage's buffer: one layer's pattern, n_head * n rows of pos + n keys.

@@ -163,6 +163,20 @@ describe("model:batch", function()
       tostring(err), 1, true)
   end)
 
+  it("run_with_cache over several prompts with attention_pattern gives each prompt's own pattern", function()
+    local prompts = { { 1, 2, 3, 4 }, { 5, 6 } }
+    local caches, logits = model:run_with_cache { ids = prompts, stages = { "attention_pattern", "after_layer" } }
+    for i, ids in ipairs(prompts) do
+      local solo = model:run_with_cache { ids = ids, stages = { "attention_pattern", "after_layer" } }
+      for l = 0, model.info.n_layers - 1 do
+        assert.is_true(same(solo:get("attention_pattern", l), caches[i]:get("attention_pattern", l)))
+        assert.is_true(same(solo:get("after_layer", l), caches[i]:get("after_layer", l)))
+      end
+      assert.are.same({ model.info.n_heads * #ids, #ids }, caches[i]:get("attention_pattern", 0):shape())
+      assert.is_true(same(solo.logits, logits[i]))
+    end
+  end)
+
   it("generate{ prompts = } gives each prompt's own generation", function()
     local prompts = { { 1, 2, 3 }, { 4 }, { 5, 6, 7, 8, 9 } }
     local outs = model:generate { ids = prompts, max_tokens = 5, eos = false }

@@ -124,11 +124,35 @@ local function run_batched(model, opts, prompts, stages, layers)
   return caches, logits
 end
 
+-- The batched call with attention_pattern among its stages: each prompt in a pass of its own (a
+-- batch gives the same bits; its hooks see one sequence's keys only). The caches and their logits.
+local run_each
+function run_each(model, opts, prompts)
+  local caches, logits = {}, {}
+  for i, ids in ipairs(prompts) do
+    local one = {}
+    for k, v in pairs(opts) do
+      if k ~= "prompts" and k ~= "prompt" and k ~= "ids" and k ~= "bos" then one[k] = v end
+    end
+    one.ids = ids -- as batch_ids read them (the BOS already there when asked)
+    caches[i] = M.run_with_cache(model, one)
+    logits[i] = caches[i].logits
+  end
+  return caches, logits
+end
+
 function M.run_with_cache(model, opts)
   options.check(opts, OPTIONS, fail)
   local info = model.info
   local prompts = batch_ids(model, opts)
-  if prompts then return run_batched(model, opts, prompts, stage_list(opts), layer_set(opts, info.n_layers)) end
+  if prompts then
+    local stages = stage_list(opts)
+    for _, s in ipairs(stages) do
+      -- a pattern has each prompt's own key count: the prompts one after another (the same bits)
+      if s == "attention_pattern" then return run_each(model, opts, prompts) end
+    end
+    return run_batched(model, opts, prompts, stages, layer_set(opts, info.n_layers))
+  end
   local ids = options.prompt_ids(model, opts, fail)
   local stages = stage_list(opts)
   local layers = layer_set(opts, info.n_layers)

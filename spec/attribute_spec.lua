@@ -98,6 +98,31 @@ describe("ember.attribute", function()
       e.position + 1))
   end)
 
+  it("over a dataset of pairs: the mean of each pair's scores; verify's effects the mean of each pair's", function()
+    local m = ember.load { model = tiny("llama"), kernels = "reference" }
+    local P = { { clean = CLEAN, corrupted = CORRUPTED, answer = 3, wrong = 7 },
+      { clean = { 1, 20, 41, 8, 99, 251 }, corrupted = { 1, 20, 44, 8, 99, 252 }, answer = 3, wrong = 7 } }
+    local r = ember.attribute { model = m, pairs = P, components = "heads,resid", verify = 3 }
+    assert.equal(2, r.count)
+    local singles = {}
+    for i, p in ipairs(P) do
+      singles[i] = ember.attribute { model = m, clean = p.clean, corrupted = p.corrupted, metric = "logit-diff:3,7",
+        components = "heads,resid", top = "all" }
+    end
+    for _, c in ipairs({ "heads", "resid" }) do
+      local mean = (singles[1].scores[c] + singles[2].scores[c]) * 0.5
+      assert.equal(mean:bytes(), r.scores[c]:bytes(), c)
+    end
+    assert.equal((singles[1].corrupted_value + singles[2].corrupted_value) / 2, r.corrupted_value)
+    for i = 2, #r.ranked do assert.is_true(math.abs(r.ranked[i - 1].score) >= math.abs(r.ranked[i].score)) end
+    assert.equal(6, #r.verify.checked)
+    for _, e in ipairs(r.verify.checked) do
+      local want = 0.0
+      for _, s in ipairs(singles) do want = want + (attribute.patch(m, s, e) - s.corrupted_value) end
+      assert.equal(want / 2, e.effect)
+    end
+  end)
+
   it("spearman: average ranks for ties (a hand-computed value)", function()
     -- ranks 1..5 against 1, 2, 3.5, 5, 3.5: sum dx dy = 8, sum dx^2 = 10, sum dy^2 = 9.5
     assert.is_true(math.abs(attribute.spearman({ 1, 2, 3, 4, 5 }, { 5, 6, 7, 8, 7 }) - 8 / math.sqrt(95)) < 1e-12)
@@ -149,6 +174,27 @@ describe("ember attribute (the CLI)", function()
     for _, c in ipairs({ "heads", "neurons", "resid" }) do assert.are.equal(r.scores[c]:bytes(), t[c]:bytes(), c) end
     for _, f in ipairs(doc.plots) do assert.is_true(require("ember.store.fs").exists(dir .. "/" .. f.png), f.png) end
     assert.are.equal(2, #doc.plots) -- heads and resid; neurons only in the safetensors
+  end)
+
+  it("--pairs FILE: the dataset's mean scores (those of ember.attribute over the same pairs)", function()
+    local path = tiny("llama")
+    local dir = H.tmpdir()
+    local f = assert(io.open(dir .. "/pairs.jsonl", "w"))
+    f:write('{"clean": [1, 17, 40, 3], "corrupted": [1, 17, 41, 3], "answer": 3, "wrong": 7}\n',
+      '{"clean": [1, 20, 41, 8], "corrupted": [1, 20, 44, 8], "answer": 3, "wrong": 7}\n')
+    f:close()
+    local code, out, err = C.ember("attribute", "--model", path, "--pairs", dir .. "/pairs.jsonl", "--top", "3",
+      "--out", dir .. "/atp", "--components", "heads")
+    assert.are.equal(0, code, err)
+    local doc = require("cjson").decode(require("ember.store.fs").read(dir .. "/atp/attribute.json", "report", 1 << 24))
+    assert.are.equal(2, doc.pairs.count)
+    local r = ember.attribute { model = ember.load { model = path }, pairs = dir .. "/pairs.jsonl",
+      components = "heads" }
+    assert.are.equal(r.ranked[1].score, doc.top[1].score)
+    assert.matches(string.format("%.6g", r.ranked[1].score), out, 1, true)
+    code, _, err = C.ember("attribute", "--model", path, "--pairs", dir .. "/pairs.jsonl", "--clean", "a")
+    assert.are.equal(2, code)
+    assert.matches("%-%-pairs replaces %-%-clean and %-%-corrupted", err)
   end)
 
   it("--freeze passes the frozen modes on (the scores of ember.attribute with freeze)", function()

@@ -263,6 +263,14 @@ function M.spearman(x, y)
   return sxy / math.sqrt(sxx * syy)
 end
 
+-- the mean over the pairs of entry e's exact effect (patch - corrupted value), and its exact value
+local function pairs_effect(model, r, e)
+  local sum = 0.0
+  for _, x in ipairs(r.pairs) do sum = sum + (M.patch(model, x, e) - x.corrupted_value) end
+  local effect = sum / #r.pairs
+  return r.corrupted_value + effect, effect
+end
+
 -- verify(model, r, k, seed) -> { checked = { entry + exact, effect }, rho, false_negatives }:
 -- exact patching of the top k by |score| and of k sampled (seeded) from the rest. A false negative
 -- is a sampled component whose exact |effect| reaches the smallest exact |effect| of the top k.
@@ -297,8 +305,12 @@ function M.verify(model, r, k, seed)
   local bar = math.huge
   for _, group in ipairs({ { "top", top }, { "sampled", sampled } }) do
     for _, e in ipairs(group[2]) do
-      e.exact = M.patch(model, r, e)
-      e.effect = e.exact - r.corrupted_value
+      if r.pairs then
+        e.exact, e.effect = pairs_effect(model, r, e)
+      else
+        e.exact = M.patch(model, r, e)
+        e.effect = e.exact - r.corrupted_value
+      end
       e.group = group[1]
       checked[#checked + 1] = e
       xs[#xs + 1], ys[#ys + 1] = e.score, e.effect
@@ -310,16 +322,66 @@ function M.verify(model, r, k, seed)
   return { k = k, checked = checked, rho = M.spearman(xs, ys), false_negatives = fns }
 end
 
+-- ---- a dataset of pairs ----------------------------------------------------------------------
+-- Over pairs (sweep --pairs' JSONL or list, one prompt length), every component's score is the mean
+-- of the pairs' scores, and verify's exact effect the mean of the pairs' exact effects; ranks,
+-- Spearman's rho and the false negatives are those of the means.
+
+-- The mean over the pairs' runs rs of their score grids, into r (scores, ranked, base, total).
+local function mean_scores(r, rs, top)
+  local heap, n = new_heap(top_count(top)), #rs
+  for _, c in ipairs(r.components) do
+    local sum = rs[1].scores[c]
+    for i = 2, n do sum = sum + rs[i].scores[c] end
+    r.scores[c] = sum * (1 / n)
+  end
+  for seq = 1, r.total do heap:offer(math.abs(M.entry(r, seq).score), seq) end
+  r.ranked = {}
+  for i, key in ipairs(heap:sorted()) do
+    local e = M.entry(r, key)
+    e.rank = i
+    r.ranked[i] = e
+  end
+end
+
+local function run_pairs(opts)
+  local model = opts.model
+  if model == nil then fail("model is required") end
+  if opts.clean ~= nil or opts.corrupted ~= nil then fail("give either pairs or clean and corrupted, not both") end
+  local pairs_mod = require("ember.sweep.pairs")
+  local dataset = pairs_mod.read(model, opts.pairs, 0)
+  local m, err = metric_mod.parse(opts.metric or "logit-diff")
+  if not m then fail("%s", err) end
+  local rs = {}
+  for i, it in ipairs(dataset.items) do
+    local one = {}
+    for k, v in pairs(opts) do if k ~= "pairs" and k ~= "verify" then one[k] = v end end
+    one.clean, one.corrupted, one.metric = it.clean_ids, it.corrupted_ids, pairs_mod.metric_for(m, it)
+    one.top = "all"
+    rs[i] = scores(one)
+  end
+  local r = setmetatable({ pairs = rs, where = dataset.file, count = #rs }, { __index = rs[1] })
+  r.scores, r.base, r.total, r.units, r.components = {}, rs[1].base, rs[1].total, rs[1].units, rs[1].components
+  r.positions, r.n_layers, r.metric = rs[1].positions, rs[1].n_layers, rs[1].metric
+  local cv, kv = 0.0, 0.0
+  for _, x in ipairs(rs) do cv, kv = cv + x.clean_value, kv + x.corrupted_value end
+  r.clean_value, r.corrupted_value = cv / #rs, kv / #rs
+  mean_scores(r, rs, opts.top)
+  return r
+end
+
 -- run(opts) -> { metric, clean_value, corrupted_value, components, scores = { heads = Tensor
 -- [n_layers * n_heads, P], neurons = [n_layers * n_ff, P], resid = [n_layers, P] }, ranked = {
 -- { component, layer, index, position, score, estimate, rank }, ... } (largest |score| first),
 -- verify = (when opts.verify = K) }. opts: model, clean, corrupted (text or ids, equal lengths),
 -- metric (the sweep's grammar, default kl), components ("heads,neurons,resid" or a list), freeze,
 -- verify = K, seed, top = N (ranked keeps the N largest, default 10000; "all": every one; the
--- score grids always hold every one, and r.total counts them).
+-- score grids always hold every one, and r.total counts them). pairs = FILE.jsonl | list instead
+-- of clean and corrupted (sweep --pairs' format; metric default logit-diff, each pair's own answer
+-- and wrong): the means over the pairs (r.pairs: each pair's run, r.count).
 function M.run(opts)
   if type(opts) ~= "table" then fail("expected a table of options") end
-  local r = scores(opts)
+  local r = opts.pairs ~= nil and run_pairs(opts) or scores(opts)
   if opts.verify ~= nil then r.verify = M.verify(opts.model, r, opts.verify, opts.seed) end
   return r
 end

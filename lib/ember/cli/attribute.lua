@@ -11,6 +11,8 @@ local usage_error = flags.usage_error
 M.FLAGS_LIST = flags.model_command {
   { "clean", "string", "TEXT", "the clean prompt (required)" },
   { "corrupted", "string", "TEXT", "the corrupted prompt, as many tokens as the clean one (required)" },
+  { "pairs", "path", "FILE.jsonl", "a dataset instead of --clean/--corrupted (sweep --pairs' lines): the means "
+    .. "over its pairs (metric default logit-diff, each pair's answer and wrong)" },
   { "metric", "string", "M", "logit-diff[:A,B] | prob[:A] | logit[:A] | logprob[:A] | kl (default kl)" },
   { "components", "string", "LIST", "heads,neurons,resid (default: all three)" },
   { "freeze", "string", "LIST", "attention,norm: the gradients' frozen modes (docs/attribution.md)" },
@@ -22,7 +24,8 @@ M.FLAGS_LIST = flags.model_command {
 M.FLAGS = flags.spec(M.FLAGS_LIST)
 
 function M.usage()
-  return flags.command_usage("usage: ember attribute --model FILE.gguf --clean TEXT --corrupted TEXT [options]",
+  return flags.command_usage("usage: ember attribute --model FILE.gguf --clean TEXT --corrupted TEXT | --pairs "
+    .. "FILE.jsonl [options]",
     M.FLAGS_LIST, {
       "Writes DIR/attribute.json, DIR/scores.safetensors (heads [layers*heads, P], neurons [layers*n_ff, P],",
       "resid [layers, P]) and heatmaps of the head and residual scores. See docs/attribution.md." })
@@ -65,7 +68,8 @@ local function report(o, r, model)
   local doc = { metric = { kind = r.metric.kind, tokens = json.array(r.metric.tokens) },
     clean_value = r.clean_value, corrupted_value = r.corrupted_value, components = json.array(r.components),
     clean_ids = json.array(r.clean_ids), corrupted_ids = json.array(r.corrupted_ids), top = top,
-    model = model.info.family, n_layers = r.n_layers, positions = r.positions }
+    model = model.info.family, n_layers = r.n_layers, positions = r.positions,
+    pairs = r.pairs and { count = r.count, file = r.where or json.null } or nil }
   if r.verify then
     local checked, fns = json.array(), json.array()
     for i, e in ipairs(r.verify.checked) do checked[i] = entry_json(json, e) end
@@ -96,16 +100,25 @@ end
 
 -- main(args, argv, io_) -> exit code; args[1] is "attribute".
 function M.main(args, _, io_)
-  local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage,
-    required = { "model", "clean", "corrupted" } }, args, io_)
+  local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage, required = { "model" } }, args, io_)
   if not o then return 0 end
+  if o.pairs then
+    if o.clean or o.corrupted then
+      usage_error("attribute: --pairs replaces --clean and --corrupted; give one or the other")
+    end
+  else
+    for _, k in ipairs({ "clean", "corrupted" }) do
+      if o[k] == nil then usage_error("attribute: --%s is required (or --pairs FILE.jsonl)", k) end
+    end
+  end
   local fs = require("ember.store.fs")
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
   local unwritable = require("ember.run.outputs").writable { { flag = "--out", path = o.out, kind = "dir" } }
   if unwritable then usage_error("%s", unwritable) end
   local model = flags.load_model(o)
   local r = require("ember.analysis.attribute").run { model = model, clean = o.clean, corrupted = o.corrupted,
-    metric = o.metric, components = o.components, verify = o.verify, seed = o.seed, freeze = freeze_list(o.freeze) }
+    pairs = o.pairs, metric = o.metric, components = o.components, verify = o.verify, seed = o.seed,
+    freeze = freeze_list(o.freeze) }
   report(o, r, model)
   for i = 1, math.min(o.top or 20, #r.ranked) do
     local e = r.ranked[i]

@@ -235,6 +235,18 @@ describe("ember.sae.load refusals", function()
     assert.matches("k = 300 is more than d_sae = 256", load_error(e.sae), nil, true)
     edit_cfg(e, function(c) c.k = 16; c.dtype = "float64" end)
     assert.matches("dtype 'float64' is not read", load_error(e.sae), nil, true)
+    -- a Llama Scope top-k SAE's top_k (fuzz_formats found it reaching the engine unchecked)
+    local l = reference_case("llama_scope")
+    local path = l.sae .. "/hyperparams.json"
+    local cjson = require("cjson")
+    local original = files.read(path)
+    local edited = cjson.decode(original)
+    edited.act_fn, edited.top_k = "topk", 2147483647
+    H.write(path, cjson.encode(edited))
+    local err = load_error(l.sae)
+    assert.matches("hyperparams.json: top_k = 2147483647 is more than d_sae = ", err, nil, true)
+    assert.is_nil(err:find("%.lua:%d+:"), err) -- the file named, no source location
+    H.write(path, original)
   end)
 
   it("names a missing and a stray tensor", function()

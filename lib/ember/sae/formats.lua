@@ -58,6 +58,13 @@ local function positive_int(v, what, field)
   return v
 end
 
+-- A top-k SAE's k: a positive integer no larger than its d_sae features (every format's rule).
+local function top_k(v, d_sae, what, field)
+  local k = positive_int(v, what, field)
+  if k > d_sae then fail(what, "%s = %d is more than d_sae = %d", field, k, d_sae) end
+  return k
+end
+
 -- "float32", "torch.float32", "f32", ... -> "f32" | "f16" | "bf16"
 local DTYPES = { float32 = "f32", f32 = "f32", float = "f32", float16 = "f16", f16 = "f16", half = "f16",
   bfloat16 = "bf16", bf16 = "bf16" }
@@ -201,8 +208,7 @@ local function saelens_architecture(cfg, what, d_sae)
   if act == "topk" then
     local kwargs = val(cfg.activation_fn_kwargs)
     k = val(cfg.k) or (type(kwargs) == "table" and val(kwargs.k)) or nil
-    k = positive_int(k, what, "k")
-    if k > d_sae then fail(what, "k = %d is more than d_sae = %d", k, d_sae) end
+    k = top_k(k, d_sae, what, "k")
   elseif fn ~= "relu" then
     fail(what, "activation_fn '%s' is not read (relu, or topk with activation_fn_kwargs.k)", tostring(fn))
   end
@@ -403,7 +409,7 @@ function M.llama_scope(dir, opts)
     d.threshold_all = t
   elseif act == "topk" then
     d.architecture = "topk"
-    d.k = positive_int(hp.top_k, what, "top_k")
+    d.k = top_k(hp.top_k, d.d_sae, what, "top_k")
   elseif act == "relu" then
     d.architecture = "standard"
   else

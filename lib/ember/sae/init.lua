@@ -134,7 +134,12 @@ function M.load(path, opts)
   local reader, where = formats.detect(path)
   local d = reader(where, opts)
   apply_hook_options(d, opts, path)
-  local handle = core.sae_new(spec_of(d, opts), opts.model)
+  -- what the engine refuses of a file the readers passed is named by the file too (never by a
+  -- source line of this library)
+  local made, handle = pcall(core.sae_new, spec_of(d, opts), opts.model)
+  if not made then
+    error(string.format("sae %s: %s", path, (tostring(handle):gsub("^[^\n]-%.lua:%d+: ", ""))), 0)
+  end
   local sae = setmetatable({ handle = handle, path = path }, SAE)
   for _, k in ipairs({ "format", "files", "architecture", "transcoder", "d_in", "d_sae", "d_out", "dtype", "k",
     "apply_b_dec_to_input", "normalize_activations", "scale_in", "scale_out", "reshape_activations", "hook",

@@ -16,10 +16,15 @@ local missing_numpy = os.execute(PY .. " -c 'import numpy' >/dev/null 2>&1") ~= 
   and (PY .. " with numpy (Debian python3-numpy) is not installed: the float64 reference cannot run") or nil
 
 -- A tiny model of the family (3 layers, f32 unless dtype says), or pending with the reason.
-local function tiny(family, dtype)
-  local path, why = fx.tiny_model("--family " .. family .. " --dtype " .. (dtype or "f32") .. " --layers 3 --seed 11")
+-- A tiny model from make-tiny-model's arguments, or pending with the reason.
+local function made(args)
+  local path, why = fx.tiny_model(args)
   if not path then pending(why) end
   return path
+end
+
+local function tiny(family, dtype)
+  return made("--family " .. family .. " --dtype " .. (dtype or "f32") .. " --layers 3 --seed 11")
 end
 
 -- Every gradient of g under its stage name ("after_layer.2", "before_logits", "embeddings").
@@ -68,40 +73,28 @@ local IDS = { 1, 17, 40, 3, 99, 250 }
 -- window and softcaps small enough to bend the scores (attention 1.5, final 4), Gemma 3 with a
 -- 3-key window, a final softcap and its global layers' linear RoPE scaling.
 local function bent_gemma2()
-  local path, why = fx.tiny_model("--family gemma2 --dtype f32 --layers 3 --seed 11 --window 3 --attn-softcap 1.5 "
-    .. "--softcap 4")
-  if not path then pending(why) end
-  return path
+  return made("--family gemma2 --dtype f32 --layers 3 --seed 11 --window 3 --attn-softcap 1.5 --softcap 4")
 end
 local function bent_gemma3()
-  local path, why = fx.tiny_model("--family gemma3 --dtype f32 --layers 3 --seed 11 --window 3 --softcap 6 "
-    .. "--rope-scale 4")
-  if not path then pending(why) end
-  return path
+  return made("--family gemma3 --dtype f32 --layers 3 --seed 11 --window 3 --softcap 6 --rope-scale 4")
 end
 
 -- A tiny qwen3moe model with more experts and more of them used than the tool's default (4, 2).
 local function wide_moe()
-  local path, why = fx.tiny_model("--family qwen3moe --dtype f32 --layers 3 --seed 11 --experts 8 --experts-used 3")
-  if not path then pending(why) end
-  return path
+  return made("--family qwen3moe --dtype f32 --layers 3 --seed 11 --experts 8 --experts-used 3")
 end
 
 -- A tiny phi3 model with LongRoPE's factors (the long ones: an original context of 64 / 16 = 4
 -- positions, under the 6 of IDS), a 4-key sliding window and an attention factor.
 local function long_phi3()
-  local path, why = fx.tiny_model("--family phi3 --dtype f32 --layers 3 --seed 11 --rope-freqs --context 64 "
-    .. "--window 4 --rope-attn-factor 1.19")
-  if not path then pending(why) end
-  return path
+  return made("--family phi3 --dtype f32 --layers 3 --seed 11 --rope-freqs --context 64 --window 4 "
+    .. "--rope-attn-factor 1.19")
 end
 
 -- The tiny gptneox model with the sequential residual (use_parallel_residual false; the tool's
 -- default is Pythia's parallel one).
 local function sequential_gptneox()
-  local path, why = fx.tiny_model("--family gptneox --dtype f32 --layers 3 --seed 11 --sequential-residual")
-  if not path then pending(why) end
-  return path
+  return made("--family gptneox --dtype f32 --layers 3 --seed 11 --sequential-residual")
 end
 
 describe("model:gradients against finite differences of a float64 forward", function()

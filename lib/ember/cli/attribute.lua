@@ -102,15 +102,7 @@ end
 function M.main(args, _, io_)
   local o = flags.command({ name = "attribute", spec = M.FLAGS, usage = M.usage, required = { "model" } }, args, io_)
   if not o then return 0 end
-  if o.pairs then
-    if o.clean or o.corrupted then
-      usage_error("attribute: --pairs replaces --clean and --corrupted; give one or the other")
-    end
-  else
-    for _, k in ipairs({ "clean", "corrupted" }) do
-      if o[k] == nil then usage_error("attribute: --%s is required (or --pairs FILE.jsonl)", k) end
-    end
-  end
+  flags.pairs_or_prompts(o, "attribute")
   local fs = require("ember.store.fs")
   if not fs.exists(o.model) then usage_error("--model: cannot open '%s'", o.model) end
   local unwritable = require("ember.run.outputs").writable { { flag = "--out", path = o.out, kind = "dir" } }

@@ -283,6 +283,20 @@ function M.present(args, first, names)
   return nil
 end
 
+-- pairs_or_prompts(o, name): a dataset (--pairs FILE.jsonl) or one pair (--clean and --corrupted),
+-- never both and never neither: a usage error naming the command otherwise.
+function M.pairs_or_prompts(o, name)
+  if o.pairs then
+    if o.clean or o.corrupted then
+      usage_error("%s: --pairs replaces --clean and --corrupted; give one or the other", name)
+    end
+    return
+  end
+  for _, k in ipairs({ "clean", "corrupted" }) do
+    if o[k] == nil then usage_error("%s: --%s is required (or --pairs FILE.jsonl)", name, k) end
+  end
+end
+
 -- without(args, first, spec, names) -> args[first..] without the flags in names (a set) and their
 -- values: the command line a shard process gets (--jobs, --out and the like are its parent's).
 function M.without(args, first, spec, names)

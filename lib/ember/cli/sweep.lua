@@ -113,15 +113,7 @@ function M.main(args, argv, io_)
   local o = flags.command({ name = "sweep", spec = M.FLAGS, usage = M.usage,
     required = { "model" } }, args, io_)
   if not o then return 0 end
-  if o.pairs then
-    if o.clean or o.corrupted then
-      usage_error("sweep: --pairs replaces --clean and --corrupted; give one or the other")
-    end
-  else
-    for _, k in ipairs({ "clean", "corrupted" }) do
-      if o[k] == nil then usage_error("sweep: --%s is required (or --pairs FILE.jsonl)", k) end
-    end
-  end
+  flags.pairs_or_prompts(o, "sweep")
   if o.out == nil then usage_error("sweep: --out is required") end
   if o.jobs and o.shard then usage_error("sweep: --jobs and --shard cannot be combined (--jobs makes the shards)") end
   local fs = require("ember.store.fs")

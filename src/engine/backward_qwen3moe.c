@@ -49,14 +49,6 @@ static void product_t(ember_backward *b, const ember_matrix *w, const float *g, 
     }
 }
 
-/* Expert e's slots of the choice, ascending; their count. */
-static int64_t expert_slots(const moe_scratch *s, int64_t nk, int32_t e) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < nk; i++)
-        if (s->ids[i] == e) s->slots[c++] = (int32_t)i;
-    return c;
-}
-
 /* Slot i's n_ff_exp values of a (n, k * n_ff_exp) tensor, gathered into row r of out. */
 static void gather_slots(const moe_scratch *s, int64_t c, const float *from, int64_t f, float *out) {
     for (int64_t r = 0; r < c; r++) memcpy(out + r * f, from + (int64_t)s->slots[r] * f, (size_t)f * sizeof(float));
@@ -92,7 +84,7 @@ static void router_row_backward(const float *logits, int64_t E, int64_t k, const
 static void moe_backward(ember_backward *b, int64_t l, moe_scratch *s) {
     const ember_model *m = b->m;
     const ember_layer *L = &m->layers[l];
-    const int64_t n = b->n, d = m->n_embd, E = m->n_expert, k = m->n_expert_used, f = m->n_ff_exp, nk = n * k;
+    const int64_t n = b->n, d = m->n_embd, E = m->n_expert, k = m->n_expert_used, f = m->n_ff_exp;
     const float *router = ember_tape_get(b->tape, l, EMBER_TAPE_ROUTER);
     const float *gate = ember_tape_get(b->tape, l, EMBER_TAPE_GATE), *up = ember_tape_get(b->tape, l, EMBER_TAPE_UP);
     ember_backward_keep(b, EMBER_STAGE_AFTER_LAYER, l, b->gx, n, d);
@@ -100,7 +92,7 @@ static void moe_backward(ember_backward *b, int64_t l, moe_scratch *s) {
     for (int64_t t = 0; t < n; t++) ember_moe_route_row(router + t * E, E, k, s->ids + t * k, s->weights + t * k);
     /* each slot's activation gradient (into f0, mlp_activation's layout) and its weight's gradient */
     for (int32_t e = 0; e < E; e++) {
-        const int64_t c = expert_slots(s, nk, e);
+        const int64_t c = ember_moe_expert_slots(s->ids, n, k, e, s->slots);
         if (c == 0) continue;
         for (int64_t r = 0; r < c; r++) memcpy(s->g + r * d, b->gx + s->slots[r] / k * d, (size_t)d * sizeof(float));
         gather_slots(s, c, gate, f, s->act);
@@ -123,7 +115,7 @@ static void moe_backward(ember_backward *b, int64_t l, moe_scratch *s) {
     /* the normed input's gradient in t1: every expert's gate and up transposed (experts ascending) */
     memset(b->t1, 0, (size_t)(n * d) * sizeof(float));
     for (int32_t e = 0; e < E; e++) {
-        const int64_t c = expert_slots(s, nk, e);
+        const int64_t c = ember_moe_expert_slots(s->ids, n, k, e, s->slots);
         if (c == 0) continue;
         gather_slots(s, c, b->f0, f, s->act); /* d act */
         gather_slots(s, c, gate, f, s->gt);

@@ -44,8 +44,7 @@ static int64_t unroutable_row(const float *router, int64_t n, int64_t E) {
     return -1;
 }
 
-/* The slots (t * k + j) of the n x k choice that picked expert e, into rows; their count. */
-static int64_t expert_rows(const int32_t *ids, int64_t n, int64_t k, int32_t e, int32_t *rows) {
+int64_t ember_moe_expert_slots(const int32_t *ids, int64_t n, int64_t k, int32_t e, int32_t *rows) {
     int64_t c = 0;
     for (int64_t i = 0; i < n * k; i++)
         if (ids[i] == e) rows[c++] = (int32_t)i;
@@ -62,7 +61,7 @@ static void experts_up(ember_session *s, int64_t l, int64_t n) {
     const int32_t *ids = (const int32_t *)w->moe_ids;
     int32_t *rows = (int32_t *)w->moe_rows;
     for (int64_t e = 0; e < m->n_expert; e++) {
-        const int64_t c = expert_rows(ids, n, k, (int32_t)e, rows);
+        const int64_t c = ember_moe_expert_slots(ids, n, k, (int32_t)e, rows);
         if (c == 0) continue;
         for (int64_t i = 0; i < c; i++) memcpy(w->moe_in + i * d, w->xn + rows[i] / k * d, (size_t)d * sizeof(float));
         ember_matmul_multi(m->compute, 2, (const ember_matrix *const[]){&L->exp_gate[e], &L->exp_up[e]}, w->moe_in,
@@ -84,7 +83,7 @@ static void experts_down(const ember_model *m, const ember_layer *L, ember_works
     int32_t *rows = (int32_t *)w->moe_rows;
     memset(w->mlp, 0, (size_t)(n * d) * sizeof(float));
     for (int64_t e = 0; e < m->n_expert; e++) {
-        const int64_t c = expert_rows(ids, n, k, (int32_t)e, rows);
+        const int64_t c = ember_moe_expert_slots(ids, n, k, (int32_t)e, rows);
         if (c == 0) continue;
         for (int64_t i = 0; i < c; i++) memcpy(w->moe_g + i * f, w->gate + rows[i] * f, (size_t)f * sizeof(float));
         ember_matmul(m->compute, &L->exp_down[e], w->moe_g, w->moe_out, c);

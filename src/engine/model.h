@@ -282,6 +282,9 @@ ember_status ember_qwen3moe_forward(const ember_pass *p, const ember_hooks *hook
  * follow): the k most probable of E experts under softmax(logits) (descending; a tie goes to the
  * lower index), and their probabilities over their sum (clamped below at 2^-14 as llama.cpp does). */
 void ember_moe_route_row(const float *logits, int64_t E, int64_t k, int32_t *ids, float *weights);
+/* The slots (t * k + j) of an n x k choice that picked expert e, ascending, into rows; their count
+ * (the order both the forward and the backward walk an expert's rows in). */
+int64_t ember_moe_expert_slots(const int32_t *ids, int64_t n, int64_t k, int32_t e, int32_t *rows);
 /* The RoPE frequency factors of a session of the llama block: LongRoPE's long ones (phi3) when its
  * context is longer than the original one, as llama.cpp picks them; else the file's (rope_freqs, or
  * LongRoPE's short ones). The forward's and the backward's one choice (family_llama.c). */
